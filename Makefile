@@ -1,0 +1,47 @@
+# The front door: everyday verbs for developers and CI.
+# `make test` works on a fresh machine: it creates .venv, installs the package with its test
+# and dev extras, fetches the Kafka broker jars with Maven, then runs unit and integration tests.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: install test unit integration lint fmt broker-jars demo bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	@touch $(STAMP)
+
+# Resolve org.apache.kafka:kafka_2.13 and its runtime dependencies into the user cache.
+broker-jars: install
+	$(BIN)/fairstream dev-kafka fetch
+
+test: install broker-jars
+	$(BIN)/python -m pytest tests/unit tests/integration $(PYTEST_ARGS)
+
+unit: install
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: install broker-jars
+	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check fairstream tests benchmarks
+	$(BIN)/ruff format --check fairstream tests benchmarks
+	$(BIN)/mypy
+
+fmt: install
+	$(BIN)/ruff format fairstream tests benchmarks
+	$(BIN)/ruff check --fix fairstream tests benchmarks
+
+bench: install
+	$(BIN)/python benchmarks/core_decisions.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,5 @@
+"""Allows ``python -m fairstream``."""
+
+from fairstream.cli import main
+
+main()

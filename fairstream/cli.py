@@ -1,0 +1,54 @@
+"""The ``fairstream`` command: one entry point, subcommands loaded on demand.
+
+Subcommands live in their own modules and are imported only when invoked, so that
+``fairstream dev-kafka status`` does not pay for importing Faust, and so that each
+module owns its options.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from fairstream import __version__
+
+# name -> "module:attribute" of a click.Command. Keep sorted; `--help` lists them in this order.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "dev-kafka": ("fairstream.devkafka.cli:dev_kafka", "Run a single-node Apache Kafka for development."),
+    "simulate": ("fairstream.simulate:simulate", "Replay an arrival trace through the scheduling core."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported when first used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = SUBCOMMANDS.get(cmd_name)
+        if entry is None:
+            return None
+        target, _ = entry
+        module_name, attr = target.split(":")
+        command = getattr(importlib.import_module(module_name), attr)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{target} is not a click command")
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Show one-line help without importing every subcommand module.
+        rows = [(name, SUBCOMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fairstream")
+def main() -> None:
+    """fairstream: tenant-fair, rate-limited egress for Kafka.
+
+    Options of every subcommand can also be set as FAIRSTREAM_* environment
+    variables; flags win over the environment, which wins over defaults.
+    """
