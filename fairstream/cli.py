@@ -15,8 +15,14 @@ from fairstream import __version__
 
 # name -> "module:attribute" of a click.Command. Keep sorted; `--help` lists them in this order.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "dev-kafka": ("fairstream.devkafka.cli:dev_kafka", "Run a single-node Apache Kafka for development."),
-    "simulate": ("fairstream.simulate:simulate", "Replay an arrival trace through the scheduling core."),
+    "dev-kafka": (
+        "fairstream.devkafka.cli:dev_kafka",
+        "Run a single-node Apache Kafka for development.",
+    ),
+    "simulate": (
+        "fairstream.simulate:simulate",
+        "Replay an arrival trace through the scheduling core.",
+    ),
 }
 
 
