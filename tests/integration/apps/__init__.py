@@ -1,0 +1,1 @@
+"""Small programs the integration tests run as separate processes."""

@@ -1,0 +1,58 @@
+"""The broker every integration test runs against.
+
+Order of preference: ``KAFKA_BOOTSTRAP_SERVERS`` if set; else the apache/kafka image through
+testcontainers when a Docker engine answers; else the development broker (``fairstream
+dev-kafka``: Apache Kafka jars from Maven Central, run with the machine's Java), started here
+and stopped at the end if this session started it. Under ``CI=true`` a missing broker fails
+the run instead of skipping it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fairstream.devkafka import BrokerError, DevBroker
+from fairstream.devkafka.broker import answers_metadata
+from fairstream.devkafka.docker_engine import docker_available
+
+
+def _no_broker(reason: str) -> None:
+    message = f"no Kafka broker for integration tests: {reason}"
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """A bootstrap address (host:port) of a real Apache Kafka broker."""
+    given = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if given:
+        if not answers_metadata(given, timeout=10):
+            _no_broker(f"KAFKA_BOOTSTRAP_SERVERS={given} does not answer a metadata request")
+        yield given
+        return
+    if docker_available():
+        state_dir = Path(tempfile.mkdtemp(prefix="fairstream-tc-"))
+        broker = DevBroker(state_dir=state_dir)
+        try:
+            state = broker.up(engine="docker")
+        except BrokerError as exc:
+            _no_broker(f"testcontainers could not start apache/kafka: {exc}")
+        yield state.bootstrap
+        broker.down()
+        return
+    broker = DevBroker()
+    already = broker.status()
+    try:
+        state = already or broker.up(engine="local")
+    except BrokerError as exc:
+        _no_broker(str(exc))
+    yield state.bootstrap
+    if already is None:
+        broker.down()

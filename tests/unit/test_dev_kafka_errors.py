@@ -1,0 +1,44 @@
+"""Errors of the development broker that need no broker, no Java and no network."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fairstream.devkafka import BrokerError, DevBroker
+from fairstream.devkafka.broker import BrokerState, java_command
+
+
+def test_missing_java_says_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(BrokerError, match="Java 17 or newer") as info:
+        java_command()
+    assert "apt-get install openjdk-17-jre-headless" in str(info.value)
+
+
+def test_missing_maven_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    broker = DevBroker(state_dir=tmp_path / "state", cache_dir=tmp_path / "cache")
+    with pytest.raises(BrokerError, match="apt-get install maven"):
+        broker.fetch_jars()
+
+
+def test_server_properties_fit_a_single_node(tmp_path: Path) -> None:
+    props = DevBroker(state_dir=tmp_path).server_properties(9092, 9093).splitlines()
+    assert "listeners=PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093" in props
+    assert "advertised.listeners=PLAINTEXT://127.0.0.1:9092" in props
+    assert "transaction.state.log.min.isr=1" in props
+    assert "share.coordinator.state.topic.replication.factor=1" in props
+    assert "auto.create.topics.enable=false" in props
+
+
+def test_status_of_a_dead_pid_is_not_running(tmp_path: Path) -> None:
+    broker = DevBroker(state_dir=tmp_path)
+    tmp_path.mkdir(exist_ok=True)
+    # pid 2**22 + 1 is above Linux's pid_max ceiling, so it can never be alive.
+    BrokerState("local", "127.0.0.1", 1, 2, "4.1.1", pid=2**22 + 1).save(broker.state_file)
+    assert broker.status() is None
