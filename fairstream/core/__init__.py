@@ -1,0 +1,44 @@
+"""The pure scheduling core: which tenant's record goes next, and when.
+
+Weighted deficit round robin with priority classes (``FairScheduler``), token-bucket rate
+limits (``EgressLimiter``, ``TokenBucket``), admission and deadline decisions, tenant
+policies and an injected clock. No Kafka, no Faust, no asyncio, no threads: the service
+drives this from its loop, the ``simulate`` command from a trace, tests from a ManualClock.
+"""
+
+from fairstream.core.admission import (
+    ACCEPT,
+    BACKLOG_FULL,
+    EXPIRED,
+    Decision,
+    admit,
+    check_deadline,
+    is_expired,
+)
+from fairstream.core.clock import Clock, ManualClock, MonotonicClock
+from fairstream.core.deficit import FairScheduler, Pick
+from fairstream.core.ratelimit import EgressLimiter, TokenBucket
+from fairstream.core.stats import FairShareTracker, jain_index, percentile
+from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicy
+
+__all__ = [
+    "ACCEPT",
+    "BACKLOG_FULL",
+    "DEFAULT_POLICY",
+    "EXPIRED",
+    "Clock",
+    "Decision",
+    "EgressLimiter",
+    "FairScheduler",
+    "FairShareTracker",
+    "ManualClock",
+    "MonotonicClock",
+    "Pick",
+    "TenantPolicy",
+    "TokenBucket",
+    "admit",
+    "check_deadline",
+    "is_expired",
+    "jain_index",
+    "percentile",
+]

@@ -1,0 +1,99 @@
+"""Admission control: whether a new record may join its tenant's backlog, and deadlines.
+
+Decisions are values, not exceptions: the service turns a rejection into a dead-letter
+record carrying ``reason`` (a short machine word) and ``detail`` (a human sentence).
+Nothing here has state; the scheduler supplies the tenant's current backlog.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from fairstream.core.tenant import TenantPolicy
+
+__all__ = [
+    "ACCEPT",
+    "BACKLOG_FULL",
+    "EXPIRED",
+    "Decision",
+    "admit",
+    "check_deadline",
+    "is_expired",
+]
+
+BACKLOG_FULL: Final = "backlog-full"
+"""Reason: the tenant already holds as many records, or as much cost, as its policy allows."""
+
+EXPIRED: Final = "expired"
+"""Reason: the record's deadline passed before it could be sent."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Accept, or reject with a ``reason`` word and a ``detail`` sentence."""
+
+    accepted: bool
+    reason: str | None = None
+    detail: str | None = None
+
+    @classmethod
+    def reject(cls, reason: str, detail: str) -> Decision:
+        """A rejection for ``reason`` (e.g. ``BACKLOG_FULL``), explained by ``detail``."""
+        return cls(False, reason, detail)
+
+    def __bool__(self) -> bool:
+        return self.accepted
+
+
+ACCEPT: Final = Decision(True)
+"""The one accepting decision; compare with ``decision.accepted`` or truthiness."""
+
+
+def admit(
+    tenant: str,
+    policy: TenantPolicy,
+    backlog_records: int,
+    backlog_cost: int,
+    cost: int = 1,
+) -> Decision:
+    """Decide whether a record of ``cost`` may join ``tenant``'s backlog under ``policy``.
+
+    A paused tenant still accepts records: pausing stops sending, not buffering.
+    """
+    limit = policy.max_backlog
+    if limit is not None and backlog_records + 1 > limit:
+        return Decision.reject(
+            BACKLOG_FULL,
+            f"tenant {tenant!r} already has {backlog_records} records waiting, "
+            f"the most its policy allows (max_backlog={limit})",
+        )
+    cost_limit = policy.max_backlog_cost
+    if cost_limit is not None and backlog_cost + cost > cost_limit:
+        if cost > cost_limit:
+            detail = (
+                f"a record of cost {cost} can never fit tenant {tenant!r}'s backlog "
+                f"(max_backlog_cost={cost_limit})"
+            )
+        else:
+            detail = (
+                f"tenant {tenant!r} has cost {backlog_cost} waiting; a record of cost {cost} "
+                f"would exceed its policy's max_backlog_cost={cost_limit}"
+            )
+        return Decision.reject(BACKLOG_FULL, detail)
+    return ACCEPT
+
+
+def is_expired(deadline: float | None, now: float) -> bool:
+    """True when ``deadline`` has passed at ``now`` (same time base); None never expires."""
+    return deadline is not None and now > deadline
+
+
+def check_deadline(deadline: float | None, now: float) -> Decision:
+    """Accept a record still within its deadline; reject an expired one with ``EXPIRED``."""
+    if deadline is None or now <= deadline:
+        return ACCEPT
+    return Decision.reject(
+        EXPIRED,
+        f"the deadline passed {now - deadline:.3f} s before the record could be sent",
+    )

@@ -1,0 +1,697 @@
+"""The scheduling decision: weighted deficit round robin between tenants, in priority classes.
+
+``FairScheduler`` holds one FIFO queue of lightweight items per backlogged tenant and answers
+"which record goes next?" in O(1). It knows nothing about Kafka: the service keeps the
+records durably and gives the scheduler a handle per record (an offset, a sequence number).
+
+How a decision is made
+----------------------
+Strict priority between classes (0 first); within a class, weighted deficit round robin
+(Shreedhar and Varghese, 1996). Each backlogged tenant sits in the class's ring. A visit to
+the tenant at the head of the ring adds its quantum (``weight * quantum``) to its deficit;
+the tenant then sends head records while the head's cost fits in the deficit, one record per
+``pick``. When the next head does not fit, the visit ends and the tenant goes to the tail;
+when its queue empties it leaves the ring and its deficit is forgotten (set to 0), so an
+idle tenant cannot save up credit. A tenant that becomes backlogged joins at the tail. With
+unit costs and weight 1 this is plain round robin: serve one, back to the tail.
+
+Rounds, and records that cost more than a quantum
+-------------------------------------------------
+Textbook DRR walks the ring visiting tenants that cannot afford their head record yet,
+which costs O(cost / quantum) visits per record. Here the ring is a calendar of rounds
+instead: when a visit ends with the head costing ``c`` and a deficit ``d``, the tenant
+needs ``k = ceil((c - d) / quantum)`` more visits, so it is filed directly in the ring of
+round ``current + k``; the ``k - 1`` visits in between would not have sent anything. Its
+deficit is credited lazily, ``(round - credited_round) * quantum``, when it reaches the
+head. When every ring of the current and next round is empty, the class jumps straight to
+the earliest non-empty round. Every tenant therefore receives exactly one quantum per round
+while backlogged, as in textbook DRR, and each ``pick`` does O(1) work: a constant number of
+deque operations, plus a heap operation (O(log R), R the number of distinct future rounds,
+at most ``ceil(max cost / min quantum)``) only when a tenant skips rounds. With every cost
+at most its tenant's quantum, the order of decisions is exactly textbook DRR; when a tenant
+skips rounds, the order inside a round can differ from textbook DRR (it is filed behind the
+tenants already in that round's ring), not the amount anyone is served.
+
+Guarantee (Shreedhar and Varghese, lemma 2): counting rounds from the moment a tenant became
+backlogged with deficit 0, after its K-th round it has been served a cost S with
+``K * Q - M < S <= K * Q`` (Q its quantum, M the largest record cost).
+
+Caps, pause and policy changes
+------------------------------
+A tenant with a rate cap that has no token when its turn comes is parked with its deficit
+intact, out of the ring, until its bucket refills; it then resumes at the head of its
+class's ring, so the wait for tokens does not also cost it a round. Parking is a heap
+operation, O(log parked tenants). A paused tenant keeps its backlog but leaves the ring;
+resuming puts it at the tail with deficit 0, like any tenant that becomes backlogged.
+``set_policy`` applies to the existing backlog at once: new quantum from the next credit,
+new class (joining at its tail), new cap, pause.
+
+Leaving a ring early (pause, class change, removal) would cost O(n) in a deque, so the
+tenant's record object is retired instead: a fresh one takes over its queue and the old one,
+still referenced by the ring, is skipped when it reaches the head.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Iterator
+from typing import Final, Generic, NamedTuple, TypeVar
+
+from fairstream.core.admission import Decision, admit
+from fairstream.core.clock import Clock
+from fairstream.core.ratelimit import TokenBucket
+from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicy
+
+__all__ = ["FairScheduler", "Pick"]
+
+T = TypeVar("T")
+
+# Tolerance for comparing float deficits (weights and quanta may be floats): a tenant that is
+# owed 0.9999999999 of a unit-cost record because of rounding is owed the record.
+_SLACK: Final = 1e-9
+
+# Where a tenant's runtime record is. Exactly one container (a ring or the parked heap)
+# references a live record, so every transition either pops it or retires it.
+_ACTIVE: Final = 0  # in a ring of its class
+_PARKED: Final = 1  # rate-capped, waiting for a token, in the parked heap
+_PAUSED: Final = 2  # backlogged but paused, in no container
+_RETIRED: Final = 3  # superseded or removed; stale references are skipped
+_DETACHED: Final = 4  # being moved between containers, in none
+
+
+class Pick(NamedTuple, Generic[T]):
+    """One scheduling decision: send ``item`` of ``tenant``, which costs ``cost``."""
+
+    tenant: str
+    item: T
+    cost: int
+
+
+class _Tenant(Generic[T]):
+    """Runtime state of one backlogged tenant. Exists only while it has a backlog."""
+
+    __slots__ = (
+        "bucket",
+        "cls",
+        "cost",
+        "credited",
+        "deficit",
+        "name",
+        "policy",
+        "quantum",
+        "queue",
+        "round",
+        "state",
+    )
+
+    def __init__(
+        self, name: str, policy: TenantPolicy, quantum: float, bucket: TokenBucket | None
+    ) -> None:
+        self.name = name
+        self.policy = policy
+        self.quantum = quantum
+        self.bucket = bucket
+        self.queue: deque[Pick[T]] = deque()
+        self.cost = 0  # total cost waiting
+        self.deficit: float = 0
+        self.credited = 0  # last round of self.cls whose quantum is in self.deficit
+        self.round = 0  # round of the ring holding this record, while _ACTIVE
+        self.cls: _Class[T] | None = None
+        self.state = _DETACHED
+
+    def successor(self) -> _Tenant[T]:
+        """A fresh record taking over this one's queue; this one is retired."""
+        fresh: _Tenant[T] = _Tenant(self.name, self.policy, self.quantum, self.bucket)
+        fresh.queue = self.queue
+        fresh.cost = self.cost
+        fresh.deficit = self.deficit
+        self.state = _RETIRED
+        return fresh
+
+
+class _Class(Generic[T]):
+    """The rings of one priority class: a calendar of rounds of tenants."""
+
+    __slots__ = ("current", "later", "later_rounds", "priority", "round", "size", "upcoming")
+
+    def __init__(self, priority: int) -> None:
+        self.priority = priority
+        self.round = 0
+        self.current: deque[_Tenant[T]] = deque()  # round `round`, head being visited
+        self.upcoming: deque[_Tenant[T]] = deque()  # round `round + 1`: the ring's tail
+        self.later: dict[int, deque[_Tenant[T]]] = {}  # rounds beyond, for costly heads
+        self.later_rounds: list[int] = []  # heap of the keys of `later`
+        self.size = 0  # live (_ACTIVE) tenants in the rings
+
+    def advance(self) -> bool:
+        """Make the next non-empty round current; False when every ring is empty."""
+        spare = self.current
+        if self.upcoming:
+            self.round += 1
+            self.current = self.upcoming
+        else:
+            later = self.later
+            while self.later_rounds:
+                round_ = heapq.heappop(self.later_rounds)
+                ring = later.pop(round_, None)
+                if ring is not None:
+                    break
+            else:
+                return False
+            self.round = round_
+            self.current = ring
+        nxt = self.later.pop(self.round + 1, None)
+        self.upcoming = spare if nxt is None else nxt
+        return True
+
+    def file(self, tenant: _Tenant[T], round_: int) -> None:
+        """Append ``tenant`` to the ring of ``round_`` (> current round)."""
+        tenant.round = round_
+        if round_ == self.round + 1:
+            self.upcoming.append(tenant)
+            return
+        ring = self.later.get(round_)
+        if ring is None:
+            ring = self.later[round_] = deque()
+            heapq.heappush(self.later_rounds, round_)
+        ring.append(tenant)
+
+
+class FairScheduler(Generic[T]):
+    """Per-tenant FIFO queues and the weighted-DRR decision of which item goes next.
+
+    ``T`` is whatever the caller uses to find a record again (an offset, a sequence number).
+    Tenants are strings. Time is read from ``clock`` only where rate caps need it, and a
+    caller that already read the clock can pass ``now`` instead.
+
+    Not thread-safe: one owner (the service's scheduler loop) calls every method.
+    """
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        quantum: float = 1,
+        default_policy: TenantPolicy = DEFAULT_POLICY,
+    ) -> None:
+        """``quantum`` is the base quantum in cost units; a tenant's is ``weight * quantum``."""
+        if isinstance(quantum, bool) or not isinstance(quantum, int | float) or not quantum > 0:
+            raise ValueError(f"quantum must be a positive number of cost units, got {quantum!r}")
+        if quantum == float("inf"):
+            raise ValueError("quantum must be finite")
+        self._clock = clock
+        self._quantum = quantum
+        self._default = default_policy
+        self._policies: dict[str, TenantPolicy] = {}  # explicit policies only
+        self._buckets: dict[str, TokenBucket] = {}  # rate-capped tenants' token buckets
+        self._tenants: dict[str, _Tenant[T]] = {}  # backlogged tenants only
+        self._classes: dict[int, _Class[T]] = {}  # classes with live ring members
+        self._order: list[_Class[T]] = []  # the same, highest priority first
+        self._parked: list[tuple[float, int, _Tenant[T]]] = []  # heap: (token due, seq, tenant)
+        # Buckets of idle tenants under a capped default policy, dropped once full again:
+        # (time full, seq, tenant, bucket). A full bucket is the same as a new one.
+        self._idle_buckets: list[tuple[float, int, str, TokenBucket]] = []
+        self._seq = itertools.count()
+        self._len = 0
+
+    # -- queues ----------------------------------------------------------------------------
+
+    def push(self, tenant: str, item: T, cost: int = 1) -> None:
+        """Append ``item`` of ``cost`` (a positive int) to the tail of ``tenant``'s queue.
+
+        Does not check admission (see ``admit``): the service also pushes when rebuilding
+        from durable state, which must not drop anything.
+
+        Caller: the service, for each record accepted into a tenant's durable buffer.
+        Affects: the tenant's queue and backlog; a tenant that was idle joins the tail of
+        its class's ring (unless paused).
+        """
+        if type(cost) is not int or cost < 1:
+            raise ValueError(f"cost must be a positive integer, got {cost!r}")
+        t = self._tenants.get(tenant)
+        if t is not None:
+            t.queue.append(Pick(tenant, item, cost))
+            t.cost += cost
+            self._len += 1
+            return
+        t = self._new_tenant(tenant)
+        t.queue.append(Pick(tenant, item, cost))
+        t.cost = cost
+        self._len += 1
+        if t.policy.paused:
+            t.state = _PAUSED
+        else:
+            self._join_tail(t)
+
+    def push_front(self, tenant: str, item: T, cost: int = 1) -> None:
+        """Give back a picked ``item`` at the head of ``tenant``'s queue, refunding its cost.
+
+        Use it to undo a ``pick`` whose egress send failed, so that the item goes again
+        before the tenant's later items (FIFO per tenant holds) and the failed attempt does
+        not count against the tenant's share. A tenant that had left the ring re-enters at
+        its head with exactly the item's cost as deficit, so the item goes next in its class.
+
+        Caller: the service, when producing a picked record to the egress topic failed.
+        Affects: the tenant's queue, backlog and deficit; possibly the ring.
+        """
+        if type(cost) is not int or cost < 1:
+            raise ValueError(f"cost must be a positive integer, got {cost!r}")
+        pick = Pick(tenant, item, cost)
+        t = self._tenants.get(tenant)
+        if t is not None:
+            t.queue.appendleft(pick)
+            t.cost += cost
+            self._len += 1
+            if t.state != _PAUSED:
+                t.deficit += cost
+            return
+        t = self._new_tenant(tenant)
+        t.queue.appendleft(pick)
+        t.cost = cost
+        self._len += 1
+        if t.policy.paused:
+            t.state = _PAUSED
+        else:
+            t.deficit = cost
+            self._join_head(t)
+
+    def remove_tenant(self, tenant: str) -> list[T]:
+        """Drop ``tenant``'s whole queue and return its items, oldest first.
+
+        The tenant's policy and rate-cap bucket stay: they are configuration, not backlog.
+
+        Caller: the service, when the tenant's partition is revoked or its backlog purged.
+        Affects: the tenant's queue (gone), the ring, the total backlog.
+        """
+        t = self._tenants.pop(tenant, None)
+        if t is None:
+            return []
+        if t.state == _ACTIVE:
+            self._leave_ring(t)
+        t.state = _RETIRED
+        self._len -= len(t.queue)
+        items = [pick.item for pick in t.queue]
+        t.queue = deque()  # the retired record may linger in a ring; do not keep items alive
+        self._forget_bucket(tenant)
+        return items
+
+    # -- decisions -------------------------------------------------------------------------
+
+    def pick(self, now: float | None = None) -> Pick[T] | None:
+        """Remove and return the next item to send, or None when no tenant is eligible.
+
+        Eligible: backlogged, not paused, and (if rate-capped) holding a token at ``now``.
+        ``now`` defaults to the clock's time; it is only read when some tenant is capped.
+
+        Caller: the service's scheduler loop, once the global egress limiter allows a send.
+        Affects: the picked tenant's queue, deficit and place in the ring; tokens of a
+        capped tenant; parked tenants whose tokens are due rejoin the ring.
+        """
+        if self._buckets:
+            if now is None:
+                now = self._clock.now()
+            if self._parked and self._parked[0][0] <= now:
+                self._unpark_due(now)
+            if self._idle_buckets and self._idle_buckets[0][0] <= now:
+                self._drop_full_buckets(now)
+        order = self._order
+        i = 0
+        while i < len(order):
+            cls = order[i]
+            picked = self._pick_in(cls, now)
+            if picked is not None:
+                return picked
+            if i < len(order) and order[i] is cls:
+                i += 1
+        return None
+
+    def _pick_in(self, cls: _Class[T], now: float | None) -> Pick[T] | None:
+        """One DRR decision inside ``cls``: the hot path, written for speed."""
+        while True:
+            ring = cls.current
+            if not ring:
+                if not cls.advance():
+                    return None
+                ring = cls.current
+            t = ring[0]
+            if t.state != _ACTIVE:  # retired record left behind in the ring
+                ring.popleft()
+                continue
+            round_ = cls.round
+            if t.credited != round_:
+                t.deficit += (round_ - t.credited) * t.quantum
+                t.credited = round_
+            queue = t.queue
+            head = queue[0]
+            cost = head.cost
+            if t.deficit + _SLACK < cost:
+                ring.popleft()
+                self._file_next(cls, t, cost)
+                continue
+            bucket = t.bucket
+            if bucket is not None:
+                if now is None:
+                    now = self._clock.now()
+                if not bucket.try_take(1, now):
+                    ring.popleft()
+                    self._leave_ring(t)
+                    self._park(t, now)
+                    if cls.size == 0:
+                        return None
+                    continue
+            queue.popleft()
+            t.deficit -= cost
+            t.cost -= cost
+            self._len -= 1
+            if not queue:
+                # Backlog gone: leave the ring and forget the deficit (no saving up credit).
+                ring.popleft()
+                t.state = _RETIRED
+                del self._tenants[t.name]
+                cls.size -= 1
+                if cls.size == 0:
+                    self._drop_class(cls)
+                if bucket is not None:
+                    self._forget_bucket(t.name)
+            elif t.deficit + _SLACK < queue[0].cost:
+                ring.popleft()
+                self._file_next(cls, t, queue[0].cost)
+            return head
+
+    def next_eligible_in(self, now: float | None = None) -> float | None:
+        """Seconds until ``pick`` may return an item: 0.0 if it may now, None if it never
+        will without a push, resume or policy change (nothing backlogged, or all paused).
+
+        A capped tenant still in the ring counts as eligible until a ``pick`` finds it out of
+        tokens and parks it; the next call then reports its wait.
+
+        Caller: the service's scheduler loop, to sleep when ``pick`` returned None.
+        Affects: nothing (drops stale bookkeeping only).
+        """
+        if self._order:
+            return 0.0
+        parked = self._parked
+        while parked and parked[0][2].state != _PARKED:
+            heapq.heappop(parked)
+        if not parked:
+            return None
+        if now is None:
+            now = self._clock.now()
+        return max(0.0, parked[0][0] - now)
+
+    # -- policies --------------------------------------------------------------------------
+
+    def policy(self, tenant: str) -> TenantPolicy:
+        """The policy in force for ``tenant``: its own, else the default."""
+        return self._policies.get(tenant, self._default)
+
+    @property
+    def default_policy(self) -> TenantPolicy:
+        """The policy of every tenant without one of its own."""
+        return self._default
+
+    @property
+    def quantum(self) -> float:
+        """The base quantum, in cost units; a tenant's quantum is ``weight * quantum``."""
+        return self._quantum
+
+    def set_policy(self, tenant: str, policy: TenantPolicy | None) -> None:
+        """Give ``tenant`` its own ``policy``, or None to follow the default policy again.
+
+        Applies to the existing backlog at once: the new weight from the tenant's next
+        quantum, a new priority class by moving the tenant to the tail of that class's ring,
+        a new rate cap from now on (tokens earned so far are kept), pause by taking the
+        tenant out of the ring (its backlog stays), resume by putting it at the tail.
+
+        Caller: the service, for each record of the policy topic.
+        Affects: the stored policy; the tenant's quantum, class, bucket and ring membership.
+        """
+        if policy is None:
+            self._policies.pop(tenant, None)
+            policy = self._default
+        elif not isinstance(policy, TenantPolicy):
+            raise TypeError(f"policy must be a TenantPolicy or None, got {policy!r}")
+        else:
+            self._policies[tenant] = policy
+        self._reconfigure(tenant, policy)
+
+    def set_default_policy(self, policy: TenantPolicy) -> None:
+        """Replace the default policy, applying it to every tenant without its own.
+
+        Costs O(backlogged tenants + capped tenants): meant for rare configuration changes.
+
+        Caller: the service, for the policy topic's default key.
+        Affects: as ``set_policy``, for every tenant following the default.
+        """
+        if not isinstance(policy, TenantPolicy):
+            raise TypeError(f"policy must be a TenantPolicy, got {policy!r}")
+        self._default = policy
+        followers = {name for name in self._tenants if name not in self._policies}
+        followers.update(name for name in self._buckets if name not in self._policies)
+        for name in followers:
+            self._reconfigure(name, policy)
+
+    def _reconfigure(self, tenant: str, policy: TenantPolicy) -> None:
+        bucket = self._buckets.get(tenant)
+        if policy.rate_cap is None:
+            if bucket is not None:
+                del self._buckets[tenant]
+                bucket = None
+        else:
+            now = self._clock.now()
+            if bucket is None:
+                bucket = self._buckets[tenant] = TokenBucket(policy.rate_cap, policy.cap_burst, now)
+            else:
+                bucket.reconfigure(policy.rate_cap, policy.cap_burst, now)
+        t = self._tenants.get(tenant)
+        if t is None:
+            if bucket is not None and tenant not in self._policies:
+                self._forget_bucket(tenant)
+            return
+        old = t.policy
+        t.policy = policy
+        t.bucket = bucket
+        t.quantum = policy.weight * self._quantum
+        if policy.paused:
+            if t.state != _PAUSED:
+                t = self._detach(t)
+                t.state = _PAUSED
+                t.deficit = 0
+            return
+        if t.state == _PAUSED:
+            t.deficit = 0
+            self._join_tail(t)
+        elif t.state == _PARKED:
+            # The due time in the heap belongs to the old cap; file the tenant afresh.
+            t = self._detach(t)
+            self._join_head_or_park(t)
+        elif old.priority != policy.priority:
+            t = self._detach(t)
+            t.deficit = 0
+            self._join_tail(t)
+        elif old.weight != policy.weight:
+            self._refile(t)
+
+    def _refile(self, t: _Tenant[T]) -> None:
+        """After a quantum change, move a tenant that skips rounds to its new round."""
+        cls = t.cls
+        assert cls is not None
+        if t.round <= cls.round + 1:
+            return  # it will be visited within a round and credited at the new quantum
+        need = t.queue[0].cost - t.deficit
+        target = max(cls.round + 1, t.credited + self._rounds_needed(need, t.quantum))
+        if target != t.round:
+            # Retire the record still filed in the old round; the successor takes its place.
+            fresh = t.successor()
+            fresh.credited = t.credited
+            fresh.state = _ACTIVE
+            fresh.cls = cls
+            self._tenants[t.name] = fresh
+            cls.file(fresh, target)
+
+    # -- admission and introspection ---------------------------------------------------------
+
+    def admit(self, tenant: str, cost: int = 1) -> Decision:
+        """Whether a new record of ``cost`` may join ``tenant``'s backlog under its policy.
+
+        Caller: the service, before buffering an ingest record. Affects: nothing.
+        """
+        records, waiting = self.backlog(tenant)
+        return admit(tenant, self.policy(tenant), records, waiting, cost)
+
+    def backlog(self, tenant: str) -> tuple[int, int]:
+        """``(records, total cost)`` waiting for ``tenant``."""
+        t = self._tenants.get(tenant)
+        if t is None:
+            return (0, 0)
+        return (len(t.queue), t.cost)
+
+    def tenants(self) -> Iterator[str]:
+        """The backlogged tenants (paused ones included), in no particular order."""
+        return iter(list(self._tenants))
+
+    def current_round(self, priority: int = 0) -> int:
+        """The round number of a priority class (0 once the class has no backlogged tenant).
+
+        Rounds only grow while the class has tenants in its ring; the counter restarts
+        when the class empties. For metrics and tests of the fairness bound.
+        """
+        cls = self._classes.get(priority)
+        return 0 if cls is None else cls.round
+
+    def __len__(self) -> int:
+        """Total records waiting, over all tenants."""
+        return self._len
+
+    def __contains__(self, tenant: object) -> bool:
+        """Whether ``tenant`` has a backlog."""
+        return tenant in self._tenants
+
+    def __repr__(self) -> str:
+        return (
+            f"<FairScheduler records={self._len} tenants={len(self._tenants)} "
+            f"classes={[c.priority for c in self._order]} parked={len(self._parked)}>"
+        )
+
+    # -- ring membership ---------------------------------------------------------------------
+
+    def _new_tenant(self, name: str) -> _Tenant[T]:
+        policy = self._policies.get(name, self._default)
+        bucket: TokenBucket | None = None
+        if policy.rate_cap is not None:
+            bucket = self._buckets.get(name)
+            if bucket is None:
+                bucket = self._buckets[name] = TokenBucket(
+                    policy.rate_cap, policy.cap_burst, self._clock.now()
+                )
+        t: _Tenant[T] = _Tenant(name, policy, policy.weight * self._quantum, bucket)
+        self._tenants[name] = t
+        return t
+
+    def _class(self, priority: int) -> _Class[T]:
+        cls = self._classes.get(priority)
+        if cls is None:
+            cls = self._classes[priority] = _Class(priority)
+            bisect.insort(self._order, cls, key=lambda c: c.priority)
+        return cls
+
+    def _drop_class(self, cls: _Class[T]) -> None:
+        # An empty class may still hold retired records in its rings; dropping it frees them.
+        del self._classes[cls.priority]
+        self._order.remove(cls)
+
+    def _join_tail(self, t: _Tenant[T]) -> None:
+        """A tenant becoming backlogged (or resumed, or moved) joins the tail of its class."""
+        cls = self._class(t.policy.priority)
+        t.state = _ACTIVE
+        t.cls = cls
+        t.credited = cls.round
+        cls.size += 1
+        cls.file(t, cls.round + 1)
+
+    def _join_head(self, t: _Tenant[T]) -> None:
+        """A tenant resuming an interrupted visit goes first, with the deficit it has."""
+        cls = self._class(t.policy.priority)
+        t.state = _ACTIVE
+        t.cls = cls
+        t.credited = cls.round
+        t.round = cls.round
+        cls.size += 1
+        cls.current.appendleft(t)
+
+    def _join_head_or_park(self, t: _Tenant[T]) -> None:
+        bucket = t.bucket
+        if bucket is None:
+            self._join_head(t)
+            return
+        now = self._clock.now()
+        if bucket.wait_time(1, now) > 0:
+            self._park(t, now)
+        else:
+            self._join_head(t)
+
+    def _file_next(self, cls: _Class[T], t: _Tenant[T], cost: int) -> None:
+        """End ``t``'s visit: file it in the first round whose quantum lets it send ``cost``."""
+        need = cost - t.deficit
+        quantum = t.quantum
+        if need <= quantum + _SLACK:
+            t.round = cls.round + 1
+            cls.upcoming.append(t)
+        else:
+            cls.file(t, cls.round + self._rounds_needed(need, quantum))
+
+    @staticmethod
+    def _rounds_needed(need: float, quantum: float) -> int:
+        """Fewest rounds of ``quantum`` that cover ``need`` (at least 1), robust to rounding."""
+        if need <= quantum + _SLACK:
+            return 1
+        rounds = int(-(-need // quantum))
+        if (rounds - 1) * quantum + _SLACK >= need:
+            rounds -= 1
+        return rounds
+
+    def _leave_ring(self, t: _Tenant[T]) -> None:
+        cls = t.cls
+        assert cls is not None
+        cls.size -= 1
+        if cls.size == 0:
+            self._drop_class(cls)
+
+    def _detach(self, t: _Tenant[T]) -> _Tenant[T]:
+        """Take ``t`` out of its ring or the parked heap in O(1) by retiring its record.
+
+        Returns the record to use from now on, in no container (state to be set by caller).
+        """
+        if t.state == _PAUSED:
+            return t
+        if t.state == _ACTIVE:
+            self._leave_ring(t)
+        fresh = t.successor()
+        self._tenants[t.name] = fresh
+        return fresh
+
+    # -- rate caps ---------------------------------------------------------------------------
+
+    def _park(self, t: _Tenant[T], now: float) -> None:
+        """Out of the ring (caller took it out) until its bucket has a token; the deficit
+        stays as it is."""
+        assert t.bucket is not None
+        t.state = _PARKED
+        due = now + t.bucket.wait_time(1, now)
+        heapq.heappush(self._parked, (due, next(self._seq), t))
+
+    def _unpark_due(self, now: float) -> None:
+        parked = self._parked
+        due: list[_Tenant[T]] = []
+        while parked and parked[0][0] <= now:
+            t = heapq.heappop(parked)[2]
+            if t.state == _PARKED:
+                due.append(t)
+        # Earliest due first: file them at the head in reverse order.
+        for t in reversed(due):
+            self._join_head(t)
+
+    def _forget_bucket(self, tenant: str) -> None:
+        """An idle tenant following a capped default keeps its bucket only until it is full."""
+        if tenant in self._policies:
+            return
+        bucket = self._buckets.get(tenant)
+        if bucket is None:
+            return
+        now = self._clock.now()
+        full_in = bucket.wait_time(bucket.burst, now)
+        heapq.heappush(self._idle_buckets, (now + full_in, next(self._seq), tenant, bucket))
+
+    def _drop_full_buckets(self, now: float) -> None:
+        idle = self._idle_buckets
+        while idle and idle[0][0] <= now:
+            _, _, tenant, bucket = heapq.heappop(idle)
+            if (
+                tenant not in self._tenants
+                and tenant not in self._policies
+                and self._buckets.get(tenant) is bucket
+            ):
+                del self._buckets[tenant]
