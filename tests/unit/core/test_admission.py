@@ -1,0 +1,56 @@
+"""Admission decisions and deadline checks."""
+
+from __future__ import annotations
+
+from fairstream.core import (
+    ACCEPT,
+    BACKLOG_FULL,
+    DEFAULT_POLICY,
+    EXPIRED,
+    TenantPolicy,
+    admit,
+    check_deadline,
+    is_expired,
+)
+
+
+def test_default_policy_accepts_anything():
+    assert admit("t", DEFAULT_POLICY, 10**9, 10**12, cost=10**6) is ACCEPT
+
+
+def test_max_backlog_records():
+    policy = TenantPolicy(max_backlog=3)
+    assert admit("acme", policy, 2, 2).accepted
+    decision = admit("acme", policy, 3, 3)
+    assert not decision.accepted
+    assert decision.reason == BACKLOG_FULL == "backlog-full"
+    assert decision.detail == (
+        "tenant 'acme' already has 3 records waiting, the most its policy allows (max_backlog=3)"
+    )
+
+
+def test_max_backlog_cost():
+    policy = TenantPolicy(max_backlog_cost=10)
+    assert admit("acme", policy, 1, 7, cost=3)
+    decision = admit("acme", policy, 1, 8, cost=3)
+    assert decision.reason == BACKLOG_FULL
+    assert "would exceed" in (decision.detail or "")
+    never = admit("acme", policy, 0, 0, cost=11)
+    assert never.reason == BACKLOG_FULL
+    assert "can never fit" in (never.detail or "")
+
+
+def test_paused_tenant_still_buffers():
+    assert admit("acme", TenantPolicy(paused=True), 0, 0)
+
+
+def test_deadlines():
+    assert not is_expired(None, 1e12)
+    assert not is_expired(10.0, 10.0)  # at the deadline it has not passed yet
+    assert is_expired(10.0, 10.001)
+    assert check_deadline(None, 5) is ACCEPT
+    assert check_deadline(10.0, 9.0) is ACCEPT
+    decision = check_deadline(10.0, 12.5)
+    assert not decision
+    assert decision.reason == EXPIRED == "expired"
+    assert decision.detail == "the deadline passed 2.500 s before the record could be sent"

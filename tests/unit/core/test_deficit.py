@@ -1,0 +1,376 @@
+"""FairScheduler behaviour: round robin, weights, classes, caps, pause, live policy, state."""
+
+from __future__ import annotations
+
+import pytest
+
+from fairstream.core import (
+    BACKLOG_FULL,
+    DEFAULT_POLICY,
+    FairScheduler,
+    ManualClock,
+    Pick,
+    TenantPolicy,
+)
+
+
+def drain(scheduler: FairScheduler[str], now: float | None = None) -> list[str]:
+    out = []
+    while (picked := scheduler.pick(now)) is not None:
+        out.append(picked.item)
+    return out
+
+
+def make(**kwargs: object) -> tuple[FairScheduler[str], ManualClock]:
+    clock = ManualClock()
+    return FairScheduler(clock, **kwargs), clock  # type: ignore[arg-type]
+
+
+def test_reference_example_quiet_tenants_go_within_first_four():
+    """A sends 100, then B and C send one each while A is backlogged."""
+    scheduler, _ = make()
+    for i in range(100):
+        scheduler.push("A", f"A{i}")
+    first = scheduler.pick()
+    assert first == Pick("A", "A0", 1)
+    scheduler.push("B", "B1")
+    scheduler.push("C", "C1")
+    order = ["A0", *drain(scheduler)]
+    assert "B1" in order[:4]
+    assert "C1" in order[:4]
+    assert [x for x in order if x.startswith("A")] == [f"A{i}" for i in range(100)]
+
+
+def test_equal_weights_unit_costs_is_plain_round_robin():
+    scheduler, _ = make()
+    for i in range(3):
+        for tenant in "XYZ":
+            scheduler.push(tenant, f"{tenant}{i}")
+    assert drain(scheduler) == ["X0", "Y0", "Z0", "X1", "Y1", "Z1", "X2", "Y2", "Z2"]
+
+
+def test_new_tenant_joins_at_the_tail():
+    scheduler, _ = make()
+    for tenant in "XY":
+        for i in range(3):
+            scheduler.push(tenant, f"{tenant}{i}")
+    assert scheduler.pick().item == "X0"  # type: ignore[union-attr]
+    scheduler.push("Z", "Z0")  # the ring is now Y, X, Z
+    assert drain(scheduler)[:4] == ["Y0", "X1", "Z0", "Y1"]
+
+
+def test_weights_share_in_proportion():
+    scheduler, _ = make()
+    scheduler.set_policy("heavy", TenantPolicy(weight=3))
+    for i in range(30):
+        scheduler.push("heavy", f"h{i}")
+        scheduler.push("light", f"l{i}")
+    first = drain(scheduler)[:20]
+    assert sum(x.startswith("h") for x in first) == 15
+    assert first[:4] == ["h0", "h1", "h2", "l0"]
+
+
+def test_cost_larger_than_quantum_waits_rounds_without_looping():
+    scheduler, _ = make(quantum=1)
+    scheduler.push("big", "big0", cost=5)
+    for i in range(10):
+        scheduler.push("small", f"s{i}")
+    order = drain(scheduler)
+    # big is credited 1 per round: it sends its cost-5 record in round 5, ahead of small
+    # as in round 1 (textbook DRR order), after small sent once in each of rounds 1-4.
+    assert order == ["s0", "s1", "s2", "s3", "big0", "s4", "s5", "s6", "s7", "s8", "s9"]
+
+
+def test_lone_costly_tenant_jumps_rounds():
+    scheduler, _ = make(quantum=2)
+    scheduler.push("big", "b0", cost=1001)
+    scheduler.push("big", "b1", cost=1)
+    assert scheduler.pick() == Pick("big", "b0", 1001)
+    assert scheduler.current_round() == 501  # jumped, did not loop 501 times
+    assert drain(scheduler) == ["b1"]
+
+
+def test_priority_classes_are_strict():
+    scheduler, _ = make()
+    scheduler.set_policy("gold", TenantPolicy(priority=0))
+    scheduler.set_policy("bronze", TenantPolicy(priority=2))
+    scheduler.set_policy("silver", TenantPolicy(priority=1))
+    for i in range(3):
+        scheduler.push("bronze", f"b{i}")
+        scheduler.push("silver", f"s{i}")
+    scheduler.push("gold", "g0")
+    assert drain(scheduler) == ["g0", "s0", "s1", "s2", "b0", "b1", "b2"]
+
+
+def test_drr_within_each_class():
+    scheduler, _ = make()
+    for tenant in ("p", "q"):
+        scheduler.set_policy(tenant, TenantPolicy(priority=1))
+    for i in range(2):
+        scheduler.push("p", f"p{i}")
+        scheduler.push("q", f"q{i}")
+    assert drain(scheduler) == ["p0", "q0", "p1", "q1"]
+
+
+def test_rate_capped_tenant_is_skipped_then_not_penalised():
+    scheduler, clock = make()
+    scheduler.set_policy("capped", TenantPolicy(rate_cap=1, cap_burst=1))
+    for i in range(3):
+        scheduler.push("capped", f"c{i}")
+    for i in range(20):
+        scheduler.push("free", f"f{i}")
+    got = [scheduler.pick().item for _ in range(4)]  # type: ignore[union-attr]
+    # c0 spends the token; at c1's turn the bucket is empty: skipped, others go on.
+    assert got == ["c0", "f0", "f1", "f2"]
+    assert scheduler.backlog("capped") == (2, 2)
+    clock.advance(1.0)
+    # The token is back: capped goes at once, ahead of the ring, with the deficit it had.
+    assert scheduler.pick().item == "c1"  # type: ignore[union-attr]
+    assert scheduler.pick().item == "f3"  # type: ignore[union-attr]
+
+
+def test_next_eligible_in_reports_cap_wait():
+    scheduler, clock = make()
+    assert scheduler.next_eligible_in() is None
+    scheduler.set_policy("capped", TenantPolicy(rate_cap=4, cap_burst=1))
+    scheduler.push("capped", "c0")
+    scheduler.push("capped", "c1")
+    assert scheduler.next_eligible_in() == 0.0
+    assert scheduler.pick().item == "c0"  # type: ignore[union-attr]
+    assert scheduler.pick() is None
+    assert scheduler.next_eligible_in() == pytest.approx(0.25)
+    clock.advance(0.1)
+    assert scheduler.next_eligible_in() == pytest.approx(0.15)
+    clock.advance(0.15)
+    assert scheduler.pick().item == "c1"  # type: ignore[union-attr]
+    assert scheduler.next_eligible_in() is None
+
+
+def test_cap_does_not_refill_by_going_idle():
+    scheduler, clock = make()
+    scheduler.set_policy("capped", TenantPolicy(rate_cap=1, cap_burst=2))
+    sent = 0
+    for _ in range(5):  # push one, drain, repeat: the bucket must persist across idleness
+        scheduler.push("capped", "x")
+        sent += len(drain(scheduler))
+    assert sent == 2
+    clock.advance(1)
+    assert len(drain(scheduler)) == 1
+
+
+def test_pause_keeps_backlog_and_resume_puts_back():
+    scheduler, _ = make()
+    for i in range(3):
+        scheduler.push("A", f"a{i}")
+        scheduler.push("B", f"b{i}")
+    assert scheduler.pick().item == "a0"  # type: ignore[union-attr]
+    scheduler.set_policy("A", TenantPolicy(paused=True))
+    assert drain(scheduler) == ["b0", "b1", "b2"]
+    assert scheduler.backlog("A") == (2, 2)
+    assert len(scheduler) == 2
+    assert list(scheduler.tenants()) == ["A"]
+    assert scheduler.next_eligible_in() is None
+    scheduler.push("A", "a3")  # a paused tenant still buffers
+    scheduler.set_policy("A", None)
+    assert drain(scheduler) == ["a1", "a2", "a3"]
+
+
+def test_paused_tenant_pushes_do_not_join_ring():
+    scheduler, _ = make()
+    scheduler.set_policy("A", TenantPolicy(paused=True))
+    scheduler.push("A", "a0")
+    scheduler.push_front("A", "a-1")
+    assert scheduler.pick() is None
+    scheduler.set_policy("A", TenantPolicy())
+    assert drain(scheduler) == ["a-1", "a0"]
+
+
+def test_live_weight_change_applies_to_existing_backlog():
+    scheduler, _ = make()
+    for i in range(20):
+        scheduler.push("A", f"a{i}")
+        scheduler.push("B", f"b{i}")
+    assert [scheduler.pick().item for _ in range(2)] == ["a0", "b0"]  # type: ignore[union-attr]
+    scheduler.set_policy("A", TenantPolicy(weight=3))
+    assert drain(scheduler)[:8] == ["a1", "a2", "a3", "b1", "a4", "a5", "a6", "b2"]
+
+
+def test_live_weight_change_refiles_a_tenant_waiting_rounds():
+    scheduler, _ = make()
+    scheduler.push("big", "big0", cost=100)
+    for i in range(10):
+        scheduler.push("small", f"s{i}")
+    assert scheduler.pick().item == "s0"  # type: ignore[union-attr]
+    # big was visited in round 1 and filed for round 100; with weight 50 it needs round 3.
+    scheduler.set_policy("big", TenantPolicy(weight=50))
+    assert drain(scheduler)[:3] == ["s1", "big0", "s2"]
+
+
+def test_live_class_change_moves_existing_backlog():
+    scheduler, _ = make()
+    for i in range(3):
+        scheduler.push("A", f"a{i}")
+        scheduler.push("B", f"b{i}")
+    assert scheduler.pick().item == "a0"  # type: ignore[union-attr]
+    scheduler.set_policy("A", TenantPolicy(priority=1))
+    assert drain(scheduler) == ["b0", "b1", "b2", "a1", "a2"]
+
+
+def test_cap_added_and_removed_live():
+    scheduler, clock = make()
+    for i in range(4):
+        scheduler.push("A", f"a{i}")
+    scheduler.set_policy("A", TenantPolicy(rate_cap=1))
+    assert drain(scheduler) == ["a0"]
+    scheduler.set_policy("A", TenantPolicy(rate_cap=1, paused=True))
+    scheduler.set_policy("A", TenantPolicy(rate_cap=1))
+    assert drain(scheduler) == []
+    scheduler.set_policy("A", None)  # cap lifted while parked: eligible at once
+    assert drain(scheduler) == ["a1", "a2", "a3"]
+    assert clock.now() == 0
+
+
+def test_push_front_keeps_fifo_and_refunds():
+    scheduler, _ = make()
+    for i in range(3):
+        scheduler.push("A", f"a{i}")
+        scheduler.push("B", f"b{i}")
+    picked = scheduler.pick()
+    assert picked == Pick("A", "a0", 1)
+    scheduler.push_front(*picked)  # the send failed: a0 goes again before a1
+    # A keeps its place (after B this round) and its refunded cost: a0 and a1 next visit.
+    assert drain(scheduler) == ["b0", "a0", "a1", "b1", "a2", "b2"]
+
+
+def test_push_front_of_idle_tenant_goes_next():
+    scheduler, _ = make()
+    scheduler.push("A", "a0")
+    for i in range(3):
+        scheduler.push("B", f"b{i}")
+    assert scheduler.pick().item == "a0"  # type: ignore[union-attr]
+    assert "A" not in scheduler
+    scheduler.push_front("A", "a0")
+    assert drain(scheduler) == ["a0", "b0", "b1", "b2"]
+
+
+def test_remove_tenant_returns_items_and_forgets_backlog():
+    scheduler, _ = make()
+    for i in range(3):
+        scheduler.push("A", f"a{i}")
+        scheduler.push("B", f"b{i}")
+    scheduler.pick()
+    assert scheduler.remove_tenant("A") == ["a1", "a2"]
+    assert scheduler.remove_tenant("A") == []
+    assert len(scheduler) == 3
+    assert drain(scheduler) == ["b0", "b1", "b2"]
+    scheduler.push("A", "again")  # a removed tenant can come back cleanly
+    assert drain(scheduler) == ["again"]
+
+
+def test_idle_tenants_leave_no_state():
+    scheduler, _ = make()
+    for n in range(1000):
+        scheduler.push(f"t{n}", "x", cost=1 + n % 3)
+    scheduler.set_policy("t1", TenantPolicy(priority=3))
+    scheduler.set_policy("t1", None)
+    scheduler.set_policy("t2", TenantPolicy(paused=True))
+    scheduler.set_policy("t2", None)
+    scheduler.remove_tenant("t3")
+    assert len(drain(scheduler)) == 999
+    assert len(scheduler) == 0
+    assert scheduler._tenants == {}
+    assert scheduler._policies == {}
+    assert scheduler._buckets == {}
+    assert scheduler._classes == {}
+    assert scheduler._order == []
+    assert scheduler._parked == []
+
+
+def test_idle_tenant_under_capped_default_drops_bucket_once_full():
+    scheduler, clock = make(default_policy=TenantPolicy(rate_cap=10, cap_burst=1))
+    for n in range(100):
+        scheduler.push(f"t{n}", "x")
+    assert len(drain(scheduler)) == 100
+    assert len(scheduler._buckets) == 100  # just spent: a fresh bucket would be wrong
+    clock.advance(0.1)
+    assert scheduler.pick() is None
+    assert scheduler._buckets == {}
+    assert scheduler._tenants == {}
+
+
+def test_set_default_policy_applies_to_followers_only():
+    scheduler, _ = make()
+    scheduler.set_policy("own", TenantPolicy(weight=1))
+    for i in range(4):
+        scheduler.push("own", f"o{i}")
+        scheduler.push("follower", f"f{i}")
+    scheduler.set_default_policy(TenantPolicy(paused=True))
+    assert scheduler.policy("follower").paused
+    assert not scheduler.policy("own").paused
+    assert drain(scheduler) == ["o0", "o1", "o2", "o3"]
+    scheduler.set_default_policy(DEFAULT_POLICY)
+    assert drain(scheduler) == ["f0", "f1", "f2", "f3"]
+
+
+def test_admission_uses_policy_and_backlog():
+    scheduler, _ = make()
+    scheduler.set_policy("A", TenantPolicy(max_backlog=2, max_backlog_cost=5))
+    assert scheduler.admit("A", cost=3)
+    scheduler.push("A", "a0", cost=3)
+    decision = scheduler.admit("A", cost=3)
+    assert not decision
+    assert decision.reason == BACKLOG_FULL
+    assert "max_backlog_cost=5" in (decision.detail or "")
+    scheduler.push("A", "a1", cost=2)
+    decision = scheduler.admit("A", cost=1)
+    assert decision.reason == BACKLOG_FULL
+    assert "2 records" in (decision.detail or "")
+    assert scheduler.admit("other", cost=100)
+
+
+@pytest.mark.parametrize("cost", [0, -1, 1.5, True, "1"])
+def test_push_rejects_bad_costs(cost):
+    scheduler, _ = make()
+    with pytest.raises(ValueError, match="cost must be a positive integer"):
+        scheduler.push("A", "x", cost=cost)
+    with pytest.raises(ValueError, match="cost must be a positive integer"):
+        scheduler.push_front("A", "x", cost=cost)
+
+
+@pytest.mark.parametrize("quantum", [0, -1, float("inf"), True])
+def test_bad_quantum(quantum):
+    with pytest.raises(ValueError, match="quantum"):
+        FairScheduler(ManualClock(), quantum=quantum)
+
+
+def test_set_policy_type_checked():
+    scheduler, _ = make()
+    with pytest.raises(TypeError):
+        scheduler.set_policy("A", {"weight": 2})  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        scheduler.set_default_policy(None)  # type: ignore[arg-type]
+
+
+def test_len_contains_backlog_repr():
+    scheduler, _ = make()
+    scheduler.push("A", "a", cost=4)
+    scheduler.push("A", "b", cost=2)
+    assert len(scheduler) == 2
+    assert "A" in scheduler
+    assert scheduler.backlog("A") == (2, 6)
+    assert scheduler.backlog("nobody") == (0, 0)
+    assert "records=2" in repr(scheduler)
+
+
+def test_pick_reads_clock_only_when_capped():
+    class CountingClock(ManualClock):
+        reads = 0
+
+        def now(self) -> float:
+            CountingClock.reads += 1
+            return super().now()
+
+    scheduler: FairScheduler[str] = FairScheduler(CountingClock())
+    scheduler.push("A", "a")
+    scheduler.pick()
+    assert CountingClock.reads == 0
