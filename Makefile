@@ -31,14 +31,16 @@ unit: install
 integration: install broker-jars
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
 
+LINT_PATHS := fairstream tests $(wildcard benchmarks)
+
 lint: install
-	$(BIN)/ruff check fairstream tests benchmarks
-	$(BIN)/ruff format --check fairstream tests benchmarks
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
 
 fmt: install
-	$(BIN)/ruff format fairstream tests benchmarks
-	$(BIN)/ruff check --fix fairstream tests benchmarks
+	$(BIN)/ruff format $(LINT_PATHS)
+	$(BIN)/ruff check --fix $(LINT_PATHS)
 
 bench: install
 	$(BIN)/python benchmarks/core_decisions.py

@@ -19,9 +19,17 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "fairstream.devkafka.cli:dev_kafka",
         "Run a single-node Apache Kafka for development.",
     ),
+    "scheduler": (
+        "fairstream.service.cli:scheduler",
+        "Run a scheduler instance: buffer per tenant, emit fairly onto egress.",
+    ),
     "simulate": (
         "fairstream.simulate:simulate",
         "Replay an arrival trace through the scheduling core.",
+    ),
+    "topics": (
+        "fairstream.topics:topics",
+        "Create fairstream's topics (ingest, egress, dead-letter, policy).",
     ),
 }
 

@@ -1,0 +1,232 @@
+"""One settings model for the scheduler and the tools around it.
+
+Precedence: command-line flags, then ``FAIRSTREAM_*`` environment variables, then the
+defaults below. The click options that fill ``Settings`` live here too, so every command
+spells each option, its variable and its default the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_BOOTSTRAP = "localhost:9092"
+DEFAULT_INGEST = "fairstream.ingest"
+DEFAULT_EGRESS = "fairstream.egress"
+DEFAULT_DLQ = "fairstream.dlq"
+DEFAULT_POLICY = "fairstream.policy"
+DEFAULT_APP_ID = "fairstream"
+DEFAULT_WEB_PORT = 6066
+
+
+def default_data_dir() -> Path:
+    xdg = os.environ.get("XDG_DATA_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
+    return base / "fairstream"
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The four topics a fairstream deployment uses."""
+
+    ingest: str = DEFAULT_INGEST
+    egress: str = DEFAULT_EGRESS
+    dlq: str = DEFAULT_DLQ
+    policy: str = DEFAULT_POLICY
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything ``fairstream scheduler`` needs; built from flags and environment."""
+
+    bootstrap: str = DEFAULT_BOOTSTRAP
+    topics: Topics = field(default_factory=Topics)
+    app_id: str = DEFAULT_APP_ID
+    rate: float | None = None  # records/s for the whole group; None: unlimited
+    burst: float | None = None  # None: a tenth of a second's worth of rate, at least 1
+    cost_rate: float | None = None  # cost units/s for the whole group; None: unlimited
+    max_backlog: int | None = 100_000  # records per tenant; None: unlimited
+    quantum: int = 1
+    max_in_flight: int = 1000
+    replication_factor: int = 1  # of the buffer changelog topic Faust creates
+    data_dir: Path = field(default_factory=default_data_dir)
+    web_port: int = DEFAULT_WEB_PORT
+    web_host: str = "0.0.0.0"
+    log_level: str = "info"
+
+    @property
+    def effective_burst(self) -> float:
+        if self.burst is not None:
+            return self.burst
+        if self.rate is None:
+            return 1.0
+        return max(1.0, self.rate / 10)
+
+
+def _opt(*decls: str, env: str, **kwargs: Any) -> Callable[[F], F]:
+    return click.option(*decls, envvar=f"FAIRSTREAM_{env}", show_envvar=True, **kwargs)
+
+
+def bootstrap_option(f: F) -> F:
+    return _opt(
+        "--bootstrap",
+        env="BOOTSTRAP",
+        default=DEFAULT_BOOTSTRAP,
+        show_default=True,
+        help="Kafka bootstrap servers, host:port[,host:port...].",
+    )(f)
+
+
+def topic_options(f: F) -> F:
+    for decl, env, default, what in reversed(
+        [
+            (
+                "--ingest-topic",
+                "INGEST_TOPIC",
+                DEFAULT_INGEST,
+                "Topic producers write, keyed by tenant.",
+            ),
+            ("--egress-topic", "EGRESS_TOPIC", DEFAULT_EGRESS, "Topic the paid-API workers read."),
+            ("--dlq-topic", "DLQ_TOPIC", DEFAULT_DLQ, "Dead-letter topic (reason in headers)."),
+            (
+                "--policy-topic",
+                "POLICY_TOPIC",
+                DEFAULT_POLICY,
+                "Compacted topic of tenant policies.",
+            ),
+        ]
+    ):
+        f = _opt(decl, env=env, default=default, show_default=True, help=what)(f)
+    return f
+
+
+def scheduler_options(f: F) -> F:
+    options: list[Callable[[F], F]] = [
+        bootstrap_option,
+        topic_options,
+        _opt(
+            "--app-id",
+            env="APP_ID",
+            default=DEFAULT_APP_ID,
+            show_default=True,
+            help="Consumer group id; also prefixes the state-store changelog topics.",
+        ),
+        _opt(
+            "--rate",
+            env="RATE",
+            type=click.FloatRange(min=0, min_open=True),
+            default=None,
+            help="Egress records per second for the whole group (each instance takes its "
+            "share by assigned partitions). [default: unlimited]",
+        ),
+        _opt(
+            "--burst",
+            env="BURST",
+            type=click.FloatRange(min=1),
+            default=None,
+            help="Records that may go back to back above the rate, for the whole group. "
+            "[default: rate/10, at least 1]",
+        ),
+        _opt(
+            "--cost-rate",
+            env="COST_RATE",
+            type=click.FloatRange(min=0, min_open=True),
+            default=None,
+            help="Egress cost units per second for the whole group. [default: unlimited]",
+        ),
+        _opt(
+            "--max-backlog",
+            env="MAX_BACKLOG",
+            type=click.IntRange(min=1),
+            default=100_000,
+            show_default=True,
+            help="Records buffered per tenant before new ones go to the "
+            "dead-letter topic as backlog-full.",
+        ),
+        _opt(
+            "--quantum",
+            env="QUANTUM",
+            type=click.IntRange(min=1),
+            default=1,
+            show_default=True,
+            help="Base DRR quantum in cost units (a tenant's quantum is weight x quantum).",
+        ),
+        _opt(
+            "--max-in-flight",
+            env="MAX_IN_FLIGHT",
+            type=click.IntRange(min=1),
+            default=1000,
+            show_default=True,
+            help="Egress sends awaiting acknowledgement at once; bounds "
+            "the duplicates a crash can cause.",
+        ),
+        _opt(
+            "--replication-factor",
+            env="REPLICATION_FACTOR",
+            type=click.IntRange(min=1),
+            default=1,
+            show_default=True,
+            help="Replication factor of the buffer changelog "
+            "topic the scheduler creates (use 3 on a production cluster).",
+        ),
+        _opt(
+            "--data-dir",
+            env="DATA_DIR",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=None,
+            help=f"RocksDB state directory. [default: {default_data_dir()}]",
+        ),
+        _opt(
+            "--web-port",
+            env="WEB_PORT",
+            type=click.IntRange(0, 65535),
+            default=DEFAULT_WEB_PORT,
+            show_default=True,
+            help="Port of /healthz, /readyz and /metrics.",
+        ),
+        _opt(
+            "--web-host",
+            env="WEB_HOST",
+            default="0.0.0.0",
+            show_default=True,
+            help="Address the web endpoints bind to.",
+        ),
+        _opt(
+            "--log-level",
+            env="LOG_LEVEL",
+            type=click.Choice(["debug", "info", "warning", "error"]),
+            default="info",
+            show_default=True,
+            help="Log level.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def settings_from_options(**kw: Any) -> Settings:
+    """Build ``Settings`` from the keyword arguments click passes a command."""
+    return Settings(
+        bootstrap=kw["bootstrap"],
+        topics=Topics(kw["ingest_topic"], kw["egress_topic"], kw["dlq_topic"], kw["policy_topic"]),
+        app_id=kw["app_id"],
+        rate=kw["rate"],
+        burst=kw["burst"],
+        cost_rate=kw["cost_rate"],
+        max_backlog=kw["max_backlog"],
+        quantum=kw["quantum"],
+        max_in_flight=kw["max_in_flight"],
+        replication_factor=kw["replication_factor"],
+        data_dir=kw["data_dir"] or default_data_dir(),
+        web_port=kw["web_port"],
+        web_host=kw["web_host"],
+        log_level=kw["log_level"],
+    )

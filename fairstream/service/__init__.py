@@ -1,0 +1,1 @@
+"""The scheduler service: the Faust app, its web endpoints and its command."""

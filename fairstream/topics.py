@@ -1,0 +1,67 @@
+"""``fairstream topics create``: the topics a deployment needs, created idempotently."""
+
+from __future__ import annotations
+
+import click
+
+from fairstream.adapters.admin import TopicError, create_topics
+from fairstream.config import DEFAULT_APP_ID, Topics, bootstrap_option, topic_options
+
+
+@click.group("topics")
+def topics() -> None:
+    """Create and check fairstream's topics."""
+
+
+@topics.command("create")
+@bootstrap_option
+@topic_options
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1),
+    default=12,
+    show_default=True,
+    envvar="FAIRSTREAM_PARTITIONS",
+    show_envvar=True,
+    help="Partitions of the ingest, egress and dead-letter topics. The ingest count "
+    "bounds how many scheduler instances share the work.",
+)
+@click.option(
+    "--replication-factor",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    envvar="FAIRSTREAM_REPLICATION_FACTOR",
+    show_envvar=True,
+)
+@click.option(
+    "--app-id",
+    default=DEFAULT_APP_ID,
+    show_default=True,
+    envvar="FAIRSTREAM_APP_ID",
+    show_envvar=True,
+    help="The scheduler's app id, to check its buffer changelog's partitions.",
+)
+def create(
+    bootstrap: str,
+    ingest_topic: str,
+    egress_topic: str,
+    dlq_topic: str,
+    policy_topic: str,
+    partitions: int,
+    replication_factor: int,
+    app_id: str,
+) -> None:
+    """Create the ingest, egress, dead-letter and (compacted) policy topics where missing.
+
+    Exits non-zero, creating nothing, when an existing topic's partition count would break
+    co-partitioning of the ingest topic with the scheduler's buffers.
+    """
+    names = Topics(ingest_topic, egress_topic, dlq_topic, policy_topic)
+    try:
+        statuses = create_topics(bootstrap, names, partitions, app_id, replication_factor)
+    except TopicError as exc:
+        raise click.ClickException(str(exc)) from exc
+    for status in statuses:
+        verb = "created" if status.created else "exists "
+        click.echo(f"{verb} {status.name} ({status.partitions} partitions)")
