@@ -56,6 +56,7 @@ class Settings:
     quantum: int = 1
     max_in_flight: int = 1000
     replication_factor: int = 1  # of the buffer changelog topic Faust creates
+    session_timeout: float = 10.0  # seconds before a dead member's partitions move
     data_dir: Path = field(default_factory=default_data_dir)
     web_port: int = DEFAULT_WEB_PORT
     web_host: str = "0.0.0.0"
@@ -177,6 +178,15 @@ def scheduler_options(f: F) -> F:
             "topic the scheduler creates (use 3 on a production cluster).",
         ),
         _opt(
+            "--session-timeout",
+            env="SESSION_TIMEOUT",
+            type=click.FloatRange(min=6),
+            default=10.0,
+            show_default=True,
+            help="Seconds without heartbeats after which the group gives a dead "
+            "instance's partitions to the others.",
+        ),
+        _opt(
             "--data-dir",
             env="DATA_DIR",
             type=click.Path(file_okay=False, path_type=Path),
@@ -225,6 +235,7 @@ def settings_from_options(**kw: Any) -> Settings:
         quantum=kw["quantum"],
         max_in_flight=kw["max_in_flight"],
         replication_factor=kw["replication_factor"],
+        session_timeout=kw["session_timeout"],
         data_dir=kw["data_dir"] or default_data_dir(),
         web_port=kw["web_port"],
         web_host=kw["web_host"],

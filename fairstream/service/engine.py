@@ -116,6 +116,9 @@ class SchedulerService:
             topic_disable_leader=True,
             table_standby_replicas=0,
             consumer_auto_offset_reset="earliest",
+            # A member killed with -9 holds its partitions until its session expires.
+            broker_session_timeout=settings.session_timeout,
+            broker_heartbeat_interval=max(0.5, settings.session_timeout / 10),
             # Our own aiohttp server serves /healthz, /readyz and /metrics from the start
             # (Faust's web starts only after recovery, and would expose table views).
             web_enabled=False,
@@ -455,17 +458,19 @@ class SchedulerService:
         )
 
     def _apply_rate_share(self) -> None:
-        # Each instance takes the group rate in proportion to the ingest partitions it owns,
-        # so the instances' rates (and bursts) add up to the configured ones.
+        """Take the group rate in proportion to the ingest partitions this instance owns.
+
+        The instances' rates and bursts add up to the configured ones. The buckets are
+        retuned, never replaced, so tokens spent before a rebalance stay spent: repeated
+        rebalances cannot hand out a fresh burst each time.
+        """
         share = len(self.assigned) / self.partitions if self.partitions else 0.0
-        rate, cost_rate = self.settings.rate, self.settings.cost_rate
         if share == 0:
-            self.limiter = EgressLimiter(self.clock, rate=None)
             self.metrics.rate_share.set(0)
-            return
-        self.limiter = EgressLimiter(
-            self.clock,
-            rate=None if rate is None else rate * share,
+            return  # nothing to emit; keep the buckets as they are
+        rate, cost_rate = self.settings.rate, self.settings.cost_rate
+        self.limiter.set_rate(
+            None if rate is None else rate * share,
             burst=max(1.0, self.settings.effective_burst * share),
             cost_rate=None if cost_rate is None else cost_rate * share,
         )
