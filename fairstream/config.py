@@ -100,7 +100,8 @@ def topic_options(f: F) -> F:
                 "--policy-topic",
                 "POLICY_TOPIC",
                 DEFAULT_POLICY,
-                "Compacted topic of tenant policies.",
+                "Compacted topic of tenant policies (created by topics create; "
+                "not applied by the scheduler yet).",
             ),
         ]
     ):
@@ -117,7 +118,8 @@ def scheduler_options(f: F) -> F:
             env="APP_ID",
             default=DEFAULT_APP_ID,
             show_default=True,
-            help="Consumer group id; also prefixes the state-store changelog topics.",
+            help="Consumer group id; also prefixes the internal topics "
+            "<app-id>-buffers-changelog and <app-id>-lease.",
         ),
         _opt(
             "--rate",
