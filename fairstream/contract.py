@@ -32,6 +32,7 @@ PURGED = "purged"
 HANDLER_FAILED = "handler-failed"
 
 MAX_TENANT_BYTES = 255
+MAX_REQUEST_ID_BYTES = 1024
 MAX_COST = 2**31 - 1
 
 Headers = Sequence[tuple[str, bytes | None]]
@@ -67,11 +68,15 @@ def _ascii(name: str, raw: bytes | None) -> str | Invalid:
 def _positive_int(name: str, text: str, limit: int) -> int | Invalid:
     stripped = text.strip()
     if not stripped.isdigit():
-        return Invalid(INVALID_HEADER, f"header {name} must be a positive integer, got {text!r}")
-    value = int(stripped)
-    if value < 1 or value > limit:
-        return Invalid(INVALID_HEADER, f"header {name} must be between 1 and {limit}, got {value}")
-    return value
+        return Invalid(
+            INVALID_HEADER, f"header {name} must be a positive integer, got {text[:40]!r}"
+        )
+    # Length first: int() refuses (raises on) strings of more than 4,300 digits.
+    if len(stripped) > len(str(limit)) or not 1 <= int(stripped) <= limit:
+        return Invalid(
+            INVALID_HEADER, f"header {name} must be between 1 and {limit}, got {stripped[:40]}"
+        )
+    return int(stripped)
 
 
 def validate_ingest(key: bytes | None, value: bytes | None, headers: Headers) -> Valid | Invalid:
@@ -123,6 +128,11 @@ def validate_ingest(key: bytes | None, value: bytes | None, headers: Headers) ->
                 return text
             if not text:
                 return Invalid(INVALID_HEADER, f"header {name} is empty")
+            if len(text) > MAX_REQUEST_ID_BYTES:
+                return Invalid(
+                    INVALID_HEADER,
+                    f"header {name} is {len(text)} bytes; at most {MAX_REQUEST_ID_BYTES} allowed",
+                )
             request_id = text
     return Valid(tenant, cost, deadline_ms, request_id)
 
@@ -132,9 +142,11 @@ def default_request_id(topic: str, partition: int, offset: int) -> str:
     return f"{topic}-{partition}-{offset}"
 
 
-def dead_letter_headers(headers: Headers, reason: str, detail: str) -> list[tuple[str, bytes]]:
-    """The original headers plus the reason word and the human sentence."""
-    out = [(name, raw if raw is not None else b"") for name, raw in headers]
+def dead_letter_headers(
+    headers: Headers, reason: str, detail: str
+) -> list[tuple[str, bytes | None]]:
+    """The original headers, as they were (null values too), plus reason and sentence."""
+    out: list[tuple[str, bytes | None]] = list(headers)
     out.append((DLQ_REASON, reason.encode()))
     out.append((DLQ_DETAIL, detail.encode("utf-8")))
     return out

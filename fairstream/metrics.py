@@ -20,7 +20,10 @@ DWELL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60
 
 
 def _top(values: Mapping[str, int], k: int) -> tuple[list[tuple[str, int]], int]:
-    top = heapq.nlargest(k, values.items(), key=lambda kv: kv[1])
+    # A tenant whose id is literally __other__ is counted with the rest: a label of its own
+    # would duplicate the rest's series.
+    named = ((t, v) for t, v in values.items() if t != OTHER)
+    top = heapq.nlargest(k, named, key=lambda kv: kv[1])
     rest = sum(values.values()) - sum(v for _, v in top)
     return top, rest
 

@@ -64,4 +64,5 @@ def create(
         raise click.ClickException(str(exc)) from exc
     for status in statuses:
         verb = "created" if status.created else "exists "
-        click.echo(f"{verb} {status.name} ({status.partitions} partitions)")
+        unit = "partition" if status.partitions == 1 else "partitions"
+        click.echo(f"{verb} {status.name} ({status.partitions} {unit})")

@@ -3,6 +3,7 @@ idempotently and refuse partition counts that would break co-partitioning."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
@@ -56,12 +57,56 @@ def partition_count(admin: AdminClient, topic: str, timeout: float = 15.0) -> in
     return len(info.partitions)
 
 
-def _cleanup_policy(admin: AdminClient, topic: str) -> str:
+def _cleanup_policy(admin: AdminClient, topic: str, timeout: float = 30.0) -> str:
+    # Right after a topic is created the broker may not know it yet for config reads
+    # (UNKNOWN_TOPIC_OR_PARTITION): ask again until it does.
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    future = admin.describe_configs([resource])[resource]
-    configs = future.result(timeout=15)
-    entry = configs.get("cleanup.policy")
-    return str(entry.value) if entry is not None else "delete"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            configs = admin.describe_configs([resource])[resource].result(timeout=15)
+        except KafkaException as exc:
+            if time.monotonic() >= deadline:
+                raise TopicError(f"cannot read the configuration of {topic}: {exc}") from exc
+            time.sleep(0.2)
+            continue
+        entry = configs.get("cleanup.policy")
+        return str(entry.value) if entry is not None else "delete"
+
+
+def _create(admin: AdminClient, new_topics: list[NewTopic]) -> None:
+    if not new_topics:
+        return
+    for name, future in admin.create_topics(new_topics, operation_timeout=30).items():
+        try:
+            future.result(timeout=60)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            # Another instance created it between our check and our request: fine.
+            if getattr(err, "name", lambda: "")() != "TOPIC_ALREADY_EXISTS":
+                raise TopicError(f"cannot create {name}: {exc}") from exc
+
+
+def ensure_internal_topics(
+    bootstrap: str, app_id: str, partitions: int, replication_factor: int
+) -> None:
+    """Create the scheduler's internal topics before Faust subscribes to them.
+
+    Faust would declare them itself, but a member that subscribes before the lease topic
+    exists can be assigned nothing until its next metadata refresh, minutes later.
+    Caller: ``fairstream scheduler`` at start. Affects: the two internal topics.
+    """
+    admin = admin_client(bootstrap)
+    wanted = [
+        NewTopic(
+            changelog_topic(app_id),
+            partitions,
+            replication_factor,
+            config={"cleanup.policy": "compact"},
+        ),
+        NewTopic(lease_topic(app_id), partitions, replication_factor),
+    ]
+    _create(admin, [t for t in wanted if partition_count(admin, t.topic) is None])
 
 
 def create_topics(
@@ -111,15 +156,7 @@ def create_topics(
             statuses.append(TopicStatus(name, count, True))
         else:
             statuses.append(TopicStatus(name, existing, False))
-    if to_create:
-        for name, future in admin.create_topics(to_create, operation_timeout=30).items():
-            try:
-                future.result(timeout=60)
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                # Another instance created it between our check and our request: fine.
-                if getattr(err, "name", lambda: "")() != "TOPIC_ALREADY_EXISTS":
-                    raise TopicError(f"cannot create {name}: {exc}") from exc
+    _create(admin, to_create)
     if _cleanup_policy(admin, topics.policy) != "compact":
         raise TopicError(
             f"topic {topics.policy} exists but is not compacted (cleanup.policy=compact): "

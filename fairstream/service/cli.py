@@ -12,6 +12,7 @@ from fairstream.adapters.admin import (
     TopicError,
     admin_client,
     changelog_topic,
+    ensure_internal_topics,
     lease_topic,
     partition_count,
 )
@@ -45,6 +46,9 @@ def run(settings: Settings) -> None:
     from fairstream.service.web import start_web
 
     partitions = ingest_partitions(settings)
+    ensure_internal_topics(
+        settings.bootstrap, settings.app_id, partitions, settings.replication_factor
+    )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)

@@ -59,6 +59,7 @@ log = logging.getLogger("fairstream.scheduler")
 
 Item = tuple[int, bytes]  # (ingest partition, buffer key)
 INGEST_BATCH = 500
+STAMPED = frozenset({contract.TENANT, contract.ENQUEUED_MS, contract.SCHEDULED_MS})
 
 
 def faust_brokers(bootstrap: str) -> list[str]:
@@ -524,7 +525,8 @@ class SchedulerService:
 
     def _send(self, tenant: str, partition: int, key: bytes, env: Envelope) -> None:
         scheduled_ms = _now_ms()
-        headers = list(env.headers)
+        # The headers fairstream stamps replace any a producer set under the same names.
+        headers = [(n, v) for n, v in env.headers if n not in STAMPED]
         if all(name != contract.REQUEST_ID for name, _ in headers):
             headers.append((contract.REQUEST_ID, env.request_id.encode("utf-8")))
         headers.append((contract.TENANT, tenant.encode("utf-8")))

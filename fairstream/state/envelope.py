@@ -24,7 +24,7 @@ _OFFSET = struct.Struct(">Q")
 _PARTITION = struct.Struct(">I")
 # version, enqueued_ms, deadline_ms (-1: none), cost, source partition, header count
 _HEAD = struct.Struct(">BqqIIH")
-_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 
 
@@ -82,10 +82,10 @@ class Envelope:
             )
         ]
         rid = self.request_id.encode("utf-8")
-        parts += (_U16.pack(len(rid)), rid)
+        parts += (_U32.pack(len(rid)), rid)
         for name, raw in self.headers:
             encoded = name.encode("utf-8")
-            parts += (_U16.pack(len(encoded)), encoded)
+            parts += (_U32.pack(len(encoded)), encoded)
             if raw is None:
                 parts.append(_I32.pack(-1))
             else:
@@ -99,14 +99,14 @@ class Envelope:
         if version != VERSION:
             raise ValueError(f"unknown buffer envelope version {version}")
         pos = _HEAD.size
-        (n,) = _U16.unpack_from(raw, pos)
-        pos += 2
+        (n,) = _U32.unpack_from(raw, pos)
+        pos += 4
         request_id = raw[pos : pos + n].decode("utf-8")
         pos += n
         headers: list[tuple[str, bytes | None]] = []
         for _ in range(n_headers):
-            (n,) = _U16.unpack_from(raw, pos)
-            pos += 2
+            (n,) = _U32.unpack_from(raw, pos)
+            pos += 4
             name = raw[pos : pos + n].decode("utf-8")
             pos += n
             (size,) = _I32.unpack_from(raw, pos)

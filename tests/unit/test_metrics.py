@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -89,11 +88,6 @@ def test_instances_do_not_share_a_registry() -> None:
     assert "fairstream_ingested_records_total 0.0" in generate_latest(second.registry).decode()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug in fairstream/metrics.py TenantCollector: a tenant whose id is '__other__' "
-    "gets a series with the same labels as the rest-of-tenants series (duplicate series)",
-)
 def test_a_tenant_called_other_does_not_duplicate_the_other_series() -> None:
     metrics = Metrics()
     metrics.watch_tenants(lambda: {OTHER: 5, "a": 1, "b": 2}, dict, top_tenants=1)

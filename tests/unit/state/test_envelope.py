@@ -152,19 +152,21 @@ def test_envelope_unicode_request_id(request_id: str) -> None:
     assert Envelope.decode(envelope(request_id=request_id).encode()).request_id == request_id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=struct.error,
-    reason="bug in fairstream/state/envelope.py Envelope.encode: the request id length is a "
-    "u16, but validate_ingest accepts a fairstream-request-id header of any length",
-)
 def test_envelope_encodes_any_request_id_the_contract_accepts() -> None:
-    long_id = b"r" * 70_000
-    verdict = contract.validate_ingest(b"t", b"v", [(contract.REQUEST_ID, long_id)])
+    longest = b"r" * contract.MAX_REQUEST_ID_BYTES
+    verdict = contract.validate_ingest(b"t", b"v", [(contract.REQUEST_ID, longest)])
     assert isinstance(verdict, contract.Valid)
     assert verdict.request_id is not None
     raw = envelope(request_id=verdict.request_id).encode()
     assert Envelope.decode(raw).request_id == verdict.request_id
+    too_long = contract.validate_ingest(b"t", b"v", [(contract.REQUEST_ID, longest + b"r")])
+    assert isinstance(too_long, contract.Invalid)
+    assert too_long.reason == contract.INVALID_HEADER
+
+
+def test_envelope_encodes_headers_longer_than_64_kib() -> None:
+    headers: list[tuple[str, bytes | None]] = [("n" * 70_000, b"v" * 70_000)]
+    assert Envelope.decode(envelope(headers=headers).encode()).headers == headers
 
 
 @given(st.integers(min_value=1, max_value=contract.MAX_COST), st.binary(max_size=32))
