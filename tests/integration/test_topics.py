@@ -76,7 +76,7 @@ def test_create_then_rerun_then_refuse_a_different_partition_count(kafka_bootstr
         assert cleanup_policy(admin, name) == "delete", name
     assert partitions_of(admin, topics.policy) == 1
     assert cleanup_policy(admin, topics.policy) == "compact"
-    assert f"created {topics.policy} (1 partitions)" in first.stdout
+    assert f"created {topics.policy} (1 partition)" in first.stdout
 
     again = fairstream(*create, *topic_args(topics), "--partitions", "3")
 
