@@ -1,0 +1,189 @@
+"""The policy-topic codec: single-object framing, round trips, schema resolution, refusals."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+
+import avro.io
+import avro.schema
+import pytest
+
+from fairstream.core.tenant import TenantPolicy
+from fairstream.policy.canonical import fingerprint
+from fairstream.policy.codec import (
+    DEFAULT_POLICY_KEY,
+    MAGIC,
+    PolicyRecord,
+    SchemaError,
+    current_schema_text,
+    decode_policy,
+    encode_policy,
+    known_fingerprints,
+    released_schema_texts,
+)
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _single_object(schema_json: dict[str, object], datum: dict[str, object]) -> bytes:
+    """Encode ``datum`` with an arbitrary writer schema, framed as single-object."""
+    # The library takes datetimes for timestamp-millis fields.
+    datum = {
+        k: _EPOCH + dt.timedelta(milliseconds=v)
+        if k in ("updated_at", "purge_before") and isinstance(v, int)
+        else v
+        for k, v in datum.items()
+    }
+    buf = io.BytesIO()
+    buf.write(MAGIC + fingerprint(schema_json).to_bytes(8, "little"))
+    schema = avro.schema.parse(json.dumps(schema_json))
+    avro.io.DatumWriter(schema).write(datum, avro.io.BinaryEncoder(buf))
+    return buf.getvalue()
+
+
+RECORDS = [
+    PolicyRecord(TenantPolicy(), 0),
+    PolicyRecord(
+        TenantPolicy(
+            weight=2.5,
+            priority=3,
+            max_backlog=10,
+            max_backlog_cost=1_000_000_000_000,
+            rate_cap=0.5,
+            cap_burst=4,
+            paused=True,
+        ),
+        1_767_225_600_123,
+        1_767_225_600_000,
+    ),
+]
+
+
+@pytest.mark.parametrize("record", RECORDS)
+def test_round_trip(record: PolicyRecord) -> None:
+    assert decode_policy(encode_policy(record)) == record
+
+
+def test_header_is_marker_and_current_fingerprint() -> None:
+    raw = encode_policy(RECORDS[0])
+    assert raw[:2] == b"\xc3\x01"
+    assert int.from_bytes(raw[2:10], "little") == fingerprint(json.loads(current_schema_text()))
+
+
+def test_default_key_cannot_be_a_tenant() -> None:
+    assert DEFAULT_POLICY_KEY == b""
+
+
+def test_missing_marker_is_refused() -> None:
+    raw = encode_policy(RECORDS[0])
+    with pytest.raises(SchemaError, match="marker C3 01"):
+        decode_policy(b"\x00\x00" + raw[2:])
+    with pytest.raises(SchemaError, match="marker C3 01"):
+        decode_policy(b"")
+    with pytest.raises(SchemaError, match="marker C3 01"):
+        decode_policy(b'{"weight": 2}')
+
+
+def test_unknown_fingerprint_is_refused_and_named() -> None:
+    raw = encode_policy(RECORDS[0])
+    forged = raw[:2] + (0x0123456789ABCDEF).to_bytes(8, "little") + raw[10:]
+    with pytest.raises(SchemaError, match="0x0123456789abcdef"):
+        decode_policy(forged)
+
+
+def test_truncated_values_are_refused() -> None:
+    raw = encode_policy(RECORDS[1])
+    with pytest.raises(SchemaError, match="truncated"):
+        decode_policy(raw[:6])
+    with pytest.raises(SchemaError, match="cannot decode"):
+        decode_policy(raw[:-3])
+    with pytest.raises(SchemaError, match="trailing"):
+        decode_policy(raw + b"\x00")
+
+
+def test_invalid_policy_is_refused_with_the_reason() -> None:
+    schema = json.loads(current_schema_text())
+    datum = {
+        "weight": -1.0,
+        "priority": 0,
+        "max_backlog": None,
+        "max_backlog_cost": None,
+        "rate_cap": None,
+        "cap_burst": 1.0,
+        "paused": False,
+        "updated_at": 0,
+        "purge_before": None,
+    }
+    with pytest.raises(SchemaError, match="weight must be a positive"):
+        decode_policy(_single_object(schema, datum))
+    with pytest.raises(SchemaError, match="max_backlog must be at least 1"):
+        decode_policy(_single_object(schema, {**datum, "weight": 1.0, "max_backlog": 0}))
+
+
+def test_every_released_schema_is_known() -> None:
+    released = released_schema_texts()
+    assert "TenantPolicy.v1.avsc" in released
+    for text in released.values():
+        assert fingerprint(json.loads(text)) in known_fingerprints()
+
+
+def test_v1_written_record_decodes_with_the_current_schema() -> None:
+    v1 = json.loads(released_schema_texts()["TenantPolicy.v1.avsc"])
+    datum = {
+        "weight": 3.0,
+        "priority": 1,
+        "max_backlog": 7,
+        "max_backlog_cost": None,
+        "rate_cap": 2.0,
+        "cap_burst": 2.0,
+        "paused": False,
+        "updated_at": 1_700_000_000_000,
+        "purge_before": None,
+    }
+    raw = _single_object(v1, datum)
+    assert decode_policy(raw) == PolicyRecord(
+        TenantPolicy(weight=3, priority=1, max_backlog=7, rate_cap=2, cap_burst=2),
+        1_700_000_000_000,
+    )
+
+
+def test_an_older_writer_without_newer_fields_resolves_to_defaults() -> None:
+    # A writer schema that predates purge_before and paused: schema resolution fills in
+    # the current schema's defaults. Registered here as if it had been released.
+    from fairstream.policy import codec
+
+    current = json.loads(current_schema_text())
+    older = {
+        **current,
+        "fields": [f for f in current["fields"] if f["name"] not in ("purge_before", "paused")],
+    }
+    fp = fingerprint(older)
+    readers = codec._codec().readers
+    readers[fp] = avro.io.DatumReader(
+        avro.schema.parse(json.dumps(older)), avro.schema.parse(current_schema_text())
+    )
+    try:
+        raw = _single_object(
+            older,
+            {
+                "weight": 2.0,
+                "priority": 0,
+                "max_backlog": None,
+                "max_backlog_cost": None,
+                "rate_cap": None,
+                "cap_burst": 1.0,
+                "updated_at": 5,
+            },
+        )
+        assert decode_policy(raw) == PolicyRecord(TenantPolicy(weight=2), 5)
+    finally:
+        del readers[fp]
+
+
+def test_record_refuses_bad_times() -> None:
+    with pytest.raises(ValueError, match="updated_at_ms"):
+        PolicyRecord(TenantPolicy(), -1)
+    with pytest.raises(ValueError, match="purge_before_ms"):
+        PolicyRecord(TenantPolicy(), 0, purge_before_ms=True)
