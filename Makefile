@@ -42,8 +42,9 @@ fmt: install
 	$(BIN)/ruff format $(LINT_PATHS)
 	$(BIN)/ruff check --fix $(LINT_PATHS)
 
-bench: install
+bench: install broker-jars
 	$(BIN)/python benchmarks/core_decisions.py
+	$(BIN)/python benchmarks/service_throughput.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
