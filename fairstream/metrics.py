@@ -103,6 +103,14 @@ class Metrics:
             "fairstream_assigned_partitions", "Ingest partitions assigned.", registry=r
         )
         self.ready = Gauge("fairstream_ready", "1 when recovered and emitting.", registry=r)
+        self.policy_updates = Counter(
+            "fairstream_policy_updates", "Policy-topic records applied.", registry=r
+        )
+        self.policy_errors = Counter(
+            "fairstream_policy_errors",
+            "Policy-topic records that could not be decoded.",
+            registry=r,
+        )
 
     def watch_tenants(
         self,

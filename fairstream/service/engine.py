@@ -45,6 +45,7 @@ from fairstream.adapters.writer import Writer
 from fairstream.config import Settings
 from fairstream.core import EgressLimiter, FairScheduler, MonotonicClock, TenantPolicy
 from fairstream.metrics import Metrics
+from fairstream.policy import DEFAULT_POLICY_KEY, PolicyRecord, SchemaError, decode_policy
 from fairstream.state.envelope import (
     Envelope,
     decode_offset,
@@ -77,7 +78,12 @@ class SchedulerService:
         self.settings = settings
         self.partitions = partitions
         self.clock = MonotonicClock()
-        self.default_policy = TenantPolicy(max_backlog=settings.max_backlog)
+        # Policies from the policy topic; the topic's default key replaces the flags' one.
+        self.flag_default = TenantPolicy(max_backlog=settings.max_backlog)
+        self.default_policy = self.flag_default
+        self.policies: dict[str, TenantPolicy] = {}
+        self.pending_purges: dict[str, int] = {}  # tenant -> purge records enqueued up to
+        self.policy_reader: Consumer | None = None
         self.core: FairScheduler[Item] = FairScheduler(
             self.clock, quantum=settings.quantum, default_policy=self.default_policy
         )
@@ -143,6 +149,7 @@ class SchedulerService:
         self.app.agent(self.lease, name="fairstream.lease")(self._lease_agent)
         self.app.task(self._ingest_loop)
         self.app.task(self._emit_loop)
+        self.app.task(self._policy_loop)
         self.app.timer(1.0)(self._persist_changelog_offsets)
 
     async def start(self) -> None:
@@ -168,6 +175,28 @@ class SchedulerService:
                 "fetch.wait.max.ms": 50,
             }
         )
+
+        self.policy_reader = self._open_policy_reader()
+
+    def _open_policy_reader(self) -> Consumer:
+        """Every partition of the compacted policy topic, from the beginning, no group."""
+        reader = Consumer(
+            {
+                "bootstrap.servers": self.settings.bootstrap,
+                "group.id": f"{self.settings.app_id}.policy",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "fetch.wait.max.ms": 100,
+            }
+        )
+        topic = self.settings.topics.policy
+        metadata = reader.list_topics(topic, timeout=30)
+        info = metadata.topics.get(topic)
+        if info is None or info.error is not None:
+            log.warning("policy topic %s not found: every tenant follows the defaults", topic)
+            return reader
+        reader.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in info.partitions])
+        return reader
 
     async def _lease_agent(self, stream: Any) -> None:
         async for _ in stream:
@@ -426,13 +455,7 @@ class SchedulerService:
     def _rebuild(self, partitions: set[int]) -> None:
         started = time.monotonic()
         self.assigned = partitions
-        core: FairScheduler[Item] = FairScheduler(
-            self.clock, quantum=self.settings.quantum, default_policy=self.default_policy
-        )
-        for name in list(self.core.tenants()):
-            policy = self.core.policy(name)
-            if policy != self.default_policy:
-                core.set_policy(name, policy)
+        core = self._new_core()
         self.watermark = {}
         records = 0
         for partition in sorted(partitions):
@@ -458,6 +481,14 @@ class SchedulerService:
             time.monotonic() - started,
         )
 
+    def _new_core(self) -> FairScheduler[Item]:
+        core: FairScheduler[Item] = FairScheduler(
+            self.clock, quantum=self.settings.quantum, default_policy=self.default_policy
+        )
+        for tenant, policy in self.policies.items():
+            core.set_policy(tenant, policy)
+        return core
+
     def _apply_rate_share(self) -> None:
         """Take the group rate in proportion to the ingest partitions this instance owns.
 
@@ -476,6 +507,96 @@ class SchedulerService:
             cost_rate=None if cost_rate is None else cost_rate * share,
         )
         self.metrics.rate_share.set(0 if rate is None else rate * share)
+
+    # -- policies ----------------------------------------------------------------------
+
+    async def _policy_loop(self) -> None:
+        """Apply policy-topic records as they come (within ~0.1 s). Caller: Faust task."""
+        while not self.stopping:
+            reader = self.policy_reader
+            messages = reader.consume(num_messages=500, timeout=0) if reader else []
+            for msg in messages:
+                if msg.error() is None:
+                    self._apply_policy(msg.key(), msg.value())
+            if self.pending_purges and self.ready:
+                await self._run_purges()
+            if not messages:
+                await asyncio.sleep(0.1)
+
+    def _apply_policy(self, key: bytes | None, value: bytes | None) -> None:
+        """Apply one policy record (a tombstone resets to the defaults).
+
+        Caller: the policy loop. Affects: the core's policies (existing backlog included),
+        the defaults, pending purges.
+        """
+        record: PolicyRecord | None = None
+        if value is not None:
+            try:
+                record = decode_policy(value)
+            except SchemaError as exc:
+                log.error("ignoring policy record for key %r: %s", key, exc)
+                self.metrics.policy_errors.inc()
+                return
+        self.metrics.policy_updates.inc()
+        if key == DEFAULT_POLICY_KEY or key is None:
+            self.default_policy = record.policy if record else self.flag_default
+            self.core.set_default_policy(self.default_policy)
+            log.info("default policy: %s", self.default_policy)
+            return
+        try:
+            tenant = key.decode("utf-8")
+        except UnicodeDecodeError:
+            log.error("ignoring policy record with a key that is not UTF-8: %r", key)
+            return
+        if record is None:
+            self.policies.pop(tenant, None)
+            self.core.set_policy(tenant, None)
+        else:
+            self.policies[tenant] = record.policy
+            self.core.set_policy(tenant, record.policy)
+            if record.purge_before_ms is not None:
+                self.pending_purges[tenant] = record.purge_before_ms
+        log.info("policy of %r: %s", tenant, record.policy if record else "defaults")
+
+    async def _run_purges(self) -> None:
+        """Move purged tenants' records (enqueued up to the purge time) to the DLQ.
+
+        Idempotent: a replayed purge finds those records gone. Caller: the policy loop.
+        """
+        purges, self.pending_purges = self.pending_purges, {}
+        for tenant, before_ms in purges.items():
+            generation = self.generation
+            items = self.core.remove_tenant(tenant)
+            purged: list[Item] = []
+            letters: list[asyncio.Future[None]] = []
+            for partition, key in items:
+                raw = self._db(partition).get(key)
+                if raw is None:
+                    continue
+                envelope = Envelope.decode(raw)
+                if envelope.enqueued_ms > before_ms:
+                    self.core.push(tenant, (partition, key), envelope.cost)
+                    continue
+                purged.append((partition, key))
+                letters.append(
+                    self._dead_letter(
+                        key[2 : 2 + key[1]],
+                        envelope.value,
+                        envelope.headers,
+                        contract.PURGED,
+                        f"tenant {tenant!r} was purged: records enqueued up to {before_ms} "
+                        "(epoch ms) moved to the dead-letter topic",
+                    )
+                )
+            await asyncio.gather(*letters)
+            if generation != self.generation:
+                self.pending_purges.setdefault(tenant, before_ms)  # redo after the rebuild
+                continue
+            for partition, key in purged:
+                self._write(partition, key, None)
+            self.metrics.backlog.set(len(self.core))
+            if purged:
+                log.info("purged %d records of tenant %r", len(purged), tenant)
 
     # -- emission ----------------------------------------------------------------------
 
@@ -594,9 +715,10 @@ class SchedulerService:
         self.stopping = True
         await self._pause("shutdown")
         await self.writer.stop()
-        if self.reader is not None:
-            self.reader.close()
-            self.reader = None
+        for reader in (self.reader, self.policy_reader):
+            if reader is not None:
+                reader.close()
+        self.reader = self.policy_reader = None
 
 
 def _now_ms() -> int:
