@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "fairstream.simulate:simulate",
         "Replay an arrival trace through the scheduling core.",
     ),
+    "tenants": ("fairstream.tenants:tenants", "Show and change tenant policies (live)."),
     "topics": (
         "fairstream.topics:topics",
         "Create fairstream's topics (ingest, egress, dead-letter, policy).",

@@ -85,6 +85,17 @@ def bootstrap_option(f: F) -> F:
     )(f)
 
 
+def policy_topic_option(f: F) -> F:
+    """``--policy-topic`` alone, for commands that touch only the policy topic."""
+    return _opt(
+        "--policy-topic",
+        env="POLICY_TOPIC",
+        default=DEFAULT_POLICY,
+        show_default=True,
+        help="Compacted topic of tenant policies.",
+    )(f)
+
+
 def topic_options(f: F) -> F:
     for decl, env, default, what in reversed(
         [

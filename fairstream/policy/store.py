@@ -1,0 +1,197 @@
+"""Read and write the compacted policy topic with confluent-kafka.
+
+Reading assigns every partition from the beginning and reads up to the high watermark
+observed at the start, so it sees every write acknowledged before the call, without a
+consumer group and without committing anything. A tombstone (null value) deletes its key:
+that tenant is back to the defaults. Writing waits for the broker's acknowledgement from all
+in-sync replicas (acks=all).
+
+Caller: ``fairstream tenants``; the scheduler may reuse ``read_policies`` at start.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from fairstream.contract import MAX_TENANT_BYTES
+from fairstream.policy.codec import (
+    DEFAULT_POLICY_KEY,
+    PolicyRecord,
+    SchemaError,
+    decode_policy,
+    encode_policy,
+)
+
+__all__ = ["PolicyStoreError", "check_policy_key", "read_policies", "write_policy"]
+
+
+class PolicyStoreError(Exception):
+    """The policy topic cannot be read or written (missing topic, broker error, timeout)."""
+
+
+def check_policy_key(key: bytes) -> None:
+    """Raise ValueError unless ``key`` is a tenant id (UTF-8, 1-255 bytes) or the default key."""
+    if key == DEFAULT_POLICY_KEY:
+        return
+    if len(key) > MAX_TENANT_BYTES:
+        raise ValueError(f"a tenant id is 1 to {MAX_TENANT_BYTES} bytes of UTF-8, got {len(key)}")
+    try:
+        key.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"a tenant id must be valid UTF-8: {key[:40]!r}") from exc
+
+
+def _partitions(client: Consumer | Producer, topic: str, timeout: float) -> list[int]:
+    try:
+        metadata = client.list_topics(topic=topic, timeout=timeout)
+    except KafkaException as exc:
+        raise PolicyStoreError(f"cannot read metadata of {topic}: {exc}") from exc
+    info = metadata.topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        raise PolicyStoreError(
+            f"the policy topic {topic} does not exist; create it with `fairstream topics "
+            f"create` (a compacted topic, so that policies are kept)"
+        )
+    return sorted(info.partitions)
+
+
+def read_policies(
+    bootstrap: str,
+    topic: str,
+    timeout: float = 30.0,
+    on_invalid: Callable[[bytes | None, SchemaError], None] | None = None,
+) -> dict[bytes, PolicyRecord]:
+    """Every policy currently on ``topic``: key (tenant id, or ``DEFAULT_POLICY_KEY``) -> record.
+
+    A value that does not decode is passed to ``on_invalid`` and skipped (the key keeps its
+    earlier value, if any); without ``on_invalid`` it raises ``SchemaError``. Raises
+    ``PolicyStoreError`` when the topic is missing or is not read to its end in ``timeout``.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            # Required by librdkafka; assign() never joins it and nothing is committed.
+            "group.id": f"fairstream-policy-reader-{uuid.uuid4().hex[:12]}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    deadline = time.monotonic() + timeout
+    policies: dict[bytes, PolicyRecord] = {}
+    try:
+        pending: dict[int, int] = {}  # partition -> high watermark still to reach
+        for partition in _partitions(consumer, topic, timeout):
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=max(1.0, timeout), cached=False
+                )
+            except KafkaException as exc:
+                raise PolicyStoreError(f"cannot read the end offsets of {topic}: {exc}") from exc
+            if high > low:
+                pending[partition] = high
+        if not pending:
+            return policies
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in pending])
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise PolicyStoreError(
+                    f"read the policy topic {topic} for {timeout:.0f} s without reaching its "
+                    f"end (partitions left: {sorted(pending)})"
+                )
+            msg: Message | None = consumer.poll(min(remaining, 0.5))
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    # Compaction and transaction markers leave gaps: EOF, not offset
+                    # arithmetic, says the partition is read to its end.
+                    pending.pop(msg.partition() or 0, None)
+                    continue
+                raise PolicyStoreError(f"error reading the policy topic {topic}: {err}")
+            partition, offset = msg.partition() or 0, msg.offset() or 0
+            if partition in pending and offset >= pending[partition] - 1:
+                pending.pop(partition)
+            _apply(policies, msg.key(), msg.value(), on_invalid)
+    finally:
+        consumer.close()
+    return policies
+
+
+def _apply(
+    policies: dict[bytes, PolicyRecord],
+    key: bytes | None,
+    value: bytes | None,
+    on_invalid: Callable[[bytes | None, SchemaError], None] | None,
+) -> None:
+    try:
+        if key is None:
+            raise SchemaError("a policy record without a key")
+        check_policy_key(key)
+        if value is None:
+            policies.pop(key, None)  # tombstone: back to the defaults
+            return
+        policies[key] = decode_policy(value)
+    except (SchemaError, ValueError) as exc:
+        error = exc if isinstance(exc, SchemaError) else SchemaError(str(exc))
+        if on_invalid is None:
+            raise error from exc
+        on_invalid(key, error)
+
+
+def write_policy(
+    bootstrap: str,
+    topic: str,
+    key: bytes,
+    record: PolicyRecord | None,
+    timeout: float = 30.0,
+) -> None:
+    """Write ``record`` under ``key`` (None: a tombstone) and wait for acks from all replicas.
+
+    Raises ``ValueError`` for a key that is neither a tenant id nor the default key, and
+    ``PolicyStoreError`` when the topic is missing or the write is not acknowledged.
+    """
+    check_policy_key(key)
+    value = None if record is None else encode_policy(record)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            # Agrees with Java producers should the topic ever have several partitions.
+            "partitioner": "murmur2_random",
+            "message.timeout.ms": max(1000, int(timeout * 1000)),
+        }
+    )
+    # Check first: producing to a missing topic could have the broker auto-create it
+    # with the delete cleanup policy, which would lose policies to retention.
+    _partitions(producer, topic, timeout)
+    outcome: list[KafkaError | None] = []
+
+    def delivered(err: KafkaError | None, _msg: Message) -> None:
+        outcome.append(err)
+
+    try:
+        producer.produce(topic, key=key, value=value, on_delivery=delivered)
+    except (KafkaException, BufferError) as exc:
+        raise PolicyStoreError(f"cannot write to {topic}: {exc}") from exc
+    producer.flush(timeout + 5)
+    if not outcome:
+        raise PolicyStoreError(f"no acknowledgement from {topic} within {timeout:.0f} s")
+    if outcome[0] is not None:
+        raise PolicyStoreError(f"the write to {topic} failed: {outcome[0]}")
