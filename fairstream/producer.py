@@ -1,0 +1,240 @@
+"""``fairstream.Producer``: submit requests to the ingest topic the way the contract wants them.
+
+Key = tenant id (UTF-8), value = the payload bytes untouched, and the optional
+``fairstream-cost``, ``fairstream-request-id`` and ``fairstream-deadline-ms`` headers. The
+producer is idempotent (no duplicates or reordering on librdkafka's retries) and partitions
+with ``murmur2_random``, so a tenant lands on the partition a Java client or aiokafka would
+pick. Arguments are checked before anything is queued: a record the scheduler would
+dead-letter as invalid is refused here with a ``ValueError`` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import KafkaError, Message
+from confluent_kafka import Producer as _KafkaProducer
+
+from fairstream import contract
+from fairstream.config import DEFAULT_INGEST
+
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
+HeaderInput = Mapping[str, str | bytes] | Iterable[tuple[str, str | bytes]]
+
+MAX_DEADLINE_MS = 2**63 - 1
+# Failures kept for DeliveryError; the count goes on beyond this.
+KEPT_FAILURES = 100
+
+
+class DeliveryError(Exception):
+    """Records the broker did not acknowledge (raised by ``Producer.flush``)."""
+
+    def __init__(self, count: int, failures: list[tuple[KafkaError, Message]]) -> None:
+        self.count = count
+        self.failures = failures  # the first KEPT_FAILURES of them: (error, message)
+        first = failures[0][0] if failures else "unknown error"
+        super().__init__(f"{count} record(s) were not delivered; first error: {first}")
+
+
+def validate_tenant(tenant: str) -> bytes:
+    """The record key for ``tenant``; ValueError when the contract would reject it."""
+    if not isinstance(tenant, str):
+        raise TypeError(f"tenant must be a str, got {type(tenant).__name__}")
+    key = tenant.encode("utf-8")
+    if not 1 <= len(key) <= contract.MAX_TENANT_BYTES:
+        raise ValueError(
+            f"tenant id must be 1 to {contract.MAX_TENANT_BYTES} UTF-8 bytes, got {len(key)}"
+        )
+    return key
+
+
+def deadline_ms(deadline: datetime | int) -> int:
+    """Epoch milliseconds of a deadline given as an aware datetime or as epoch ms."""
+    if isinstance(deadline, datetime):
+        if deadline.tzinfo is None or deadline.utcoffset() is None:
+            raise ValueError("deadline must be a timezone-aware datetime (e.g. tzinfo=UTC)")
+        ms = int(deadline.timestamp() * 1000)
+    elif isinstance(deadline, int) and not isinstance(deadline, bool):
+        ms = deadline
+    else:
+        raise TypeError(
+            f"deadline must be a datetime or epoch milliseconds (int), "
+            f"got {type(deadline).__name__}"
+        )
+    if not 1 <= ms <= MAX_DEADLINE_MS:
+        raise ValueError(f"deadline must be after the epoch, got {ms} ms")
+    return ms
+
+
+def ingest_headers(
+    *,
+    cost: int = 1,
+    request_id: str | None = None,
+    deadline: datetime | int | None = None,
+    headers: HeaderInput | None = None,
+) -> list[tuple[str, bytes]]:
+    """The headers of one ingest record: the caller's own, then the fairstream-* ones.
+
+    ``fairstream-cost`` is always written (so a reader never has to know the default);
+    ``fairstream-request-id`` and ``fairstream-deadline-ms`` only when given. Header names
+    starting with ``fairstream-`` are reserved: pass cost/request_id/deadline instead.
+    Caller: Producer.submit. Affects: nothing (pure).
+    """
+    if isinstance(cost, bool) or not isinstance(cost, int):
+        raise TypeError(f"cost must be an int, got {type(cost).__name__}")
+    if not 1 <= cost <= contract.MAX_COST:
+        raise ValueError(f"cost must be between 1 and {contract.MAX_COST}, got {cost}")
+    out: list[tuple[str, bytes]] = []
+    items = headers.items() if isinstance(headers, Mapping) else (headers or ())
+    for name, value in items:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"header names must be non-empty strings, got {name!r}")
+        if name.startswith("fairstream-"):
+            raise ValueError(
+                f"header {name} is reserved for fairstream; "
+                "use the cost, request_id and deadline arguments"
+            )
+        if isinstance(value, str):
+            out.append((name, value.encode("utf-8")))
+        elif isinstance(value, bytes):
+            out.append((name, value))
+        else:
+            raise TypeError(f"header {name} must be str or bytes, got {type(value).__name__}")
+    out.append((contract.COST, str(cost).encode("ascii")))
+    if request_id is not None:
+        if not isinstance(request_id, str):
+            raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
+        if not request_id:
+            raise ValueError("request_id must not be empty")
+        if not request_id.isascii():
+            raise ValueError(f"request_id must be ASCII, got {request_id[:40]!r}")
+        if len(request_id) > contract.MAX_REQUEST_ID_BYTES:
+            raise ValueError(
+                f"request_id is {len(request_id)} bytes; "
+                f"at most {contract.MAX_REQUEST_ID_BYTES} allowed"
+            )
+        out.append((contract.REQUEST_ID, request_id.encode("ascii")))
+    if deadline is not None:
+        out.append((contract.DEADLINE_MS, str(deadline_ms(deadline)).encode("ascii")))
+    return out
+
+
+class Producer:
+    """Writes requests to the ingest topic: key = tenant, value = payload, contract headers.
+
+    ``Producer(bootstrap, ingest_topic, **overrides)``: the overrides are librdkafka settings
+    (``**{"linger.ms": 20, "compression.type": "zstd"}``) and win over fairstream's defaults
+    (idempotence, ``acks=all``, ``partitioner=murmur2_random``). ``on_delivery(err, msg)`` is
+    called for every record once the broker answered, from ``submit`` or ``flush``; failed
+    deliveries are also counted and raised together as ``DeliveryError`` by ``flush``.
+
+    Not thread-safe: use one per thread (librdkafka batches across submits anyway).
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        ingest_topic: str = DEFAULT_INGEST,
+        *,
+        on_delivery: DeliveryCallback | None = None,
+        **librdkafka_overrides: Any,
+    ) -> None:
+        self.topic = ingest_topic
+        self._on_delivery = on_delivery
+        self._producer = _KafkaProducer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                # The partition a Java client or aiokafka would choose for the same tenant.
+                "partitioner": "murmur2_random",
+                **librdkafka_overrides,
+            }
+        )
+        self.delivered = 0
+        self.failed = 0  # since the last flush that raised
+        self._failures: list[tuple[KafkaError, Message]] = []
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            self.delivered += 1
+        else:
+            self.failed += 1
+            if len(self._failures) < KEPT_FAILURES:
+                self._failures.append((err, msg))
+        if self._on_delivery is not None:
+            self._on_delivery(err, msg)
+
+    def submit(
+        self,
+        tenant: str,
+        payload: bytes,
+        *,
+        cost: int = 1,
+        request_id: str | None = None,
+        deadline: datetime | int | None = None,
+        headers: HeaderInput | None = None,
+    ) -> None:
+        """Queue one request for ``tenant``; delivery happens in the background.
+
+        ``deadline``: an aware datetime or epoch milliseconds after which the scheduler
+        dead-letters the request as expired. Raises ValueError/TypeError for a record the
+        contract rejects; blocks while librdkafka's queue is full.
+        """
+        key = validate_tenant(tenant)
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise TypeError(
+                f"payload must be bytes, got {type(payload).__name__}; encode text first"
+            )
+        # The stubs want str | bytes | None values; ours are all bytes.
+        record_headers: list[tuple[str, str | bytes | None]] = list(
+            ingest_headers(cost=cost, request_id=request_id, deadline=deadline, headers=headers)
+        )
+        value = bytes(payload)
+        while True:
+            try:
+                self._producer.produce(
+                    self.topic, value, key, headers=record_headers, on_delivery=self._delivered
+                )
+                break
+            except BufferError:
+                # librdkafka's queue is full: serve delivery reports until there is room.
+                self._producer.poll(0.1)
+        self._producer.poll(0)
+
+    def flush(self, timeout: float = 30.0) -> int:
+        """Wait up to ``timeout`` s for every queued record; return how many are still queued.
+
+        Raises DeliveryError when records failed since the last such error (then resets).
+        """
+        remaining = int(self._producer.flush(timeout))
+        if self.failed:
+            error = DeliveryError(self.failed, self._failures)
+            self.failed = 0
+            self._failures = []
+            raise error
+        return remaining
+
+    def __len__(self) -> int:
+        """Records queued and not yet acknowledged."""
+        return len(self._producer)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # On the way out of an exception, still deliver what was queued, but let the
+        # original exception win over a DeliveryError.
+        if exc_type is None:
+            self.flush()
+        else:
+            self._producer.flush(30.0)

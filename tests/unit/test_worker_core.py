@@ -1,0 +1,165 @@
+"""The worker's pure parts: backoff schedule, commit positions, per-tenant ordering, dedup."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from fairstream.worker_core import PartitionProgress, RecentIds, TenantQueues, backoff_delay
+
+
+def test_backoff_doubles_from_initial_and_caps() -> None:
+    delays = [backoff_delay(a, 0.1, 1.0) for a in range(1, 8)]
+    assert delays == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0])
+
+
+def test_backoff_survives_huge_attempt_numbers_and_rejects_zero() -> None:
+    assert backoff_delay(10_000, 0.1, 10.0) == 10.0
+    assert backoff_delay(3, 0.0, 10.0) == 0.0
+    with pytest.raises(ValueError, match="from 1"):
+        backoff_delay(0, 0.1, 1.0)
+
+
+def test_commit_position_is_the_first_offset_not_done() -> None:
+    p = PartitionProgress()
+    assert p.commit_position() is None
+    for offset in (10, 11, 12, 13):
+        assert p.add(offset)
+    assert p.commit_position() == 10
+    p.resolve(11, done=True)
+    p.resolve(13, done=True)
+    assert p.commit_position() == 10  # 10 still running: nothing after it may be committed
+    p.resolve(10, done=True)
+    assert p.commit_position() == 12
+    p.resolve(12, done=True)
+    assert p.commit_position() == 14  # everything done: the next offset to read
+    assert p.unresolved == 0
+
+
+def test_commit_position_across_offset_gaps() -> None:
+    p = PartitionProgress()
+    for offset in (5, 9, 20):  # compaction or transaction markers leave gaps
+        p.add(offset)
+    p.resolve(5, done=True)
+    assert p.commit_position() == 9
+    p.resolve(9, done=True)
+    p.resolve(20, done=True)
+    assert p.commit_position() == 21
+
+
+def test_abandoned_offset_blocks_the_commit_for_good() -> None:
+    p = PartitionProgress()
+    for offset in range(3):
+        p.add(offset)
+    p.resolve(0, done=True)
+    p.resolve(1, done=False)
+    p.resolve(2, done=True)
+    assert p.commit_position() == 1
+    assert p.unresolved == 0
+    p.resolve(1, done=True)  # a late report cannot change an abandoned record
+    assert p.commit_position() == 1
+
+
+def test_refetched_offsets_are_refused_and_stale_reports_ignored() -> None:
+    p = PartitionProgress()
+    assert p.add(0)
+    assert p.add(1)
+    assert not p.add(1)
+    assert not p.add(0)
+    p.resolve(0, done=True)
+    p.resolve(0, done=True)  # twice: harmless
+    assert p.commit_position() == 1
+    assert p.unresolved == 1
+
+
+def test_commit_position_matches_a_model_under_random_completion_order() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        offsets = sorted(rng.sample(range(100), rng.randint(1, 30)))
+        p = PartitionProgress()
+        for o in offsets:
+            p.add(o)
+        done: set[int] = set()
+        for o in rng.sample(offsets, len(offsets)):
+            p.resolve(o, done=True)
+            done.add(o)
+            first_open = next((x for x in offsets if x not in done), None)
+            expected = first_open if first_open is not None else offsets[-1] + 1
+            assert p.commit_position() == expected
+
+
+def test_tenant_queues_hand_out_one_item_per_tenant_in_fifo_order() -> None:
+    q: TenantQueues[str] = TenantQueues()
+    for item in ("a1", "a2", "b1", "a3", "c1", "b2"):
+        q.push(item[0], item)
+    taken = [q.take(), q.take(), q.take()]
+    assert taken == [("a", "a1"), ("b", "b1"), ("c", "c1")]
+    assert q.take() is None  # every tenant with work has an item out
+    assert q.out == 3
+    assert len(q) == 3
+    q.done("b")
+    assert q.take() == ("b", "b2")
+    q.done("a")
+    assert q.take() == ("a", "a2")
+    q.done("c")
+    assert q.take() is None  # c has nothing queued
+    q.done("a")
+    assert q.take() == ("a", "a3")
+
+
+def test_tenant_queues_never_run_a_tenant_twice_at_once_and_keep_order() -> None:
+    """Random pushes, takes and completions with N slots: per-tenant FIFO, no overlap."""
+    rng = random.Random(11)
+    q: TenantQueues[tuple[str, int]] = TenantQueues()
+    seq: dict[str, int] = {}
+    running: dict[str, tuple[str, int]] = {}
+    seen: dict[str, list[int]] = {}
+    slots = 3
+    for _ in range(5000):
+        action = rng.random()
+        if action < 0.45:
+            tenant = rng.choice("abcdefg")
+            seq[tenant] = seq.get(tenant, 0) + 1
+            q.push(tenant, (tenant, seq[tenant]))
+        elif action < 0.75 and len(running) < slots:
+            taken = q.take()
+            if taken is not None:
+                tenant, item = taken
+                assert tenant not in running
+                running[tenant] = item
+                seen.setdefault(tenant, []).append(item[1])
+        elif running:
+            tenant = rng.choice(sorted(running))
+            del running[tenant]
+            q.done(tenant)
+    for tenant, numbers in seen.items():
+        assert numbers == list(range(1, len(numbers) + 1)), tenant
+
+
+def test_tenant_queues_purge_removes_queued_items_only() -> None:
+    q: TenantQueues[tuple[str, int]] = TenantQueues()
+    for i in range(4):
+        q.push("a", ("a", i))
+        q.push("b", ("b", i))
+    assert q.take() == ("a", ("a", 0))
+    removed = q.purge(lambda item: item[1] >= 2 or item[0] == "b")
+    assert sorted(removed) == [("a", 2), ("a", 3), ("b", 0), ("b", 1), ("b", 2), ("b", 3)]
+    assert len(q) == 1
+    assert q.take() is None  # a is out, b has nothing left
+    q.done("a")
+    assert q.take() == ("a", ("a", 1))
+    assert list(q) == []
+
+
+def test_recent_ids_evict_the_least_recently_seen() -> None:
+    ids = RecentIds(3)
+    for rid in ("a", "b", "c"):
+        ids.add(rid)
+    ids.add("a")  # seen again: now the most recent
+    ids.add("d")
+    assert "b" not in ids
+    assert all(rid in ids for rid in ("a", "c", "d"))
+    assert len(ids) == 3
+    with pytest.raises(ValueError):
+        RecentIds(0)
