@@ -27,11 +27,17 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "fairstream.simulate:simulate",
         "Replay an arrival trace through the scheduling core.",
     ),
+    "submit": ("fairstream.submit:submit", "Send requests for a tenant to the ingest topic."),
     "tenants": ("fairstream.tenants:tenants", "Show and change tenant policies (live)."),
+    "top": (
+        "fairstream.top:top",
+        "A live view of tenants across schedulers (backlog, rate, share, dwell).",
+    ),
     "topics": (
         "fairstream.topics:topics",
         "Create fairstream's topics (ingest, egress, dead-letter, policy).",
     ),
+    "worker": ("fairstream.worker_cli:worker", "Consume the egress topic with a handler."),
 }
 
 

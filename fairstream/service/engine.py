@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict, deque
 from typing import Any, cast
 
 import faust
@@ -43,7 +43,7 @@ from fairstream import contract
 from fairstream.adapters.admin import BUFFER_TABLE, changelog_topic, lease_topic
 from fairstream.adapters.writer import Writer
 from fairstream.config import Settings
-from fairstream.core import EgressLimiter, FairScheduler, MonotonicClock, TenantPolicy
+from fairstream.core import EgressLimiter, FairScheduler, MonotonicClock, TenantPolicy, percentile
 from fairstream.metrics import Metrics
 from fairstream.policy import DEFAULT_POLICY_KEY, PolicyRecord, SchemaError, decode_policy
 from fairstream.state.envelope import (
@@ -60,6 +60,8 @@ log = logging.getLogger("fairstream.scheduler")
 
 Item = tuple[int, bytes]  # (ingest partition, buffer key)
 INGEST_BATCH = 500
+DWELL_TENANTS = 1000  # tenants whose recent dwell times are kept, most recent emitters
+DWELL_SAMPLES = 256  # recent dwell times kept per tenant
 STAMPED = frozenset({contract.TENANT, contract.ENQUEUED_MS, contract.SCHEDULED_MS})
 
 
@@ -90,6 +92,8 @@ class SchedulerService:
         self.limiter = EgressLimiter(self.clock, rate=None)
         self.metrics = Metrics()
         self.emitted_by_tenant: dict[str, int] = defaultdict(int)
+        # Bounded: the last DWELL_SAMPLES dwell times of the DWELL_TENANTS latest emitters.
+        self.dwell_by_tenant: OrderedDict[str, deque[float]] = OrderedDict()
         self.metrics.watch_tenants(self._backlog_by_tenant, lambda: self.emitted_by_tenant)
 
         self.ready = False  # recovered, assigned and emitting
@@ -670,7 +674,9 @@ class SchedulerService:
             self.emitted_by_tenant[tenant] += 1
             self.metrics.emitted.inc()
             self.metrics.emitted_cost.inc(env.cost)
-            self.metrics.dwell.observe(max(0.0, (scheduled_ms - env.enqueued_ms) / 1000))
+            dwell = max(0.0, (scheduled_ms - env.enqueued_ms) / 1000)
+            self.metrics.dwell.observe(dwell)
+            self._remember_dwell(tenant, dwell)
 
         self.writer.produce(
             self.settings.topics.egress,
@@ -679,6 +685,56 @@ class SchedulerService:
             headers=headers,
             on_delivery=acked,
         )
+
+    def _remember_dwell(self, tenant: str, dwell: float) -> None:
+        samples = self.dwell_by_tenant.get(tenant)
+        if samples is None:
+            samples = self.dwell_by_tenant[tenant] = deque(maxlen=DWELL_SAMPLES)
+            if len(self.dwell_by_tenant) > DWELL_TENANTS:
+                self.dwell_by_tenant.popitem(last=False)
+        else:
+            self.dwell_by_tenant.move_to_end(tenant)
+        samples.append(dwell)
+
+    def tenant_stats(self, limit: int = 50) -> dict[str, Any]:
+        """A snapshot for ``fairstream top``: the instance, and its busiest tenants.
+
+        Tenants: the ``limit`` largest backlogs plus the ``limit`` latest emitters.
+        Caller: the web endpoint ``/tenants``. Affects: nothing.
+        """
+        backlogged = sorted(
+            ((t, *self.core.backlog(t)) for t in self.core.tenants()),
+            key=lambda row: row[1],
+            reverse=True,
+        )[:limit]
+        names = [t for t, _, _ in backlogged]
+        names += [t for t in reversed(self.dwell_by_tenant) if t not in names][:limit]
+        rows = []
+        for tenant in names:
+            records, cost = self.core.backlog(tenant)
+            policy = self.core.policy(tenant)
+            samples = self.dwell_by_tenant.get(tenant)
+            rows.append(
+                {
+                    "tenant": tenant,
+                    "backlog": records,
+                    "backlog_cost": cost,
+                    "emitted": self.emitted_by_tenant.get(tenant, 0),
+                    "weight": policy.weight,
+                    "priority": policy.priority,
+                    "paused": policy.paused,
+                    "rate_cap": policy.rate_cap,
+                    "dwell_p99": percentile(list(samples), 99) if samples else None,
+                }
+            )
+        return {
+            "ready": self.ready,
+            "partitions": sorted(self.assigned),
+            "rate_limit": self.limiter.rate,
+            "backlog": len(self.core),
+            "emitted": sum(self.emitted_by_tenant.values()),
+            "tenants": rows,
+        }
 
     async def _expire(
         self, tenant: str, partition: int, key: bytes, env: Envelope, now_ms: int

@@ -1,4 +1,4 @@
-"""``/healthz``, ``/readyz`` and ``/metrics`` of a scheduler instance.
+"""``/healthz``, ``/readyz``, ``/metrics`` and ``/tenants`` of a scheduler instance.
 
 Served by a small aiohttp server of our own that starts before the Faust app, so that
 liveness answers during a long table recovery (Faust's web server starts only after it),
@@ -29,10 +29,18 @@ def build_web_app(service: SchedulerService) -> web.Application:
         body = generate_latest(service.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    async def tenants(request: web.Request) -> web.Response:
+        try:
+            limit = max(1, min(1000, int(request.query.get("limit", "50"))))
+        except ValueError:
+            return web.Response(status=400, text="limit must be an integer\n")
+        return web.json_response(service.tenant_stats(limit))
+
     app = web.Application()
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/tenants", tenants)
     return app
 
 

@@ -1,0 +1,189 @@
+"""``fairstream top``: a live terminal view of tenants across scheduler instances.
+
+It polls each scheduler's ``/tenants`` endpoint, merges the instances (each tenant lives on
+exactly one), and derives rates from the difference between two snapshots: records emitted
+per second, each tenant's share of the egress against its entitlement (its weight over the
+weights of the backlogged tenants of its priority class), dwell p99 and state.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import click
+
+Snapshot = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Row:
+    tenant: str
+    backlog: int
+    emitted_per_s: float
+    share: float | None  # of all egress in the interval
+    entitlement: float | None  # weighted fair share, for a backlogged tenant
+    dwell_p99: float | None
+    weight: float
+    state: str
+
+
+def fetch(url: str, limit: int, timeout: float = 3.0) -> Snapshot | None:
+    """One scheduler's ``/tenants`` snapshot, or None when it does not answer."""
+    try:
+        with urllib.request.urlopen(
+            f"{url.rstrip('/')}/tenants?limit={limit}", timeout=timeout
+        ) as r:
+            data: Snapshot = json.loads(r.read())
+            return data
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
+
+
+def _tenants(snapshots: list[Snapshot | None]) -> dict[str, dict[str, Any]]:
+    merged: dict[str, dict[str, Any]] = {}
+    for snap in snapshots:
+        for row in (snap or {}).get("tenants", []):
+            merged[row["tenant"]] = row
+    return merged
+
+
+def compute_rows(
+    before: list[Snapshot | None], after: list[Snapshot | None], seconds: float
+) -> list[Row]:
+    """Rows for the tenants in ``after``, with rates over the ``seconds`` between the two.
+
+    Pure: the tests feed it snapshots. Caller: the ``top`` loop.
+    """
+    old, new = _tenants(before), _tenants(after)
+    rates = {
+        t: max(0, row["emitted"] - old.get(t, {}).get("emitted", row["emitted"])) / seconds
+        for t, row in new.items()
+    }
+    total = sum(rates.values())
+    class_weight: dict[int, float] = {}
+    for row in new.values():
+        if row["backlog"] > 0 and not row["paused"]:
+            class_weight[row["priority"]] = class_weight.get(row["priority"], 0.0) + row["weight"]
+    rows = []
+    for tenant, row in new.items():
+        backlogged = row["backlog"] > 0 and not row["paused"]
+        cap = row.get("rate_cap")
+        if row["paused"]:
+            state = "paused"
+        elif cap is not None and rates[tenant] >= 0.95 * cap:
+            state = "capped"
+        elif row["backlog"] > 0:
+            state = "backlogged"
+        else:
+            state = "idle"
+        rows.append(
+            Row(
+                tenant=tenant,
+                backlog=row["backlog"],
+                emitted_per_s=rates[tenant],
+                share=rates[tenant] / total if total else None,
+                entitlement=row["weight"] / class_weight[row["priority"]] if backlogged else None,
+                dwell_p99=row.get("dwell_p99"),
+                weight=row["weight"],
+                state=state,
+            )
+        )
+    rows.sort(key=lambda r: (-r.emitted_per_s, -r.backlog, r.tenant))
+    return rows
+
+
+def render(rows: list[Row], snapshots: list[Snapshot | None], urls: list[str]) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    up = sum(1 for s in snapshots if s is not None)
+    backlog = sum(s["backlog"] for s in snapshots if s)
+    header = Text(
+        f"fairstream top: {up}/{len(urls)} schedulers answering, "
+        f"{backlog} records buffered, {sum(r.emitted_per_s for r in rows):.1f} records/s out"
+    )
+    table = Table(box=None, header_style="bold")
+    for name, justify in (
+        ("tenant", "left"), ("state", "left"), ("weight", "right"), ("backlog", "right"),
+        ("out/s", "right"), ("share", "right"), ("entitled", "right"), ("dwell p99", "right"),
+    ):  # fmt: skip
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        table.add_row(
+            r.tenant,
+            r.state,
+            f"{r.weight:g}",
+            str(r.backlog),
+            f"{r.emitted_per_s:.1f}",
+            "-" if r.share is None else f"{r.share:.0%}",
+            "-" if r.entitlement is None else f"{r.entitlement:.0%}",
+            "-" if r.dwell_p99 is None else f"{r.dwell_p99 * 1000:.0f} ms",
+        )
+    return Group(header, table)
+
+
+@click.command("top")
+@click.option(
+    "--scheduler",
+    "urls",
+    multiple=True,
+    default=["http://localhost:6066"],
+    show_default=True,
+    envvar="FAIRSTREAM_TOP_SCHEDULERS",
+    show_envvar=True,
+    help="Base URL of a scheduler's web port; repeat for every instance "
+    "(the env variable takes a space-separated list).",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.2),
+    default=1.0,
+    show_default=True,
+    help="Seconds between refreshes.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=20,
+    show_default=True,
+    help="Tenants asked of each scheduler (largest backlogs, latest emitters).",
+)
+@click.option("--once", is_flag=True, help="Print one view after one interval and exit.")
+@click.option("--json", "as_json", is_flag=True, help="With --once: print JSON rows.")
+def top(urls: tuple[str, ...], interval: float, limit: int, once: bool, as_json: bool) -> None:
+    """A live view of tenants: backlog, records/s, share against entitlement, dwell p99."""
+    from rich.console import Console
+    from rich.live import Live
+
+    targets = list(urls)
+    before = [fetch(u, limit) for u in targets]
+    if all(s is None for s in before):
+        raise click.ClickException(
+            f"no scheduler answered at {', '.join(targets)} (is --web-port right?)"
+        )
+    started = time.monotonic()
+    if once:
+        time.sleep(interval)  # a rate needs two snapshots an interval apart
+        after = [fetch(u, limit) for u in targets]
+        rows = compute_rows(before, after, time.monotonic() - started)
+        if as_json:
+            click.echo(json.dumps([asdict(r) for r in rows]))
+        else:
+            Console().print(render(rows, after, targets))
+        return
+    with Live(render([], before, targets), refresh_per_second=4, screen=False) as live:
+        try:
+            while True:
+                time.sleep(interval)
+                after = [fetch(u, limit) for u in targets]
+                now = time.monotonic()
+                live.update(render(compute_rows(before, after, now - started), after, targets))
+                before, started = after, now
+        except KeyboardInterrupt:
+            pass

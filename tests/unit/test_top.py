@@ -1,0 +1,56 @@
+"""``fairstream top``'s arithmetic: rates, shares and entitlements from two snapshots."""
+
+from __future__ import annotations
+
+from fairstream.top import compute_rows, render
+
+
+def snap(*tenants: dict[str, object]) -> dict[str, object]:
+    return {"ready": True, "backlog": sum(t["backlog"] for t in tenants), "tenants": list(tenants)}  # type: ignore[misc]
+
+
+def tenant(
+    name: str, emitted: int, backlog: int, weight: float = 1, **extra: object
+) -> dict[str, object]:
+    return {
+        "tenant": name, "emitted": emitted, "backlog": backlog, "weight": weight,
+        "priority": 0, "paused": False, "rate_cap": None, "dwell_p99": 0.25, **extra,
+    }  # fmt: skip
+
+
+def test_rates_shares_and_entitlements_across_instances() -> None:
+    before = [snap(tenant("a", 100, 50, weight=3)), snap(tenant("b", 10, 50))]
+    after = [snap(tenant("a", 130, 40, weight=3)), snap(tenant("b", 20, 45))]
+    rows = {r.tenant: r for r in compute_rows(before, after, 2.0)}
+    assert rows["a"].emitted_per_s == 15.0
+    assert rows["b"].emitted_per_s == 5.0
+    assert rows["a"].share == 0.75
+    assert rows["a"].entitlement == 0.75
+    assert rows["b"].entitlement == 0.25
+    assert rows["a"].state == "backlogged"
+
+
+def test_paused_capped_idle_and_new_tenants() -> None:
+    before = [snap(tenant("capped", 0, 9, rate_cap=5.0), tenant("p", 0, 3, paused=True))]
+    after = [
+        snap(
+            tenant("capped", 10, 9, rate_cap=5.0),
+            tenant("p", 0, 3, paused=True),
+            tenant("idle", 4, 0),
+            tenant("new", 7, 0),
+        )
+    ]
+    rows = {r.tenant: r for r in compute_rows(before, after, 2.0)}
+    assert rows["capped"].state == "capped"
+    assert rows["p"].state == "paused"
+    assert rows["p"].entitlement is None, "a paused tenant is entitled to nothing"
+    assert rows["capped"].entitlement == 1.0
+    assert rows["idle"].state == "idle"
+    assert rows["new"].emitted_per_s == 0.0, "no earlier count: no rate yet"
+
+
+def test_a_scheduler_that_does_not_answer_is_counted() -> None:
+    after = [snap(tenant("a", 1, 1)), None]
+    rows = compute_rows([None, None], after, 1.0)
+    text = str(render(rows, after, ["http://x:1", "http://y:2"]).renderables[0])
+    assert "1/2 schedulers answering" in text
