@@ -1,0 +1,184 @@
+"""``fairstream tenants`` against a real broker: round trips through the compacted policy topic."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from fairstream.core.tenant import TenantPolicy
+from fairstream.policy.codec import DEFAULT_POLICY_KEY, decode_policy
+from fairstream.policy.store import read_policies
+from tests.integration.kafka import consume, create_topics, unique
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def tenants(bootstrap: str, topic: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``fairstream tenants ...`` in a fresh interpreter, as a user would."""
+    return subprocess.run(
+        [
+            sys.executable, "-m", "fairstream", "tenants", *args,
+            "--bootstrap", bootstrap, "--policy-topic", topic, "--timeout", "30",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        check=False,
+    )  # fmt: skip
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def end_offset(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("offsets")})
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=15)
+    finally:
+        consumer.close()
+    return int(high)
+
+
+@pytest.fixture
+def policy_topic(kafka_bootstrap: str) -> str:
+    name = unique("fs-policy")
+    create_topics(kafka_bootstrap, [name], partitions=1, config={"cleanup.policy": "compact"})
+    return name
+
+
+def test_set_get_list_reset_default_purge(kafka_bootstrap: str, policy_topic: str) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return tenants(kafka_bootstrap, policy_topic, *args)
+
+    # Nothing written yet: every tenant has the built-in defaults.
+    got = json.loads(ok(run("get", "acme", "--json")))
+    assert got["source"] == "built-in default"
+    assert got["weight"] == 1
+    assert json.loads(ok(run("list", "--json"))) == []
+
+    # Defaults, then a tenant that starts from them.
+    ok(run("set", "--default", "--max-backlog", "500", "--rate", "20", "--rate-burst", "5"))
+    ok(run("set", "acme", "--weight", "3", "--priority", "1", "--pause"))
+    got = json.loads(ok(run("get", "acme", "--json")))
+    assert got["source"] == "explicit"
+    assert (got["weight"], got["priority"], got["paused"]) == (3, 1, True)
+    assert (got["max_backlog"], got["rate_cap"], got["cap_burst"]) == (500, 20, 5)
+    other = json.loads(ok(run("get", "globex", "--json")))
+    assert other["source"] == "default"
+    assert other["max_backlog"] == 500
+
+    # A merge keeps the fields not given; 'none' lifts a limit.
+    ok(run("set", "acme", "--resume", "--max-backlog", "none"))
+    got = json.loads(ok(run("get", "acme", "--json")))
+    assert (got["weight"], got["paused"], got["max_backlog"]) == (3, False, None)
+
+    # What the scheduler will see, decoded in-process from the topic.
+    policies = read_policies(kafka_bootstrap, policy_topic, timeout=30)
+    assert set(policies) == {DEFAULT_POLICY_KEY, b"acme"}
+    assert policies[b"acme"].policy == TenantPolicy(
+        weight=3, priority=1, rate_cap=20, cap_burst=5, paused=False
+    )
+    assert policies[b"acme"].updated_at_ms > time.time() * 1000 - 600_000
+
+    table = ok(run("list"))
+    lines = table.splitlines()
+    assert lines[0].split()[:3] == ["TENANT", "WEIGHT", "PRIORITY"]
+    assert lines[1].startswith("(default)")
+    assert lines[2].startswith("acme")
+    assert [row["tenant"] for row in json.loads(ok(run("list", "--json")))] == [None, "acme"]
+
+    # Purge: the current policy, with purge_before = now.
+    before = int(time.time() * 1000)
+    ok(run("purge", "acme", "--yes"))
+    purged = read_policies(kafka_bootstrap, policy_topic, timeout=30)[b"acme"]
+    assert purged.policy == policies[b"acme"].policy
+    assert purged.purge_before_ms is not None
+    assert before - 5000 <= purged.purge_before_ms <= int(time.time() * 1000)
+    # A purge of a tenant that followed the defaults copies them.
+    ok(run("purge", "initech", "--yes"))
+    assert read_policies(kafka_bootstrap, policy_topic)[b"initech"].policy.max_backlog == 500
+
+    # Reset: a tombstone; the tenant follows the defaults again.
+    ok(run("reset", "acme"))
+    got = json.loads(ok(run("get", "acme", "--json")))
+    assert got["source"] == "default"
+    assert got["weight"] == 1
+    assert b"acme" not in read_policies(kafka_bootstrap, policy_topic)
+    # Resetting what has no policy writes nothing.
+    offset = end_offset(kafka_bootstrap, policy_topic)
+    ok(run("reset", "acme"))
+    assert end_offset(kafka_bootstrap, policy_topic) == offset
+    ok(run("reset", "--default"))
+    assert json.loads(ok(run("get", "globex", "--json")))["source"] == "built-in default"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("set", "acme", "--weight", "0"),
+        ("set", "acme", "--weight", "-2"),
+        ("set", "acme", "--weight", "nan"),
+        ("set", "acme", "--priority", "-1"),
+        ("set", "acme", "--max-backlog", "-5"),
+        ("set", "acme", "--max-backlog-cost", "0"),
+        ("set", "acme", "--rate", "0"),
+        ("set", "acme", "--rate-burst", "0.5"),
+        ("set", "acme", "--pause", "--resume"),
+        ("set", "acme"),
+        ("set", "", "--weight", "2"),
+        ("set", "x" * 256, "--weight", "2"),
+        ("set", "acme", "--default", "--weight", "2"),
+        ("purge", ""),
+    ],
+    ids=lambda a: " ".join(a)[:40],
+)
+def test_invalid_values_write_nothing(
+    kafka_bootstrap: str, policy_topic: str, args: tuple[str, ...]
+) -> None:
+    before = end_offset(kafka_bootstrap, policy_topic)
+    result = tenants(kafka_bootstrap, policy_topic, *args)
+    assert result.returncode != 0
+    assert "Error" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert end_offset(kafka_bootstrap, policy_topic) == before
+
+
+def test_missing_topic_is_a_clear_error(kafka_bootstrap: str) -> None:
+    missing = unique("fs-no-such-policy")
+    result = tenants(kafka_bootstrap, missing, "set", "acme", "--weight", "2")
+    assert result.returncode == 1
+    assert f"the policy topic {missing} does not exist" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_undecodable_values_are_skipped_with_a_warning(
+    kafka_bootstrap: str, policy_topic: str
+) -> None:
+    ok(tenants(kafka_bootstrap, policy_topic, "set", "acme", "--weight", "2"))
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "acks": "all"})
+    producer.produce(policy_topic, key=b"globex", value=b'{"weight": 5}')
+    producer.flush(30)
+    result = tenants(kafka_bootstrap, policy_topic, "list", "--json")
+    rows = json.loads(ok(result))
+    assert [r["tenant"] for r in rows] == ["acme"]
+    assert "skipped the policy of 'globex'" in result.stderr
+    assert "C3 01" in result.stderr
+    with pytest.raises(ValueError, match="C3 01"):
+        read_policies(kafka_bootstrap, policy_topic)
+    # The CLI's own writes decode with the library the scheduler uses.
+    value = consume(kafka_bootstrap, policy_topic, 1)[0].value()
+    assert value is not None
+    assert decode_policy(value).policy.weight == 2
