@@ -57,6 +57,7 @@ class Settings:
     max_in_flight: int = 1000
     replication_factor: int = 1  # of the buffer changelog topic Faust creates
     session_timeout: float = 10.0  # seconds before a dead member's partitions move
+    group_instance_id: str | None = None  # static membership (e.g. the pod name)
     data_dir: Path = field(default_factory=default_data_dir)
     web_port: int = DEFAULT_WEB_PORT
     web_host: str = "0.0.0.0"
@@ -200,6 +201,14 @@ def scheduler_options(f: F) -> F:
             "instance's partitions to the others.",
         ),
         _opt(
+            "--group-instance-id",
+            env="GROUP_INSTANCE_ID",
+            default=None,
+            help="Static group membership id, stable across restarts of this instance (the "
+            "Helm chart sets the pod name): a restart within --session-timeout causes no "
+            "rebalance. [default: none, dynamic membership]",
+        ),
+        _opt(
             "--data-dir",
             env="DATA_DIR",
             type=click.Path(file_okay=False, path_type=Path),
@@ -249,6 +258,7 @@ def settings_from_options(**kw: Any) -> Settings:
         max_in_flight=kw["max_in_flight"],
         replication_factor=kw["replication_factor"],
         session_timeout=kw["session_timeout"],
+        group_instance_id=kw["group_instance_id"] or None,
         data_dir=kw["data_dir"] or default_data_dir(),
         web_port=kw["web_port"],
         web_host=kw["web_host"],

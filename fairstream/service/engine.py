@@ -130,6 +130,7 @@ class SchedulerService:
             # A member killed with -9 holds its partitions until its session expires.
             broker_session_timeout=settings.session_timeout,
             broker_heartbeat_interval=max(0.5, settings.session_timeout / 10),
+            consumer_group_instance_id=settings.group_instance_id,
             # Our own aiohttp server serves /healthz, /readyz and /metrics from the start
             # (Faust's web starts only after recovery, and would expose table views).
             web_enabled=False,
