@@ -5,6 +5,37 @@ durably and releases them onto one egress topic in weighted deficit-round-robin 
 faster than the downstream API allows.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["DeliveryError", "Producer", "Request", "Worker", "__version__"]
+
+# Client helpers, imported on first use so that `import fairstream` (and the CLI's start)
+# does not load confluent-kafka.
+_LAZY = {
+    "Producer": "fairstream.producer",
+    "DeliveryError": "fairstream.producer",
+    "Worker": "fairstream.worker",
+    "Request": "fairstream.worker",
+}
+
+if TYPE_CHECKING:
+    from fairstream.producer import DeliveryError, Producer
+    from fairstream.worker import Request, Worker
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fairstream' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

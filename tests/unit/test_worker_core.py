@@ -161,5 +161,5 @@ def test_recent_ids_evict_the_least_recently_seen() -> None:
     assert "b" not in ids
     assert all(rid in ids for rid in ("a", "c", "d"))
     assert len(ids) == 3
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least 1"):
         RecentIds(0)

@@ -1,0 +1,619 @@
+"""``fairstream.Worker``: consume the egress topic and call a handler for every request.
+
+Threads: the thread that calls ``run`` owns the confluent-kafka consumer (poll, commit,
+pause, rebalance callbacks) and the dead-letter producer; an event loop in a second thread
+runs the handlers (coroutine functions on the loop, plain functions on a thread pool of
+``concurrency`` threads). Records cross over through ``call_soon_threadsafe``; outcomes come
+back through a queue the consumer thread drains.
+
+Guarantees:
+
+- at-least-once: an offset is committed only once every record before it succeeded, was
+  dead-lettered (after the broker acknowledged the dead letter) or was skipped as a
+  duplicate. A crash re-delivers at most the uncommitted records.
+- per-tenant order: records of one tenant run one at a time, in offset order
+  (``TenantQueues``); up to ``concurrency`` tenants run side by side.
+- retries: a failing handler is called again after ``backoff_initial``, ``2 x``... up to
+  ``backoff_max`` seconds, ``max_attempts`` times in all; then the record goes to the
+  dead-letter topic with reason ``handler-failed`` and the last error in
+  ``fairstream-dlq-detail``. The tenant's later records wait meanwhile (order).
+- de-duplication (``dedup_window``): a record whose request id is among the last N ids
+  handled (or is being handled) is skipped and committed, and counted.
+- shutdown (``stop``): no new records start; queued ones are left for the next owner;
+  handlers running finish; the done prefix is committed; the consumer leaves the group.
+  The same happens for the partitions a rebalance takes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import inspect
+import logging
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Producer as _KafkaProducer
+
+from fairstream import contract
+from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS
+from fairstream.worker_core import PartitionProgress, RecentIds, TenantQueues, backoff_delay
+
+log = logging.getLogger("fairstream.worker")
+
+DEFAULT_GROUP = "fairstream-workers"
+MAX_DETAIL_CHARS = 2000
+
+RawHeaders = list[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One egress record, as the handler sees it."""
+
+    tenant: str
+    payload: bytes
+    request_id: str
+    cost: int
+    headers: tuple[tuple[str, bytes | None], ...]
+    enqueued_ms: int | None  # when the scheduler ingested it
+    scheduled_ms: int | None  # when the scheduler released it
+    deadline_ms: int | None
+    topic: str
+    partition: int
+    offset: int
+    attempt: int = 1  # 1 on the first call, 2 on the first retry...
+
+    def header(self, name: str) -> bytes | None:
+        """The last value of header ``name``, or None."""
+        for key, value in reversed(self.headers):
+            if key == name:
+                return value
+        return None
+
+
+Handler = Callable[[Request], Any]  # returns None, or an awaitable for async handlers
+
+
+def _int_header(raw: bytes | None) -> int | None:
+    if raw is None:
+        return None
+    text = raw.decode("ascii", "replace").strip()
+    return int(text) if text.isdigit() and len(text) < 20 else None
+
+
+def request_from_message(msg: Message) -> Request:
+    """Build the handler's view of an egress record (missing headers get defaults)."""
+    topic, partition, offset = _coordinates(msg)
+    # A consumer's header values are bytes (or None); the stubs allow str too.
+    raw = msg.headers() or []
+    items = raw.items() if isinstance(raw, dict) else raw
+    headers: RawHeaders = [(k, _bytes(v)) for k, v in items]
+    last: dict[str, bytes | None] = dict(headers)  # later duplicates win
+    key = msg.key()
+    raw_id = last.get(contract.REQUEST_ID)
+    request_id = (
+        raw_id.decode("ascii", "replace")
+        if raw_id
+        else contract.default_request_id(topic, partition, offset)
+    )
+    cost = _int_header(last.get(contract.COST))
+    return Request(
+        tenant=key.decode("utf-8", "replace") if key is not None else "",
+        payload=msg.value() or b"",
+        request_id=request_id,
+        cost=cost if cost and cost >= 1 else 1,
+        headers=tuple(headers),
+        enqueued_ms=_int_header(last.get(contract.ENQUEUED_MS)),
+        scheduled_ms=_int_header(last.get(contract.SCHEDULED_MS)),
+        deadline_ms=_int_header(last.get(contract.DEADLINE_MS)),
+        topic=topic,
+        partition=partition,
+        offset=offset,
+    )
+
+
+class Outcome(enum.Enum):
+    DONE = "done"  # the handler succeeded
+    DEAD_LETTERED = "dead-lettered"  # the dead-letter topic acknowledged it
+    DUPLICATE = "duplicate"  # skipped: its request id was seen recently
+    ABANDONED = "abandoned"  # not finished (revoked, stopping): must not be committed past
+
+
+@dataclass(eq=False, slots=True)
+class _Job:
+    request: Request
+    key: bytes | None
+    value: bytes | None
+    progress: PartitionProgress
+
+
+@dataclass
+class WorkerStats:
+    """Counters since the worker started (read them from any thread)."""
+
+    processed: int = 0  # handler succeeded
+    failed_attempts: int = 0  # handler raised (each attempt counts)
+    dead_lettered: int = 0
+    duplicates_skipped: int = 0
+    abandoned: int = 0  # left unfinished for the next owner (rebalance, shutdown)
+    commits: int = 0
+
+
+class Worker:
+    """Consume the egress topic and call ``handler(request)`` for each record.
+
+    ``run()`` blocks until ``stop()`` (from another thread or a signal handler).
+    ``consumer_config`` / ``producer_config`` are extra librdkafka settings for the egress
+    consumer and the dead-letter producer.
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        bootstrap: str,
+        egress_topic: str = DEFAULT_EGRESS,
+        dlq_topic: str = DEFAULT_DLQ,
+        group_id: str = DEFAULT_GROUP,
+        max_attempts: int = 5,
+        backoff_initial: float = 0.1,
+        backoff_max: float = 10.0,
+        dedup_window: int | None = 10_000,
+        concurrency: int = 1,
+        max_pending: int = 1000,
+        commit_interval: float = 1.0,
+        session_timeout: float = 10.0,
+        drain_timeout: float = 30.0,
+        consumer_config: dict[str, Any] | None = None,
+        producer_config: dict[str, Any] | None = None,
+    ) -> None:
+        if not callable(handler):
+            raise TypeError("handler must be callable")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if backoff_initial < 0 or backoff_max < backoff_initial:
+            raise ValueError("need 0 <= backoff_initial <= backoff_max")
+        if dedup_window is not None and dedup_window < 1:
+            raise ValueError("dedup_window must be at least 1, or None to turn it off")
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be at least 1, got {max_pending}")
+        self.handler = handler
+        self.bootstrap = bootstrap
+        self.egress_topic = egress_topic
+        self.dlq_topic = dlq_topic
+        self.group_id = group_id
+        self.max_attempts = max_attempts
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.concurrency = concurrency
+        self.max_pending = max_pending
+        self.commit_interval = commit_interval
+        self.drain_timeout = drain_timeout
+        self.stats = WorkerStats()
+        self._consumer_config = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": int(session_timeout * 1000),
+            **(consumer_config or {}),
+        }
+        self._producer_config = {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "partitioner": "murmur2_random",
+            "linger.ms": 1,
+            **(producer_config or {}),
+        }
+        # A coroutine function, or an object whose __call__ is one.
+        self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+            type(handler).__call__
+        )
+        # Consumer-thread state.
+        self._recent = RecentIds(dedup_window) if dedup_window is not None else None
+        self._in_flight_ids: Counter[str] = Counter()
+        self._progress: dict[tuple[str, int], PartitionProgress] = {}
+        self._outstanding = 0  # handed to the loop, outcome not back yet
+        self._paused = False
+        self._completions: queue.SimpleQueue[tuple[_Job, Outcome]] = queue.SimpleQueue()
+        self._stopping = threading.Event()
+        self._running = threading.Event()
+        # Event-loop state (created in run).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queues: TenantQueues[_Job] = TenantQueues()
+        self._wakeup: asyncio.Event | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._dlq: _KafkaProducer | None = None
+
+    # ----------------------------------------------------------------- public
+
+    def stop(self) -> None:
+        """Ask ``run`` to finish: safe from any thread and from signal handlers."""
+        self._stopping.set()
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._interrupt)
+
+    @property
+    def running(self) -> bool:
+        """True once ``run`` has subscribed, until it returns."""
+        return self._running.is_set()
+
+    def run(self) -> None:
+        """Consume until ``stop()``; then finish running handlers, commit and close.
+
+        Caller: the application (or ``fairstream worker``), on one thread.
+        Affects: the group's committed offsets of the egress topic; the dead-letter topic.
+        """
+        loop = asyncio.new_event_loop()
+        loop_thread = threading.Thread(
+            target=loop.run_forever, name="fairstream-worker-loop", daemon=True
+        )
+        self._loop = loop
+        self._wakeup = asyncio.Event()
+        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="fairstream-handler")
+        self._dlq = _KafkaProducer(self._producer_config)
+        consumer = Consumer(self._consumer_config)
+        loop_thread.start()
+        try:
+            consumer.subscribe(
+                [self.egress_topic],
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
+            self._running.set()
+            if self._stopping.is_set():  # stop() came before the loop existed
+                self.stop()
+            self._consume(consumer)
+        finally:
+            try:
+                self._release(consumer, list(self._progress), commit=True)
+                consumer.close()
+            finally:
+                self._dlq.flush(30)
+                loop.call_soon_threadsafe(loop.stop)
+                loop_thread.join(10)
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._running.clear()
+                log.info(
+                    "worker stopped: %d processed, %d dead-lettered, %d duplicates skipped",
+                    self.stats.processed,
+                    self.stats.dead_lettered,
+                    self.stats.duplicates_skipped,
+                )
+
+    # --------------------------------------------------------- consumer thread
+
+    def _consume(self, consumer: Consumer) -> None:
+        next_commit = time.monotonic() + self.commit_interval
+        while not self._stopping.is_set():
+            self._serve()
+            self._apply_backpressure(consumer)
+            for msg in consumer.consume(num_messages=500, timeout=0.1):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    if err.fatal():
+                        raise KafkaException(err)
+                    log.warning("consumer error: %s", err)
+                    continue
+                self._dispatch(msg)
+            if time.monotonic() >= next_commit:
+                self._serve()
+                self._commit(consumer, list(self._progress), asynchronous=True)
+                next_commit = time.monotonic() + self.commit_interval
+
+    def _dispatch(self, msg: Message) -> None:
+        """Hand one record to the loop, or resolve it at once as a duplicate."""
+        topic, partition, offset = _coordinates(msg)
+        progress = self._progress.get((topic, partition))
+        if progress is None:
+            log.debug("record from unassigned partition %s[%d] ignored", topic, partition)
+            return
+        if not progress.add(offset):
+            return  # fetched again after a pause/resume: already handed out
+        request = request_from_message(msg)
+        job = _Job(request, msg.key(), msg.value(), progress)
+        rid = request.request_id
+        if self._recent is not None and (rid in self._recent or rid in self._in_flight_ids):
+            self._outstanding += 1
+            self._resolve(job, Outcome.DUPLICATE)
+            return
+        self._in_flight_ids[rid] += 1
+        self._outstanding += 1
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._enqueue, job)
+
+    def _serve(self, timeout: float = 0.0) -> None:
+        """Serve dead-letter delivery reports and apply the outcomes the loop sent back;
+        wait up to ``timeout`` s for the first one."""
+        assert self._dlq is not None
+        self._dlq.poll(0)
+        block = timeout > 0
+        while True:
+            try:
+                if block:
+                    job, outcome = self._completions.get(timeout=timeout)
+                else:
+                    job, outcome = self._completions.get_nowait()
+            except queue.Empty:
+                return
+            block = False
+            self._resolve(job, outcome)
+
+    def _resolve(self, job: _Job, outcome: Outcome) -> None:
+        self._outstanding -= 1
+        rid = job.request.request_id
+        if outcome is not Outcome.DUPLICATE:
+            self._in_flight_ids[rid] -= 1
+            if self._in_flight_ids[rid] <= 0:
+                del self._in_flight_ids[rid]
+        stats = self.stats
+        if outcome is Outcome.ABANDONED:
+            stats.abandoned += 1
+            job.progress.resolve(job.request.offset, done=False)
+            return
+        if outcome is Outcome.DONE:
+            stats.processed += 1
+        elif outcome is Outcome.DEAD_LETTERED:
+            stats.dead_lettered += 1
+        else:
+            stats.duplicates_skipped += 1
+            log.info("skipped duplicate request id %s (%s)", rid, _where(job.request))
+        if self._recent is not None:
+            self._recent.add(rid)
+        job.progress.resolve(job.request.offset, done=True)
+
+    def _apply_backpressure(self, consumer: Consumer) -> None:
+        if self._outstanding >= self.max_pending:
+            # Re-applied every round while over the limit: partitions assigned meanwhile
+            # start unpaused.
+            consumer.pause(consumer.assignment())
+            self._paused = True
+        elif self._paused and self._outstanding <= self.max_pending // 2:
+            consumer.resume(consumer.assignment())
+            self._paused = False
+
+    def _commit(
+        self, consumer: Consumer, tps: Iterable[tuple[str, int]], *, asynchronous: bool
+    ) -> None:
+        offsets: list[TopicPartition] = []
+        for tp in tps:
+            progress = self._progress.get(tp)
+            if progress is None:
+                continue
+            position = progress.commit_position()
+            if position is not None and position != progress.committed:
+                offsets.append(TopicPartition(tp[0], tp[1], position))
+                progress.committed = position
+        if not offsets:
+            return
+        try:
+            if asynchronous:
+                consumer.commit(offsets=offsets, asynchronous=True)
+            else:
+                consumer.commit(offsets=offsets, asynchronous=False)
+            self.stats.commits += 1
+        except KafkaException as exc:
+            log.warning("commit of %s failed: %s", offsets, exc)
+            for tp_offset in offsets:  # try again next round
+                progress = self._progress.get((tp_offset.topic, tp_offset.partition))
+                if progress is not None:
+                    progress.committed = None
+
+    def _release(self, consumer: Consumer, tps: list[tuple[str, int]], *, commit: bool) -> None:
+        """Give up partitions: drop their queued records, wait for their running handlers
+        (up to ``drain_timeout``), commit their done prefix, forget them.
+
+        Caller: the rebalance callbacks and shutdown, on the consumer thread.
+        Affects: _progress, the committed offsets.
+        """
+        releasing = {tp: self._progress[tp] for tp in tps if tp in self._progress}
+        if not releasing:
+            return
+        dropping = set(releasing.values())
+        for progress in releasing.values():
+            progress.live = False
+        assert self._loop is not None
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._purge, dropping)
+        deadline = time.monotonic() + self.drain_timeout
+        while any(p.unresolved for p in releasing.values()):
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "handlers still running after %.0f s; leaving their records to the "
+                    "next owner of %s",
+                    self.drain_timeout,
+                    sorted(releasing),
+                )
+                break
+            self._serve(timeout=0.05)
+        if commit:
+            try:
+                self._commit(consumer, releasing, asynchronous=False)
+            except KafkaException as exc:  # e.g. the group moved on already
+                log.warning("final commit of %s failed: %s", sorted(releasing), exc)
+        for tp in releasing:
+            del self._progress[tp]
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for p in partitions:
+            self._progress[(p.topic, p.partition)] = PartitionProgress()
+        log.info("assigned %s", [(p.topic, p.partition) for p in partitions])
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("revoked %s", [(p.topic, p.partition) for p in partitions])
+        self._release(consumer, [(p.topic, p.partition) for p in partitions], commit=True)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.warning("lost %s", [(p.topic, p.partition) for p in partitions])
+        self._release(consumer, [(p.topic, p.partition) for p in partitions], commit=False)
+
+    # -------------------------------------------------------------- event loop
+
+    def _enqueue(self, job: _Job) -> None:
+        if not self._carry_on(job):  # revoked or stopping since it was dispatched
+            self._completions.put((job, Outcome.ABANDONED))
+            return
+        self._queues.push(job.request.tenant, job)
+        self._pump()
+
+    def _pump(self) -> None:
+        """Start queued records while fewer than ``concurrency`` run."""
+        assert self._loop is not None
+        while self._queues.out < self.concurrency and not self._stopping.is_set():
+            taken = self._queues.take()
+            if taken is None:
+                return
+            self._loop.create_task(self._run_job(taken[1]))
+
+    def _purge(self, progresses: set[PartitionProgress]) -> None:
+        for job in self._queues.purge(lambda job: job.progress in progresses):
+            self._completions.put((job, Outcome.ABANDONED))
+        self._interrupt()
+
+    def _interrupt(self) -> None:
+        """Wake the records sleeping between attempts, to check whether to carry on."""
+        if self._stopping.is_set():
+            for job in self._queues.purge(lambda job: True):
+                self._completions.put((job, Outcome.ABANDONED))
+        assert self._wakeup is not None
+        self._wakeup.set()
+        self._wakeup = asyncio.Event()
+
+    async def _run_job(self, job: _Job) -> None:
+        try:
+            outcome = await self._process(job)
+        except BaseException:
+            self._completions.put((job, Outcome.ABANDONED))
+            raise
+        finally:
+            self._queues.done(job.request.tenant)
+        self._completions.put((job, outcome))
+        self._pump()
+
+    def _carry_on(self, job: _Job) -> bool:
+        return job.progress.live and not self._stopping.is_set()
+
+    async def _pause(self, delay: float, job: _Job) -> bool:
+        """Sleep ``delay`` s; False (at once) if the record is to be abandoned meanwhile."""
+        assert self._loop is not None
+        deadline = self._loop.time() + delay
+        while self._carry_on(job):
+            remaining = deadline - self._loop.time()
+            if remaining <= 0:
+                return True
+            assert self._wakeup is not None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
+        return False
+
+    async def _call(self, request: Request) -> None:
+        if self._is_async:
+            await self.handler(request)
+            return
+        assert self._loop is not None
+        result = await self._loop.run_in_executor(self._pool, self.handler, request)
+        if inspect.isawaitable(result):
+            await result
+
+    async def _process(self, job: _Job) -> Outcome:
+        if not self._carry_on(job):
+            return Outcome.ABANDONED
+        error: Exception | None = None
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                await self._call(replace(job.request, attempt=attempt))
+            except Exception as exc:
+                error = exc
+                self.stats.failed_attempts += 1
+                log.warning(
+                    "handler failed on %s (attempt %d of %d): %r",
+                    _where(job.request),
+                    attempt,
+                    self.max_attempts,
+                    exc,
+                )
+            else:
+                return Outcome.DONE
+            if attempt < self.max_attempts:
+                delay = backoff_delay(attempt, self.backoff_initial, self.backoff_max)
+                if not await self._pause(delay, job):
+                    return Outcome.ABANDONED
+        assert error is not None
+        return await self._dead_letter(job, error)
+
+    async def _dead_letter(self, job: _Job, error: Exception) -> Outcome:
+        """Write the record to the dead-letter topic and wait for the broker's ack."""
+        detail = (
+            f"handler failed {self.max_attempts} time(s); last error: "
+            f"{type(error).__name__}: {error}"
+        )[:MAX_DETAIL_CHARS]
+        headers = contract.dead_letter_headers(job.request.headers, contract.HANDLER_FAILED, detail)
+        attempt = 0
+        while True:
+            attempt += 1
+            err = await self._produce_dead_letter(job, headers)
+            if err is None:
+                log.warning("dead-lettered %s: %s", _where(job.request), detail)
+                return Outcome.DEAD_LETTERED
+            log.error("dead letter for %s not delivered: %s", _where(job.request), err)
+            delay = backoff_delay(attempt, max(self.backoff_initial, 0.1), self.backoff_max)
+            if not await self._pause(delay, job):
+                return Outcome.ABANDONED
+
+    def _produce_dead_letter(self, job: _Job, headers: RawHeaders) -> Awaitable[Any]:
+        assert self._loop is not None
+        assert self._dlq is not None
+        loop = self._loop
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def settle(err: KafkaError | Exception | None) -> None:
+            if not future.done():
+                future.set_result(err)
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            # Runs on the consumer thread, which polls the producer.
+            loop.call_soon_threadsafe(settle, err)
+
+        try:
+            self._dlq.produce(
+                self.dlq_topic, job.value, job.key, headers=list(headers), on_delivery=delivered
+            )
+        except (BufferError, KafkaException) as exc:
+            settle(exc)
+        return future
+
+
+def _coordinates(msg: Message) -> tuple[str, int, int]:
+    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+    assert topic is not None
+    assert partition is not None
+    assert offset is not None
+    return topic, partition, offset
+
+
+def _bytes(value: str | bytes | None) -> bytes | None:
+    return value.encode("utf-8") if isinstance(value, str) else value
+
+
+def _where(request: Request) -> str:
+    return (
+        f"request {request.request_id} of tenant {request.tenant!r} "
+        f"at {request.topic}[{request.partition}]@{request.offset}"
+    )

@@ -1,0 +1,201 @@
+"""``fairstream worker``: run a ``fairstream.Worker`` around a handler named on the command line.
+
+``--handler package.module:function`` names a callable taking one ``fairstream.Request``
+(plain or ``async def``). As with gunicorn and uvicorn, the current directory is put on
+``sys.path`` first, so a module next to where the command runs is found. Worker-specific
+options read ``FAIRSTREAM_WORKER_*`` variables so that they never collide with the
+scheduler's; the broker and topic options share the scheduler's variables.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+import click
+
+from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS, bootstrap_option
+
+
+def load_handler(spec: str) -> Any:
+    """Import ``module:attribute[.attribute...]``; click errors say what is wrong."""
+    module_name, sep, attr_path = spec.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise click.BadParameter(f"expected module:function, got {spec!r}", param_hint="--handler")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(
+            f"cannot import {module_name}: {exc}", param_hint="--handler"
+        ) from exc
+    for part in attr_path.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise click.BadParameter(
+                f"{module_name} has no attribute {attr_path}", param_hint="--handler"
+            ) from None
+    if not callable(target):
+        raise click.BadParameter(f"{spec} is not callable", param_hint="--handler")
+    return target
+
+
+def _env(name: str) -> dict[str, Any]:
+    return {"envvar": f"FAIRSTREAM_{name}", "show_envvar": True}
+
+
+@click.command("worker")
+@click.option(
+    "--handler",
+    required=True,
+    help="The function to call for every request, as module:function.",
+    **_env("WORKER_HANDLER"),
+)
+@bootstrap_option
+@click.option(
+    "--egress-topic",
+    default=DEFAULT_EGRESS,
+    show_default=True,
+    help="Topic the scheduler emits and the workers read.",
+    **_env("EGRESS_TOPIC"),
+)
+@click.option(
+    "--dlq-topic",
+    default=DEFAULT_DLQ,
+    show_default=True,
+    help="Dead-letter topic for requests whose handler kept failing.",
+    **_env("DLQ_TOPIC"),
+)
+@click.option(
+    "--group-id",
+    default="fairstream-workers",
+    show_default=True,
+    help="Consumer group of the workers (workers of one group share the egress partitions).",
+    **_env("WORKER_GROUP_ID"),
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Handlers running at once (one tenant's requests never run side by side).",
+    **_env("WORKER_CONCURRENCY"),
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Calls of the handler per request before it is dead-lettered as handler-failed.",
+    **_env("WORKER_MAX_ATTEMPTS"),
+)
+@click.option(
+    "--backoff-initial",
+    type=click.FloatRange(min=0),
+    default=0.1,
+    show_default=True,
+    help="Seconds before the first retry; doubles with each retry.",
+    **_env("WORKER_BACKOFF_INITIAL"),
+)
+@click.option(
+    "--backoff-max",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Longest wait between two attempts, in seconds.",
+    **_env("WORKER_BACKOFF_MAX"),
+)
+@click.option(
+    "--dedup-window",
+    type=click.IntRange(min=0),
+    default=10_000,
+    show_default=True,
+    help="Recent request ids remembered to skip duplicates; 0 turns de-duplication off.",
+    **_env("WORKER_DEDUP_WINDOW"),
+)
+@click.option(
+    "--max-pending",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Records fetched and not finished before the worker stops fetching.",
+    **_env("WORKER_MAX_PENDING"),
+)
+@click.option(
+    "--session-timeout",
+    type=click.FloatRange(min=6),
+    default=10.0,
+    show_default=True,
+    help="Seconds without heartbeats after which a dead worker's partitions move.",
+    **_env("WORKER_SESSION_TIMEOUT"),
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+    help="Log level.",
+    **_env("LOG_LEVEL"),
+)
+def worker(
+    handler: str,
+    bootstrap: str,
+    egress_topic: str,
+    dlq_topic: str,
+    group_id: str,
+    concurrency: int,
+    max_attempts: int,
+    backoff_initial: float,
+    backoff_max: float,
+    dedup_window: int,
+    max_pending: int,
+    session_timeout: float,
+    log_level: str,
+) -> None:
+    """Consume the egress topic and call HANDLER for every request.
+
+    Offsets are committed only past requests that succeeded, were dead-lettered or were
+    skipped as duplicates, so a crash re-delivers and loses nothing. SIGTERM or SIGINT
+    finishes the running handlers, commits and leaves the group (a second signal kills).
+    """
+    from fairstream.worker import Worker
+
+    if backoff_max < backoff_initial:
+        raise click.UsageError("--backoff-max must be at least --backoff-initial")
+    function = load_handler(handler)
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    instance = Worker(
+        function,
+        bootstrap=bootstrap,
+        egress_topic=egress_topic,
+        dlq_topic=dlq_topic,
+        group_id=group_id,
+        max_attempts=max_attempts,
+        backoff_initial=backoff_initial,
+        backoff_max=backoff_max,
+        dedup_window=dedup_window or None,
+        concurrency=concurrency,
+        max_pending=max_pending,
+        session_timeout=session_timeout,
+    )
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        logging.getLogger("fairstream.worker").info(
+            "%s: stopping (again to kill)", signal.Signals(signum).name
+        )
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        instance.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    instance.run()

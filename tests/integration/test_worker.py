@@ -1,0 +1,355 @@
+"""The worker SDK against a real broker: retries, dead letters, commits, dedup, ordering,
+async handlers, kill -9 and SIGTERM of a ``fairstream worker`` process.
+
+Records are written straight to a fresh egress topic with a plain producer (no scheduler).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from fairstream import contract
+from fairstream.worker import Request, Worker
+from tests.integration.kafka import consume, create_topics, unique, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def egress_record(tenant: str, rid: str, payload: bytes) -> dict[str, Any]:
+    return {
+        "key": tenant.encode(),
+        "value": payload,
+        "headers": [
+            ("trace", b"\x00t"),
+            (contract.TENANT, tenant.encode()),
+            (contract.REQUEST_ID, rid.encode()),
+            (contract.COST, b"3"),
+            (contract.ENQUEUED_MS, b"1000"),
+            (contract.SCHEDULED_MS, b"2000"),
+        ],
+    }
+
+
+def feed(bootstrap: str, topic: str, records: list[dict[str, Any]], partition: int = 0) -> None:
+    """Write records in order (to one partition unless each names its own)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for r in records:
+        producer.produce(topic, partition=r.pop("partition", partition), **r)
+    assert producer.flush(30) == 0
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int = 1) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
+        return [tp.offset for tp in tps]
+    finally:
+        consumer.close()
+
+
+class Setup:
+    def __init__(self, bootstrap: str, partitions: int = 1) -> None:
+        self.bootstrap = bootstrap
+        self.egress = unique("w-egress")
+        self.dlq = unique("w-dlq")
+        self.group = unique("w-group")
+        self.partitions = partitions
+        create_topics(bootstrap, [self.egress, self.dlq], partitions=partitions)
+
+    def worker(self, handler: Callable[[Request], Any], **kwargs: Any) -> Worker:
+        options: dict[str, Any] = {
+            "bootstrap": self.bootstrap,
+            "egress_topic": self.egress,
+            "dlq_topic": self.dlq,
+            "group_id": self.group,
+            "commit_interval": 0.2,
+            "backoff_initial": 0.01,
+            "backoff_max": 0.05,
+            **kwargs,
+        }
+        return Worker(handler, **options)
+
+    def committed(self) -> list[int]:
+        return committed(self.bootstrap, self.group, self.egress, self.partitions)
+
+    def wait_committed(self, offsets: list[int], timeout: float = 60) -> None:
+        wait_until(
+            lambda: self.committed() == offsets,
+            timeout,
+            f"committed offsets {offsets} (have {self.committed()})",
+            interval=0.2,
+        )
+
+
+@contextmanager
+def running(worker: Worker) -> Iterator[Worker]:
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(60)
+        assert not thread.is_alive(), "worker did not stop"
+    assert not errors, errors
+
+
+def test_flaky_handler_is_retried_then_committed(kafka_bootstrap: str) -> None:
+    s = Setup(kafka_bootstrap)
+    feed(kafka_bootstrap, s.egress, [egress_record("acme", "r-1", b"hello")])
+    attempts: list[int] = []
+    seen: list[Request] = []
+
+    def handler(request: Request) -> None:
+        attempts.append(request.attempt)
+        if len(attempts) <= 2:
+            raise RuntimeError("flaky upstream")
+        seen.append(request)
+
+    with running(s.worker(handler)) as worker:
+        s.wait_committed([1])
+    assert attempts == [1, 2, 3]
+    assert len(seen) == 1
+    request = seen[0]
+    assert (request.tenant, request.payload, request.request_id, request.cost) == (
+        "acme",
+        b"hello",
+        "r-1",
+        3,
+    )
+    assert (request.enqueued_ms, request.scheduled_ms, request.offset) == (1000, 2000, 0)
+    assert request.header("trace") == b"\x00t"
+    assert worker.stats.processed == 1
+    assert worker.stats.failed_attempts == 2
+    assert worker.stats.dead_lettered == 0
+
+
+def test_always_failing_handler_dead_letters_after_max_attempts(kafka_bootstrap: str) -> None:
+    s = Setup(kafka_bootstrap)
+    bad = egress_record("acme", "r-bad", b"\x00poison\xff")
+    feed(kafka_bootstrap, s.egress, [bad, egress_record("acme", "r-ok", b"fine")])
+    calls: list[tuple[str, int]] = []
+
+    def handler(request: Request) -> None:
+        calls.append((request.request_id, request.attempt))
+        if request.payload.startswith(b"\x00poison"):
+            raise ValueError("upstream said 422: prompt too long")
+
+    with running(s.worker(handler, max_attempts=3)) as worker:
+        s.wait_committed([2])
+    assert calls == [("r-bad", 1), ("r-bad", 2), ("r-bad", 3), ("r-ok", 1)]
+    assert worker.stats.dead_lettered == 1
+    [dead] = consume(kafka_bootstrap, s.dlq, 1)
+    assert dead.key() == b"acme"
+    assert dead.value() == b"\x00poison\xff"
+    headers = dead.headers()
+    assert headers[: len(bad["headers"])] == bad["headers"]  # the original ones, in order
+    extra = dict(headers[len(bad["headers"]) :])
+    assert extra[contract.DLQ_REASON] == contract.HANDLER_FAILED.encode()
+    detail = extra[contract.DLQ_DETAIL].decode()
+    assert "ValueError: upstream said 422: prompt too long" in detail
+    assert "3 time" in detail
+
+
+def test_repeated_request_id_is_skipped_and_committed(kafka_bootstrap: str) -> None:
+    s = Setup(kafka_bootstrap)
+    records = [
+        egress_record("acme", "r-1", b"one"),
+        egress_record("acme", "r-2", b"two"),
+        egress_record("acme", "r-1", b"one again (a scheduler crash re-sent it)"),
+        egress_record("zeta", "r-3", b"three"),
+    ]
+    feed(kafka_bootstrap, s.egress, records)
+    handled: list[str] = []
+    with running(s.worker(lambda r: handled.append(r.request_id), dedup_window=100)) as worker:
+        s.wait_committed([4])
+    assert handled == ["r-1", "r-2", "r-3"]
+    assert worker.stats.duplicates_skipped == 1
+
+
+def test_dedup_off_handles_every_record(kafka_bootstrap: str) -> None:
+    s = Setup(kafka_bootstrap)
+    feed(kafka_bootstrap, s.egress, [egress_record("acme", "r-1", b"x")] * 2)
+    handled: list[str] = []
+    with running(s.worker(lambda r: handled.append(r.request_id), dedup_window=None)):
+        s.wait_committed([2])
+    assert handled == ["r-1", "r-1"]
+
+
+def test_concurrency_keeps_per_tenant_order(kafka_bootstrap: str) -> None:
+    s = Setup(kafka_bootstrap, partitions=2)
+    tenants = [f"t{i}" for i in range(6)]
+    per_tenant = 15
+    records = []
+    for n in range(per_tenant):
+        for i, t in enumerate(tenants):
+            # Several tenants share each partition, so the partition order alone proves
+            # nothing: the worker must keep each tenant's order itself.
+            records.append({**egress_record(t, f"{t}-{n}", str(n).encode()), "partition": i % 2})
+    feed(kafka_bootstrap, s.egress, records)
+    lock = threading.Lock()
+    active: dict[str, int] = {}
+    order: dict[str, list[int]] = {t: [] for t in tenants}
+    overlap = {"max": 0, "same_tenant": 0}
+
+    def handler(request: Request) -> None:
+        with lock:
+            active[request.tenant] = active.get(request.tenant, 0) + 1
+            if active[request.tenant] > 1:
+                overlap["same_tenant"] += 1
+            overlap["max"] = max(overlap["max"], sum(active.values()))
+            order[request.tenant].append(int(request.payload))
+        # Uneven durations would reorder a tenant's records if two could run at once.
+        time.sleep(0.002 * (hash(request.request_id) % 5))
+        with lock:
+            active[request.tenant] -= 1
+
+    with running(s.worker(handler, concurrency=4)):
+        s.wait_committed([per_tenant * 3, per_tenant * 3])
+    assert overlap["same_tenant"] == 0
+    assert overlap["max"] > 1, "concurrency 4 never ran two handlers at once"
+    assert overlap["max"] <= 4
+    for t in tenants:
+        assert order[t] == list(range(per_tenant)), t
+
+
+def test_async_handler_runs_on_the_workers_loop(kafka_bootstrap: str) -> None:
+    s = Setup(kafka_bootstrap)
+    feed(kafka_bootstrap, s.egress, [egress_record(f"t{i}", f"r{i}", b"x") for i in range(8)])
+    state = {"running": 0, "max": 0, "calls": 0}
+
+    async def handler(request: Request) -> None:
+        state["running"] += 1
+        state["max"] = max(state["max"], state["running"])
+        if state["calls"] == 0:
+            state["calls"] += 1
+            state["running"] -= 1
+            raise ConnectionError("first call fails")  # async handlers retry too
+        state["calls"] += 1
+        await asyncio.sleep(0.05)
+        state["running"] -= 1
+
+    with running(s.worker(handler, concurrency=4)) as worker:
+        s.wait_committed([8])
+    assert worker.stats.processed == 8
+    assert worker.stats.failed_attempts == 1
+    assert state["max"] > 1  # coroutines of different tenants overlapped
+
+
+HANDLER_MODULE = """
+import os, time
+
+def handle(request):
+    time.sleep(float(os.environ.get("SLOW", "0")))
+    with open(os.environ["OUT"], "a") as f:
+        f.write(f"{request.request_id} {request.partition} {request.offset}\\n")
+"""
+
+
+class WorkerProcess:
+    def __init__(self, s: Setup, workdir: Path, out: Path, name: str, slow: float) -> None:
+        self.log = workdir / f"{name}.log"
+        (workdir / "slowhandler.py").write_text(HANDLER_MODULE)
+        env = {**os.environ, "OUT": str(out), "SLOW": str(slow), "PYTHONUNBUFFERED": "1"}
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+        env["FAIRSTREAM_BOOTSTRAP"] = s.bootstrap  # the environment works like the flags
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable, "-m", "fairstream", "worker",
+                    "--handler", "slowhandler:handle",
+                    "--egress-topic", s.egress,
+                    "--dlq-topic", s.dlq,
+                    "--group-id", s.group,
+                    "--session-timeout", "6",
+                ],
+                cwd=workdir, stdout=log, stderr=subprocess.STDOUT, env=env,
+            )  # fmt: skip
+
+    def tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
+
+
+def lines(out: Path) -> list[tuple[str, int, int]]:
+    if not out.exists():
+        return []
+    rows = []
+    for line in out.read_text().splitlines():
+        rid, partition, offset = line.split()
+        rows.append((rid, int(partition), int(offset)))
+    return rows
+
+
+def test_kill_9_mid_stream_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:
+    s = Setup(kafka_bootstrap, partitions=2)
+    total = 300
+    records = [
+        {**egress_record(f"t{i % 5}", f"r{i}", b"x"), "partition": i % 2} for i in range(total)
+    ]
+    feed(kafka_bootstrap, s.egress, records)
+    out = tmp_path / "processed.txt"
+    first = WorkerProcess(s, tmp_path, out, "first", slow=0.02)
+    wait_until(lambda: len(lines(out)) >= 60, 60, f"first worker progressing:\n{first.tail()}")
+    first.proc.kill()  # SIGKILL: no shutdown, no final commit
+    first.proc.wait()
+    before = lines(out)
+    at_kill = committed(kafka_bootstrap, s.group, s.egress, 2)
+    assert sum(max(o, 0) for o in at_kill) > 0, "expected some commits before the kill"
+
+    second = WorkerProcess(s, tmp_path, out, "second", slow=0)
+    try:
+        wait_until(
+            lambda: {r[0] for r in lines(out)} >= {f"r{i}" for i in range(total)},
+            90,
+            f"every record processed; second worker:\n{second.tail()}",
+        )
+        s.wait_committed([total // 2, total // 2])
+    finally:
+        second.proc.send_signal(signal.SIGTERM)
+        assert second.proc.wait(30) == 0, second.tail()
+    rows = lines(out)
+    seen: dict[str, int] = {}
+    for rid, _, _ in rows:
+        seen[rid] = seen.get(rid, 0) + 1
+    repeated = {rid for rid, n in seen.items() if n > 1}
+    assert all(n <= 2 for n in seen.values())
+    # Repeats are exactly records the first worker finished but had not committed yet.
+    uncommitted_done = {rid for rid, p, o in before if o >= at_kill[p]}
+    assert repeated == uncommitted_done
+
+
+def test_sigterm_finishes_in_flight_and_commits_what_was_processed(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    s = Setup(kafka_bootstrap)
+    feed(kafka_bootstrap, s.egress, [egress_record("acme", f"r{i}", b"x") for i in range(200)])
+    out = tmp_path / "processed.txt"
+    proc = WorkerProcess(s, tmp_path, out, "w", slow=0.05)
+    wait_until(lambda: len(lines(out)) >= 10, 60, f"worker progressing:\n{proc.tail()}")
+    proc.proc.send_signal(signal.SIGTERM)
+    assert proc.proc.wait(30) == 0, proc.tail()
+    done = lines(out)
+    assert len(done) < 200
+    # Everything processed is committed, and nothing past it: a restart repeats nothing.
+    assert s.committed() == [len(done)]
+    assert [o for _, _, o in done] == list(range(len(done)))
