@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -36,6 +37,13 @@ HOST = "127.0.0.1"
 STATE_FILE = "state.json"
 BROKER_LOG = "broker.log"
 STDOUT_LOG = "stdout.log"
+SASL_PASSWORD_FILE = "sasl-password"
+SCRAM_MECHANISM = "SCRAM-SHA-256"
+DEFAULT_SASL_USER = "fairstream"
+# The broker's own identity on its SASL listener (inter-broker), created at format time.
+BROKER_SASL_USER = "fairstream-broker"
+# Characters that survive StorageTool's --add-scram syntax and a quoted JAAS value unescaped.
+SASL_SAFE = re.compile(r"[A-Za-z0-9._~@%+\-]{1,128}")
 
 POM_TEMPLATE = """<?xml version="1.0" encoding="UTF-8"?>
 <project xmlns="http://maven.apache.org/POM/4.0.0">
@@ -96,10 +104,21 @@ class BrokerState:
     pid: int | None = None
     container_id: str | None = None
     started_at: float = field(default_factory=time.time)
+    # SASL_PLAINTEXT with SCRAM-SHA-256 for clients when set; the password is never here
+    # (it lives in the state directory's ``sasl-password``, mode 0600).
+    sasl_username: str | None = None
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def security_protocol(self) -> str:
+        return "SASL_PLAINTEXT" if self.sasl_username else "PLAINTEXT"
+
+    @property
+    def sasl_mechanism(self) -> str | None:
+        return SCRAM_MECHANISM if self.sasl_username else None
 
     @classmethod
     def load(cls, path: Path) -> BrokerState | None:
@@ -157,12 +176,17 @@ def port_is_free(port: int) -> bool:
         return True
 
 
-def answers_metadata(bootstrap: str, timeout: float = 3.0) -> bool:
-    """True when a broker at ``bootstrap`` answers a metadata request with itself in it."""
+def answers_metadata(
+    bootstrap: str, timeout: float = 3.0, client_config: dict[str, Any] | None = None
+) -> bool:
+    """True when a broker at ``bootstrap`` answers a metadata request with itself in it.
+
+    ``client_config``: more librdkafka settings, e.g. the SASL ones of a SASL broker.
+    """
     from confluent_kafka.admin import AdminClient
 
     # log_level 0 keeps librdkafka from printing connection-refused lines while we poll.
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **(client_config or {})})
     try:
         metadata = admin.list_topics(timeout=timeout)
     except Exception:
@@ -268,6 +292,41 @@ class DevBroker:
     def data_dir(self) -> Path:
         return self.state_dir / "data"
 
+    @property
+    def sasl_password_file(self) -> Path:
+        return self.state_dir / SASL_PASSWORD_FILE
+
+    # -- SASL credentials ----------------------------------------------------------------
+
+    def sasl_password(self) -> str | None:
+        """The SASL user's password recorded in the state directory, if any."""
+        try:
+            return self.sasl_password_file.read_text().strip() or None
+        except OSError:
+            return None
+
+    def _store_sasl_password(self, password: str) -> None:
+        # Created 0600 from the start: the password is never readable by others, not even
+        # between creation and a chmod.
+        tmp = self.sasl_password_file.with_suffix(".tmp")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(password + "\n")
+        tmp.replace(self.sasl_password_file)
+
+    def client_config(self, state: BrokerState) -> dict[str, Any]:
+        """librdkafka settings (beyond bootstrap.servers) a client needs for this broker."""
+        if not state.sasl_username:
+            return {}
+        return {
+            "security.protocol": state.security_protocol,
+            "sasl.mechanisms": state.sasl_mechanism,
+            "sasl.username": state.sasl_username,
+            "sasl.password": self.sasl_password() or "",
+        }
+
     # -- jars ----------------------------------------------------------------------------
 
     def jars_ready(self) -> bool:
@@ -343,18 +402,34 @@ class DevBroker:
                 return None
         elif state.pid is None or not pid_alive(state.pid) or not is_our_broker(state.pid):
             return None
-        return state if answers_metadata(state.bootstrap) else None
+        config = self.client_config(state)
+        return state if answers_metadata(state.bootstrap, client_config=config) else None
 
     # -- up ------------------------------------------------------------------------------
 
     def up(
-        self, port: int | None = None, engine: str = "local", timeout: float = 120.0
+        self,
+        port: int | None = None,
+        engine: str = "local",
+        timeout: float = 120.0,
+        *,
+        sasl: bool = False,
+        sasl_user: str = DEFAULT_SASL_USER,
+        sasl_password: str | None = None,
     ) -> BrokerState:
         """Start the broker, or find the one already running; returns its state.
+
+        ``sasl``: clients connect with SASL_PLAINTEXT and SCRAM-SHA-256 as ``sasl_user``;
+        ``sasl_password`` defaults to the one stored in the state directory, or a random
+        one generated and stored there (``sasl-password``, mode 0600) on first use.
 
         Caller: ``dev-kafka up`` and the test fixtures.
         Affects: ``state_dir``; starts a background JVM or container.
         """
+        if sasl:
+            check_sasl_value("SASL user", sasl_user)
+            if sasl_password is not None:
+                check_sasl_value("SASL password", sasl_password)
         running = self.status()
         if running is not None:
             if port is not None and port != running.port:
@@ -362,12 +437,31 @@ class DevBroker:
                     f"a development broker already runs at {running.bootstrap} "
                     f"(state in {self.state_dir}); stop it first or use another --dir"
                 )
+            if sasl != bool(running.sasl_username) or (
+                sasl
+                and (
+                    sasl_user != running.sasl_username
+                    or (sasl_password is not None and sasl_password != self.sasl_password())
+                )
+            ):
+                now = f"SASL user {running.sasl_username}" if running.sasl_username else "no SASL"
+                raise BrokerError(
+                    f"a development broker already runs at {running.bootstrap} with {now} "
+                    f"(state in {self.state_dir}); stop it first (dev-kafka down) or use "
+                    "another --dir"
+                )
             return running
         self._reap_leftover()
         if port is not None and not port_is_free(port):
             raise BrokerError(f"port {port} on {HOST} is in use; pick another or omit --port")
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        if engine == "docker":
+        if sasl and engine == "docker":
+            raise BrokerError("--sasl needs the local engine (--engine local)")
+        if sasl:
+            state = self._start_local(
+                port, timeout, sasl_user=sasl_user, sasl_password=sasl_password
+            )
+        elif engine == "docker":
             from fairstream.devkafka import docker_engine
 
             state = docker_engine.start(
@@ -391,10 +485,19 @@ class DevBroker:
         elif state.pid is not None and pid_alive(state.pid) and is_our_broker(state.pid):
             self._terminate(state.pid, timeout=30)
 
-    def _start_local(self, port: int | None, timeout: float) -> BrokerState:
+    def _start_local(
+        self,
+        port: int | None,
+        timeout: float,
+        sasl_user: str | None = None,
+        sasl_password: str | None = None,
+    ) -> BrokerState:
         java = java_command()
         jars = self.fetch_jars()
         previous = self.recorded()
+        stored_password = self.sasl_password()
+        if sasl_user is not None:
+            sasl_password = sasl_password or stored_password or secrets.token_urlsafe(18)
         reuse = (
             previous is not None
             and previous.engine == "local"
@@ -402,6 +505,9 @@ class DevBroker:
             and (port is None or port == previous.port)
             and port_is_free(previous.port)
             and port_is_free(previous.controller_port)
+            # SCRAM users are created at format time: other credentials need a new format.
+            and previous.sasl_username == sasl_user
+            and (sasl_user is None or sasl_password == stored_password)
         )
         if reuse and previous is not None:
             # Same ports as before: the formatted data (topics, offsets) stays valid.
@@ -412,15 +518,25 @@ class DevBroker:
             while controller_port == port:
                 controller_port = free_port()
             shutil.rmtree(self.data_dir, ignore_errors=True)
+        broker_password = None
+        if sasl_user is not None and sasl_password is not None:
+            self._store_sasl_password(sasl_password)
+            broker_password = self._broker_password(reuse)
         properties = self.state_dir / "server.properties"
-        properties.write_text(self.server_properties(port, controller_port))
+        # It may hold the broker's own SASL password: readable by its owner only.
+        properties.touch(mode=0o600)
+        properties.chmod(0o600)
+        properties.write_text(self.server_properties(port, controller_port, broker_password))
         log4j = self.state_dir / "log4j2.properties"
         log4j.write_text(LOG4J2_PROPERTIES.format(log=self.log_file))
         classpath = f"{jars}/*"
         jvm = [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-Djava.awt.headless=true"]
         jvm += [f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
         if not reuse:
-            self._format(jvm, properties)
+            scram = []
+            if sasl_user is not None and broker_password is not None:
+                scram = [(BROKER_SASL_USER, broker_password), (sasl_user, sasl_password or "")]
+            self._format(jvm, properties, scram)
         stdout_path = self.state_dir / STDOUT_LOG
         with stdout_path.open("ab") as out:
             proc = subprocess.Popen(
@@ -438,24 +554,60 @@ class DevBroker:
             controller_port=controller_port,
             kafka_version=self.kafka_version,
             pid=proc.pid,
+            sasl_username=sasl_user,
         )
         # Written before waiting so that `down` can stop a broker that is still starting.
         state.save(self.state_file)
         self._wait_ready(state, proc, timeout)
         return state
 
-    def server_properties(self, port: int, controller_port: int) -> str:
-        """The broker configuration: one combined KRaft node, fit for a single machine."""
+    def _broker_password(self, reuse: bool) -> str:
+        # The broker's own SCRAM password is in server.properties; keep it when the formatted
+        # data (where its SCRAM credential lives) is kept.
+        properties = self.state_dir / "server.properties"
+        if reuse:
+            with contextlib.suppress(OSError):
+                match = re.search(
+                    rf'username="{BROKER_SASL_USER}" password="([^"]+)"', properties.read_text()
+                )
+                if match:
+                    return match.group(1)
+        return secrets.token_urlsafe(18)
+
+    def server_properties(
+        self, port: int, controller_port: int, broker_password: str | None = None
+    ) -> str:
+        """The broker configuration: one combined KRaft node, fit for a single machine.
+
+        With ``broker_password``, the client listener is SASL_PLAINTEXT with SCRAM-SHA-256
+        (the broker authenticates to it as ``BROKER_SASL_USER``); the controller listener
+        stays PLAINTEXT on loopback.
+        """
+        if broker_password is None:
+            listener = "PLAINTEXT"
+            sasl_lines: list[str] = []
+        else:
+            listener = "SASL_PLAINTEXT"
+            jaas = (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f'username="{BROKER_SASL_USER}" password="{broker_password}";'
+            )
+            sasl_lines = [
+                f"sasl.enabled.mechanisms={SCRAM_MECHANISM}",
+                f"sasl.mechanism.inter.broker.protocol={SCRAM_MECHANISM}",
+                f"listener.name.sasl_plaintext.{SCRAM_MECHANISM.lower()}.sasl.jaas.config={jaas}",
+            ]
         return "\n".join(
             [
                 "process.roles=broker,controller",
                 "node.id=1",
                 f"controller.quorum.bootstrap.servers={HOST}:{controller_port}",
-                f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
-                f"advertised.listeners=PLAINTEXT://{HOST}:{port}",
+                f"listeners={listener}://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
+                f"advertised.listeners={listener}://{HOST}:{port}",
                 "controller.listener.names=CONTROLLER",
-                "inter.broker.listener.name=PLAINTEXT",
-                "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                f"inter.broker.listener.name={listener}",
+                f"listener.security.protocol.map=CONTROLLER:PLAINTEXT,{listener}:{listener}",
+                *sasl_lines,
                 f"log.dirs={self.data_dir}",
                 "num.partitions=1",
                 # One node: every internal topic has one replica and needs one in sync.
@@ -476,7 +628,9 @@ class DevBroker:
             ]
         )
 
-    def _format(self, jvm: list[str], properties: Path) -> None:
+    def _format(
+        self, jvm: list[str], properties: Path, scram: list[tuple[str, str]] | None = None
+    ) -> None:
         cluster_id = subprocess.run(
             [*jvm, "kafka.tools.StorageTool", "random-uuid"],
             capture_output=True,
@@ -497,15 +651,24 @@ class DevBroker:
                 cluster_id.stdout.strip().splitlines()[-1],
                 "-c",
                 str(properties),
+                *(
+                    arg
+                    for name, password in scram or []
+                    for arg in (
+                        "--add-scram",
+                        f"{SCRAM_MECHANISM}=[name={name},password={password}]",
+                    )
+                ),
             ],
             capture_output=True,
             text=True,
             check=False,
         )
         if fmt.returncode != 0:
-            raise BrokerError(
-                "formatting the broker storage failed:\n" + (fmt.stdout + fmt.stderr)[-3000:]
-            )
+            output = fmt.stdout + fmt.stderr
+            for _, password in scram or []:
+                output = output.replace(password, "***")
+            raise BrokerError("formatting the broker storage failed:\n" + output[-3000:])
 
     def _wait_ready(
         self, state: BrokerState, proc: subprocess.Popen[bytes], timeout: float
@@ -520,7 +683,9 @@ class DevBroker:
                     f"Last lines of {self.state_dir / STDOUT_LOG}:\n"
                     f"{tail(self.state_dir / STDOUT_LOG, 15)}"
                 )
-            if answers_metadata(state.bootstrap, timeout=2.0):
+            if answers_metadata(
+                state.bootstrap, timeout=2.0, client_config=self.client_config(state)
+            ):
                 return
             time.sleep(0.3)
         self._terminate(proc.pid, timeout=15)
@@ -575,6 +740,17 @@ class DevBroker:
             raise BrokerError(f"broker process {pid} did not exit after SIGKILL")
 
 
+def check_sasl_value(what: str, value: str) -> None:
+    """Refuse a SASL user or password that StorageTool or JAAS would misread."""
+    if not SASL_SAFE.fullmatch(value):
+        raise BrokerError(f"the {what} must be 1 to 128 characters of A-Z a-z 0-9 . _ ~ @ % + -")
+
+
 def describe(state: BrokerState) -> dict[str, Any]:
-    """A JSON-friendly view of a running broker, for ``status --json``."""
-    return {**asdict(state), "bootstrap": state.bootstrap}
+    """A JSON-friendly view of a running broker, for ``status --json`` (no password)."""
+    return {
+        **asdict(state),
+        "bootstrap": state.bootstrap,
+        "security_protocol": state.security_protocol,
+        "sasl_mechanism": state.sasl_mechanism,
+    }

@@ -9,7 +9,9 @@ from pathlib import Path
 import click
 
 from fairstream.devkafka.broker import (
+    DEFAULT_SASL_USER,
     KAFKA_VERSION,
+    SCRAM_MECHANISM,
     BrokerError,
     DevBroker,
     default_state_dir,
@@ -83,24 +85,76 @@ def dev_kafka() -> None:
     show_default=True,
     help="Seconds to wait for the broker to answer a metadata request.",
 )
+@click.option(
+    "--sasl",
+    is_flag=True,
+    envvar="FAIRSTREAM_DEV_KAFKA_SASL",
+    show_envvar=True,
+    help=f"Clients must authenticate: SASL_PLAINTEXT with {SCRAM_MECHANISM} (local engine).",
+)
+@click.option(
+    "--sasl-user",
+    default=DEFAULT_SASL_USER,
+    show_default=True,
+    envvar="FAIRSTREAM_DEV_KAFKA_SASL_USER",
+    show_envvar=True,
+    help="The SCRAM user created for clients (with --sasl).",
+)
+@click.option(
+    "--sasl-password",
+    default=None,
+    show_default=False,
+    envvar="FAIRSTREAM_DEV_KAFKA_SASL_PASSWORD",
+    show_envvar=True,
+    help="Its password (with --sasl). [default: generated once, kept in the state "
+    "directory's sasl-password file (mode 0600); see `dev-kafka credentials`]",
+)
 def up(
-    state_dir: Path | None, port: int | None, engine: str, kafka_version: str, timeout: float
+    state_dir: Path | None,
+    port: int | None,
+    engine: str,
+    kafka_version: str,
+    timeout: float,
+    sasl: bool,
+    sasl_user: str,
+    sasl_password: str | None,
 ) -> None:
     """Start the broker (or find the running one); print its address as the last line."""
     broker = DevBroker(state_dir=state_dir, kafka_version=kafka_version)
     try:
         running = broker.status()
         if running is None:
-            chosen = choose_engine(engine)
+            # SASL is set up in server.properties, which only the local engine writes.
+            chosen = "local" if sasl and engine == "auto" else choose_engine(engine)
             click.echo(
                 f"starting Apache Kafka {kafka_version} ({chosen}) in {broker.state_dir}", err=True
             )
-            state = broker.up(port=port, engine=chosen, timeout=timeout)
+            state = broker.up(
+                port=port,
+                engine=chosen,
+                timeout=timeout,
+                sasl=sasl,
+                sasl_user=sasl_user,
+                sasl_password=sasl_password,
+            )
         else:
-            state = broker.up(port=port, timeout=timeout)
+            state = broker.up(
+                port=port,
+                timeout=timeout,
+                sasl=sasl,
+                sasl_user=sasl_user,
+                sasl_password=sasl_password,
+            )
     except BrokerError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"broker log: {broker.log_file}", err=True)
+    if state.sasl_username:
+        click.echo(
+            f"SASL_PLAINTEXT, {state.sasl_mechanism}, user {state.sasl_username}; password in "
+            f"{broker.sasl_password_file} (`fairstream dev-kafka credentials` prints the "
+            "FAIRSTREAM_* settings)",
+            err=True,
+        )
     click.echo(state.bootstrap)
 
 
@@ -139,7 +193,35 @@ def status(state_dir: Path | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"running": True, **describe(state)}))
     else:
-        click.echo(f"running {state.bootstrap} ({state.engine}, Kafka {state.kafka_version})")
+        auth = f", SASL user {state.sasl_username}" if state.sasl_username else ""
+        click.echo(f"running {state.bootstrap} ({state.engine}, Kafka {state.kafka_version}{auth})")
+
+
+@dev_kafka.command()
+@dir_option
+def credentials(state_dir: Path | None) -> None:
+    """Print the running broker's connection settings as shell exports (password included).
+
+    `eval "$(fairstream dev-kafka credentials)"` points every fairstream command at it.
+    """
+    import shlex
+
+    broker = DevBroker(state_dir=state_dir)
+    state = broker.status()
+    if state is None:
+        raise click.ClickException(f"no development broker runs in {broker.state_dir}")
+    settings = {
+        "FAIRSTREAM_BOOTSTRAP": state.bootstrap,
+        "FAIRSTREAM_SECURITY_PROTOCOL": state.security_protocol,
+    }
+    if state.sasl_username:
+        settings |= {
+            "FAIRSTREAM_SASL_MECHANISM": state.sasl_mechanism or "",
+            "FAIRSTREAM_SASL_USERNAME": state.sasl_username,
+            "FAIRSTREAM_SASL_PASSWORD": broker.sasl_password() or "",
+        }
+    for name, value in settings.items():
+        click.echo(f"export {name}={shlex.quote(value)}")
 
 
 @dev_kafka.command()
