@@ -11,8 +11,9 @@ Guarantees:
 - at-least-once: an offset is committed only once every record before it succeeded, was
   dead-lettered (after the broker acknowledged the dead letter) or was skipped as a
   duplicate. A crash re-delivers at most the uncommitted records.
-- per-tenant order: records of one tenant run one at a time, in offset order
-  (``TenantQueues``); up to ``concurrency`` tenants run side by side.
+- order: records of one tenant run one at a time, in offset order (``TenantQueues``); up
+  to ``concurrency`` tenants run side by side; otherwise records start in the egress order
+  the scheduler chose (with ``concurrency=1``, exactly that order per partition).
 - retries: a failing handler is called again after ``backoff_initial``, ``2 x``... up to
   ``backoff_max`` seconds, ``max_attempts`` times in all; then the record goes to the
   dead-letter topic with reason ``handler-failed`` and the last error in
@@ -44,7 +45,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from confluent_kafka import Producer as _KafkaProducer
 
 from fairstream import contract
-from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS
+from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS, Connection, KafkaConnection
 from fairstream.worker_core import PartitionProgress, RecentIds, TenantQueues, backoff_delay
 
 log = logging.getLogger("fairstream.worker")
@@ -152,6 +153,8 @@ class Worker:
     """Consume the egress topic and call ``handler(request)`` for each record.
 
     ``run()`` blocks until ``stop()`` (from another thread or a signal handler).
+    ``bootstrap``: a ``KafkaConnection`` (servers and authentication) or a bare bootstrap
+    string (PLAINTEXT).
     ``consumer_config`` / ``producer_config`` are extra librdkafka settings for the egress
     consumer and the dead-letter producer.
     """
@@ -160,7 +163,7 @@ class Worker:
         self,
         handler: Handler,
         *,
-        bootstrap: str,
+        bootstrap: Connection,
         egress_topic: str = DEFAULT_EGRESS,
         dlq_topic: str = DEFAULT_DLQ,
         group_id: str = DEFAULT_GROUP,
@@ -189,7 +192,8 @@ class Worker:
         if max_pending < 1:
             raise ValueError(f"max_pending must be at least 1, got {max_pending}")
         self.handler = handler
-        self.bootstrap = bootstrap
+        self.kafka = KafkaConnection.of(bootstrap)
+        self.bootstrap = self.kafka.bootstrap
         self.egress_topic = egress_topic
         self.dlq_topic = dlq_topic
         self.group_id = group_id
@@ -202,7 +206,7 @@ class Worker:
         self.drain_timeout = drain_timeout
         self.stats = WorkerStats()
         self._consumer_config = {
-            "bootstrap.servers": bootstrap,
+            **self.kafka.librdkafka(),
             "group.id": group_id,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
@@ -210,7 +214,7 @@ class Worker:
             **(consumer_config or {}),
         }
         self._producer_config = {
-            "bootstrap.servers": bootstrap,
+            **self.kafka.librdkafka(),
             "enable.idempotence": True,
             "acks": "all",
             "partitioner": "murmur2_random",
@@ -246,6 +250,11 @@ class Worker:
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(self._interrupt)
+
+    @property
+    def assignment(self) -> list[tuple[str, int]]:
+        """The (topic, partition) pairs this worker owns now."""
+        return list(self._progress)
 
     @property
     def running(self) -> bool:

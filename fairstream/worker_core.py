@@ -7,6 +7,7 @@ and an event loop, and the unit tests drive them directly.
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
@@ -79,18 +80,22 @@ class PartitionProgress:
 class TenantQueues(Generic[T]):
     """FIFO queues per tenant, at most one item of a tenant out at a time.
 
-    ``take`` hands out the head of a tenant that has nothing out, taking tenants round robin
-    in the order they became ready; ``done`` returns the tenant's turn. Records of one tenant
-    therefore run one after another in arrival order, while records of different tenants run
-    side by side, and a slow tenant holds up no one else.
+    ``take`` hands out the earliest-pushed item whose tenant has nothing out; ``done``
+    returns the tenant's turn. Records of one tenant therefore run one after another in
+    arrival order, records of different tenants run side by side, a slow tenant holds up no
+    one else, and otherwise the order is the arrival (egress) order the scheduler chose:
+    with one item out at a time it is exactly that order.
 
     Caller: the worker's event loop. Affects: this object only.
     """
 
     def __init__(self) -> None:
-        self._queues: dict[str, deque[T]] = {}  # tenants with queued items
-        self._ready: deque[str] = deque()  # queued items and nothing out; FIFO of readiness
+        self._queues: dict[str, deque[tuple[int, T]]] = {}  # tenants with queued items
+        # (sequence of the head item, tenant) of the tenants with queued items and nothing
+        # out: the heap order is the arrival order of their heads.
+        self._ready: list[tuple[int, str]] = []
         self._busy: set[str] = set()  # tenants with an item out
+        self._seq = 0
         self._size = 0
 
     def __len__(self) -> int:
@@ -103,21 +108,22 @@ class TenantQueues(Generic[T]):
         return len(self._busy)
 
     def push(self, tenant: str, item: T) -> None:
+        self._seq += 1
         queue = self._queues.get(tenant)
         if queue is None:
             queue = self._queues[tenant] = deque()
             if tenant not in self._busy:
-                self._ready.append(tenant)
-        queue.append(item)
+                heapq.heappush(self._ready, (self._seq, tenant))
+        queue.append((self._seq, item))
         self._size += 1
 
     def take(self) -> tuple[str, T] | None:
         """The next item to run, or None when every queued tenant has an item out."""
         if not self._ready:
             return None
-        tenant = self._ready.popleft()
+        _, tenant = heapq.heappop(self._ready)
         queue = self._queues[tenant]
-        item = queue.popleft()
+        _, item = queue.popleft()
         if not queue:
             del self._queues[tenant]
         self._busy.add(tenant)
@@ -127,28 +133,34 @@ class TenantQueues(Generic[T]):
     def done(self, tenant: str) -> None:
         """The tenant's item out has finished; its next item (if any) becomes ready."""
         self._busy.discard(tenant)
-        if tenant in self._queues:
-            self._ready.append(tenant)
+        queue = self._queues.get(tenant)
+        if queue:
+            heapq.heappush(self._ready, (queue[0][0], tenant))
 
     def purge(self, predicate: Callable[[T], bool]) -> list[T]:
         """Remove and return the queued items matching ``predicate`` (items out stay out)."""
         removed: list[T] = []
         for tenant in list(self._queues):
-            queue = self._queues[tenant]
-            kept: deque[T] = deque()
-            for item in queue:
-                (removed if predicate(item) else kept).append(item)
+            kept: deque[tuple[int, T]] = deque()
+            for entry in self._queues[tenant]:
+                if predicate(entry[1]):
+                    removed.append(entry[1])
+                else:
+                    kept.append(entry)
             if kept:
                 self._queues[tenant] = kept
             else:
                 del self._queues[tenant]
-        self._ready = deque(t for t in self._ready if t in self._queues)
+        # Heads may have changed: rebuild the ready heap from what is left.
+        self._ready = [(q[0][0], t) for t, q in self._queues.items() if t not in self._busy]
+        heapq.heapify(self._ready)
         self._size -= len(removed)
         return removed
 
     def __iter__(self) -> Iterator[T]:
         for queue in self._queues.values():
-            yield from queue
+            for _, item in queue:
+                yield item
 
 
 class RecentIds:

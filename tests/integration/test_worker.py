@@ -353,3 +353,36 @@ def test_sigterm_finishes_in_flight_and_commits_what_was_processed(
     # Everything processed is committed, and nothing past it: a restart repeats nothing.
     assert s.committed() == [len(done)]
     assert [o for _, _, o in done] == list(range(len(done)))
+
+
+def test_rebalance_hands_over_without_loss_or_repeats(kafka_bootstrap: str) -> None:
+    """A second worker joins mid-stream: the first finishes its running handlers, commits
+    and gives up the queued records, which the new owner processes: each exactly once."""
+    s = Setup(kafka_bootstrap, partitions=2)
+    total = 400
+    records = [
+        {**egress_record(f"t{i % 4}", f"r{i}", b"x"), "partition": i % 2} for i in range(total)
+    ]
+    feed(kafka_bootstrap, s.egress, records)
+    lock = threading.Lock()
+    handled: list[str] = []
+
+    def slow(request: Request) -> None:
+        time.sleep(0.04)  # about 8 s of work alone: the rebalance falls well inside
+        with lock:
+            handled.append(request.request_id)
+
+    def fast(request: Request) -> None:
+        with lock:
+            handled.append(request.request_id)
+
+    first = s.worker(slow, concurrency=2)
+    second = s.worker(fast, concurrency=2)
+    with running(first):
+        wait_until(lambda: len(handled) >= 20, 60, "first worker progressing")
+        with running(second):
+            wait_until(lambda: second.assignment, 60, "second worker got a partition")
+            s.wait_committed([total // 2, total // 2])
+    assert sorted(handled) == sorted(f"r{i}" for i in range(total))
+    assert second.stats.processed > 0
+    assert first.stats.abandoned > 0  # it did hand queued records over

@@ -108,6 +108,24 @@ def test_tenant_queues_hand_out_one_item_per_tenant_in_fifo_order() -> None:
     assert q.take() == ("a", "a3")
 
 
+def test_tenant_queues_follow_arrival_order_where_tenants_allow() -> None:
+    q: TenantQueues[str] = TenantQueues()
+    for item in ("a1", "a2", "z1", "a3"):
+        q.push(item[0], item)
+    out = []
+    while (taken := q.take()) is not None:  # one at a time: exactly the arrival order
+        out.append(taken[1])
+        q.done(taken[0])
+    assert out == ["a1", "a2", "z1", "a3"]
+    # Two slots: z1 overtakes a2 only because a is busy.
+    for item in ("a1", "a2", "z1", "b1"):
+        q.push(item[0], item)
+    assert [q.take(), q.take()] == [("a", "a1"), ("z", "z1")]
+    q.done("z")
+    q.done("a")
+    assert [q.take(), q.take()] == [("a", "a2"), ("b", "b1")]
+
+
 def test_tenant_queues_never_run_a_tenant_twice_at_once_and_keep_order() -> None:
     """Random pushes, takes and completions with N slots: per-tenant FIFO, no overlap."""
     rng = random.Random(11)
