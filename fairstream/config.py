@@ -7,11 +7,13 @@ spells each option, its variable and its default the same way.
 
 from __future__ import annotations
 
+import functools
 import os
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -42,11 +44,151 @@ class Topics:
     policy: str = DEFAULT_POLICY
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class KafkaConnectionError(ValueError):
+    """Connection settings that contradict each other (e.g. SASL without a password)."""
+
+
+@dataclass(frozen=True)
+class KafkaConnection:
+    """How every fairstream client reaches Kafka: bootstrap servers and authentication.
+
+    One value feeds both client stacks: ``librdkafka()`` configures the confluent-kafka
+    clients (ingest reader, writer, admin, policy store, producer, worker) and
+    ``faust_credentials()`` the Faust app (aiokafka). The password is left out of ``repr``
+    (so out of ``Settings``' too) and out of ``describe()``, which is what logs may show.
+    """
+
+    bootstrap: str = DEFAULT_BOOTSTRAP
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_ca_location: str | None = None  # PEM file of CA certificates; None: the system's
+
+    def __post_init__(self) -> None:
+        if self.security_protocol not in SECURITY_PROTOCOLS:
+            raise KafkaConnectionError(
+                f"--security-protocol must be one of {', '.join(SECURITY_PROTOCOLS)}, "
+                f"got {self.security_protocol!r}"
+            )
+        if self.sasl_mechanism is not None and self.sasl_mechanism not in SASL_MECHANISMS:
+            raise KafkaConnectionError(
+                f"--sasl-mechanism must be one of {', '.join(SASL_MECHANISMS)}, "
+                f"got {self.sasl_mechanism!r}"
+            )
+        sasl_given = [
+            option
+            for option, value in (
+                ("--sasl-mechanism", self.sasl_mechanism),
+                ("--sasl-username", self.sasl_username),
+                ("--sasl-password", self.sasl_password),
+            )
+            if value is not None
+        ]
+        if self.sasl:
+            missing = [
+                option
+                for option in ("--sasl-mechanism", "--sasl-username", "--sasl-password")
+                if option not in sasl_given
+            ]
+            if missing:
+                raise KafkaConnectionError(
+                    f"--security-protocol {self.security_protocol} needs "
+                    f"{', '.join(missing)} (or FAIRSTREAM_"
+                    f"{missing[0].removeprefix('--').replace('-', '_').upper()})"
+                )
+        elif sasl_given:
+            raise KafkaConnectionError(
+                f"{', '.join(sasl_given)} given but --security-protocol is "
+                f"{self.security_protocol}: use SASL_PLAINTEXT or SASL_SSL"
+            )
+        if self.ssl_ca_location is not None and not self.tls:
+            raise KafkaConnectionError(
+                f"--ssl-ca-location given but --security-protocol is {self.security_protocol}: "
+                "use SSL or SASL_SSL"
+            )
+
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    def describe(self) -> str:
+        """The bootstrap servers and how we authenticate, for logs and errors (no secret)."""
+        auth = self.security_protocol
+        if self.sasl:
+            auth += f", {self.sasl_mechanism} as {self.sasl_username}"
+        return f"{self.bootstrap} ({auth})"
+
+    def librdkafka(self) -> dict[str, Any]:
+        """The confluent-kafka (librdkafka) settings: bootstrap.servers and authentication."""
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap,
+            "security.protocol": self.security_protocol,
+        }
+        if self.sasl:
+            config["sasl.mechanisms"] = self.sasl_mechanism
+            config["sasl.username"] = self.sasl_username
+            config["sasl.password"] = self.sasl_password
+        if self.ssl_ca_location is not None:
+            config["ssl.ca.location"] = self.ssl_ca_location
+        return config
+
+    def faust_brokers(self) -> list[str]:
+        """The Faust ``broker`` URLs (``kafka://host:port``, one per bootstrap server)."""
+        return [f"kafka://{host.strip()}" for host in self.bootstrap.split(",") if host.strip()]
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context aiokafka needs for SSL and SASL_SSL (verifying the broker)."""
+        if not self.tls:
+            return None
+        return ssl.create_default_context(cafile=self.ssl_ca_location)
+
+    def faust_credentials(self) -> Any:
+        """Faust's ``broker_credentials`` (None for PLAINTEXT).
+
+        faust-streaming turns these into aiokafka's ``security_protocol``, ``sasl_mechanism``,
+        ``sasl_plain_username``/``_password`` and ``ssl_context`` for its consumer, producer
+        and admin client (``credentials_to_aiokafka_auth``); aiokafka implements PLAIN and
+        SCRAM-SHA-256/512 itself.
+        """
+        import faust
+
+        if self.sasl:
+            return faust.SASLCredentials(
+                username=self.sasl_username,
+                password=self.sasl_password,
+                mechanism=self.sasl_mechanism,
+                # With a context Faust picks SASL_SSL, without one SASL_PLAINTEXT.
+                ssl_context=self.ssl_context(),
+            )
+        context = self.ssl_context()
+        if context is not None:
+            return faust.SSLCredentials(context)
+        return None
+
+    @classmethod
+    def of(cls, kafka: KafkaConnection | str) -> KafkaConnection:
+        """``kafka`` itself, or a PLAINTEXT connection to the bootstrap servers given."""
+        return kafka if isinstance(kafka, KafkaConnection) else cls(bootstrap=kafka)
+
+
+# What client helpers accept: a connection, or a bare bootstrap string (PLAINTEXT).
+Connection = KafkaConnection | str
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything ``fairstream scheduler`` needs; built from flags and environment."""
 
-    bootstrap: str = DEFAULT_BOOTSTRAP
+    kafka: KafkaConnection = field(default_factory=KafkaConnection)
     topics: Topics = field(default_factory=Topics)
     app_id: str = DEFAULT_APP_ID
     rate: float | None = None  # records/s for the whole group; None: unlimited
@@ -64,6 +206,10 @@ class Settings:
     log_level: str = "info"
 
     @property
+    def bootstrap(self) -> str:
+        return self.kafka.bootstrap
+
+    @property
     def effective_burst(self) -> float:
         if self.burst is not None:
             return self.burst
@@ -76,14 +222,85 @@ def _opt(*decls: str, env: str, **kwargs: Any) -> Callable[[F], F]:
     return click.option(*decls, envvar=f"FAIRSTREAM_{env}", show_envvar=True, **kwargs)
 
 
-def bootstrap_option(f: F) -> F:
-    return _opt(
-        "--bootstrap",
-        env="BOOTSTRAP",
-        default=DEFAULT_BOOTSTRAP,
-        show_default=True,
-        help="Kafka bootstrap servers, host:port[,host:port...].",
-    )(f)
+KAFKA_OPTION_NAMES = (
+    "bootstrap",
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_username",
+    "sasl_password",
+    "ssl_ca_location",
+)
+
+
+def kafka_options(f: F) -> F:
+    """``--bootstrap`` and the authentication options, passed to ``f`` as ``kafka``.
+
+    Every command that talks to Kafka takes these six options (and their ``FAIRSTREAM_*``
+    variables) and receives one ``KafkaConnection``; contradictory settings are a usage
+    error before anything connects.
+    """
+
+    @functools.wraps(f)
+    def command(*args: Any, **kw: Any) -> Any:
+        values = {name: kw.pop(name) for name in KAFKA_OPTION_NAMES}
+        try:
+            kw["kafka"] = KafkaConnection(**values)
+        except KafkaConnectionError as exc:
+            raise click.UsageError(str(exc)) from exc
+        return f(*args, **kw)
+
+    options = [
+        _opt(
+            "--bootstrap",
+            env="BOOTSTRAP",
+            default=DEFAULT_BOOTSTRAP,
+            show_default=True,
+            help="Kafka bootstrap servers, host:port[,host:port...].",
+        ),
+        _opt(
+            "--security-protocol",
+            env="SECURITY_PROTOCOL",
+            type=click.Choice(SECURITY_PROTOCOLS, case_sensitive=False),
+            metavar=f"[{'|'.join(SECURITY_PROTOCOLS)}]",
+            default="PLAINTEXT",
+            show_default=True,
+            help="How clients talk to the brokers: SASL_* authenticate, *SSL encrypt.",
+        ),
+        _opt(
+            "--sasl-mechanism",
+            env="SASL_MECHANISM",
+            type=click.Choice(SASL_MECHANISMS, case_sensitive=False),
+            metavar=f"[{'|'.join(SASL_MECHANISMS)}]",
+            default=None,
+            help="SASL mechanism (with a SASL_* protocol).",
+        ),
+        _opt(
+            "--sasl-username",
+            env="SASL_USERNAME",
+            default=None,
+            help="SASL user name (with a SASL_* protocol).",
+        ),
+        _opt(
+            "--sasl-password",
+            env="SASL_PASSWORD",
+            default=None,
+            show_default=False,
+            help="SASL password (with a SASL_* protocol). Prefer the environment variable: "
+            "a flag shows in the process list. Never logged.",
+        ),
+        _opt(
+            "--ssl-ca-location",
+            env="SSL_CA_LOCATION",
+            type=click.Path(exists=True, dir_okay=False),
+            default=None,
+            help="CA certificates (PEM file) that sign the brokers' certificates (with SSL "
+            "or SASL_SSL). [default: the system's CAs]",
+        ),
+    ]
+    wrapped: Any = command
+    for option in reversed(options):
+        wrapped = option(wrapped)
+    return cast(F, wrapped)
 
 
 def policy_topic_option(f: F) -> F:
@@ -123,7 +340,7 @@ def topic_options(f: F) -> F:
 
 def scheduler_options(f: F) -> F:
     options: list[Callable[[F], F]] = [
-        bootstrap_option,
+        kafka_options,
         topic_options,
         _opt(
             "--app-id",
@@ -247,7 +464,7 @@ def scheduler_options(f: F) -> F:
 def settings_from_options(**kw: Any) -> Settings:
     """Build ``Settings`` from the keyword arguments click passes a command."""
     return Settings(
-        bootstrap=kw["bootstrap"],
+        kafka=kw["kafka"],
         topics=Topics(kw["ingest_topic"], kw["egress_topic"], kw["dlq_topic"], kw["policy_topic"]),
         app_id=kw["app_id"],
         rate=kw["rate"],

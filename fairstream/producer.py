@@ -19,7 +19,7 @@ from confluent_kafka import KafkaError, Message
 from confluent_kafka import Producer as _KafkaProducer
 
 from fairstream import contract
-from fairstream.config import DEFAULT_INGEST
+from fairstream.config import DEFAULT_INGEST, Connection, KafkaConnection
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 HeaderInput = Mapping[str, str | bytes] | Iterable[tuple[str, str | bytes]]
@@ -125,7 +125,9 @@ def ingest_headers(
 class Producer:
     """Writes requests to the ingest topic: key = tenant, value = payload, contract headers.
 
-    ``Producer(bootstrap, ingest_topic, **overrides)``: the overrides are librdkafka settings
+    ``Producer(kafka, ingest_topic, **overrides)``: ``kafka`` is a ``KafkaConnection``
+    (bootstrap servers and authentication) or a bare bootstrap string (PLAINTEXT); the
+    overrides are librdkafka settings
     (``**{"linger.ms": 20, "compression.type": "zstd"}``) and win over fairstream's defaults
     (idempotence, ``acks=all``, ``partitioner=murmur2_random``). ``on_delivery(err, msg)`` is
     called for every record once the broker answered, from ``submit`` or ``flush``; failed
@@ -136,7 +138,7 @@ class Producer:
 
     def __init__(
         self,
-        bootstrap: str,
+        kafka: Connection,
         ingest_topic: str = DEFAULT_INGEST,
         *,
         on_delivery: DeliveryCallback | None = None,
@@ -146,7 +148,7 @@ class Producer:
         self._on_delivery = on_delivery
         self._producer = _KafkaProducer(
             {
-                "bootstrap.servers": bootstrap,
+                **KafkaConnection.of(kafka).librdkafka(),
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": 5,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from fairstream.config import DEFAULT_INGEST, bootstrap_option
+from fairstream.config import DEFAULT_INGEST, KafkaConnection, kafka_options
 
 
 def _payloads(payload: str | None, file: Path | None, stdin: bool) -> Iterator[bytes]:
@@ -39,7 +39,7 @@ def _parse_header(text: str) -> tuple[str, str]:
 
 
 @click.command("submit")
-@bootstrap_option
+@kafka_options
 @click.option(
     "--ingest-topic",
     envvar="FAIRSTREAM_INGEST_TOPIC",
@@ -96,7 +96,7 @@ def _parse_header(text: str) -> tuple[str, str]:
 )
 @click.argument("source", required=False, type=click.Choice(["-"]))
 def submit(
-    bootstrap: str,
+    kafka: KafkaConnection,
     ingest_topic: str,
     tenant: str,
     cost: int,
@@ -130,7 +130,7 @@ def submit(
     except (ValueError, TypeError) as exc:
         raise click.UsageError(str(exc)) from exc
     sent = 0
-    producer = Producer(bootstrap, ingest_topic)
+    producer = Producer(kafka, ingest_topic)
     try:
         for value in _payloads(payload, file, source == "-"):
             for _ in range(count):
@@ -144,6 +144,7 @@ def submit(
         raise click.ClickException(f"{exc} ({sent} submitted)") from exc
     if remaining:
         raise click.ClickException(
-            f"{remaining} of {sent} records not acknowledged within {timeout:g} s by {bootstrap}"
+            f"{remaining} of {sent} records not acknowledged within {timeout:g} s "
+            f"by {kafka.bootstrap}"
         )
     click.echo(f"sent {sent} record(s) for tenant {tenant} to {ingest_topic}", err=True)

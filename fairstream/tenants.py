@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from fairstream.config import bootstrap_option, policy_topic_option
+from fairstream.config import KafkaConnection, kafka_options, policy_topic_option
 from fairstream.contract import MAX_TENANT_BYTES
 from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicy
 from fairstream.policy.codec import DEFAULT_POLICY_KEY, PolicyRecord, SchemaError
@@ -91,7 +91,7 @@ def _label(key: bytes) -> str:
     return "(default)" if key == DEFAULT_POLICY_KEY else key.decode("utf-8", "replace")
 
 
-def _read(bootstrap: str, topic: str, timeout: float) -> dict[bytes, PolicyRecord]:
+def _read(kafka: KafkaConnection, topic: str, timeout: float) -> dict[bytes, PolicyRecord]:
     from fairstream.policy.store import PolicyStoreError, read_policies
 
     def warn(key: bytes | None, error: SchemaError) -> None:
@@ -99,18 +99,18 @@ def _read(bootstrap: str, topic: str, timeout: float) -> dict[bytes, PolicyRecor
         click.echo(f"warning: skipped the policy of {label}: {error}", err=True)
 
     try:
-        return read_policies(bootstrap, topic, timeout, on_invalid=warn)
+        return read_policies(kafka, topic, timeout, on_invalid=warn)
     except PolicyStoreError as exc:
         raise click.ClickException(str(exc)) from exc
 
 
 def _write(
-    bootstrap: str, topic: str, key: bytes, record: PolicyRecord | None, timeout: float
+    kafka: KafkaConnection, topic: str, key: bytes, record: PolicyRecord | None, timeout: float
 ) -> None:
     from fairstream.policy.store import PolicyStoreError, write_policy
 
     try:
-        write_policy(bootstrap, topic, key, record, timeout)
+        write_policy(kafka, topic, key, record, timeout)
     except PolicyStoreError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -179,7 +179,7 @@ def _connection_options(f: Any) -> Any:
         show_default=True,
         help="Seconds to wait for the broker when reading or writing.",
     )(f)
-    return bootstrap_option(policy_topic_option(f))
+    return kafka_options(policy_topic_option(f))
 
 
 @click.group("tenants")
@@ -228,7 +228,7 @@ def set_policy(
     rate_burst: float | None,
     pause: bool,
     resume: bool,
-    bootstrap: str,
+    kafka: KafkaConnection,
     policy_topic: str,
     timeout: float,
 ) -> None:
@@ -263,7 +263,7 @@ def set_policy(
     except ValueError as exc:
         raise click.UsageError(f"invalid policy: {exc}") from exc
 
-    policies = _read(bootstrap, policy_topic, timeout)
+    policies = _read(kafka, policy_topic, timeout)
     current = policies.get(key)
     base = current.policy if current is not None else _defaults(policies)
     try:
@@ -275,7 +275,7 @@ def set_policy(
         updated_at_ms=_now_ms(),
         purge_before_ms=None if current is None else current.purge_before_ms,
     )
-    _write(bootstrap, policy_topic, key, record, timeout)
+    _write(kafka, policy_topic, key, record, timeout)
     _echo_policy(key, record, policy, "default" if key == DEFAULT_POLICY_KEY else "explicit")
 
 
@@ -288,13 +288,13 @@ def get_policy(
     tenant: str | None,
     default: bool,
     as_json: bool,
-    bootstrap: str,
+    kafka: KafkaConnection,
     policy_topic: str,
     timeout: float,
 ) -> None:
     """Show TENANT's effective policy and whether it is its own or the defaults."""
     key = _key(tenant, default)
-    policies = _read(bootstrap, policy_topic, timeout)
+    policies = _read(kafka, policy_topic, timeout)
     record = policies.get(key)
     if record is not None:
         source = "default" if key == DEFAULT_POLICY_KEY else "explicit"
@@ -313,9 +313,9 @@ def get_policy(
 @tenants.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 @_connection_options
-def list_policies(as_json: bool, bootstrap: str, policy_topic: str, timeout: float) -> None:
+def list_policies(as_json: bool, kafka: KafkaConnection, policy_topic: str, timeout: float) -> None:
     """List every explicit policy (the defaults first, shown as (default))."""
-    policies = _read(bootstrap, policy_topic, timeout)
+    policies = _read(kafka, policy_topic, timeout)
     keys = sorted(policies)  # b"" (the defaults) sorts first
     rows = [_as_dict(k, policies[k], policies[k].policy) for k in keys]
     if as_json:
@@ -351,15 +351,15 @@ def list_policies(as_json: bool, bootstrap: str, policy_topic: str, timeout: flo
 @click.option("--default", "default", is_flag=True, help="Reset the defaults to built-in.")
 @_connection_options
 def reset_policy(
-    tenant: str | None, default: bool, bootstrap: str, policy_topic: str, timeout: float
+    tenant: str | None, default: bool, kafka: KafkaConnection, policy_topic: str, timeout: float
 ) -> None:
     """Remove TENANT's own policy (a tombstone): it follows the defaults again."""
     key = _key(tenant, default)
-    policies = _read(bootstrap, policy_topic, timeout)
+    policies = _read(kafka, policy_topic, timeout)
     if key not in policies:
         click.echo(f"{_label(key)} has no explicit policy; nothing written", err=True)
         return
-    _write(bootstrap, policy_topic, key, None, timeout)
+    _write(kafka, policy_topic, key, None, timeout)
     follows = "the built-in defaults" if key == DEFAULT_POLICY_KEY else "the defaults"
     click.echo(f"{_label(key)}: policy removed; it follows {follows}")
 
@@ -368,7 +368,9 @@ def reset_policy(
 @click.argument("tenant")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @_connection_options
-def purge(tenant: str, yes: bool, bootstrap: str, policy_topic: str, timeout: float) -> None:
+def purge(
+    tenant: str, yes: bool, kafka: KafkaConnection, policy_topic: str, timeout: float
+) -> None:
     """Move TENANT's records enqueued until now to the dead-letter topic (reason purged).
 
     Writes the tenant's current policy with purge_before = now; each scheduler instance
@@ -381,12 +383,12 @@ def purge(tenant: str, yes: bool, bootstrap: str, policy_topic: str, timeout: fl
             f"Move every record of {tenant!r} waiting now to the dead-letter topic?",
             abort=True,
         )
-    policies = _read(bootstrap, policy_topic, timeout)
+    policies = _read(kafka, policy_topic, timeout)
     current = policies.get(key)
     policy = current.policy if current is not None else _defaults(policies)
     now = _now_ms()
     record = PolicyRecord(policy, updated_at_ms=now, purge_before_ms=now)
-    _write(bootstrap, policy_topic, key, record, timeout)
+    _write(kafka, policy_topic, key, record, timeout)
     click.echo(f"{tenant}: purge requested for records enqueued at or before {_iso(now)}")
     if current is None:
         click.echo(

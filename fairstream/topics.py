@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from fairstream.adapters.admin import TopicError, create_topics
-from fairstream.config import DEFAULT_APP_ID, Topics, bootstrap_option, topic_options
+from fairstream.config import DEFAULT_APP_ID, KafkaConnection, Topics, kafka_options, topic_options
 
 
 @click.group("topics")
@@ -14,7 +14,7 @@ def topics() -> None:
 
 
 @topics.command("create")
-@bootstrap_option
+@kafka_options
 @topic_options
 @click.option(
     "--partitions",
@@ -43,7 +43,7 @@ def topics() -> None:
     help="The scheduler's app id, to check its buffer changelog's partitions.",
 )
 def create(
-    bootstrap: str,
+    kafka: KafkaConnection,
     ingest_topic: str,
     egress_topic: str,
     dlq_topic: str,
@@ -59,7 +59,7 @@ def create(
     """
     names = Topics(ingest_topic, egress_topic, dlq_topic, policy_topic)
     try:
-        statuses = create_topics(bootstrap, names, partitions, app_id, replication_factor)
+        statuses = create_topics(kafka, names, partitions, app_id, replication_factor)
     except TopicError as exc:
         raise click.ClickException(str(exc)) from exc
     for status in statuses:

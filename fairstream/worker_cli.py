@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS, bootstrap_option
+from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS, KafkaConnection, kafka_options
 
 
 def load_handler(spec: str) -> Any:
@@ -58,7 +58,7 @@ def _env(name: str) -> dict[str, Any]:
     help="The function to call for every request, as module:function.",
     **_env("WORKER_HANDLER"),
 )
-@bootstrap_option
+@kafka_options
 @click.option(
     "--egress-topic",
     default=DEFAULT_EGRESS,
@@ -146,7 +146,7 @@ def _env(name: str) -> dict[str, Any]:
 )
 def worker(
     handler: str,
-    bootstrap: str,
+    kafka: KafkaConnection,
     egress_topic: str,
     dlq_topic: str,
     group_id: str,
@@ -175,7 +175,7 @@ def worker(
     )
     instance = Worker(
         function,
-        bootstrap=bootstrap,
+        bootstrap=kafka,
         egress_topic=egress_topic,
         dlq_topic=dlq_topic,
         group_id=group_id,

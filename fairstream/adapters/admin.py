@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 # confluent-kafka's stubs do not re-export these names, though the module defines them.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -15,13 +16,47 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
 )
 
-from fairstream.config import Topics
+from fairstream.config import Connection, KafkaConnection, Topics
 
 BUFFER_TABLE = "buffers"
 
 
 class TopicError(Exception):
     """A topic exists in a shape fairstream cannot work with, or Kafka refused a request."""
+
+
+class KafkaAuthenticationError(TopicError):
+    """The brokers refused our credentials (or the SASL/TLS handshake failed)."""
+
+
+class AuthWatch:
+    """A librdkafka ``error_cb`` that keeps the first authentication failure.
+
+    librdkafka retries a refused login forever and a metadata request only ends in a
+    generic transport error, so callers check this to fail at once with the broker's reason.
+    Caller: librdkafka (from ``poll``). Affects: ``failure``.
+    """
+
+    def __init__(self, connection: KafkaConnection) -> None:
+        self.connection = connection
+        self.failure: KafkaError | None = None
+
+    def __call__(self, err: KafkaError) -> None:
+        if self.failure is None and err.code() in (
+            KafkaError._AUTHENTICATION,
+            KafkaError._SSL,
+            KafkaError.SASL_AUTHENTICATION_FAILED,
+        ):
+            self.failure = err
+
+    def check(self) -> None:
+        """Raise ``KafkaAuthenticationError`` when an authentication failure was seen."""
+        if self.failure is not None:
+            raise KafkaAuthenticationError(
+                f"authentication failed at {self.connection.describe()}: {self.failure.str()}. "
+                "Check --security-protocol, --sasl-mechanism, --sasl-username and "
+                "--sasl-password (FAIRSTREAM_SASL_*)."
+            )
 
 
 @dataclass(frozen=True)
@@ -41,8 +76,28 @@ def lease_topic(app_id: str) -> str:
     return f"{app_id}-lease"
 
 
-def admin_client(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
+def admin_client(kafka: Connection, timeout: float = 30.0) -> AdminClient:
+    """An AdminClient that has answered a metadata request.
+
+    Raises ``KafkaAuthenticationError`` as soon as the brokers refuse our credentials, and
+    ``TopicError`` when they do not answer within ``timeout`` seconds.
+    """
+    connection = KafkaConnection.of(kafka)
+    watch = AuthWatch(connection)
+    config: dict[str, Any] = {**connection.librdkafka(), "error_cb": watch}
+    admin = AdminClient(config)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            admin.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+            return admin
+        except KafkaException as exc:
+            admin.poll(0)  # serves error_cb
+            watch.check()
+            if time.monotonic() >= deadline:
+                raise TopicError(
+                    f"no answer from Kafka at {connection.describe()} within {timeout:.0f} s: {exc}"
+                ) from exc
 
 
 def partition_count(admin: AdminClient, topic: str, timeout: float = 15.0) -> int | None:
@@ -88,7 +143,7 @@ def _create(admin: AdminClient, new_topics: list[NewTopic]) -> None:
 
 
 def ensure_internal_topics(
-    bootstrap: str, app_id: str, partitions: int, replication_factor: int
+    kafka: Connection, app_id: str, partitions: int, replication_factor: int
 ) -> None:
     """Create the scheduler's internal topics before Faust subscribes to them.
 
@@ -96,7 +151,7 @@ def ensure_internal_topics(
     exists can be assigned nothing until its next metadata refresh, minutes later.
     Caller: ``fairstream scheduler`` at start. Affects: the two internal topics.
     """
-    admin = admin_client(bootstrap)
+    admin = admin_client(kafka)
     wanted = [
         NewTopic(
             changelog_topic(app_id),
@@ -110,7 +165,7 @@ def ensure_internal_topics(
 
 
 def create_topics(
-    bootstrap: str,
+    kafka: Connection,
     topics: Topics,
     partitions: int,
     app_id: str,
@@ -124,7 +179,7 @@ def create_topics(
 
     Caller: ``fairstream topics create`` and the demo. Affects: topics on the cluster.
     """
-    admin = admin_client(bootstrap)
+    admin = admin_client(kafka)
     ingest = partition_count(admin, topics.ingest)
     if ingest is not None and ingest != partitions:
         raise TopicError(

@@ -25,6 +25,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from fairstream.adapters.admin import AuthWatch, KafkaAuthenticationError
+from fairstream.config import Connection, KafkaConnection
 from fairstream.contract import MAX_TENANT_BYTES
 from fairstream.policy.codec import (
     DEFAULT_POLICY_KEY,
@@ -53,11 +55,25 @@ def check_policy_key(key: bytes) -> None:
         raise ValueError(f"a tenant id must be valid UTF-8: {key[:40]!r}") from exc
 
 
-def _partitions(client: Consumer | Producer, topic: str, timeout: float) -> list[int]:
-    try:
-        metadata = client.list_topics(topic=topic, timeout=timeout)
-    except KafkaException as exc:
-        raise PolicyStoreError(f"cannot read metadata of {topic}: {exc}") from exc
+def _partitions(
+    client: Consumer | Producer, topic: str, timeout: float, watch: AuthWatch
+) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        # Short attempts: a refused login shows up in error_cb, not as a metadata error.
+        try:
+            metadata = client.list_topics(
+                topic=topic, timeout=min(1.0, max(0.1, deadline - time.monotonic()))
+            )
+            break
+        except KafkaException as exc:
+            client.poll(0)  # serves error_cb
+            try:
+                watch.check()
+            except KafkaAuthenticationError as auth:
+                raise PolicyStoreError(str(auth)) from exc
+            if time.monotonic() >= deadline:
+                raise PolicyStoreError(f"cannot read metadata of {topic}: {exc}") from exc
     info = metadata.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
         raise PolicyStoreError(
@@ -68,7 +84,7 @@ def _partitions(client: Consumer | Producer, topic: str, timeout: float) -> list
 
 
 def read_policies(
-    bootstrap: str,
+    kafka: Connection,
     topic: str,
     timeout: float = 30.0,
     on_invalid: Callable[[bytes | None, SchemaError], None] | None = None,
@@ -79,9 +95,12 @@ def read_policies(
     earlier value, if any); without ``on_invalid`` it raises ``SchemaError``. Raises
     ``PolicyStoreError`` when the topic is missing or is not read to its end in ``timeout``.
     """
+    connection = KafkaConnection.of(kafka)
+    watch = AuthWatch(connection)
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **connection.librdkafka(),
+            "error_cb": watch,
             # Required by librdkafka; assign() never joins it and nothing is committed.
             "group.id": f"fairstream-policy-reader-{uuid.uuid4().hex[:12]}",
             "enable.auto.commit": False,
@@ -94,7 +113,7 @@ def read_policies(
     policies: dict[bytes, PolicyRecord] = {}
     try:
         pending: dict[int, int] = {}  # partition -> high watermark still to reach
-        for partition in _partitions(consumer, topic, timeout):
+        for partition in _partitions(consumer, topic, timeout, watch):
             try:
                 low, high = consumer.get_watermark_offsets(
                     TopicPartition(topic, partition), timeout=max(1.0, timeout), cached=False
@@ -155,7 +174,7 @@ def _apply(
 
 
 def write_policy(
-    bootstrap: str,
+    kafka: Connection,
     topic: str,
     key: bytes,
     record: PolicyRecord | None,
@@ -168,9 +187,12 @@ def write_policy(
     """
     check_policy_key(key)
     value = None if record is None else encode_policy(record)
+    connection = KafkaConnection.of(kafka)
+    watch = AuthWatch(connection)
     producer = Producer(
         {
-            "bootstrap.servers": bootstrap,
+            **connection.librdkafka(),
+            "error_cb": watch,
             "acks": "all",
             "enable.idempotence": True,
             # Agrees with Java producers should the topic ever have several partitions.
@@ -180,7 +202,7 @@ def write_policy(
     )
     # Check first: producing to a missing topic could have the broker auto-create it
     # with the delete cleanup policy, which would lose policies to retention.
-    _partitions(producer, topic, timeout)
+    _partitions(producer, topic, timeout, watch)
     outcome: list[KafkaError | None] = []
 
     def delivered(err: KafkaError | None, _msg: Message) -> None:

@@ -21,11 +21,12 @@ from fairstream.config import Settings, scheduler_options, settings_from_options
 
 def ingest_partitions(settings: Settings) -> int:
     """The ingest topic's partition count, checked against the buffer changelog's."""
-    admin = admin_client(settings.bootstrap)
+    admin = admin_client(settings.kafka)
     partitions = partition_count(admin, settings.topics.ingest, timeout=30)
     if partitions is None:
         raise TopicError(
-            f"the ingest topic {settings.topics.ingest} does not exist at {settings.bootstrap}; "
+            f"the ingest topic {settings.topics.ingest} does not exist at "
+            f"{settings.kafka.bootstrap}; "
             "create fairstream's topics first: fairstream topics create --partitions N"
         )
     for internal in (changelog_topic(settings.app_id), lease_topic(settings.app_id)):
@@ -46,9 +47,7 @@ def run(settings: Settings) -> None:
     from fairstream.service.web import start_web
 
     partitions = ingest_partitions(settings)
-    ensure_internal_topics(
-        settings.bootstrap, settings.app_id, partitions, settings.replication_factor
-    )
+    ensure_internal_topics(settings.kafka, settings.app_id, partitions, settings.replication_factor)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)

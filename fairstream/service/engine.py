@@ -65,10 +65,6 @@ DWELL_SAMPLES = 256  # recent dwell times kept per tenant
 STAMPED = frozenset({contract.TENANT, contract.ENQUEUED_MS, contract.SCHEDULED_MS})
 
 
-def faust_brokers(bootstrap: str) -> list[str]:
-    return [f"kafka://{host.strip()}" for host in bootstrap.split(",") if host.strip()]
-
-
 class SchedulerService:
     """One scheduler instance: the Faust app, its ingest loop and its emit loop.
 
@@ -110,14 +106,16 @@ class SchedulerService:
         self._ready_event = asyncio.Event()
         self._send_failed: BaseException | None = None
 
-        self.writer = Writer({"bootstrap.servers": settings.bootstrap})
+        self.writer = Writer(settings.kafka.librdkafka())
         self.reader: Consumer | None = None
         self.changelog = changelog_topic(settings.app_id)
         self._changelog_acked: dict[int, int] = {}  # partition -> highest acked offset
 
         self.app = faust.App(
             settings.app_id,
-            broker=faust_brokers(settings.bootstrap),
+            broker=settings.kafka.faust_brokers(),
+            # aiokafka (Faust's consumer, producer and admin) logs in like librdkafka does.
+            broker_credentials=settings.kafka.faust_credentials(),
             store="rocksdb://",
             datadir=str(settings.data_dir),
             key_serializer="raw",
@@ -162,7 +160,7 @@ class SchedulerService:
         self.writer.start()
         self.reader = Consumer(
             {
-                "bootstrap.servers": self.settings.bootstrap,
+                **self.settings.kafka.librdkafka(),
                 # Partitions are assigned by hand after Faust's assignment; the group id is
                 # only a label here (progress lives in the buffer watermarks).
                 "group.id": f"{self.settings.app_id}.ingest",
@@ -187,7 +185,7 @@ class SchedulerService:
         """Every partition of the compacted policy topic, from the beginning, no group."""
         reader = Consumer(
             {
-                "bootstrap.servers": self.settings.bootstrap,
+                **self.settings.kafka.librdkafka(),
                 "group.id": f"{self.settings.app_id}.policy",
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,

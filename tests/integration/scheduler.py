@@ -12,8 +12,10 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message
 
@@ -45,8 +47,16 @@ class Deployment:
 
 
 class SchedulerProcess:
-    def __init__(self, deployment: Deployment, workdir: Path, *args: str, name: str = "sched"):
+    def __init__(
+        self,
+        deployment: Deployment,
+        workdir: Path,
+        *args: str,
+        name: str = "sched",
+        env: Mapping[str, str] | None = None,
+    ):
         self.deployment = deployment
+        self.env = dict(env or {})  # extra environment, e.g. FAIRSTREAM_SASL_*
         self.web_port = free_port()
         self.data_dir = workdir / f"{name}-data"
         self.log_path = workdir / f"{name}.log"
@@ -76,7 +86,7 @@ class SchedulerProcess:
             cwd=REPO,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )
         return self
 
@@ -128,10 +138,11 @@ class SchedulerProcess:
 class TopicReader:
     """A consumer reading a topic from the beginning, accumulating what it has seen."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, config: Mapping[str, Any] | None = None):
         self.consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
+                **(config or {}),  # e.g. a KafkaConnection's librdkafka() settings
                 "group.id": unique("reader"),
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
