@@ -46,5 +46,11 @@ bench: install broker-jars
 	$(BIN)/python benchmarks/core_decisions.py
 	$(BIN)/python benchmarks/service_throughput.py
 
+# Static checks of the Dockerfile, docker-compose.yml and the Helm chart, with no Docker engine
+# or cluster (deploy/check.sh). Builds helm once from the Go module proxy into ~/.cache/fairstream.
+.PHONY: deploy-check
+deploy-check: install
+	bash deploy/check.sh
+
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
