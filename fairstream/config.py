@@ -127,6 +127,19 @@ class KafkaConnection:
             auth += f", {self.sasl_mechanism} as {self.sasl_username}"
         return f"{self.bootstrap} ({auth})"
 
+    def environment(self) -> dict[str, str]:
+        """The ``FAIRSTREAM_*`` variables that make a child ``fairstream`` process connect
+        the same way (the password included: pass it only to our own processes)."""
+        values = {
+            "FAIRSTREAM_BOOTSTRAP": self.bootstrap,
+            "FAIRSTREAM_SECURITY_PROTOCOL": self.security_protocol,
+            "FAIRSTREAM_SASL_MECHANISM": self.sasl_mechanism,
+            "FAIRSTREAM_SASL_USERNAME": self.sasl_username,
+            "FAIRSTREAM_SASL_PASSWORD": self.sasl_password,
+            "FAIRSTREAM_SSL_CA_LOCATION": self.ssl_ca_location,
+        }
+        return {name: value for name, value in values.items() if value is not None}
+
     def librdkafka(self) -> dict[str, Any]:
         """The confluent-kafka (librdkafka) settings: bootstrap.servers and authentication."""
         config: dict[str, Any] = {
@@ -329,8 +342,8 @@ def topic_options(f: F) -> F:
                 "--policy-topic",
                 "POLICY_TOPIC",
                 DEFAULT_POLICY,
-                "Compacted topic of tenant policies (created by topics create; "
-                "not applied by the scheduler yet).",
+                "Compacted topic of tenant policies (fairstream tenants writes it; every "
+                "scheduler applies changes live).",
             ),
         ]
     ):

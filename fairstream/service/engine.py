@@ -81,6 +81,7 @@ class SchedulerService:
         self.default_policy = self.flag_default
         self.policies: dict[str, TenantPolicy] = {}
         self.pending_purges: dict[str, int] = {}  # tenant -> purge records enqueued up to
+        self.applied_purges: dict[str, int] = {}  # the purge time last carried out
         self.policy_reader: Consumer | None = None
         self.core: FairScheduler[Item] = FairScheduler(
             self.clock, quantum=settings.quantum, default_policy=self.default_policy
@@ -557,8 +558,11 @@ class SchedulerService:
         else:
             self.policies[tenant] = record.policy
             self.core.set_policy(tenant, record.policy)
-            if record.purge_before_ms is not None:
-                self.pending_purges[tenant] = record.purge_before_ms
+            # A policy keeps its last purge time when other fields change: act only on a
+            # newer one (after a restart, the replayed one once more, which finds nothing).
+            before = record.purge_before_ms
+            if before is not None and before > self.applied_purges.get(tenant, -1):
+                self.pending_purges[tenant] = before
         log.info("policy of %r: %s", tenant, record.policy if record else "defaults")
 
     async def _run_purges(self) -> None:
@@ -597,6 +601,7 @@ class SchedulerService:
                 continue
             for partition, key in purged:
                 self._write(partition, key, None)
+            self.applied_purges[tenant] = before_ms
             self.metrics.backlog.set(len(self.core))
             if purged:
                 log.info("purged %d records of tenant %r", len(purged), tenant)
