@@ -15,7 +15,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,demo]'
 	@touch $(STAMP)
 
 # Resolve org.apache.kafka:kafka_2.13 and its runtime dependencies into the user cache.
@@ -41,6 +41,11 @@ lint: install
 fmt: install
 	$(BIN)/ruff format $(LINT_PATHS)
 	$(BIN)/ruff check --fix $(LINT_PATHS)
+
+# The noisy-neighbour demo; starts the development broker unless KAFKA_BOOTSTRAP_SERVERS is set.
+demo: install broker-jars
+	@BOOTSTRAP="$${KAFKA_BOOTSTRAP_SERVERS:-$$($(BIN)/fairstream dev-kafka up)}" && \
+	$(BIN)/fairstream demo --bootstrap "$$BOOTSTRAP"
 
 bench: install broker-jars
 	$(BIN)/python benchmarks/core_decisions.py

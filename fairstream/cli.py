@@ -15,6 +15,10 @@ from fairstream import __version__
 
 # name -> "module:attribute" of a click.Command. Keep sorted; `--help` lists them in this order.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "demo": (
+        "fairstream.demo:demo",
+        "The noisy-neighbour demo: fairstream next to FIFO and the ideal schedule.",
+    ),
     "dev-kafka": (
         "fairstream.devkafka.cli:dev_kafka",
         "Run a single-node Apache Kafka for development.",
