@@ -80,16 +80,34 @@ def test_tenant_ids_at_the_limits_are_accepted() -> None:
         validate_tenant(b"bytes")  # type: ignore[arg-type]
 
 
+class _RecordingClient:
+    """Stands in for librdkafka's producer to see whether anything was handed to it."""
+
+    def __init__(self) -> None:
+        self.produced: list[object] = []
+
+    def produce(self, *args: object, **kwargs: object) -> None:
+        self.produced.append((args, kwargs))
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0
+
+
 def test_submit_refuses_before_queueing_anything() -> None:
-    # No broker is needed to refuse: nothing reaches librdkafka's queue.
+    # No broker is needed to refuse: nothing reaches librdkafka. (len(producer) is no
+    # witness: librdkafka counts its own background requests there too.)
     producer = Producer("127.0.0.1:1", "t", **{"message.timeout.ms": 1000})
+    client = _RecordingClient()
+    producer._producer = client  # type: ignore[assignment]
     with pytest.raises(ValueError, match="tenant id"):
         producer.submit("", b"x")
     with pytest.raises(TypeError, match="payload must be bytes"):
         producer.submit("t", "text")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="cost"):
         producer.submit("t", b"x", cost=0)
-    assert len(producer) == 0
+    assert client.produced == []
+    producer.submit("t", b"x")  # the recorder does see a valid record
+    assert len(client.produced) == 1
 
 
 def test_import_fairstream_stays_light() -> None:
