@@ -93,7 +93,7 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_broker_that_does_not_come_up_shows_its_log(tmp_path: Path) -> None:
     class Unformatted(DevBroker):
-        def _format(self, jvm: list[str], properties: Path) -> None:
+        def _format(self, jvm: list[str], properties: Path, *args: object) -> None:
             """Skip formatting: kafka.Kafka refuses to start on unformatted storage."""
 
     broker = Unformatted(state_dir=tmp_path / "b")
