@@ -34,6 +34,7 @@ HANDLER_FAILED = "handler-failed"
 MAX_TENANT_BYTES = 255
 MAX_REQUEST_ID_BYTES = 1024
 MAX_COST = 2**31 - 1
+MAX_EPOCH_MS = 2**63 - 1
 
 Headers = Sequence[tuple[str, bytes | None]]
 
@@ -106,22 +107,17 @@ def validate_ingest(key: bytes | None, value: bytes | None, headers: Headers) ->
     for name, raw in headers:
         if not name.startswith("fairstream-"):
             continue
-        if name == COST:
+        if name in (COST, DEADLINE_MS):
             text = _ascii(name, raw)
             if isinstance(text, Invalid):
                 return text
-            parsed = _positive_int(name, text, MAX_COST)
+            parsed = _positive_int(name, text, MAX_COST if name == COST else MAX_EPOCH_MS)
             if isinstance(parsed, Invalid):
                 return parsed
-            cost = parsed
-        elif name == DEADLINE_MS:
-            text = _ascii(name, raw)
-            if isinstance(text, Invalid):
-                return text
-            parsed = _positive_int(name, text, 2**63 - 1)
-            if isinstance(parsed, Invalid):
-                return parsed
-            deadline_ms = parsed
+            if name == COST:
+                cost = parsed
+            else:
+                deadline_ms = parsed
         elif name == REQUEST_ID:
             text = _ascii(name, raw)
             if isinstance(text, Invalid):
