@@ -47,9 +47,21 @@ demo: install broker-jars
 	@BOOTSTRAP="$${KAFKA_BOOTSTRAP_SERVERS:-$$($(BIN)/fairstream dev-kafka up)}" && \
 	$(BIN)/fairstream demo --bootstrap "$$BOOTSTRAP"
 
-bench: install broker-jars
+# The benchmarks, on the development broker unless KAFKA_BOOTSTRAP_SERVERS is set; run_all.py
+# rewrites docs/benchmarks.md. Its Quix Streams peer gets a virtualenv of its own
+# (quixstreams pins confluent-kafka below 2.13; fairstream needs 2.16 or later).
+QUIX_VENV := $(VENV)/peer-quix
+
+$(QUIX_VENV)/.installed: benchmarks/requirements-quix.txt
+	@test -x $(QUIX_VENV)/bin/python || $(PYTHON) -m venv $(QUIX_VENV)
+	$(QUIX_VENV)/bin/python -m pip install --quiet -r benchmarks/requirements-quix.txt
+	@touch $@
+
+bench: install broker-jars $(QUIX_VENV)/.installed
 	$(BIN)/python benchmarks/core_decisions.py
-	$(BIN)/python benchmarks/service_throughput.py
+	@BOOTSTRAP="$${KAFKA_BOOTSTRAP_SERVERS:-$$($(BIN)/fairstream dev-kafka up)}" && \
+	$(BIN)/python benchmarks/service_throughput.py --bootstrap "$$BOOTSTRAP" && \
+	$(BIN)/python benchmarks/run_all.py --bootstrap "$$BOOTSTRAP"
 
 # Static checks of the Dockerfile, docker-compose.yml and the Helm chart, with no Docker engine
 # or cluster (deploy/check.sh). Builds helm once from the Go module proxy into ~/.cache/fairstream.
