@@ -92,6 +92,9 @@ class SchedulerService:
         # Bounded: the last DWELL_SAMPLES dwell times of the DWELL_TENANTS latest emitters.
         self.dwell_by_tenant: OrderedDict[str, deque[float]] = OrderedDict()
         self.metrics.watch_tenants(self._backlog_by_tenant, lambda: self.emitted_by_tenant)
+        # Read at scrape time: setting gauges per record costs more than the record's work.
+        self.metrics.backlog.set_function(lambda: len(self.core))
+        self.metrics.in_flight.set_function(lambda: self.in_flight)
 
         self.ready = False  # recovered, assigned and emitting
         self.stopping = False
@@ -316,7 +319,6 @@ class SchedulerService:
                 self.watermark[partition] = offset
         if pushed:
             self.metrics.ingested.inc(pushed)
-            self.metrics.backlog.set(len(self.core))
             self._wakeup.set()
 
     def _ingest_one(
@@ -476,7 +478,6 @@ class SchedulerService:
         self.core = core
         self._apply_rate_share()
         self.metrics.assigned.set(len(partitions))
-        self.metrics.backlog.set(len(core))
         log.info(
             "rebuilt %d buffered records of %d tenants from partitions %s in %.2f s",
             records,
@@ -602,7 +603,6 @@ class SchedulerService:
             for partition, key in purged:
                 self._write(partition, key, None)
             self.applied_purges[tenant] = before_ms
-            self.metrics.backlog.set(len(self.core))
             if purged:
                 log.info("purged %d records of tenant %r", len(purged), tenant)
 
@@ -663,11 +663,9 @@ class SchedulerService:
         headers.append((contract.SCHEDULED_MS, str(scheduled_ms).encode()))
         self.in_flight += 1
         self._settled.clear()
-        self.metrics.in_flight.set(self.in_flight)
 
         def acked(err: KafkaError | None, _msg: Message) -> None:
             self.in_flight -= 1
-            self.metrics.in_flight.set(self.in_flight)
             if self.in_flight == 0:
                 self._settled.set()
             if err is not None:
@@ -757,7 +755,6 @@ class SchedulerService:
         """Delete an emitted record from its buffer (store and changelog)."""
         if partition in self.assigned:  # else revoked: its new owner has the record
             self._write(partition, key, None)
-        self.metrics.backlog.set(len(self.core))
 
     async def _recover_from_send_failure(self) -> None:
         # A failed send leaves its record (and maybe later ones of the same tenant) in the
