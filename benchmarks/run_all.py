@@ -773,7 +773,17 @@ def machine() -> dict[str, Any]:
         "confluent_kafka": _version(confluent_kafka.version()),
         "librdkafka": confluent_kafka.libversion()[0],
         "kafka_broker": KAFKA_VERSION,
+        "fairstream_commit": _git("rev-parse", "--short", "HEAD"),
+        "fairstream_dirty": bool(_git("status", "--porcelain", "--", "fairstream")),
     }
+
+
+def _git(*args: str) -> str | None:
+    with contextlib.suppress(Exception):
+        return subprocess.run(
+            ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=30, check=True
+        ).stdout.strip()
+    return None
 
 
 def _version(value: Any) -> str:
@@ -876,7 +886,10 @@ def markdown(report: dict[str, Any]) -> str:
         f"Machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB; Python {m['python']}, "
         f"confluent-kafka {m['confluent_kafka']} (librdkafka {m['librdkafka']}), Apache Kafka "
         f"{m['kafka_broker']} (development broker, one node); Quix Streams "
-        f"{_get(r, 'absorption', 'quix', 'version') or 'n/a'} for the peer. The 2 cores are "
+        f"{_get(r, 'absorption', 'quix', 'version') or 'n/a'} for the peer; fairstream at "
+        f"commit {m.get('fairstream_commit') or 'unknown'}"
+        f"{' with uncommitted changes in fairstream/' if m.get('fairstream_dirty') else ''}."
+        " The 2 cores are "
         "shared with the broker, the load generators and, when this ran, other engineers' "
         "tests: expect noise of 10-20%.",
         "",
