@@ -60,6 +60,7 @@ log = logging.getLogger("fairstream.scheduler")
 
 Item = tuple[int, bytes]  # (ingest partition, buffer key)
 INGEST_BATCH = 500
+WARM_UP = 1.0  # seconds emission may wait for every assigned partition's first fetch
 DWELL_TENANTS = 1000  # tenants whose recent dwell times are kept, most recent emitters
 DWELL_SAMPLES = 256  # recent dwell times kept per tenant
 STAMPED = frozenset({contract.TENANT, contract.ENQUEUED_MS, contract.SCHEDULED_MS})
@@ -109,6 +110,11 @@ class SchedulerService:
         self._wakeup = asyncio.Event()  # new records, or a reason to look again
         self._ready_event = asyncio.Event()
         self._send_failed: BaseException | None = None
+        # Ingest partitions that delivered a record or reached their end since assignment:
+        # emission waits for all of them (at most WARM_UP seconds), so that the first
+        # decisions after a restart or rebalance see every tenant with a backlog.
+        self._heard_from: set[int | None] = set()
+        self._ready_since = 0.0
 
         self.writer = Writer(settings.kafka.librdkafka())
         self.reader: Consumer | None = None
@@ -180,6 +186,7 @@ class SchedulerService:
                 # 1 s, which starves a consumer that drains its queue quickly).
                 "fetch.queue.backoff.ms": 5,
                 "fetch.wait.max.ms": 50,
+                "enable.partition.eof": True,  # tells the warm-up an empty partition is done
             }
         )
 
@@ -301,10 +308,13 @@ class SchedulerService:
         for msg in messages:
             err = msg.error()
             if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    self._heard_from.add(msg.partition())
+                else:
                     log.warning("ingest consumer error: %s", err)
                 continue
             partition, offset = msg.partition(), msg.offset()
+            self._heard_from.add(partition)
             if partition is None or offset is None or partition not in self.assigned:
                 continue
             if offset <= self.watermark.get(partition, -1):
@@ -453,6 +463,8 @@ class SchedulerService:
                     for p in sorted(actives)
                 ]
             )
+        self._heard_from = set()
+        self._ready_since = time.monotonic()
         self.ready = True
         self.metrics.ready.set(1)
         self._ready_event.set()
@@ -617,6 +629,9 @@ class SchedulerService:
             if self._send_failed is not None:
                 await self._recover_from_send_failure()
                 continue
+            if not self._warmed_up():
+                await asyncio.sleep(0.005)
+                continue
             generation = self.generation
             # Wait for a record token before deciding who goes: a decision taken early would
             # pass over tenants that become active while it waits.
@@ -651,6 +666,11 @@ class SchedulerService:
             self._send(pick.tenant, partition, key, envelope)
             if self.in_flight % 256 == 0:
                 await asyncio.sleep(0)  # let the ingest loop and the writer's poll run
+
+    def _warmed_up(self) -> bool:
+        if time.monotonic() - self._ready_since >= WARM_UP:
+            return True
+        return self.assigned <= self._heard_from
 
     def _send(self, tenant: str, partition: int, key: bytes, env: Envelope) -> None:
         scheduled_ms = _now_ms()
