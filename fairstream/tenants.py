@@ -26,7 +26,7 @@ import click
 from fairstream.config import KafkaConnection, kafka_options, policy_topic_option
 from fairstream.contract import MAX_TENANT_BYTES
 from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicy
-from fairstream.policy.codec import DEFAULT_POLICY_KEY, PolicyRecord, SchemaError
+from fairstream.policy.codec import DEFAULT_POLICY_KEY, POLICY_FIELDS, PolicyRecord, SchemaError
 
 _NONE_WORDS = ("none", "unlimited", "off")
 
@@ -157,17 +157,7 @@ def _echo_policy(
     fields = _as_dict(key, record, policy)
     click.echo(f"tenant: {_label(key)}")
     click.echo(f"source: {source}")
-    for name in (
-        "weight",
-        "priority",
-        "max_backlog",
-        "max_backlog_cost",
-        "rate_cap",
-        "cap_burst",
-        "paused",
-        "updated_at",
-        "purge_before",
-    ):
+    for name in (*POLICY_FIELDS, "updated_at", "purge_before"):
         click.echo(f"{name}: {_show(fields[name])}")
 
 

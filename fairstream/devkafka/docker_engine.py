@@ -101,23 +101,25 @@ def start(kafka_version: str, port: int, state_dir: Path, timeout: float) -> Bro
     )
 
 
-def container_running(state: BrokerState) -> bool:
+def _container(state: BrokerState) -> Any | None:
+    """The recorded container, or None when there is none (or no engine to ask)."""
     if not state.container_id:
-        return False
+        return None
     try:
-        container = _client().containers.get(state.container_id)
+        return _client().containers.get(state.container_id)
     except Exception:
-        return False
-    return bool(container.status == "running")
+        return None
+
+
+def container_running(state: BrokerState) -> bool:
+    container = _container(state)
+    return container is not None and container.status == "running"
 
 
 def stop(state: BrokerState) -> bool:
     """Remove the container; True when one was there to remove."""
-    if not state.container_id:
-        return False
-    try:
-        container = _client().containers.get(state.container_id)
-    except Exception:
+    container = _container(state)
+    if container is None:
         return False
     with contextlib.suppress(Exception):
         container.stop(timeout=20)

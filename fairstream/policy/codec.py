@@ -48,7 +48,7 @@ MAGIC = b"\xc3\x01"
 SCHEMA_NAME = "TenantPolicy"
 _HEADER = len(MAGIC) + 8
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_POLICY_FIELDS = (
+POLICY_FIELDS = (  # the TenantPolicy fields, in schema order
     "weight",
     "priority",
     "max_backlog",
@@ -203,7 +203,7 @@ def decode_policy(raw: bytes) -> PolicyRecord:
             f"{len(raw) - buf.tell()} trailing bytes after the record"
         )
     try:
-        policy = TenantPolicy(**{name: datum[name] for name in _POLICY_FIELDS})
+        policy = TenantPolicy(**{name: datum[name] for name in POLICY_FIELDS})
         purge = datum.get("purge_before")
         return PolicyRecord(
             policy=policy,
