@@ -55,17 +55,20 @@ def check_policy_key(key: bytes) -> None:
         raise ValueError(f"a tenant id must be valid UTF-8: {key[:40]!r}") from exc
 
 
+NEW_TOPIC_GRACE = 5.0  # seconds a just-created topic may take to show in metadata
+
+
 def _partitions(
     client: Consumer | Producer, topic: str, timeout: float, watch: AuthWatch
 ) -> list[int]:
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     while True:
         # Short attempts: a refused login shows up in error_cb, not as a metadata error.
         try:
             metadata = client.list_topics(
                 topic=topic, timeout=min(1.0, max(0.1, deadline - time.monotonic()))
             )
-            break
         except KafkaException as exc:
             client.poll(0)  # serves error_cb
             try:
@@ -74,7 +77,15 @@ def _partitions(
                 raise PolicyStoreError(str(auth)) from exc
             if time.monotonic() >= deadline:
                 raise PolicyStoreError(f"cannot read metadata of {topic}: {exc}") from exc
-    info = metadata.topics.get(topic)
+            continue
+        info = metadata.topics.get(topic)
+        if info is not None and info.error is None and info.partitions:
+            break
+        # A topic created a moment ago may not be in this broker's metadata yet, or have no
+        # leader yet: ask again for a few seconds before calling it missing.
+        if time.monotonic() >= min(deadline, started + NEW_TOPIC_GRACE):
+            break
+        time.sleep(0.2)
     if info is None or info.error is not None or not info.partitions:
         raise PolicyStoreError(
             f"the policy topic {topic} does not exist; create it with `fairstream topics "
