@@ -37,6 +37,7 @@ from fairstream import contract
 from fairstream.adapters.admin import admin_client, create_topics
 from fairstream.config import KafkaConnection, Topics, kafka_options
 from fairstream.core import percentile
+from fairstream.devkafka.broker import free_port
 from fairstream.reference import Arrival, fifo_starts, gps_starts
 
 ARRIVAL_HEADER = "demo-arrival-ms"
@@ -153,14 +154,6 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None
     raise click.ClickException(f"the scheduler was not ready within {timeout:.0f} s")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _dwell(served: Served) -> dict[str, list[tuple[float, float]]]:
     """tenant -> [(arrival, dwell)] ."""
     out: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -265,7 +258,7 @@ def run_demo(kafka: KafkaConnection, workdir: Path, scenario: Scenario) -> int:
     for future in admin.create_topics([NewTopic(fifo_topic, 1, 1)]).values():
         future.result(30)
 
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     scheduler = _start_scheduler(kafka, topics, tag, scenario.rate, workdir, port)
     stop = threading.Event()

@@ -53,6 +53,7 @@ from fairstream.state.envelope import (
     parse_record_key,
     peek_cost,
     record_key,
+    record_tenant,
     watermark_key,
 )
 
@@ -600,7 +601,7 @@ class SchedulerService:
                 purged.append((partition, key))
                 letters.append(
                     self._dead_letter(
-                        key[2 : 2 + key[1]],
+                        record_tenant(key),
                         envelope.value,
                         envelope.headers,
                         contract.PURGED,
@@ -702,7 +703,7 @@ class SchedulerService:
 
         self.writer.produce(
             self.settings.topics.egress,
-            key[2 : 2 + key[1]],  # the tenant id, as it came in
+            record_tenant(key),
             env.value,
             headers=headers,
             on_delivery=acked,
@@ -762,7 +763,7 @@ class SchedulerService:
         self, tenant: str, partition: int, key: bytes, env: Envelope, now_ms: int
     ) -> None:
         await self._dead_letter(
-            key[2 : 2 + key[1]],
+            record_tenant(key),
             env.value,
             env.headers,
             contract.EXPIRED,

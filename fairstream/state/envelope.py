@@ -37,8 +37,13 @@ def parse_record_key(key: bytes) -> tuple[bytes, int]:
     """(tenant bytes, ingest offset) of a record key."""
     if key[:1] != RECORD_PREFIX:
         raise ValueError(f"not a record key: {key!r}")
-    n = key[1]
-    return key[2 : 2 + n], _OFFSET.unpack_from(key, 2 + n)[0]
+    tenant = record_tenant(key)
+    return tenant, _OFFSET.unpack_from(key, 2 + len(tenant))[0]
+
+
+def record_tenant(key: bytes) -> bytes:
+    """The tenant id (the ingest record's key, as it came in) of a record key."""
+    return key[2 : 2 + key[1]]
 
 
 def watermark_key(partition: int) -> bytes:
