@@ -168,7 +168,15 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """True when the broker could listen on ``port``: nothing listens there.
+
+    The check binds with SO_REUSEADDR, as Kafka's listener does (Java's server sockets set
+    it): right after a broker stops, its port has connections in TIME_WAIT for a minute, and
+    a plain bind would call the port taken though the broker can bind it again at once.
+    Something listening on it (on 127.0.0.1 or on every address) still makes it taken.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((HOST, port))
         except OSError:
@@ -422,6 +430,9 @@ class DevBroker:
         ``sasl``: clients connect with SASL_PLAINTEXT and SCRAM-SHA-256 as ``sasl_user``;
         ``sasl_password`` defaults to the one stored in the state directory, or a random
         one generated and stored there (``sasl-password``, mode 0600) on first use.
+        Without ``port``, a broker that ran in this state directory before comes back on its
+        previous port (unless something else listens there now), so that its clients find
+        it again; ``port`` that something listens on is a ``BrokerError``.
 
         Caller: ``dev-kafka up`` and the test fixtures.
         Affects: ``state_dir``; starts a background JVM or container.
@@ -453,7 +464,10 @@ class DevBroker:
             return running
         self._reap_leftover()
         if port is not None and not port_is_free(port):
-            raise BrokerError(f"port {port} on {HOST} is in use; pick another or omit --port")
+            raise BrokerError(
+                f"port {port} on {HOST} is in use (something listens on it); "
+                "pick another or omit --port"
+            )
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if sasl and engine == "docker":
             raise BrokerError("--sasl needs the local engine (--engine local)")
@@ -465,12 +479,28 @@ class DevBroker:
             from fairstream.devkafka import docker_engine
 
             state = docker_engine.start(
-                self.kafka_version, port or free_port(), self.state_dir, timeout
+                self.kafka_version, port or self._client_port(), self.state_dir, timeout
             )
         else:
             state = self._start_local(port, timeout)
         state.save(self.state_file)
         return state
+
+    def _client_port(self) -> int:
+        """The port for a broker started without ``--port``: the previous run's, while free.
+
+        Clients of the previous broker (a scheduler, producers) keep retrying its address:
+        starting again on the same port is what lets them carry on without a restart.
+        """
+        previous = self.recorded()
+        if previous is not None:
+            if port_is_free(previous.port):
+                return previous.port
+            self._log(
+                f"port {previous.port} of the previous broker is taken by another process; "
+                "starting on another one (clients of the old address must be pointed to it)"
+            )
+        return free_port()
 
     def _reap_leftover(self) -> None:
         # A recorded broker that no longer answers (crashed, or hung) is stopped for good so
@@ -513,7 +543,7 @@ class DevBroker:
             # Same ports as before: the formatted data (topics, offsets) stays valid.
             port, controller_port = previous.port, previous.controller_port
         else:
-            port = port or free_port()
+            port = port or self._client_port()
             controller_port = free_port()
             while controller_port == port:
                 controller_port = free_port()
@@ -700,7 +730,8 @@ class DevBroker:
         """Stop the broker and wait until its process is gone; returns what was stopped.
 
         Caller: ``dev-kafka down`` and the test fixtures.
-        Affects: the background JVM or container; ``state.json`` is removed.
+        Affects: the background JVM or container; ``state.json`` keeps the ports (no pid), so
+        that the next ``up`` comes back at the same address.
         """
         state = self.recorded()
         if state is None:
@@ -714,13 +745,11 @@ class DevBroker:
         elif state.pid is not None and pid_alive(state.pid) and is_our_broker(state.pid):
             self._terminate(state.pid, timeout)
             stopped = state
-        if state.engine == "local":
-            # Keep the record without a pid: a later `up` reuses its ports and formatted data.
-            state.pid = None
-            state.save(self.state_file)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                self.state_file.unlink()
+        # Keep the record without a pid (or container): a later `up` starts on the same port,
+        # and the local engine reuses its formatted data (topics, offsets) too.
+        state.pid = None
+        state.container_id = None
+        state.save(self.state_file)
         return stopped
 
     def _terminate(self, pid: int, timeout: float) -> None:
