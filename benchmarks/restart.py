@@ -1,0 +1,425 @@
+"""Restart benchmarks (issue 10, "What it must show", item 5): kill -9, then a new process.
+
+Two measurements, each on topics and an app id of its own, with static membership
+(``--group-instance-id``, the same id for the killed process and its successor, as a
+StatefulSet pod keeps its name), so that no session timeout is waited for:
+
+1. ``own_disk``: a modest backlog (20,000 records, 100 tenants, 12 partitions) drained at
+   ``--rate 100``; ``--restarts`` times (10): kill -9 while it emits, start a new process on
+   the SAME data directory, and time process start to /readyz 200, and to the first egress
+   record counted on its /metrics. Reported: median and max. Target: median <= 3 s.
+2. ``empty_disk``: 1,000,000 records (1,000 tenants, 12 partitions) buffered by a scheduler
+   at ``--rate 1`` (so that almost nothing drains) until its ingest counter has them all and
+   ``fairstream_backlog_records`` says how many are buffered; kill -9; a new process on an
+   EMPTY data directory; seconds from its start until /readyz is 200 and its
+   ``fairstream_backlog_records`` is back at the level before the kill (less what ``--rate
+   1`` may have emitted meanwhile: one record per second, plus the burst of 1). Target:
+   <= 30 s. A restore still running after ``--restore-timeout`` s (120) is reported as "did
+   not finish in X s", with how far it got and the rate it was going at.
+
+    .venv/bin/python benchmarks/restart.py [--bootstrap HOST:PORT] [--quick]
+        [--restarts 10] [--records 1000000] [--restore-timeout 120] [--only own_disk,empty_disk]
+
+Without ``--bootstrap`` (or ``KAFKA_BOOTSTRAP_SERVERS``) the running development broker is
+used. ``benchmarks/run_all.py`` runs both as its ``restart`` phase (``phase()``) and puts
+``markdown()`` and ``targets()`` into docs/benchmarks.md. Prints numbers, asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the harness lives in tests/integration
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from burst import backlog_option, delete_all, fill, kill, metrics, new_deployment  # noqa: E402
+
+from tests.integration.kafka import unique  # noqa: E402
+from tests.integration.scheduler import Deployment, SchedulerProcess  # noqa: E402
+
+PARTITIONS = 12
+INGESTED = "fairstream_ingested_records_total"
+EGRESS = "fairstream_egress_records_total"
+BACKLOG = "fairstream_backlog_records"
+TARGET_OWN_DISK_MEDIAN = 3.0  # seconds
+TARGET_EMPTY_DISK = 30.0
+POLL = 0.05
+
+
+def log(message: str) -> None:
+    print(f"[restart {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def scheduler(d: Deployment, workdir: Path, name: str, *args: str) -> SchedulerProcess:
+    return SchedulerProcess(d, workdir, *args, "--log-level", "warning", name=name)
+
+
+# -- 1. own data directory ----------------------------------------------------------------------
+
+
+def own_disk(
+    bootstrap: str,
+    workdir: Path,
+    restarts: int = 10,
+    backlog: int = 20_000,
+    rate: float = 100.0,
+    timeout: float = 120.0,
+) -> dict[str, Any]:
+    """kill -9 and restart on the same data directory, ``restarts`` times."""
+    d = new_deployment(bootstrap, "restart", PARTITIONS)
+    undo: list[Callable[[], None]] = [functools.partial(delete_all, d)]
+    try:
+        fill(bootstrap, d.topics.ingest, backlog, 100)
+        name = f"own-{d.app_id}"  # one name: one data directory for every process
+        args = ["--rate", f"{rate:g}", "--group-instance-id", unique("member")]
+        current = scheduler(d, workdir, name, *args).start()
+        undo.append(lambda: kill(current))
+        current.wait_ready(timeout)
+        _wait(functools.partial(_emitting, current), time.monotonic() + timeout)
+        ready: list[float] = []
+        emitting: list[float | None] = []
+        for i in range(restarts):
+            time.sleep(1.0)  # let it emit (and its state move on) before the kill
+            current.kill()  # SIGKILL; the data directory stays
+            current = scheduler(d, workdir, name, *args)
+            started = time.monotonic()
+            current.start()
+            deadline = started + timeout
+            if not _wait(functools.partial(_ready, current), deadline, current):
+                raise TimeoutError(
+                    f"restart {i + 1}: not ready in {timeout:g} s:\n{current.tail()}"
+                )
+            ready.append(time.monotonic() - started)
+            moved = _wait(functools.partial(_emitting, current), started + 30, current)
+            emitting.append(time.monotonic() - started if moved else None)
+            log(
+                f"own disk, restart {i + 1}: ready {ready[-1]:.2f} s, emitting {_n(emitting[-1])} s"
+            )
+        seen = [e for e in emitting if e is not None]
+        return {
+            "status": "ok",
+            "restarts": restarts,
+            "backlog_records": backlog,
+            "rate": rate,
+            "to_ready_seconds": [round(x, 2) for x in ready],
+            "to_ready_median_seconds": round(statistics.median(ready), 2),
+            "to_ready_max_seconds": round(max(ready), 2),
+            "to_first_egress_median_seconds": round(statistics.median(seen), 2) if seen else None,
+            "to_first_egress_max_seconds": round(max(seen), 2) if seen else None,
+            "not_emitting_within_30s": len(emitting) - len(seen),
+        }
+    finally:
+        for step in reversed(undo):
+            with contextlib.suppress(Exception):
+                step()
+
+
+def _ready(process: SchedulerProcess) -> bool:
+    return process.get("/readyz")[0] == 200
+
+
+def _emitting(process: SchedulerProcess) -> bool:
+    return metrics(process).get(EGRESS, 0) > 0
+
+
+def _wait(
+    condition: Callable[[], bool], deadline: float, process: SchedulerProcess | None = None
+) -> bool:
+    """Poll ``condition`` every POLL s until it holds (True) or the deadline (False)."""
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        if process is not None and not process.alive():
+            raise RuntimeError(f"scheduler exited:\n{process.tail()}")
+        time.sleep(POLL)
+    return False
+
+
+# -- 2. empty data directory --------------------------------------------------------------------
+
+
+def empty_disk(
+    bootstrap: str,
+    workdir: Path,
+    records: int = 1_000_000,
+    restore_timeout: float = 120.0,
+    fill_timeout: float = 600.0,
+) -> dict[str, Any]:
+    """Buffer ``records`` at --rate 1, kill -9, restart on an empty data directory."""
+    d = new_deployment(bootstrap, "recover", PARTITIONS)
+    undo: list[Callable[[], None]] = [functools.partial(delete_all, d)]
+    rate = 1.0
+    try:
+        produced = fill(bootstrap, d.topics.ingest, records, 1000)
+        log(f"empty disk: {records:,} records produced in {produced:.1f} s")
+        args = ["--rate", f"{rate:g}", "--group-instance-id", unique("member")]
+        args += backlog_option(records // 1000)
+        first = scheduler(d, workdir, f"fill-{d.app_id}", *args).start()
+        undo.append(lambda: kill(first))
+        started = time.monotonic()
+        m: dict[str, float] = {}
+
+        def buffered() -> bool:
+            m.update(metrics(first))
+            return max(m.get(INGESTED, 0), m.get(BACKLOG, 0) + m.get(EGRESS, 0)) >= records
+
+        if not _wait(buffered, started + fill_timeout, first):
+            return {
+                "status": "timeout",
+                "records": records,
+                "result": f"the first scheduler did not buffer {records:,} records in "
+                f"{fill_timeout:g} s (ingested {m.get(INGESTED, 0):,.0f})",
+            }
+        fill_seconds = time.monotonic() - started
+        before = metrics(first).get(BACKLOG, 0.0)
+        first.kill()
+        killed = time.monotonic()
+        log(f"empty disk: {before:,.0f} buffered in {fill_seconds:.1f} s; kill -9")
+
+        second = scheduler(d, workdir, f"fresh-{d.app_id}", *args)
+        shutil.rmtree(second.data_dir, ignore_errors=True)
+        undo.append(lambda: kill(second))
+        launched = time.monotonic()
+        second.start()
+        ready_at: float | None = None
+        restored_at: float | None = None
+        last: dict[str, float] = {}
+        progress: list[tuple[float, float]] = []  # (seconds since start, backlog)
+        while time.monotonic() < launched + restore_timeout:
+            if not second.alive():
+                raise RuntimeError(f"scheduler exited:\n{second.tail()}")
+            now = time.monotonic()
+            if ready_at is None and second.get("/readyz")[0] == 200:
+                ready_at = now
+            last = metrics(second) or last
+            progress.append((now - launched, last.get(BACKLOG, 0.0)))
+            # What --rate 1 may have emitted since the kill: one per second plus the burst.
+            allowance = math.ceil(rate * (now - killed)) + 2
+            if ready_at is not None and last.get(BACKLOG, 0) >= before - allowance:
+                restored_at = now
+                break
+            time.sleep(0.1)
+        result: dict[str, Any] = {
+            "records": records,
+            "buffered_before_kill": before,
+            "fill_seconds": round(fill_seconds, 1),
+            "restore_timeout_seconds": restore_timeout,
+            "to_ready_seconds": None if ready_at is None else round(ready_at - launched, 2),
+            "backlog_reached": last.get(BACKLOG),
+        }
+        if restored_at is not None:
+            seconds = restored_at - launched
+            log(f"empty disk: restored in {seconds:.1f} s")
+            return {
+                **result,
+                "status": "ok",
+                "to_restored_seconds": round(seconds, 2),
+                "result": f"{seconds:.1f} s",
+            }
+        got = last.get(BACKLOG, 0.0)
+        pace = _pace(progress)
+        estimate = (before / pace) if pace else None
+        text = (
+            f"did not finish in {restore_timeout:g} s: backlog {got:,.0f} of {before:,.0f}, "
+            + ("ready" if ready_at is not None else "not ready")
+            + (f"; at {pace:,.0f} records/s it would take about {estimate:,.0f} s" if pace else "")
+        )
+        log(f"empty disk: {text}")
+        return {
+            **result,
+            "status": "timeout",
+            "restore_records_per_s": None if pace is None else round(pace),
+            "estimated_seconds": None if estimate is None else round(estimate),
+            "result": text,
+        }
+    finally:
+        for step in reversed(undo):
+            with contextlib.suppress(Exception):
+                step()
+
+
+def _pace(progress: list[tuple[float, float]]) -> float | None:
+    """Backlog records per second between the first and the last reading that moved."""
+    moving = [(t, b) for t, b in progress if b > 0]
+    if len(moving) < 2 or moving[-1][0] <= moving[0][0] or moving[-1][1] <= moving[0][1]:
+        return None
+    (t0, b0), (t1, b1) = moving[0], moving[-1]
+    return (b1 - b0) / (t1 - t0)
+
+
+# -- the phase, its targets and its report ---------------------------------------------------------
+
+
+def phase(
+    bootstrap: str,
+    workdir: Path,
+    quick: bool,
+    _cleanup: list[Callable[[], None]] | None = None,
+    restarts: int | None = None,
+    records: int | None = None,
+    restore_timeout: float | None = None,
+    only: set[str] | None = None,
+) -> dict[str, Any]:
+    """Both measurements; --quick: 4 restarts, 100,000 records, a 60 s restore timeout."""
+    out: dict[str, Any] = {"status": "ok"}
+    if only is None or "own_disk" in only:
+        try:
+            out["own_disk"] = own_disk(
+                bootstrap, workdir, restarts or (4 if quick else 10), 5_000 if quick else 20_000
+            )
+        except Exception as exc:  # one failed measurement must not lose the other's numbers
+            log(f"own disk failed: {exc!r}")
+            out["own_disk"] = {"status": "error", "error": repr(exc)[:500]}
+    if only is None or "empty_disk" in only:
+        try:
+            out["empty_disk"] = empty_disk(
+                bootstrap,
+                workdir,
+                records or (100_000 if quick else 1_000_000),
+                restore_timeout or (60.0 if quick else 120.0),
+            )
+        except Exception as exc:
+            log(f"empty disk failed: {exc!r}")
+            out["empty_disk"] = {"status": "error", "error": repr(exc)[:500]}
+    return out
+
+
+def _get(node: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None, str]]:
+    """run_all's target rows: (target, measured, met, by how much)."""
+    out: list[tuple[str, str, bool | None, str]] = []
+    own = _get(results, "restart", "own_disk") or {}
+    median = own.get("to_ready_median_seconds")
+    if median is not None:
+        out.append(
+            (
+                f"restart on its own disk: median to ready <= {TARGET_OWN_DISK_MEDIAN:g} s "
+                f"({own['restarts']} kill -9s, static membership)",
+                f"{median:.2f} s (max {own['to_ready_max_seconds']:.2f} s)",
+                median <= TARGET_OWN_DISK_MEDIAN,
+                f"{abs(TARGET_OWN_DISK_MEDIAN - median):.2f} s",
+            )
+        )
+    empty = _get(results, "restart", "empty_disk") or {}
+    if empty.get("status") in ("ok", "timeout") and "buffered_before_kill" in empty:
+        seconds = empty.get("to_restored_seconds")
+        out.append(
+            (
+                f"{empty['records']:,} buffered records back from an empty disk <= "
+                f"{TARGET_EMPTY_DISK:g} s",
+                empty["result"],
+                seconds is not None and seconds <= TARGET_EMPTY_DISK,
+                f"{abs(TARGET_EMPTY_DISK - seconds):.1f} s"
+                if seconds is not None
+                else f"> {max(0.0, empty['restore_timeout_seconds'] - TARGET_EMPTY_DISK):g} s",
+            )
+        )
+    return out
+
+
+def _n(value: Any, fmt: str = ".2f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def markdown(results: dict[str, Any]) -> list[str]:
+    """The "Restarts" table of docs/benchmarks.md."""
+    own = _get(results, "restart", "own_disk") or {}
+    empty = _get(results, "restart", "empty_disk") or {}
+    lines = [
+        "**Restarts** (kill -9, then a new process with the same `--group-instance-id`, "
+        f"static membership; {PARTITIONS} ingest partitions; `benchmarks/restart.py`):",
+        "",
+        "| restart | measured | target |",
+        "| --- | --- | --- |",
+    ]
+    if own.get("status") == "ok":
+        lines.append(
+            f"| own data dir, {own['restarts']} times, {own['backlog_records']:,} records "
+            f"backlog at `--rate {own['rate']:g}` | to /readyz median "
+            f"{_n(own['to_ready_median_seconds'])} s, max {_n(own['to_ready_max_seconds'])} s; "
+            f"to first egress median {_n(own.get('to_first_egress_median_seconds'))} s, max "
+            f"{_n(own.get('to_first_egress_max_seconds'))} s | median <= "
+            f"{TARGET_OWN_DISK_MEDIAN:g} s |"
+        )
+    elif own:
+        lines.append(f"| own data dir | failed: {str(own.get('error'))[:160]} | |")
+    if empty.get("status") in ("ok", "timeout"):
+        detail = empty["result"]
+        if "buffered_before_kill" in empty:
+            detail += (
+                f" (to /readyz {_n(empty.get('to_ready_seconds'), '.1f')} s; "
+                f"{empty['buffered_before_kill']:,.0f} buffered before the kill, by a scheduler "
+                f"that took {empty['fill_seconds']:g} s to absorb them)"
+            )
+        lines.append(
+            f"| empty data dir, {empty['records']:,} records buffered, until /readyz and "
+            f"`fairstream_backlog_records` are back | {detail} | <= {TARGET_EMPTY_DISK:g} s |"
+        )
+    elif empty:
+        lines.append(f"| empty data dir | failed: {str(empty.get('error'))[:160]} | |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
+    parser.add_argument("--quick", action="store_true", help="4 restarts, 100,000 records")
+    parser.add_argument("--restarts", type=int, help="kill -9s on the own data dir [10]")
+    parser.add_argument("--records", type=int, help="records buffered for the empty disk [1e6]")
+    parser.add_argument("--restore-timeout", type=float, help="seconds for the empty disk [120]")
+    parser.add_argument("--only", help="own_disk,empty_disk [both]")
+    parser.add_argument("--workdir", type=Path, help="keep the schedulers' logs here")
+    parser.add_argument("--json", action="store_true", help="also print the result as JSON")
+    args = parser.parse_args()
+    bootstrap = args.bootstrap
+    if not bootstrap:
+        from fairstream.devkafka import DevBroker
+
+        state = DevBroker().status()
+        if state is None:
+            sys.exit("no --bootstrap and no development broker: `fairstream dev-kafka up`")
+        bootstrap = state.bootstrap
+    tmp = tempfile.mkdtemp(prefix="fairstream-restart-")
+    workdir = args.workdir or Path(tmp)
+    workdir.mkdir(parents=True, exist_ok=True)
+    only = set(args.only.split(",")) if args.only else None
+    try:
+        result = phase(
+            bootstrap, workdir, args.quick, None, args.restarts, args.records,
+            args.restore_timeout, only,
+        )  # fmt: skip
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    for line in markdown({"restart": result}):
+        print(line)
+    print()
+    for name, measured, met, by in targets({"restart": result}):
+        print(f"{'met   ' if met else 'missed'}  {name}: {measured} (by {by})")
+
+
+if __name__ == "__main__":
+    main()
