@@ -43,6 +43,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -217,6 +218,15 @@ def fill(bootstrap: str, topic: str, records: int, tenants: int) -> float:
     if unsent:
         raise RuntimeError(f"{unsent} records not acknowledged by the broker")
     return time.monotonic() - started
+
+
+def cell(text: str) -> str:
+    """``text`` fit for one Markdown table cell: printable, one line, no pipes."""
+    # Terminal escapes (a spinner), raw or as repr() writes them, and repr()'s \n.
+    text = re.sub(r"(\x1b|\\x1b)\[[0-9;?]*[A-Za-z]|\\x[0-9a-f]{2}|\\[nt]", " ", text)
+    return " ".join("".join(c for c in text if c.isprintable() or c.isspace()).split()).replace(
+        "|", "/"
+    )
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -686,7 +696,7 @@ def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None, str]]:
                 (
                     f"burst {n}: quiet p99 dwell, {label} <= {bound:g} s"
                     + (f" (goal {goal:g} s)" if goal else ""),
-                    f"{'>= ' if lower else ''}{p99:,.2f} s (ideal {ideal:,.2f} s, FIFO "
+                    f"{'>= ' if lower else ''}{p99:,.2f} s (ideal {ideal:,.3f} s, FIFO "
                     f"{fifo:,.1f} s)",
                     p99 <= bound and not lower,
                     f"{abs(bound - p99):,.2f} s",
@@ -718,7 +728,7 @@ def markdown(results: dict[str, Any]) -> list[str]:
     for run in runs:
         n = f"{run.get('records', 0):,}"
         if run.get("status") != "ok":
-            lines.append(f"| {n} | failed: {str(run.get('error'))[:120]} | - | - |")
+            lines.append(f"| {n} | failed: {cell(str(run.get('error')))[:160]} | - | - |")
             continue
         w = run["burst_write"]
         head = f"{n} written in {w['seconds_to_last_ack']:.2f} s"
