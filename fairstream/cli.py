@@ -24,7 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "Run a single-node Apache Kafka for development.",
     ),
     "scheduler": (
-        "fairstream.service.cli:scheduler",
+        "fairstream.scheduler.cli:scheduler",
         "Run a scheduler instance: buffer per tenant, emit fairly onto egress.",
     ),
     "simulate": (

@@ -209,7 +209,11 @@ class Settings:
     cost_rate: float | None = None  # cost units/s for the whole group; None: unlimited
     max_backlog: int | None = 100_000  # records per tenant; None: unlimited
     quantum: int = 1
-    max_in_flight: int = 1000
+    max_in_flight: int = 10_000  # egress records in one transaction at most
+    commit_interval: float = 0.1  # seconds between transaction commits
+    transaction_timeout: float = 10.0  # seconds before the broker aborts an abandoned one
+    buffer_memory: int = 512 * 1024 * 1024  # bytes of payloads held; the rest is read back
+    trim: bool = True  # delete ingest records below the committed low-water mark
     replication_factor: int = 1  # of the buffer changelog topic Faust creates
     session_timeout: float = 10.0  # seconds before a dead member's partitions move
     group_instance_id: str | None = None  # static membership (e.g. the pod name)
@@ -360,8 +364,8 @@ def scheduler_options(f: F) -> F:
             env="APP_ID",
             default=DEFAULT_APP_ID,
             show_default=True,
-            help="Consumer group id; also prefixes the internal topics "
-            "<app-id>-buffers-changelog and <app-id>-lease.",
+            help="Consumer group id; also names the internal progress topic "
+            "<app-id>-progress and prefixes the transactional ids.",
         ),
         _opt(
             "--rate",
@@ -407,10 +411,46 @@ def scheduler_options(f: F) -> F:
             "--max-in-flight",
             env="MAX_IN_FLIGHT",
             type=click.IntRange(min=1),
-            default=1000,
+            default=10_000,
             show_default=True,
-            help="Egress sends awaiting acknowledgement at once; bounds "
-            "the duplicates a crash can cause.",
+            help="Egress records in one transaction at most (a transaction commits every "
+            "--commit-interval, or sooner when it reaches this many).",
+        ),
+        _opt(
+            "--commit-interval",
+            env="COMMIT_INTERVAL",
+            type=click.FloatRange(min=0.01, max=60),
+            default=0.1,
+            show_default=True,
+            help="Seconds between transaction commits. Egress records become visible to "
+            "read_committed consumers when their transaction commits.",
+        ),
+        _opt(
+            "--transaction-timeout",
+            env="TRANSACTION_TIMEOUT",
+            type=click.FloatRange(min=1, max=900),
+            default=10.0,
+            show_default=True,
+            help="Seconds after which the broker aborts a transaction its instance left open "
+            "(a crash): until then a new owner of its partitions waits.",
+        ),
+        _opt(
+            "--buffer-memory",
+            env="BUFFER_MEMORY",
+            type=click.IntRange(min=1),
+            default=512,
+            show_default=True,
+            help="MiB of buffered payloads held in memory; beyond that records are indexed "
+            "without their payload and read back from the ingest topic when their turn comes.",
+        ),
+        _opt(
+            "--trim/--no-trim",
+            env="TRIM",
+            default=True,
+            show_default=True,
+            help="Delete ingest records below the committed low-water mark (AdminClient "
+            "delete_records), so the ingest topic holds just the backlog. Turn off when other "
+            "consumers read the ingest topic too.",
         ),
         _opt(
             "--replication-factor",
@@ -418,8 +458,8 @@ def scheduler_options(f: F) -> F:
             type=click.IntRange(min=1),
             default=1,
             show_default=True,
-            help="Replication factor of the buffer changelog "
-            "topic the scheduler creates (use 3 on a production cluster).",
+            help="Replication factor of the progress topic the scheduler creates if "
+            "`fairstream topics create` did not (use 3 on a production cluster).",
         ),
         _opt(
             "--session-timeout",
@@ -443,7 +483,9 @@ def scheduler_options(f: F) -> F:
             env="DATA_DIR",
             type=click.Path(file_okay=False, path_type=Path),
             default=None,
-            help=f"RocksDB state directory. [default: {default_data_dir()}]",
+            help="State directory: holds this instance's identity (its transactional id) "
+            "when --group-instance-id is not given, so a restart on the same disk fences "
+            f"what its previous run left open at once. [default: {default_data_dir()}]",
         ),
         _opt(
             "--web-port",
@@ -486,6 +528,10 @@ def settings_from_options(**kw: Any) -> Settings:
         max_backlog=kw["max_backlog"],
         quantum=kw["quantum"],
         max_in_flight=kw["max_in_flight"],
+        commit_interval=kw["commit_interval"],
+        transaction_timeout=kw["transaction_timeout"],
+        buffer_memory=kw["buffer_memory"] * 1024 * 1024,
+        trim=kw["trim"],
         replication_factor=kw["replication_factor"],
         session_timeout=kw["session_timeout"],
         group_instance_id=kw["group_instance_id"] or None,

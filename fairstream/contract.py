@@ -21,6 +21,14 @@ SCHEDULED_MS = "fairstream-scheduled-ms"
 # Added on dead letters.
 DLQ_REASON = "fairstream-dlq-reason"
 DLQ_DETAIL = "fairstream-dlq-detail"
+# Where a dead letter's record was read (the ingest log keeps it until it is trimmed).
+DLQ_TOPIC = "fairstream-dlq-topic"
+DLQ_PARTITION = "fairstream-dlq-partition"
+DLQ_OFFSET = "fairstream-dlq-offset"
+# On a dead letter cut to fit the dead-letter topic: the original value's size, and how many
+# original headers were left out.
+DLQ_VALUE_BYTES = "fairstream-dlq-value-bytes"
+DLQ_HEADERS_DROPPED = "fairstream-dlq-headers-dropped"
 
 # Dead-letter reasons: short machine words.
 INVALID_KEY = "invalid-key"
@@ -30,6 +38,8 @@ BACKLOG_FULL = "backlog-full"
 EXPIRED = "expired"
 PURGED = "purged"
 HANDLER_FAILED = "handler-failed"
+TOO_LARGE = "too-large"  # does not fit on the egress (or dead-letter) topic
+LOST = "lost"  # deleted from the ingest log (retention) before it could be emitted
 
 MAX_TENANT_BYTES = 255
 MAX_REQUEST_ID_BYTES = 1024
@@ -139,10 +149,19 @@ def default_request_id(topic: str, partition: int, offset: int) -> str:
 
 
 def dead_letter_headers(
-    headers: Headers, reason: str, detail: str
+    headers: Headers,
+    reason: str,
+    detail: str,
+    source: tuple[str, int, int] | None = None,
 ) -> list[tuple[str, bytes | None]]:
-    """The original headers, as they were (null values too), plus reason and sentence."""
+    """The original headers, as they were (null values too), plus reason and sentence, and
+    the ingest coordinates ``(topic, partition, offset)`` when the record came from there."""
     out: list[tuple[str, bytes | None]] = list(headers)
     out.append((DLQ_REASON, reason.encode()))
     out.append((DLQ_DETAIL, detail.encode("utf-8")))
+    if source is not None:
+        topic, partition, offset = source
+        out.append((DLQ_TOPIC, topic.encode("utf-8")))
+        out.append((DLQ_PARTITION, str(partition).encode()))
+        out.append((DLQ_OFFSET, str(offset).encode()))
     return out

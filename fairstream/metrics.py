@@ -8,12 +8,15 @@ summed under ``tenant="__other__"``. A deployment with 100,000 tenants thus expo
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import math
 from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 OTHER = "__other__"
 DWELL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
@@ -64,6 +67,37 @@ class TenantCollector(Collector):
         yield emitted
 
 
+class CheapHistogram(Collector):
+    """A histogram observed once per egress record, from one thread.
+
+    prometheus_client's Histogram takes a lock and walks its buckets on every observation
+    (about 2 µs, a tenth of a record's whole emission cost); this one does a bisect and an
+    increment, and builds the cumulative buckets at scrape time.
+    """
+
+    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.bounds = list(buckets)
+        self.counts = [0] * (len(buckets) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        """Caller: one thread only (the emitter)."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(self.name, self.documentation)
+        cumulative = 0
+        buckets: list[tuple[str, float]] = []
+        for bound, count in zip([*self.bounds, math.inf], list(self.counts), strict=True):
+            cumulative += count
+            buckets.append((floatToGoString(bound), cumulative))
+        family.add_metric([], buckets, self.sum)
+        yield family
+
+
 class Metrics:
     """The instance's metrics, in a registry of its own (no process-global state)."""
 
@@ -83,16 +117,64 @@ class Metrics:
             ["reason"],
             registry=r,
         )
-        self.dwell = Histogram(
+        self.dwell = CheapHistogram(
             "fairstream_dwell_seconds",
             "Time from ingest timestamp to egress scheduling.",
-            buckets=DWELL_BUCKETS,
-            registry=r,
+            DWELL_BUCKETS,
         )
+        r.register(self.dwell)
         self.rebalances = Counter("fairstream_rebalances", "Partition rebalances.", registry=r)
         self.backlog = Gauge("fairstream_backlog_records", "Records buffered.", registry=r)
         self.in_flight = Gauge(
-            "fairstream_in_flight_records", "Egress sends awaiting acknowledgement.", registry=r
+            "fairstream_in_flight_records",
+            "Egress records in the open transaction (not yet visible to read_committed readers).",
+            registry=r,
+        )
+        self.transactions = Counter(
+            "fairstream_transactions",
+            "Kafka transactions ended, by outcome (committed, aborted).",
+            ["outcome"],
+            registry=r,
+        )
+        self.commit_seconds = Histogram(
+            "fairstream_commit_seconds",
+            "Time to commit one transaction (offsets, progress, egress records).",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+        self.unsettled = Gauge(
+            "fairstream_ingest_unsettled_offsets",
+            "Per ingest partition: offsets between the committed low-water mark and the "
+            "read position (what a restart reads again).",
+            ["partition"],
+            registry=r,
+        )
+        self.retention_headroom = Gauge(
+            "fairstream_ingest_retention_headroom_seconds",
+            "Per ingest partition: time left before retention may delete the oldest "
+            "unsettled record (+Inf when the ingest topic keeps records forever).",
+            ["partition"],
+            registry=r,
+        )
+        self.lost = Counter(
+            "fairstream_ingest_lost_records",
+            "Unsettled ingest records deleted (by retention) before they could be emitted.",
+            registry=r,
+        )
+        self.trimmed = Counter(
+            "fairstream_ingest_trimmed_records",
+            "Ingest records deleted below the committed low-water mark (delete_records).",
+            registry=r,
+        )
+        self.payload_bytes = Gauge(
+            "fairstream_payload_cache_bytes",
+            "Bytes of buffered payloads held in memory (the rest is read back from the log).",
+            registry=r,
+        )
+        self.refetches = Counter(
+            "fairstream_payload_refetches",
+            "Reads of the ingest log for payloads not held in memory.",
+            registry=r,
         )
         self.rate_share = Gauge(
             "fairstream_egress_rate_limit",

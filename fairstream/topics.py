@@ -40,7 +40,18 @@ def topics() -> None:
     show_default=True,
     envvar="FAIRSTREAM_APP_ID",
     show_envvar=True,
-    help="The scheduler's app id, to check its buffer changelog's partitions.",
+    help="The scheduler's app id: names its progress topic <app-id>-progress.",
+)
+@click.option(
+    "--ingest-retention-ms",
+    type=click.IntRange(min=-1),
+    default=-1,
+    show_default=True,
+    envvar="FAIRSTREAM_INGEST_RETENTION_MS",
+    show_envvar=True,
+    help="retention.ms of a new ingest topic. The ingest topic is the scheduler's buffer: "
+    "with -1 nothing buffered expires, and the scheduler deletes what it settled (--trim). "
+    "A finite value loses records still buffered when they outlive it.",
 )
 def create(
     kafka: KafkaConnection,
@@ -51,15 +62,19 @@ def create(
     partitions: int,
     replication_factor: int,
     app_id: str,
+    ingest_retention_ms: int,
 ) -> None:
-    """Create the ingest, egress, dead-letter and (compacted) policy topics where missing.
+    """Create the ingest, egress, dead-letter, (compacted) policy and progress topics where
+    missing.
 
     Exits non-zero, creating nothing, when an existing topic's partition count would break
-    co-partitioning of the ingest topic with the scheduler's buffers.
+    co-partitioning of the ingest topic with the scheduler's progress topic.
     """
     names = Topics(ingest_topic, egress_topic, dlq_topic, policy_topic)
     try:
-        statuses = create_topics(kafka, names, partitions, app_id, replication_factor)
+        statuses = create_topics(
+            kafka, names, partitions, app_id, replication_factor, ingest_retention_ms
+        )
     except TopicError as exc:
         raise click.ClickException(str(exc)) from exc
     for status in statuses:

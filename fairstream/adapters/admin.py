@@ -17,8 +17,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from fairstream.config import Connection, KafkaConnection, Topics
-
-BUFFER_TABLE = "buffers"
+from fairstream.scheduler.recovery import progress_topic
 
 
 class TopicError(Exception):
@@ -66,16 +65,6 @@ class TopicStatus:
     created: bool
 
 
-def changelog_topic(app_id: str) -> str:
-    """The changelog of the per-tenant buffer table (Faust names it ``<app>-<table>-changelog``)."""
-    return f"{app_id}-{BUFFER_TABLE}-changelog"
-
-
-def lease_topic(app_id: str) -> str:
-    """The internal topic whose partition assignment says which ingest partitions we own."""
-    return f"{app_id}-lease"
-
-
 def admin_client(kafka: Connection, timeout: float = 30.0) -> AdminClient:
     """An AdminClient that has answered a metadata request.
 
@@ -112,7 +101,10 @@ def partition_count(admin: AdminClient, topic: str, timeout: float = 15.0) -> in
     return len(info.partitions)
 
 
-def _cleanup_policy(admin: AdminClient, topic: str, timeout: float = 30.0) -> str:
+def topic_configs(
+    admin: AdminClient, topic: str, names: tuple[str, ...], timeout: float = 30.0
+) -> dict[str, str | None]:
+    """The values of the named configs of ``topic`` (None for one the broker did not give)."""
     # Right after a topic is created the broker may not know it yet for config reads
     # (UNKNOWN_TOPIC_OR_PARTITION): ask again until it does.
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
@@ -125,8 +117,11 @@ def _cleanup_policy(admin: AdminClient, topic: str, timeout: float = 30.0) -> st
                 raise TopicError(f"cannot read the configuration of {topic}: {exc}") from exc
             time.sleep(0.2)
             continue
-        entry = configs.get("cleanup.policy")
-        return str(entry.value) if entry is not None else "delete"
+        return {name: (str(configs[name].value) if name in configs else None) for name in names}
+
+
+def _cleanup_policy(admin: AdminClient, topic: str) -> str:
+    return topic_configs(admin, topic, ("cleanup.policy",))["cleanup.policy"] or "delete"
 
 
 def _create(admin: AdminClient, new_topics: list[NewTopic]) -> None:
@@ -145,23 +140,32 @@ def _create(admin: AdminClient, new_topics: list[NewTopic]) -> None:
 def ensure_internal_topics(
     kafka: Connection, app_id: str, partitions: int, replication_factor: int
 ) -> None:
-    """Create the scheduler's internal topics before Faust subscribes to them.
+    """Create the scheduler's progress topic where missing, and check its partitions.
 
-    Faust would declare them itself, but a member that subscribes before the lease topic
-    exists can be assigned nothing until its next metadata refresh, minutes later.
-    Caller: ``fairstream scheduler`` at start. Affects: the two internal topics.
+    Caller: ``fairstream scheduler`` at start (``topics create`` makes it too).
+    Affects: the progress topic.
     """
     admin = admin_client(kafka)
-    wanted = [
-        NewTopic(
-            changelog_topic(app_id),
-            partitions,
-            replication_factor,
-            config={"cleanup.policy": "compact"},
-        ),
-        NewTopic(lease_topic(app_id), partitions, replication_factor),
-    ]
-    _create(admin, [t for t in wanted if partition_count(admin, t.topic) is None])
+    name = progress_topic(app_id)
+    existing = partition_count(admin, name)
+    if existing is None:
+        _create(admin, [_progress_new_topic(app_id, partitions, replication_factor)])
+    elif existing != partitions:
+        raise TopicError(
+            f"the progress topic {name} has {existing} partitions but the ingest topic has "
+            f"{partitions}; they must match (co-partitioning). Use another --app-id, or "
+            "delete the progress topic after draining the backlog."
+        )
+
+
+def _progress_new_topic(app_id: str, partitions: int, replication_factor: int) -> NewTopic:
+    # Compacted: only each partition's latest progress record matters.
+    return NewTopic(
+        progress_topic(app_id),
+        partitions,
+        replication_factor,
+        config={"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"},
+    )
 
 
 def create_topics(
@@ -170,12 +174,15 @@ def create_topics(
     partitions: int,
     app_id: str,
     replication_factor: int = 1,
+    ingest_retention_ms: int = -1,
 ) -> list[TopicStatus]:
-    """Create the ingest, egress, dead-letter and policy topics where missing.
+    """Create the ingest, egress, dead-letter, policy and progress topics where missing.
 
-    The ingest topic and the buffer changelog must have the same partition count (the
-    buffers are co-partitioned with the ingest topic); an existing topic that breaks this
-    raises ``TopicError`` before anything is created.
+    The ingest topic and the progress topic must have the same partition count (progress
+    is co-partitioned with the ingest topic); an existing topic that breaks this raises
+    ``TopicError`` before anything is created. The ingest topic is the scheduler's buffer:
+    it is created with ``retention.ms`` ``ingest_retention_ms`` (-1: forever; the scheduler
+    trims what it settled) and ``retention.bytes`` -1, so nothing buffered expires.
 
     Caller: ``fairstream topics create`` and the demo. Affects: topics on the cluster.
     """
@@ -187,16 +194,17 @@ def create_topics(
             f"{partitions}. fairstream's per-tenant buffers are co-partitioned with the ingest "
             f"topic: use --partitions {ingest}, or recreate the topic (which loses its records)."
         )
-    for internal in (changelog_topic(app_id), lease_topic(app_id)):
-        existing_internal = partition_count(admin, internal)
-        if existing_internal is not None and existing_internal != partitions:
-            raise TopicError(
-                f"the internal topic {internal} of app {app_id!r} has {existing_internal} "
-                f"partitions but the ingest topic would have {partitions}: they must match. "
-                f"Use --partitions {existing_internal}, or another --app-id."
-            )
+    internal = progress_topic(app_id)
+    existing_internal = partition_count(admin, internal)
+    if existing_internal is not None and existing_internal != partitions:
+        raise TopicError(
+            f"the internal topic {internal} of app {app_id!r} has {existing_internal} "
+            f"partitions but the ingest topic would have {partitions}: they must match. "
+            f"Use --partitions {existing_internal}, or another --app-id."
+        )
+    retention = {"retention.ms": str(ingest_retention_ms), "retention.bytes": "-1"}
     wanted = [
-        (topics.ingest, partitions, {}),
+        (topics.ingest, partitions, retention),
         (topics.egress, partitions, {}),
         (topics.dlq, partitions, {}),
         # Every instance reads every policy, so one partition keeps them in one order.
@@ -211,6 +219,11 @@ def create_topics(
             statuses.append(TopicStatus(name, count, True))
         else:
             statuses.append(TopicStatus(name, existing, False))
+    if existing_internal is None:
+        to_create.append(_progress_new_topic(app_id, partitions, replication_factor))
+        statuses.append(TopicStatus(internal, partitions, True))
+    else:
+        statuses.append(TopicStatus(internal, existing_internal, False))
     _create(admin, to_create)
     if _cleanup_policy(admin, topics.policy) != "compact":
         raise TopicError(

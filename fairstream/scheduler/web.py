@@ -1,32 +1,33 @@
 """``/healthz``, ``/readyz``, ``/metrics`` and ``/tenants`` of a scheduler instance.
 
-Served by a small aiohttp server of our own that starts before the Faust app, so that
-liveness answers during a long table recovery (Faust's web server starts only after it),
-and no Faust table view is ever exposed.
+A small aiohttp server on the main thread; it answers from the start, during recovery too.
+Reads that need the core run on the emitter thread (``Handoff.call``), so the handlers hand
+them to a worker thread and never block the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from fairstream.service.engine import SchedulerService
+from fairstream.scheduler.service import SchedulerService
 
 
 def build_web_app(service: SchedulerService) -> web.Application:
     async def healthz(_: web.Request) -> web.Response:
-        crashed = service.app.crash_reason
-        if crashed is not None:
-            return web.Response(status=503, text=f"crashed: {crashed!r}\n")
+        if service.fatal is not None:
+            return web.Response(status=503, text=f"failed: {service.fatal}\n")
         return web.Response(text="ok\n")
 
     async def readyz(_: web.Request) -> web.Response:
         if service.ready:
             return web.Response(text="ready\n")
-        return web.Response(status=503, text="recovering or rebalancing\n")
+        return web.Response(status=503, text="recovering, rebalancing or stopping\n")
 
     async def metrics(_: web.Request) -> web.Response:
-        body = generate_latest(service.metrics.registry)
+        body = await asyncio.to_thread(generate_latest, service.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def tenants(request: web.Request) -> web.Response:
@@ -34,7 +35,11 @@ def build_web_app(service: SchedulerService) -> web.Application:
             limit = max(1, min(1000, int(request.query.get("limit", "50"))))
         except ValueError:
             return web.Response(status=400, text="limit must be an integer\n")
-        return web.json_response(service.tenant_stats(limit))
+        try:
+            stats = await asyncio.to_thread(service.tenant_stats, limit)
+        except TimeoutError:
+            return web.Response(status=503, text="the scheduler is busy; try again\n")
+        return web.json_response(stats)
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)

@@ -1,0 +1,133 @@
+"""``fairstream scheduler``: run one scheduler instance (a member of the consumer group)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from typing import Any
+
+import click
+
+from fairstream.adapters.admin import (
+    TopicError,
+    admin_client,
+    ensure_internal_topics,
+    partition_count,
+    topic_configs,
+)
+from fairstream.config import Settings, scheduler_options, settings_from_options
+
+SHUTDOWN_TIMEOUT = 30.0  # seconds from SIGTERM (or a fatal error) to exit
+
+log = logging.getLogger("fairstream.scheduler")
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def inspect_topics(settings: Settings) -> tuple[int, Any, int | None]:
+    """The ingest topic's partitions, the record size limits, and its retention.ms."""
+    from fairstream.scheduler.emit import Limits
+
+    admin = admin_client(settings.kafka)
+    topics = settings.topics
+    partitions = partition_count(admin, topics.ingest, timeout=30)
+    if partitions is None:
+        raise TopicError(
+            f"the ingest topic {topics.ingest} does not exist at {settings.kafka.describe()}; "
+            "create fairstream's topics first: fairstream topics create --partitions N"
+        )
+    for name in (topics.egress, topics.dlq):
+        if partition_count(admin, name) is None:
+            raise TopicError(
+                f"the topic {name} does not exist; create fairstream's topics first: "
+                "fairstream topics create --partitions N"
+            )
+    size = "max.message.bytes"
+    limits = Limits(
+        egress=_int(topic_configs(admin, topics.egress, (size,))[size]) or Limits.egress,
+        dlq=_int(topic_configs(admin, topics.dlq, (size,))[size]) or Limits.dlq,
+    )
+    ingest = topic_configs(admin, topics.ingest, ("retention.ms", "retention.bytes"))
+    retention_ms = _int(ingest["retention.ms"])
+    if retention_ms is not None and retention_ms > 0:
+        log.warning(
+            "the ingest topic %s deletes records after %.0f s (retention.ms): a backlog older "
+            "than that is lost. fairstream topics create sets retention.ms=-1.",
+            topics.ingest,
+            retention_ms / 1000,
+        )
+    if (_int(ingest["retention.bytes"]) or -1) > 0:
+        log.warning(
+            "the ingest topic %s has retention.bytes=%s: a large backlog can be deleted "
+            "before it is emitted",
+            topics.ingest,
+            ingest["retention.bytes"],
+        )
+    return partitions, limits, retention_ms
+
+
+def run(settings: Settings) -> int:
+    """Run until SIGTERM or SIGINT (exit 0) or a fatal error (exit 1)."""
+    from fairstream.scheduler.service import SchedulerService
+    from fairstream.scheduler.web import start_web
+
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    partitions, limits, retention_ms = inspect_topics(settings)
+    ensure_internal_topics(settings.kafka, settings.app_id, partitions, settings.replication_factor)
+    service = SchedulerService(settings, partitions, limits=limits, retention_ms=retention_ms)
+    service.start()
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, service.stop)
+        runner = await start_web(service, settings.web_host, settings.web_port)
+        log.info(
+            "web endpoints on %s:%d (/healthz /readyz /metrics /tenants)",
+            settings.web_host,
+            settings.web_port,
+        )
+        try:
+            await asyncio.to_thread(service.done.wait)
+            # Stopping: /healthz keeps answering (503 after a fatal error) meanwhile.
+            clean = await asyncio.to_thread(service.join, SHUTDOWN_TIMEOUT)
+            if not clean:
+                log.error("threads still running %.0f s after the stop; exiting", SHUTDOWN_TIMEOUT)
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(serve())
+    if service.fatal is not None:
+        print(f"fairstream scheduler: fatal: {service.fatal}", file=sys.stderr)
+        return 1
+    return 0
+
+
+@click.command("scheduler")
+@scheduler_options
+def scheduler(**options: Any) -> None:
+    """Buffer the ingest topic per tenant and emit fairly onto the egress topic.
+
+    Runs one member of the consumer group --app-id; start more instances (up to the ingest
+    topic's partition count) to share the work. --rate is for the whole group: each
+    instance takes rate x (its ingest partitions / all ingest partitions). Egress and
+    dead-letter records are written in Kafka transactions (read them with
+    isolation.level=read_committed). SIGTERM commits what is open and leaves the group.
+    """
+    settings = settings_from_options(**options)
+    try:
+        code = run(settings)
+    except TopicError as exc:
+        raise click.ClickException(str(exc)) from exc
+    sys.exit(code)

@@ -1,0 +1,722 @@
+"""The emitter thread: the fair core, each partition's progress, and exactly-once egress.
+
+It is the only owner of the ``FairScheduler`` core, of every ``PartitionProgress`` and of the
+transactional producer, so none of them needs a lock. Its loop:
+
+1. applies what the ingest thread handed over, in order: parsed records (indexed in the
+   core, or dead-lettered), assignments, revocations, policy changes;
+2. paces with the token buckets, asks the core which tenant goes next, and produces that
+   record to egress inside the open transaction (dead letters likewise to the DLQ);
+3. every ``--commit-interval`` (or after ``--max-in-flight`` records) commits: the egress
+   records, a progress record for each partition with settled ranges above its mark, and
+   the marks as the group's offsets, with the group metadata of the member that owns them.
+   A member fenced out of its generation cannot commit, so a zombie adds nothing.
+
+An aborted transaction (a failed send, a lost generation) leaves the instance's state ahead
+of what is committed: it forgets everything and asks the ingest thread to recover again
+from the committed marks (``rewind``). Payloads are held in memory up to
+``--buffer-memory`` and read back from the ingest log beyond that (``fetch``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from confluent_kafka import KafkaException, Message, Producer, TopicPartition
+
+from fairstream import contract
+from fairstream.config import Settings
+from fairstream.core import EgressLimiter, FairScheduler, MonotonicClock, Pick, TenantPolicy
+from fairstream.metrics import Metrics
+from fairstream.scheduler import progress as progress_codec
+from fairstream.scheduler.fetch import PayloadFetcher
+from fairstream.scheduler.handoff import (
+    Assign,
+    Call,
+    Handoff,
+    Heard,
+    PolicyChange,
+    Revoke,
+    Stop,
+)
+from fairstream.scheduler.observe import Observed
+from fairstream.scheduler.policies import Policies
+from fairstream.scheduler.progress import PartitionProgress
+from fairstream.scheduler.recovery import progress_topic
+
+log = logging.getLogger("fairstream.emitter")
+
+# (partition, offset, enqueued_ms, deadline_ms, message or None (read back), cost)
+Entry = tuple[int, int, int, int | None, Message | None, int]
+
+HeaderList = list[tuple[str, bytes | None]]
+STAMPED = frozenset({contract.TENANT, contract.ENQUEUED_MS, contract.SCHEDULED_MS})
+APPLY_BATCH = 4096  # handed-over items applied between two rounds of emission
+EMIT_BATCH = 256  # picks between two looks at the handoff queue
+RECORD_OVERHEAD = 512  # bytes a record adds to its key, value and headers, rounded up
+WARM_UP = 1.0  # seconds emission may wait for every new partition's first fetch
+API_TIMEOUT = 30.0  # seconds for a transactional call
+
+
+class FatalError(Exception):
+    """The instance cannot go on (fenced by a newer instance, a broken producer)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bytes a record may have on the egress and dead-letter topics (max.message.bytes)."""
+
+    egress: int = 1_048_588
+    dlq: int = 1_048_588
+
+
+def footprint(msg: Message) -> int:
+    """Memory a held payload costs, roughly: value, key, headers, and the objects."""
+    value, key, headers = msg.value(), msg.key(), _headers(msg)
+    size = 200 + (len(value) if value else 0) + (len(key) if key else 0)
+    if headers:
+        size += 64 * len(headers) + sum(len(v) for _, v in headers if v)
+    return size
+
+
+def _headers(msg: Message) -> list[tuple[str, bytes | None]]:
+    # confluent-kafka gives a record's headers as a list of (str, bytes | None) pairs.
+    return cast("HeaderList", msg.headers() or [])
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Emitter:
+    """Runs ``run`` on a thread of its own. Caller: ``SchedulerService``."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        partitions: int,
+        handoff: Handoff,
+        metrics: Metrics,
+        *,
+        transactional_id: str,
+        limits: Limits,
+        group_metadata: Callable[[], Any],
+        request_rewind: Callable[[], None],
+        on_committed: Callable[[dict[int, int]], None],
+    ) -> None:
+        self.settings = settings
+        self.partitions = partitions
+        self.handoff = handoff
+        self.metrics = metrics
+        self.limits = limits
+        self._group_metadata = group_metadata
+        self._request_rewind = request_rewind
+        self._on_committed = on_committed
+        self.ingest_topic = settings.topics.ingest
+        self.egress_topic = settings.topics.egress
+        self.dlq_topic = settings.topics.dlq
+        self.progress_topic = progress_topic(settings.app_id)
+        self.clock = MonotonicClock()
+        self.policies = Policies(settings, metrics)
+        self.core: FairScheduler[Entry] = self.policies.new_core(self.clock)
+        self.limiter = EgressLimiter(self.clock, rate=None)
+        self.observed = Observed()
+        self.progress: dict[int, PartitionProgress] = {}
+        self.letters: deque[tuple[str | None, Entry, str, str]] = deque()
+        self.fetcher = PayloadFetcher(settings.kafka.librdkafka(), self.ingest_topic)
+        self.producer = Producer(
+            {
+                **settings.kafka.librdkafka(),
+                "transactional.id": transactional_id,
+                "transaction.timeout.ms": int(settings.transaction_timeout * 1000),
+                "acks": "all",
+                "linger.ms": 5,
+                "batch.num.messages": 10_000,
+                "queue.buffering.max.messages": 1_000_000,
+                "queue.buffering.max.kbytes": 1_048_576,
+                # Our own size check decides what fits (see _emit); librdkafka must not
+                # refuse first what the topic accepts.
+                "message.max.bytes": max(limits.egress, limits.dlq) + 64 * 1024,
+                # Agrees with Java clients on which egress partition a tenant's records use.
+                "partitioner": "murmur2_random",
+            }
+        )
+        self.budget = settings.buffer_memory
+        self.cached = 0  # bytes of payloads held by entries in the core
+        self.joined = False
+        self.rewinding = False
+        self.stopped = False
+        self._warming: set[int] = set()
+        self._warm_until = 0.0
+        self._txn_open = False
+        self._txn_records = 0
+        self._txn_emitted: dict[str, int] = {}
+        self._txn_cost = 0
+        self._txn_letters: dict[str, int] = {}
+        self._committed_changes: dict[int, int] = {}
+        self._committed_marks: dict[int, int] = {}
+        self._seq = 0
+        self._token_prefix = transactional_id
+        self._next_commit = 0.0
+        self._produced = 0
+        self._id_prefixes: dict[int, bytes] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def init_transactions(self) -> None:
+        """Register the transactional id, fencing an older producer with the same id (a
+        previous run of this instance) and aborting what it left open."""
+        self.producer.init_transactions(API_TIMEOUT)
+
+    @property
+    def ready(self) -> bool:
+        return self.joined and not self.rewinding and not self.stopped
+
+    @property
+    def in_flight(self) -> int:
+        return self._txn_records
+
+    def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.stopped = True
+            self.fetcher.close()
+
+    def _run(self) -> None:
+        handoff = self.handoff
+        interval = self.settings.commit_interval
+        max_records = self.settings.max_in_flight
+        while True:
+            items = handoff.take(APPLY_BATCH)
+            if items and self._apply(items):
+                return
+            now = time.monotonic()
+            if now >= self._next_commit or self._txn_records >= max_records:
+                self._commit()
+                self._next_commit = time.monotonic() + interval
+            if self.letters:
+                self._send_letters(EMIT_BATCH)
+                continue
+            if not self._may_emit(now):
+                self._idle(0.01)
+                continue
+            if self._emit_some(now) == 0 and not handoff.queue:
+                delay = self.core.next_eligible_in() if len(self.core) else None
+                wait = self.limiter.wait_time(1, 1)
+                self._idle(min(max(wait, delay or 0.1), self._next_commit - now, 0.1))
+
+    def _idle(self, seconds: float) -> None:
+        wake = self.handoff.wake
+        wake.clear()
+        if seconds > 0 and not self.handoff.queue:
+            wake.wait(seconds)
+
+    def _may_emit(self, now: float) -> bool:
+        if not self.joined or self.rewinding or not self.progress:
+            return False
+        return not self._warming or now >= self._warm_until
+
+    # -- applying what the ingest thread handed over -----------------------------------------
+
+    def _apply(self, items: list[Any]) -> bool:
+        """Apply handed-over items in order; True when a Stop was among them."""
+        progress = self.progress
+        core = self.core
+        letters = self.letters
+        budget = self.budget
+        warming = self._warming
+        pushed = 0
+        now = now_ms()
+        purges = self.policies.purges
+        for item in items:
+            if type(item) is not tuple:
+                if self._control(item):
+                    return True
+                progress, core = self.progress, self.core  # replaced by a revoke or rewind
+                continue
+            partition, offset, tenant, cost, deadline, enqueued, msg, invalid = item
+            prog = progress.get(partition)
+            if prog is None or offset < prog.next or self.rewinding:
+                continue  # not ours (any more), or already seen
+            if warming:
+                warming.discard(partition)
+            if prog.recovered(offset):
+                prog.observe(offset)  # settled before the restart
+                continue
+            prog.observe(offset)
+            if invalid is not None:
+                entry: Entry = (partition, offset, enqueued, None, msg, 1)
+                letters.append((None, entry, invalid.reason, invalid.detail))
+                continue
+            if deadline is not None and now > deadline:
+                letters.append(
+                    (
+                        tenant,
+                        (partition, offset, enqueued, deadline, msg, cost),
+                        contract.EXPIRED,
+                        f"the deadline {deadline} passed {now - deadline} ms before the "
+                        "record was buffered",
+                    )
+                )
+                continue
+            if purges and tenant in purges and enqueued <= purges[tenant]:
+                letters.append(
+                    (
+                        tenant,
+                        (partition, offset, enqueued, deadline, msg, cost),
+                        contract.PURGED,
+                        _purge_detail(tenant, purges[tenant]),
+                    )
+                )
+                continue
+            decision = core.admit(tenant, cost)
+            if not decision.accepted:
+                letters.append(
+                    (
+                        tenant,
+                        (partition, offset, enqueued, deadline, msg, cost),
+                        decision.reason or contract.BACKLOG_FULL,
+                        decision.detail or "",
+                    )
+                )
+                continue
+            size = footprint(msg)
+            if self.cached + size <= budget:
+                self.cached += size
+                core.push(tenant, (partition, offset, enqueued, deadline, msg, cost), cost)
+            else:
+                core.push(tenant, (partition, offset, enqueued, deadline, None, cost), cost)
+            pushed += 1
+        if pushed:
+            self.metrics.ingested.inc(pushed)
+        return False
+
+    def _control(self, item: Any) -> bool:
+        if isinstance(item, Assign):
+            self._assign(item)
+        elif isinstance(item, Revoke):
+            self._revoke(item)
+        elif isinstance(item, Heard):
+            self._warming.discard(item.partition)
+        elif isinstance(item, PolicyChange):
+            self.policies.apply(self, item.key, item.value)
+        elif isinstance(item, Call):
+            try:
+                item.result = item.fn()
+            except Exception as exc:
+                item.error = exc
+            item.done.set()
+        elif isinstance(item, Stop):
+            try:
+                self._commit()
+            finally:
+                self.stopped = True
+                self.producer.flush(API_TIMEOUT)
+                item.done.set()
+            return True
+        return False
+
+    def _assign(self, assign: Assign) -> None:
+        if assign.rewind:
+            if not self.rewinding:
+                return
+            self.rewinding = False
+            self.progress = {}
+        elif self.rewinding:
+            return  # the rewind that follows covers these partitions too
+        self.joined = True
+        for partition, prog in assign.progress.items():
+            self.progress[partition] = prog
+            self._committed_changes[partition] = prog.changes
+            self._committed_marks[partition] = prog.lwm
+        if assign.progress:
+            self._warming.update(assign.progress)
+            self._warm_until = time.monotonic() + WARM_UP
+        self._apply_rate_share()
+        self.metrics.assigned.set(len(self.progress))
+
+    def _revoke(self, revoke: Revoke) -> None:
+        try:
+            self.metrics.rebalances.inc()
+            gone = set(revoke.partitions)
+            if self.rewinding:
+                return  # nothing uncommitted; the rewind recovers only what stays ours
+            if revoke.lost:
+                # The group gave them away already: what is open cannot commit. Abort it and
+                # recover the partitions that stay ours from their committed marks.
+                if self._txn_open:
+                    self._abort(f"partitions {sorted(gone)} were lost")
+                    return
+            else:
+                self._commit()
+                if self.rewinding:
+                    return
+            self._drop(gone)
+        finally:
+            revoke.done.set()
+
+    def _drop(self, gone: set[int]) -> None:
+        """Forget the records and progress of partitions no longer ours."""
+        for partition in gone:
+            self.progress.pop(partition, None)
+            self._committed_changes.pop(partition, None)
+            self._committed_marks.pop(partition, None)
+            self._warming.discard(partition)
+            self.fetcher.forget(partition)
+        core = self.core
+        for tenant in list(core.tenants()):
+            entries = core.remove_tenant(tenant)
+            for entry in entries:
+                if entry[0] in gone:
+                    if entry[4] is not None:
+                        self.cached -= footprint(entry[4])
+                else:
+                    core.push(tenant, entry, entry[5])
+        self.letters = deque(letter for letter in self.letters if letter[1][0] not in gone)
+        self._apply_rate_share()
+        self.metrics.assigned.set(len(self.progress))
+
+    def _apply_rate_share(self) -> None:
+        """Take the group rate in proportion to the ingest partitions this instance owns.
+
+        The buckets are retuned, never replaced, so tokens spent before a rebalance stay
+        spent: repeated rebalances cannot hand out a fresh burst each time.
+        """
+        share = len(self.progress) / self.partitions if self.partitions else 0.0
+        if share == 0:
+            self.metrics.rate_share.set(0)
+            return
+        rate, cost_rate = self.settings.rate, self.settings.cost_rate
+        self.limiter.set_rate(
+            None if rate is None else rate * share,
+            burst=max(1.0, self.settings.effective_burst * share),
+            cost_rate=None if cost_rate is None else cost_rate * share,
+        )
+        self.metrics.rate_share.set(0 if rate is None else rate * share)
+
+    # -- emission ----------------------------------------------------------------------------
+
+    def _emit_some(self, now: float) -> int:
+        """Pick and produce up to EMIT_BATCH records the rate allows; how many were picked."""
+        core, limiter = self.core, self.limiter
+        picked = 0
+        for _ in range(EMIT_BATCH):
+            # Wait for a record token before deciding who goes: a decision taken early would
+            # pass over tenants that become active while it waits.
+            if limiter.wait_time(1, 1) > 0:
+                break
+            pick = core.pick()
+            if pick is None:
+                break
+            picked += 1
+            self._emit(pick)
+            if picked % 128 == 0:
+                self.producer.poll(0)  # serve delivery reports: librdkafka's queue stays short
+            if self._txn_records >= self.settings.max_in_flight:
+                break
+        return picked
+
+    def _emit(self, pick: Pick[Entry]) -> None:
+        tenant, entry, cost = pick
+        partition, offset, enqueued, deadline, msg, _ = entry
+        if msg is not None:
+            self.cached -= footprint(msg)
+        else:
+            msg = self.fetcher.get(partition, offset)
+            self.metrics.refetches.inc()
+            if msg is None:
+                self.letters.append((tenant, entry, contract.LOST, _lost_detail(entry)))
+                return
+        stamp = time.time_ns() // 1_000_000
+        if deadline is not None and stamp > deadline:
+            detail = (
+                f"deadline {deadline} passed {stamp - deadline} ms before tenant {tenant!r}'s "
+                "record could be sent"
+            )
+            self.letters.append((tenant, _held(entry, msg), contract.EXPIRED, detail))
+            return
+        # A cost limit can only be checked once the record (its cost) is known.
+        limiter = self.limiter
+        while not limiter.try_acquire(1, cost):
+            time.sleep(max(limiter.wait_time(1, cost), 0.0005))
+        key, value, original = msg.key(), msg.value(), msg.headers()
+        headers: HeaderList
+        size = len(key or b"") + len(value or b"") + RECORD_OVERHEAD
+        if original:
+            # The headers fairstream stamps replace any a producer set under the same names.
+            headers = [(n, v) for n, v in cast("HeaderList", original) if n not in STAMPED]
+            size += sum(len(n) + (len(v) if v else 0) for n, v in headers)
+            if all(n != contract.REQUEST_ID for n, _ in headers):
+                headers.append((contract.REQUEST_ID, self._default_id(partition, offset)))
+        else:
+            headers = [(contract.REQUEST_ID, self._default_id(partition, offset))]
+        if size > self.limits.egress:
+            detail = (
+                f"the egress record would be about {size} bytes; {self.egress_topic} takes at "
+                f"most {self.limits.egress} (max.message.bytes)"
+            )
+            self.letters.append((tenant, _held(entry, msg), contract.TOO_LARGE, detail))
+            return
+        headers.append((contract.TENANT, key))
+        headers.append((contract.ENQUEUED_MS, b"%d" % enqueued))
+        headers.append((contract.SCHEDULED_MS, b"%d" % stamp))
+        if self._txn_open:
+            try:
+                self.producer.produce(self.egress_topic, value, key, headers=headers)
+                self._txn_records += 1
+            except BufferError:
+                self._produce(self.egress_topic, value, key, headers)
+        else:
+            self._produce(self.egress_topic, value, key, headers)
+        self.progress[partition].settle(offset)
+        emitted = self._txn_emitted
+        emitted[tenant] = emitted.get(tenant, 0) + 1
+        self._txn_cost += cost
+        dwell = (stamp - enqueued) / 1000 if stamp > enqueued else 0.0
+        self.metrics.dwell.observe(dwell)
+        self.observed.dwell(tenant, dwell)
+
+    def _default_id(self, partition: int, offset: int) -> bytes:
+        # contract.default_request_id, built from a cached prefix (once per record).
+        prefix = self._id_prefixes.get(partition)
+        if prefix is None:
+            prefix = self._id_prefixes[partition] = f"{self.ingest_topic}-{partition}-".encode()
+        return prefix + b"%d" % offset
+
+    def _produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: list[tuple[str, bytes | None]] | None,
+        partition: int | None = None,
+    ) -> None:
+        if not self._txn_open:
+            self.producer.begin_transaction()
+            self._txn_open = True
+        kwargs: dict[str, Any] = {}
+        if headers:
+            kwargs["headers"] = headers
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                self.producer.produce(topic, value, key, **kwargs)
+                break
+            except BufferError:
+                self.producer.poll(0.05)  # librdkafka's queue is full: let it drain
+        self._txn_records += 1
+        self._produced += 1
+        if self._produced % 1000 == 0:
+            self.producer.poll(0)
+
+    def _send_letters(self, limit: int) -> None:
+        for _ in range(min(limit, len(self.letters))):
+            tenant, entry, reason, detail = self.letters.popleft()
+            self._send_letter(tenant, entry, reason, detail)
+
+    def _send_letter(self, tenant: str | None, entry: Entry, reason: str, detail: str) -> None:
+        partition, offset, _enqueued, _deadline, msg, _cost = entry
+        if msg is None and reason != contract.LOST:
+            msg = self.fetcher.get(partition, offset)
+            if msg is None:
+                reason, detail = contract.LOST, _lost_detail(entry)
+        key: bytes | None
+        original: list[tuple[str, bytes | None]]
+        if msg is None:
+            key, value, original = (tenant.encode() if tenant else None), None, []
+        else:
+            key, value, original = msg.key(), msg.value(), _headers(msg)
+        headers = contract.dead_letter_headers(
+            original, reason, detail, (self.ingest_topic, partition, offset)
+        )
+        headers, value = _fit(key, value, headers, self.limits.dlq)
+        self._produce(self.dlq_topic, value, key, headers)
+        prog = self.progress.get(partition)
+        if prog is not None:
+            prog.settle(offset)
+        self._txn_letters[reason] = self._txn_letters.get(reason, 0) + 1
+        log.info("dead letter %d@%d: %s: %s", partition, offset, reason, detail)
+
+    # -- transactions ------------------------------------------------------------------------
+
+    def _commit(self) -> None:
+        """Commit the open transaction with the progress it implies (or just new progress)."""
+        if self.rewinding:
+            return
+        changed = [
+            (p, prog)
+            for p, prog in self.progress.items()
+            if prog.changes != self._committed_changes.get(p)
+        ]
+        if not self._txn_open and not changed:
+            return
+        self._seq += 1
+        token = f"{self._token_prefix}:{self._seq}"
+        offsets: list[TopicPartition] = []
+        for partition, prog in changed:
+            ranges = prog.ranges()
+            if ranges:
+                record = progress_codec.encode(token, prog.lwm, ranges)
+                self._produce(self.progress_topic, record, b"%d" % partition, None, partition)
+            offsets.append(
+                TopicPartition(self.ingest_topic, partition, prog.lwm, token if ranges else "")
+            )
+        if not self._txn_open:
+            self.producer.begin_transaction()
+            self._txn_open = True
+        started = time.monotonic()
+        try:
+            self.producer.send_offsets_to_transaction(offsets, self._group_metadata(), API_TIMEOUT)
+            self._commit_transaction()
+        except KafkaException as exc:
+            self._failed(exc)
+            return
+        self.metrics.commit_seconds.observe(time.monotonic() - started)
+        self.metrics.transactions.labels("committed").inc()
+        self._txn_open = False
+        self._txn_records = 0
+        for partition, prog in changed:
+            self._committed_changes[partition] = prog.changes
+            self._committed_marks[partition] = prog.lwm
+        emitted = sum(self._txn_emitted.values())
+        if emitted:
+            self.metrics.emitted.inc(emitted)
+            self.metrics.emitted_cost.inc(self._txn_cost)
+            self.observed.emitted(self._txn_emitted)
+        for reason, count in self._txn_letters.items():
+            self.metrics.dead_letters.labels(reason).inc(count)
+        self._txn_emitted, self._txn_cost, self._txn_letters = {}, 0, {}
+        self._on_committed(dict(self._committed_marks))
+
+    def _commit_transaction(self) -> None:
+        deadline = time.monotonic() + API_TIMEOUT
+        while True:
+            try:
+                self.producer.commit_transaction(API_TIMEOUT)
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                if not err.retriable() or time.monotonic() >= deadline:
+                    raise
+                log.warning("commit_transaction: %s; retrying", err.str())
+
+    def _failed(self, exc: KafkaException) -> None:
+        err = exc.args[0]
+        if err.txn_requires_abort():
+            self._abort(err.str())
+            return
+        raise FatalError(f"the transaction failed and cannot be aborted: {err.str()}") from exc
+
+    def _abort(self, why: str) -> None:
+        """Abort the open transaction and rewind to what is committed."""
+        log.warning("aborting the transaction (%s); rewinding to the committed progress", why)
+        try:
+            self.producer.abort_transaction(API_TIMEOUT)
+        except KafkaException as exc:
+            raise FatalError(f"aborting the transaction failed: {exc.args[0].str()}") from exc
+        self.metrics.transactions.labels("aborted").inc()
+        self._txn_open = False
+        self._txn_records = 0
+        self._txn_emitted, self._txn_cost, self._txn_letters = {}, 0, {}
+        self.rewinding = True
+        self.progress = {}
+        self._committed_changes = {}
+        self._committed_marks = {}
+        self.letters = deque()
+        self.core = self.policies.new_core(self.clock)
+        self.cached = 0
+        self._warming = set()
+        self._request_rewind()
+
+    def purge(self, tenant: str, before_ms: int) -> None:
+        """Dead-letter ``tenant``'s buffered records enqueued up to ``before_ms``.
+        Caller: ``Policies.apply``; records read later are checked in ``_apply``."""
+        kept = 0
+        for entry in self.core.remove_tenant(tenant):
+            if entry[2] > before_ms:
+                self.core.push(tenant, entry, entry[5])
+                kept += 1
+                continue
+            if entry[4] is not None:
+                self.cached -= footprint(entry[4])
+            self.letters.append((tenant, entry, contract.PURGED, _purge_detail(tenant, before_ms)))
+        log.info("purge of tenant %r up to %d: %d records kept", tenant, before_ms, kept)
+
+    # -- reads for the web endpoints (run on this thread through Handoff.call) -----------------
+
+    def backlog_by_tenant(self) -> dict[str, int]:
+        return {t: self.core.backlog(t)[0] for t in self.core.tenants()}
+
+    def tenant_stats(self, limit: int) -> dict[str, Any]:
+        return self.observed.tenant_stats(
+            self.core,
+            limit,
+            ready=self.ready,
+            partitions=sorted(self.progress),
+            rate_limit=self.limiter.rate,
+        )
+
+    def policy_of(self, tenant: str) -> TenantPolicy:
+        return self.core.policy(tenant)
+
+
+def _held(entry: Entry, msg: Message) -> Entry:
+    """``entry`` with its payload (read back if it was not held), for a dead letter."""
+    return (entry[0], entry[1], entry[2], entry[3], msg, entry[5])
+
+
+def _purge_detail(tenant: str, before_ms: int) -> str:
+    return (
+        f"tenant {tenant!r} was purged: records enqueued up to {before_ms} (epoch ms) moved "
+        "to the dead-letter topic"
+    )
+
+
+def _lost_detail(entry: Entry) -> str:
+    return (
+        f"ingest record {entry[0]}@{entry[1]} was deleted from the log (retention or "
+        "delete_records) before it could be emitted"
+    )
+
+
+def _fit(
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes | None]],
+    limit: int,
+) -> tuple[list[tuple[str, bytes | None]], bytes | None]:
+    """Headers and value of a dead letter cut to fit ``limit`` bytes: as much of the value
+    as fits (possibly none), and the original headers as long as they fit."""
+    fixed = len(key or b"") + RECORD_OVERHEAD + 64
+
+    def hsize(h: tuple[str, bytes | None]) -> int:
+        return len(h[0]) + (len(h[1]) if h[1] else 0) + 8
+
+    total = fixed + sum(hsize(h) for h in headers)
+    if total > limit:
+        # The fairstream-dlq-* headers are the last five; keep them, then originals in order.
+        ours = [h for h in headers if h[0].startswith("fairstream-dlq-")]
+        room = limit - fixed - sum(hsize(h) for h in ours)
+        kept: list[tuple[str, bytes | None]] = []
+        for h in headers:
+            if h[0].startswith("fairstream-dlq-"):
+                continue
+            if hsize(h) > room:
+                break
+            room -= hsize(h)
+            kept.append(h)
+        dropped = len(headers) - len(ours) - len(kept)
+        headers = [*kept, *ours, (contract.DLQ_HEADERS_DROPPED, str(dropped).encode())]
+        total = limit - room + 40
+    if value is not None and total + len(value) > limit:
+        room = max(0, limit - total - 40)
+        headers = [*headers, (contract.DLQ_VALUE_BYTES, str(len(value)).encode())]
+        value = value[:room] if room else None
+    return headers, value

@@ -1,0 +1,266 @@
+"""The ingest thread: group membership, recovery, and reading the ingest log.
+
+One librdkafka consumer is this instance's membership in the consumer group ``--app-id``
+(cooperative-sticky assignment, optional static membership). Its committed offsets are the
+partitions' low-water marks, written by the emitter's transactions with this consumer's
+group metadata, so a member that lost its partitions cannot commit (KIP-447).
+
+The thread reads owned partitions in batches and parses each record against the ingest
+contract; it keeps no state of its own and writes nothing. Parsed records and rebalance
+events go to the emitter through the handoff queue, in order. Reads stay fair between
+partitions because librdkafka fetches every partition of a broker in one request, capped
+per partition (``max.partition.fetch.bytes``), and the prefetch queue is small: a burst in
+one partition cannot hold another's records back by more than one fetch.
+
+Caller: ``SchedulerService``. Affects: the group membership, the handoff queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, cast
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from fairstream import contract
+from fairstream.config import Settings
+from fairstream.scheduler.handoff import Assign, Handoff, Heard, Revoke, Stop
+from fairstream.scheduler.recovery import Recovery
+
+log = logging.getLogger("fairstream.ingest")
+
+BATCH = 2000  # records per consume call
+TENANT_CACHE = 100_000  # tenant ids whose keys were validated (a dict lookup per record)
+REVOKE_WAIT = 60.0  # seconds a revocation waits for the emitter to commit
+
+
+def consumer_config(settings: Settings) -> dict[str, Any]:
+    """The group member's librdkafka settings."""
+    config: dict[str, Any] = {
+        **settings.kafka.librdkafka(),
+        "group.id": settings.app_id,
+        "partition.assignment.strategy": "cooperative-sticky",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        # Only committed ingest records are requests; aborted ones never reach egress.
+        "isolation.level": "read_committed",
+        "session.timeout.ms": int(settings.session_timeout * 1000),
+        "heartbeat.interval.ms": max(500, int(settings.session_timeout * 100)),
+        "enable.partition.eof": True,  # tells the warm-up a partition has nothing more
+        # Fairness between partitions: every fetch takes a slice of each partition, and
+        # little waits in the prefetch queue behind a burst.
+        "max.partition.fetch.bytes": 256 * 1024,
+        "queued.max.messages.kbytes": 2048,
+        "fetch.queue.backoff.ms": 5,
+        "fetch.wait.max.ms": 20,
+    }
+    if settings.group_instance_id:
+        config["group.instance.id"] = settings.group_instance_id
+    return config
+
+
+class Ingest:
+    """Owns the group consumer; runs ``run`` on a thread of its own."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        handoff: Handoff,
+        recovery: Recovery,
+        *,
+        emitter_alive: Callable[[], bool],
+        on_lost_records: Callable[[int], None],
+        on_fatal: Callable[[str], None],
+    ) -> None:
+        self.settings = settings
+        self.topic = settings.topics.ingest
+        self.handoff = handoff
+        self.recovery = recovery
+        self._emitter_alive = emitter_alive
+        self._on_lost_records = on_lost_records
+        self._on_fatal = on_fatal
+        self.consumer = Consumer(consumer_config(settings))
+        self.assigned: set[int] = set()
+        self.joined = threading.Event()  # the first assignment arrived (possibly empty)
+        self._stopping = threading.Event()
+        self._rewind = threading.Event()
+        self._tenants: dict[bytes, str] = {}
+        self._metadata: Any = None
+
+    # -- control from other threads ---------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.handoff.room.set()
+
+    def request_rewind(self) -> None:
+        """After an aborted transaction: recover every owned partition and read again.
+        Caller: the emitter thread."""
+        self._rewind.set()
+
+    def group_metadata(self) -> Any:
+        """This member's group metadata (generation), for ``send_offsets_to_transaction``.
+
+        Read by the ingest thread after every rebalance callback and consume call: the
+        consumer's methods block while another thread is inside ``consume``.
+        """
+        return self._metadata
+
+    # -- the thread ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # a bug or an unrecoverable client error: exit, loudly
+            log.exception("ingest thread failed")
+            self._on_fatal(f"ingest thread failed: {exc!r}")
+        finally:
+            self._close()
+
+    def _run(self) -> None:
+        self.consumer.subscribe(
+            [self.topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        consume = self.consumer.consume
+        handoff = self.handoff
+        while not self._stopping.is_set():
+            if self._rewind.is_set():
+                self._do_rewind()
+                continue
+            if not handoff.room.is_set():
+                # The emitter is behind: stop reading (librdkafka's bounded prefetch then
+                # pauses fetching) until it catches up.
+                handoff.room.wait(0.1)
+                continue
+            messages = consume(num_messages=BATCH, timeout=0.1)
+            self._metadata = self.consumer.consumer_group_metadata()
+            if messages:
+                handoff.put_many(self._parse(messages))
+
+    def _close(self) -> None:
+        if self._emitter_alive():
+            stop = Stop()
+            self.handoff.put(stop)
+            stop.done.wait(REVOKE_WAIT)
+        try:
+            self.consumer.close()  # leaves the group (a static member stays until timeout)
+        except Exception as exc:
+            log.warning("closing the group consumer: %s", exc)
+        self.recovery.close()
+
+    def _parse(self, messages: list[Message]) -> list[Any]:
+        """Records to ``Parsed`` tuples, end-of-partition events to ``Heard``."""
+        out: list[Any] = []
+        append = out.append
+        tenants = self._tenants
+        now_ms = int(time.time() * 1000)
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    append(Heard(cast(int, msg.partition())))
+                else:
+                    self._consumer_error(err)
+                continue
+            key = msg.key()
+            headers = msg.headers()
+            tenant = tenants.get(key) if key is not None else None
+            kind, timestamp = msg.timestamp()
+            enqueued = timestamp if kind != 0 and timestamp > 0 else now_ms
+            if tenant is not None and headers is None and msg.value() is not None:
+                # The common case: a known tenant, no headers, a payload.
+                append((msg.partition(), msg.offset(), tenant, 1, None, enqueued, msg, None))
+                continue
+            verdict = contract.validate_ingest(
+                key, msg.value(), cast(contract.Headers, headers or [])
+            )
+            if isinstance(verdict, contract.Invalid):
+                append((msg.partition(), msg.offset(), None, 1, None, enqueued, msg, verdict))
+                continue
+            if key is not None and len(tenants) < TENANT_CACHE:
+                tenants[key] = verdict.tenant
+            append(
+                (
+                    msg.partition(),
+                    msg.offset(),
+                    verdict.tenant,
+                    verdict.cost,
+                    verdict.deadline_ms,
+                    enqueued,
+                    msg,
+                    None,
+                )
+            )
+        return out
+
+    def _consumer_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            raise RuntimeError(f"group consumer failed: {err.str()}")
+        if err.code() in (
+            KafkaError._AUTHENTICATION,
+            KafkaError.SASL_AUTHENTICATION_FAILED,
+            KafkaError.GROUP_AUTHORIZATION_FAILED,
+            KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        ):
+            raise RuntimeError(f"Kafka refused the scheduler: {err.str()}")
+        log.warning("ingest consumer: %s", err.str())
+
+    # -- rebalance callbacks (run inside consume, on this thread) ------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._metadata = consumer.consumer_group_metadata()  # the new generation's
+        wanted = sorted(tp.partition for tp in partitions)
+        if wanted:
+            progress, lost = self.recovery.recover(consumer, wanted)
+            if lost:
+                self._on_lost_records(lost)
+            self.handoff.put(Assign(progress))
+            consumer.incremental_assign(
+                [TopicPartition(self.topic, p, progress[p].lwm) for p in wanted]
+            )
+            self.assigned.update(wanted)
+            log.info(
+                "assigned ingest partitions %s (resuming at %s)",
+                wanted,
+                {p: progress[p].lwm for p in wanted},
+            )
+        else:
+            self.handoff.put(Assign({}))
+        self.joined.set()
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._give_up(consumer, partitions, lost=False)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._give_up(consumer, partitions, lost=True)
+
+    def _give_up(self, consumer: Consumer, partitions: list[TopicPartition], lost: bool) -> None:
+        parts = sorted(tp.partition for tp in partitions)
+        if parts and self._emitter_alive():
+            revoke = Revoke(parts, lost=lost)
+            self.handoff.put(revoke)
+            # The emitter commits (or, for lost partitions, aborts) before they move on.
+            if not revoke.done.wait(REVOKE_WAIT):
+                log.error("the emitter did not settle partitions %s in time", parts)
+        consumer.incremental_unassign(partitions)
+        self.assigned.difference_update(parts)
+        log.info("%s ingest partitions %s", "lost" if lost else "revoked", parts)
+
+    def _do_rewind(self) -> None:
+        self._rewind.clear()
+        parts = sorted(self.assigned)
+        progress, lost = self.recovery.recover(self.consumer, parts) if parts else ({}, 0)
+        if lost:
+            self._on_lost_records(lost)
+        for p in parts:
+            # seek() drops what librdkafka prefetched for the partition.
+            self.consumer.seek(TopicPartition(self.topic, p, progress[p].lwm))
+        self.handoff.put(Assign(progress, rewind=True))
+        log.info("rewound ingest partitions %s to %s", parts, {p: progress[p].lwm for p in parts})

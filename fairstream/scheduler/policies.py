@@ -1,0 +1,124 @@
+"""Tenant policies, read live from the compacted policy topic and applied by the emitter.
+
+A reader thread follows every partition of the policy topic from the beginning and hands
+each record to the emitter (the core's owner) through the handoff queue. Applying a policy
+changes the core at once, existing backlog included; a purge moves the tenant's records
+enqueued up to the purge time to the dead-letter topic, now and as any such record is read
+again later (after a restart the log is read from the low-water mark).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from fairstream.config import Settings
+from fairstream.core import Clock, FairScheduler, TenantPolicy
+from fairstream.metrics import Metrics
+from fairstream.policy import DEFAULT_POLICY_KEY, PolicyRecord, SchemaError, decode_policy
+from fairstream.scheduler.handoff import Handoff, PolicyChange
+
+if TYPE_CHECKING:
+    from fairstream.scheduler.emit import Emitter
+
+log = logging.getLogger("fairstream.policies")
+
+
+class Policies:
+    """The policies in force. Caller: the emitter thread (the only one that touches it)."""
+
+    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+        self.quantum = settings.quantum
+        self.metrics = metrics
+        self.flag_default = TenantPolicy(max_backlog=settings.max_backlog)
+        self.default = self.flag_default
+        self.by_tenant: dict[str, TenantPolicy] = {}
+        self.purges: dict[str, int] = {}  # tenant -> records enqueued up to this are purged
+
+    def new_core(self, clock: Clock) -> FairScheduler[Any]:
+        core: FairScheduler[Any] = FairScheduler(
+            clock, quantum=self.quantum, default_policy=self.default
+        )
+        for tenant, policy in self.by_tenant.items():
+            core.set_policy(tenant, policy)
+        return core
+
+    def apply(self, emitter: Emitter, key: bytes | None, value: bytes | None) -> None:
+        """Apply one policy record (a tombstone resets the tenant to the defaults)."""
+        record: PolicyRecord | None = None
+        if value is not None:
+            try:
+                record = decode_policy(value)
+            except SchemaError as exc:
+                log.error("ignoring policy record for key %r: %s", key, exc)
+                self.metrics.policy_errors.inc()
+                return
+        self.metrics.policy_updates.inc()
+        if key == DEFAULT_POLICY_KEY or key is None:
+            self.default = record.policy if record else self.flag_default
+            emitter.core.set_default_policy(self.default)
+            log.info("default policy: %s", self.default)
+            return
+        try:
+            tenant = key.decode("utf-8")
+        except UnicodeDecodeError:
+            log.error("ignoring policy record with a key that is not UTF-8: %r", key)
+            return
+        if record is None:
+            self.by_tenant.pop(tenant, None)
+            emitter.core.set_policy(tenant, None)
+        else:
+            self.by_tenant[tenant] = record.policy
+            emitter.core.set_policy(tenant, record.policy)
+            before = record.purge_before_ms
+            # A policy keeps its last purge time when other fields change: a purge is the
+            # same whenever it is applied again, so applying it again is harmless.
+            if before is not None and before > self.purges.get(tenant, -1):
+                self.purges[tenant] = before
+                emitter.purge(tenant, before)
+        log.info("policy of %r: %s", tenant, record.policy if record else "defaults")
+
+
+class PolicyReader:
+    """Follows the policy topic on a thread of its own; hands records to the emitter."""
+
+    def __init__(self, settings: Settings, handoff: Handoff) -> None:
+        self.topic = settings.topics.policy
+        self.handoff = handoff
+        self._stopping = threading.Event()
+        self.consumer = Consumer(
+            {
+                **settings.kafka.librdkafka(),
+                "group.id": f"{settings.app_id}.policy",  # never joins: assigned by hand
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "fetch.wait.max.ms": 100,
+            }
+        )
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        try:
+            metadata = self.consumer.list_topics(self.topic, timeout=30)
+            info = metadata.topics.get(self.topic)
+            if info is None or info.error is not None:
+                log.warning(
+                    "policy topic %s not found: every tenant follows the defaults", self.topic
+                )
+                return
+            self.consumer.assign(
+                [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in info.partitions]
+            )
+            while not self._stopping.is_set():
+                for msg in self.consumer.consume(num_messages=500, timeout=0.1):
+                    if msg.error() is None:
+                        self.handoff.put(PolicyChange(msg.key(), msg.value()))
+        except Exception:
+            log.exception("policy reader failed; policies are no longer followed")
+        finally:
+            self.consumer.close()

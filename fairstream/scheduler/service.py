@@ -1,0 +1,179 @@
+"""One scheduler instance: its threads, its identity, and how it stops.
+
+Three threads do the work (see ``ingest``, ``emit``, ``policies``) and a fourth keeps the
+ingest topic trimmed (``trim``); the main thread serves the web endpoints and waits for
+SIGTERM or a fatal error. A fatal error (fenced by a newer instance with the same
+transactional id, a failed thread) makes the process exit non-zero within the shutdown
+timeout, with the reason on stderr, so that an orchestrator restarts it.
+
+Identity: the transactional id is ``<app-id>-<group-instance-id>`` with static membership,
+else ``<app-id>-<uuid>`` with the uuid kept in ``--data-dir``. A restart with the same
+identity fences its previous run at once (``init_transactions`` aborts what it left open);
+a new identity waits until the broker aborts the orphan (``--transaction-timeout``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from typing import Any
+
+from fairstream.config import Settings
+from fairstream.metrics import Metrics
+from fairstream.scheduler.emit import Emitter, FatalError, Limits
+from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.ingest import Ingest
+from fairstream.scheduler.policies import PolicyReader
+from fairstream.scheduler.recovery import Recovery
+from fairstream.scheduler.trim import Trimmer
+
+log = logging.getLogger("fairstream.scheduler")
+
+IDENTITY_FILE = "instance-id"
+
+
+def transactional_id(settings: Settings) -> str:
+    """This instance's transactional id (stable across restarts; see the module doc)."""
+    if settings.group_instance_id:
+        return f"{settings.app_id}-{settings.group_instance_id}"
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    path = settings.data_dir / IDENTITY_FILE
+    try:
+        ident = path.read_text().strip()
+    except FileNotFoundError:
+        ident = ""
+    if not ident:
+        ident = uuid.uuid4().hex[:16]
+        path.write_text(ident + "\n")
+    return f"{settings.app_id}-{ident}"
+
+
+class SchedulerService:
+    """Caller: ``fairstream scheduler`` (``fairstream.scheduler.cli.run``)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        partitions: int,
+        *,
+        limits: Limits,
+        retention_ms: int | None,
+    ) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.handoff = Handoff()
+        self.fatal: str | None = None
+        self.done = threading.Event()
+        librdkafka = settings.kafka.librdkafka()
+        self.trimmer = Trimmer(
+            librdkafka,
+            settings.topics.ingest,
+            self.metrics,
+            trim=settings.trim,
+            retention_ms=retention_ms,
+        )
+        self.ingest = Ingest(
+            settings,
+            self.handoff,
+            Recovery(librdkafka, settings.topics.ingest, settings.app_id),
+            emitter_alive=self._emitter_alive,
+            on_lost_records=self.metrics.lost.inc,
+            on_fatal=self.fail,
+        )
+        self.emitter = Emitter(
+            settings,
+            partitions,
+            self.handoff,
+            self.metrics,
+            transactional_id=transactional_id(settings),
+            limits=limits,
+            group_metadata=self.ingest.group_metadata,
+            request_rewind=self.ingest.request_rewind,
+            on_committed=self.trimmer.committed,
+        )
+        self.policies = PolicyReader(settings, self.handoff)
+        self._emitter_thread = threading.Thread(target=self._emit, name="emitter", daemon=True)
+        self._ingest_thread = threading.Thread(target=self.ingest.run, name="ingest", daemon=True)
+        self._threads = [
+            self._emitter_thread,
+            self._ingest_thread,
+            threading.Thread(target=self.policies.run, name="policies", daemon=True),
+            threading.Thread(target=self.trimmer.run, name="trim", daemon=True),
+        ]
+        self.metrics.watch_tenants(self._backlog_by_tenant, self._emitted_by_tenant)
+        self.metrics.backlog.set_function(lambda: len(self.emitter.core))
+        self.metrics.in_flight.set_function(lambda: self.emitter.in_flight)
+        self.metrics.payload_bytes.set_function(lambda: self.emitter.cached)
+
+    def _emitter_alive(self) -> bool:
+        return self._emitter_thread.is_alive()
+
+    @property
+    def ready(self) -> bool:
+        return self.fatal is None and self.ingest.joined.is_set() and self.emitter.ready
+
+    def start(self) -> None:
+        """Fence older runs of this instance, then start the threads."""
+        self.emitter.init_transactions()
+        for thread in self._threads:
+            thread.start()
+        self.metrics.ready.set_function(lambda: 1 if self.ready else 0)
+
+    def _emit(self) -> None:
+        try:
+            self.emitter.run()
+        except FatalError as exc:
+            self.fail(str(exc))
+        except Exception as exc:
+            log.exception("emitter thread failed")
+            self.fail(f"emitter thread failed: {exc!r}")
+        finally:
+            if not self.ingest_stopping:
+                self.fail(self.fatal or "the emitter stopped")
+
+    @property
+    def ingest_stopping(self) -> bool:
+        return self.done.is_set()
+
+    def fail(self, reason: str) -> None:
+        """A fatal error: record it (``/healthz`` answers 503) and stop the instance."""
+        if self.fatal is None:
+            self.fatal = reason
+            log.critical("%s; stopping", reason)
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop ingesting, commit what is open, leave the group. Idempotent."""
+        if self.done.is_set():
+            return
+        self.done.set()
+        threading.Thread(target=self._shutdown, name="shutdown", daemon=True).start()
+
+    def _shutdown(self) -> None:
+        self.policies.stop()
+        self.trimmer.stop()
+        self.ingest.stop()  # hands the emitter a Stop, then closes the consumer
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the ingest and emitter threads; False if they did not end in time."""
+        for thread in (self._ingest_thread, self._emitter_thread):
+            thread.join(timeout)
+        return not (self._ingest_thread.is_alive() or self._emitter_thread.is_alive())
+
+    # -- reads for the web endpoints --------------------------------------------------------
+
+    def _backlog_by_tenant(self) -> dict[str, int]:
+        if not self._emitter_thread.is_alive():
+            return {}
+        result: dict[str, int] = self.handoff.call(self.emitter.backlog_by_tenant)
+        return result
+
+    def _emitted_by_tenant(self) -> dict[str, int]:
+        return dict(self.emitter.observed.emitted_by_tenant)
+
+    def tenant_stats(self, limit: int = 50) -> dict[str, Any]:
+        if not self._emitter_thread.is_alive():
+            return {"ready": False, "partitions": [], "tenants": []}
+        result: dict[str, Any] = self.handoff.call(lambda: self.emitter.tenant_stats(limit))
+        return result

@@ -1,0 +1,141 @@
+"""Keeping the ingest topic to the backlog, and watching that retention never eats it.
+
+After commits, the committed low-water marks of owned partitions are handed here; every
+``INTERVAL`` seconds this thread deletes the ingest records below them (AdminClient
+``delete_records``), so the ingest topic holds exactly what is still buffered. With
+``--no-trim`` it only watches.
+
+It also watches the other way round: when the ingest topic has a finite ``retention.ms``, it
+reads the timestamp of each partition's oldest unsettled record (the one at the mark) and
+exports how long retention leaves it (``fairstream_ingest_retention_headroom_seconds``),
+warning below a tenth of the retention. ``fairstream topics create`` sets ``retention.ms=-1``
+so nothing buffered can expire.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from fairstream.metrics import Metrics
+
+log = logging.getLogger("fairstream.trim")
+
+INTERVAL = 2.0  # seconds between two rounds
+
+
+class Trimmer:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        topic: str,
+        metrics: Metrics,
+        *,
+        trim: bool,
+        retention_ms: int | None,
+    ) -> None:
+        self.topic = topic
+        self.metrics = metrics
+        self.trim = trim
+        self.retention_ms = retention_ms if retention_ms and retention_ms > 0 else None
+        self._config = config
+        self._admin = AdminClient(config)
+        self._marks: dict[int, int] = {}
+        self._trimmed: dict[int, int] = {}  # partition -> mark the last trim reached
+        self._stopping = threading.Event()
+        self._reader: Consumer | None = None
+
+    def committed(self, marks: dict[int, int]) -> None:
+        """The committed marks of the partitions owned now. Caller: the emitter thread."""
+        self._marks = marks  # one reference swap: read whole by this thread
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        try:
+            while not self._stopping.wait(INTERVAL):
+                marks = self._marks
+                for partition in list(self._trimmed):
+                    if partition not in marks:
+                        del self._trimmed[partition]
+                if self.trim:
+                    self._trim(marks)
+                self._watch(marks)
+        except Exception:
+            log.exception("the trimmer failed; the ingest topic is no longer trimmed")
+        finally:
+            if self._reader is not None:
+                self._reader.close()
+
+    def _trim(self, marks: dict[int, int]) -> None:
+        due = [
+            TopicPartition(self.topic, p, mark)
+            for p, mark in marks.items()
+            if mark > self._trimmed.get(p, -1)
+        ]
+        if not due:
+            return
+        futures = self._admin.delete_records(due, request_timeout=15)
+        for tp, future in futures.items():
+            try:
+                result = future.result(timeout=30)
+            except Exception as exc:
+                log.warning(
+                    "trimming ingest partition %d below %d: %s", tp.partition, tp.offset, exc
+                )
+                continue
+            before = self._trimmed.get(tp.partition)
+            self._trimmed[tp.partition] = tp.offset
+            if before is not None and before >= 0:
+                self.metrics.trimmed.inc(max(0, tp.offset - before))
+            log.debug("ingest partition %d now starts at %s", tp.partition, result)
+
+    def _watch(self, marks: dict[int, int]) -> None:
+        for partition, mark in marks.items():
+            headroom = math.inf
+            if self.retention_ms is not None:
+                oldest = self._timestamp_at(partition, mark)
+                if oldest is not None:
+                    age_ms = time.time() * 1000 - oldest
+                    headroom = (self.retention_ms - age_ms) / 1000
+                    if headroom < self.retention_ms / 10_000:
+                        log.warning(
+                            "ingest partition %d: the oldest unsettled record is %.0f s old; "
+                            "retention (%.0f s) deletes it in %.0f s. Raise retention.ms of %s "
+                            "or the egress rate.",
+                            partition,
+                            age_ms / 1000,
+                            self.retention_ms / 1000,
+                            headroom,
+                            self.topic,
+                        )
+            self.metrics.retention_headroom.labels(str(partition)).set(headroom)
+
+    def _timestamp_at(self, partition: int, offset: int) -> int | None:
+        if self._reader is None:
+            self._reader = Consumer(
+                {
+                    **self._config,
+                    "group.id": f"{self.topic}.watch",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "earliest",
+                }
+            )
+        self._reader.assign([TopicPartition(self.topic, partition, offset)])
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            for msg in self._reader.consume(num_messages=1, timeout=0.5):
+                err = msg.error()
+                if err is None:
+                    return msg.timestamp()[1]
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return None
+        return None

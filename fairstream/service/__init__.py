@@ -1,1 +1,0 @@
-"""The scheduler service: the Faust app, its web endpoints and its command."""

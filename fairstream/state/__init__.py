@@ -1,1 +1,0 @@
-"""Durable per-tenant buffers: how buffered records are keyed and encoded in the state store."""
