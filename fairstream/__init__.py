@@ -12,19 +12,27 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["DeliveryError", "Producer", "Request", "Worker", "__version__"]
+__all__ = [
+    "DeliveryError",
+    "KafkaAuthenticationError",
+    "Producer",
+    "Request",
+    "Worker",
+    "__version__",
+]
 
 # Client helpers, imported on first use so that `import fairstream` (and the CLI's start)
 # does not load confluent-kafka.
 _LAZY = {
     "Producer": "fairstream.producer",
     "DeliveryError": "fairstream.producer",
+    "KafkaAuthenticationError": "fairstream.producer",
     "Worker": "fairstream.worker",
     "Request": "fairstream.worker",
 }
 
 if TYPE_CHECKING:
-    from fairstream.producer import DeliveryError, Producer
+    from fairstream.producer import DeliveryError, KafkaAuthenticationError, Producer
     from fairstream.worker import Request, Worker
 
 

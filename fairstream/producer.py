@@ -5,11 +5,14 @@ Key = tenant id (UTF-8), value = the payload bytes untouched, and the optional
 producer is idempotent (no duplicates or reordering on librdkafka's retries) and partitions
 with ``murmur2_random``, so a tenant lands on the partition a Java client or aiokafka would
 pick. Arguments are checked before anything is queued: a record the scheduler would
-dead-letter as invalid is refused here with a ``ValueError`` instead.
+dead-letter as invalid is refused here with a ``ValueError`` instead. Credentials the
+broker refuses raise ``KafkaAuthenticationError`` (with the broker's reason) from the next
+``submit`` or ``flush``, instead of records waiting out their delivery timeout.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from types import TracebackType
@@ -19,7 +22,17 @@ from confluent_kafka import KafkaError, Message
 from confluent_kafka import Producer as _KafkaProducer
 
 from fairstream import contract
+from fairstream.adapters.admin import AuthWatch, KafkaAuthenticationError
 from fairstream.config import DEFAULT_INGEST, Connection, KafkaConnection
+
+__all__ = [
+    "DeliveryError",
+    "KafkaAuthenticationError",
+    "Producer",
+    "deadline_ms",
+    "ingest_headers",
+    "validate_tenant",
+]
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 HeaderInput = Mapping[str, str | bytes] | Iterable[tuple[str, str | bytes]]
@@ -27,6 +40,8 @@ HeaderInput = Mapping[str, str | bytes] | Iterable[tuple[str, str | bytes]]
 MAX_DEADLINE_MS = 2**63 - 1
 # Failures kept for DeliveryError; the count goes on beyond this.
 KEPT_FAILURES = 100
+# flush waits in slices this long, to notice a refused login between them.
+FLUSH_SLICE = 0.2
 
 
 class DeliveryError(Exception):
@@ -132,6 +147,8 @@ class Producer:
     (idempotence, ``acks=all``, ``partitioner=murmur2_random``). ``on_delivery(err, msg)`` is
     called for every record once the broker answered, from ``submit`` or ``flush``; failed
     deliveries are also counted and raised together as ``DeliveryError`` by ``flush``.
+    Refused credentials raise ``KafkaAuthenticationError`` from ``submit`` and ``flush`` as
+    soon as librdkafka reports them (an ``error_cb`` in the overrides is still called).
 
     Not thread-safe: use one per thread (librdkafka batches across submits anyway).
     """
@@ -146,15 +163,26 @@ class Producer:
     ) -> None:
         self.topic = ingest_topic
         self._on_delivery = on_delivery
+        connection = KafkaConnection.of(kafka)
+        # librdkafka retries a refused login forever; the watch lets submit and flush stop.
+        self._auth = AuthWatch(connection)
+        own_error_cb = librdkafka_overrides.pop("error_cb", None)
+
+        def on_error(err: KafkaError) -> None:
+            self._auth(err)
+            if own_error_cb is not None:
+                own_error_cb(err)
+
         self._producer = _KafkaProducer(
             {
-                **KafkaConnection.of(kafka).librdkafka(),
+                **connection.librdkafka(),
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": 5,
                 # The partition a Java client or aiokafka would choose for the same tenant.
                 "partitioner": "murmur2_random",
                 **librdkafka_overrides,
+                "error_cb": on_error,
             }
         )
         self.delivered = 0
@@ -185,8 +213,10 @@ class Producer:
 
         ``deadline``: an aware datetime or epoch milliseconds after which the scheduler
         dead-letters the request as expired. Raises ValueError/TypeError for a record the
-        contract rejects; blocks while librdkafka's queue is full.
+        contract rejects; blocks while librdkafka's queue is full. Raises
+        KafkaAuthenticationError once the broker refused the credentials.
         """
+        self._auth.check()
         key = validate_tenant(tenant)
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise TypeError(
@@ -206,14 +236,23 @@ class Producer:
             except BufferError:
                 # librdkafka's queue is full: serve delivery reports until there is room.
                 self._producer.poll(0.1)
+                self._auth.check()
         self._producer.poll(0)
+        self._auth.check()
 
     def flush(self, timeout: float = 30.0) -> int:
         """Wait up to ``timeout`` s for every queued record; return how many are still queued.
 
-        Raises DeliveryError when records failed since the last such error (then resets).
+        Raises DeliveryError when records failed since the last such error (then resets),
+        and KafkaAuthenticationError as soon as the broker refused the credentials.
         """
-        remaining = int(self._producer.flush(timeout))
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            remaining = int(self._producer.flush(max(0.0, min(FLUSH_SLICE, left))))
+            self._auth.check()
+            if remaining == 0 or left <= FLUSH_SLICE:
+                break
         if self.failed:
             error = DeliveryError(self.failed, self._failures)
             self.failed = 0
@@ -238,5 +277,5 @@ class Producer:
         # original exception win over a DeliveryError.
         if exc_type is None:
             self.flush()
-        else:
+        elif self._auth.failure is None:  # with refused credentials nothing would arrive
             self._producer.flush(30.0)

@@ -119,7 +119,13 @@ def submit(
       fairstream submit -t acme --file prompt.json --cost 350 --count 10
       seq 100 | fairstream submit -t acme -
     """
-    from fairstream.producer import DeliveryError, Producer, ingest_headers, validate_tenant
+    from fairstream.producer import (
+        DeliveryError,
+        KafkaAuthenticationError,
+        Producer,
+        ingest_headers,
+        validate_tenant,
+    )
 
     if sum(x is not None for x in (payload, file, source)) != 1:
         raise click.UsageError("give exactly one of --payload TEXT, --file PATH or -")
@@ -142,6 +148,8 @@ def submit(
         remaining = producer.flush(timeout)
     except DeliveryError as exc:
         raise click.ClickException(f"{exc} ({sent} submitted)") from exc
+    except KafkaAuthenticationError as exc:
+        raise click.ClickException(str(exc)) from exc
     if remaining:
         raise click.ClickException(
             f"{remaining} of {sent} records not acknowledged within {timeout:g} s "
