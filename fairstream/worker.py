@@ -21,8 +21,19 @@ Guarantees:
 - de-duplication (``dedup_window``): a record whose request id is among the last N ids
   handled (or is being handled) is skipped and committed, and counted.
 - shutdown (``stop``): no new records start; queued ones are left for the next owner;
-  handlers running finish; the done prefix is committed; the consumer leaves the group.
-  The same happens for the partitions a rebalance takes away.
+  handlers running finish (up to ``drain_timeout``); the done prefix is committed; the
+  consumer leaves the group.
+- revocation (a rebalance takes partitions away): the rebalance callback returns at once,
+  so a slow handler never holds the group past ``max.poll.interval.ms``: queued records of
+  those partitions are dropped, the done prefix is committed, and handlers still running
+  finish on their own path (or stop retrying) without committing anything. The next owner
+  handles them again, so they may run twice; if the partition comes back to this worker,
+  a record still running from before runs no second time.
+- refused credentials: ``run`` raises ``KafkaAuthenticationError`` with the broker's
+  reason as soon as librdkafka reports it, instead of retrying forever.
+- metrics: ``metrics`` (a ``WorkerMetrics``) counts handled, retried, rate-limited,
+  dead-lettered and in-flight requests, handler latency, and bounded per-tenant series;
+  ``metrics_port`` serves them as ``/metrics`` over HTTP while ``run`` runs.
 """
 
 from __future__ import annotations
@@ -43,10 +54,23 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka import Producer as _KafkaProducer
+from prometheus_client import CollectorRegistry
 
 from fairstream import contract
+from fairstream.adapters.admin import AuthWatch, KafkaAuthenticationError
 from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS, Connection, KafkaConnection
 from fairstream.worker_core import PartitionProgress, RecentIds, TenantQueues, backoff_delay
+from fairstream.worker_metrics import MetricsServer, WorkerMetrics
+
+__all__ = [
+    "Handler",
+    "KafkaAuthenticationError",
+    "Request",
+    "Worker",
+    "WorkerMetrics",
+    "WorkerStats",
+    "request_from_message",
+]
 
 log = logging.getLogger("fairstream.worker")
 
@@ -126,7 +150,14 @@ class Outcome(enum.Enum):
     DONE = "done"  # the handler succeeded
     DEAD_LETTERED = "dead-lettered"  # the dead-letter topic acknowledged it
     DUPLICATE = "duplicate"  # skipped: its request id was seen recently
+    # Skipped: the same record, fetched again after its partition came back, was finished
+    # by the run that began before the partition was revoked.
+    REPEATED = "repeated"
     ABANDONED = "abandoned"  # not finished (revoked, stopping): must not be committed past
+
+
+# Outcomes after which a record may be committed past and its request id counts as seen.
+FINISHED = (Outcome.DONE, Outcome.DEAD_LETTERED)
 
 
 @dataclass(eq=False, slots=True)
@@ -135,6 +166,10 @@ class _Job:
     key: bytes | None
     value: bytes | None
     progress: PartitionProgress
+    # The run of the same record still going on from an earlier assignment of its
+    # partition, if any: this one runs after it (same tenant), and only if it did not finish.
+    predecessor: _Job | None = None
+    outcome: Outcome | None = None  # set by the event loop when the run ends
 
 
 @dataclass
@@ -157,6 +192,12 @@ class Worker:
     string (PLAINTEXT).
     ``consumer_config`` / ``producer_config`` are extra librdkafka settings for the egress
     consumer and the dead-letter producer.
+    ``metrics_port``: serve ``/metrics`` (Prometheus text format) on this port of
+    ``metrics_host`` while ``run`` runs; 0 picks a free port (``metrics_url`` tells which);
+    None (the default) serves nothing. ``metrics_registry``: where the metrics are
+    registered, e.g. ``prometheus_client.REGISTRY`` to add them to an application's own
+    endpoint; default a registry of their own, ``worker.metrics.registry``.
+    ``drain_timeout``: how long ``stop`` waits for running handlers.
     """
 
     def __init__(
@@ -178,6 +219,9 @@ class Worker:
         drain_timeout: float = 30.0,
         consumer_config: dict[str, Any] | None = None,
         producer_config: dict[str, Any] | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = "0.0.0.0",
+        metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         if not callable(handler):
             raise TypeError("handler must be callable")
@@ -191,6 +235,8 @@ class Worker:
             raise ValueError("dedup_window must be at least 1, or None to turn it off")
         if max_pending < 1:
             raise ValueError(f"max_pending must be at least 1, got {max_pending}")
+        if metrics_port is not None and not 0 <= metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be 0 to 65535, got {metrics_port}")
         self.handler = handler
         self.kafka = KafkaConnection.of(bootstrap)
         self.bootstrap = self.kafka.bootstrap
@@ -205,22 +251,32 @@ class Worker:
         self.commit_interval = commit_interval
         self.drain_timeout = drain_timeout
         self.stats = WorkerStats()
-        self._consumer_config = {
-            **self.kafka.librdkafka(),
-            "group.id": group_id,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": int(session_timeout * 1000),
-            **(consumer_config or {}),
-        }
-        self._producer_config = {
-            **self.kafka.librdkafka(),
-            "enable.idempotence": True,
-            "acks": "all",
-            "partitioner": "murmur2_random",
-            "linger.ms": 1,
-            **(producer_config or {}),
-        }
+        self.metrics = WorkerMetrics(metrics_registry)
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
+        self._metrics_server: MetricsServer | None = None
+        # Both clients report a refused login here; the consumer thread checks it.
+        self._auth = AuthWatch(self.kafka)
+        self._consumer_config = self._watching(
+            {
+                **self.kafka.librdkafka(),
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": int(session_timeout * 1000),
+                **(consumer_config or {}),
+            }
+        )
+        self._producer_config = self._watching(
+            {
+                **self.kafka.librdkafka(),
+                "enable.idempotence": True,
+                "acks": "all",
+                "partitioner": "murmur2_random",
+                "linger.ms": 1,
+                **(producer_config or {}),
+            }
+        )
         # A coroutine function, or an object whose __call__ is one.
         self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
             type(handler).__call__
@@ -229,6 +285,8 @@ class Worker:
         self._recent = RecentIds(dedup_window) if dedup_window is not None else None
         self._in_flight_ids: Counter[str] = Counter()
         self._progress: dict[tuple[str, int], PartitionProgress] = {}
+        # Records handed to the loop whose outcome is not back, by (topic, partition, offset).
+        self._jobs: dict[tuple[str, int, int], _Job] = {}
         self._outstanding = 0  # handed to the loop, outcome not back yet
         self._paused = False
         self._completions: queue.SimpleQueue[tuple[_Job, Outcome]] = queue.SimpleQueue()
@@ -261,12 +319,34 @@ class Worker:
         """True once ``run`` has subscribed, until it returns."""
         return self._running.is_set()
 
+    @property
+    def metrics_url(self) -> str | None:
+        """Where ``/metrics`` is served while ``run`` runs (with ``metrics_port``), else None."""
+        server = self._metrics_server
+        return server.url if server is not None else None
+
+    def _watching(self, config: dict[str, Any]) -> dict[str, Any]:
+        """``config`` with an ``error_cb`` that feeds the AuthWatch, then the caller's own."""
+        own = config.get("error_cb")
+
+        def on_error(err: KafkaError) -> None:
+            self._auth(err)
+            if own is not None:
+                own(err)
+
+        return {**config, "error_cb": on_error}
+
     def run(self) -> None:
         """Consume until ``stop()``; then finish running handlers, commit and close.
 
         Caller: the application (or ``fairstream worker``), on one thread.
         Affects: the group's committed offsets of the egress topic; the dead-letter topic.
         """
+        if self.metrics_port is not None:
+            self._metrics_server = MetricsServer(
+                self.metrics.registry, self.metrics_host, self.metrics_port
+            )
+            log.info("metrics on %s", self._metrics_server.url)
         loop = asyncio.new_event_loop()
         loop_thread = threading.Thread(
             target=loop.run_forever, name="fairstream-worker-loop", daemon=True
@@ -290,13 +370,17 @@ class Worker:
             self._consume(consumer)
         finally:
             try:
-                self._release(consumer, list(self._progress), commit=True)
+                self._release(consumer, list(self._progress), commit=True, drain=True)
                 consumer.close()
             finally:
-                self._dlq.flush(30)
+                # A dead letter cannot be delivered with refused credentials: do not wait.
+                self._dlq.flush(0 if self._auth.failure is not None else 30)
                 loop.call_soon_threadsafe(loop.stop)
                 loop_thread.join(10)
                 self._pool.shutdown(wait=False, cancel_futures=True)
+                if self._metrics_server is not None:
+                    self._metrics_server.close()
+                    self._metrics_server = None
                 self._running.clear()
                 log.info(
                     "worker stopped: %d processed, %d dead-lettered, %d duplicates skipped",
@@ -322,6 +406,7 @@ class Worker:
                     log.warning("consumer error: %s", err)
                     continue
                 self._dispatch(msg)
+            self._auth.check()  # librdkafka retries a refused login forever: fail now
             if time.monotonic() >= next_commit:
                 self._serve()
                 self._commit(consumer, list(self._progress), asynchronous=True)
@@ -339,12 +424,18 @@ class Worker:
         request = request_from_message(msg)
         job = _Job(request, msg.key(), msg.value(), progress)
         rid = request.request_id
-        if self._recent is not None and (rid in self._recent or rid in self._in_flight_ids):
-            self._outstanding += 1
+        self._outstanding += 1
+        self.metrics.fetched(request.tenant)
+        earlier = self._jobs.get((topic, partition, offset))
+        if earlier is not None:
+            # The same record, still running from before its partition was revoked: not a
+            # duplicate yet (that run may fail); the loop decides once it ended.
+            job.predecessor = earlier
+        elif self._recent is not None and (rid in self._recent or rid in self._in_flight_ids):
             self._resolve(job, Outcome.DUPLICATE)
             return
+        self._jobs[(topic, partition, offset)] = job
         self._in_flight_ids[rid] += 1
-        self._outstanding += 1
         assert self._loop is not None
         self._loop.call_soon_threadsafe(self._enqueue, job)
 
@@ -366,24 +457,40 @@ class Worker:
             self._resolve(job, outcome)
 
     def _resolve(self, job: _Job, outcome: Outcome) -> None:
+        """Apply the outcome of one fetched record: counters, dedup memory, commit position.
+
+        Caller: the consumer thread. Affects: stats, metrics, _jobs, the job's progress.
+        """
         self._outstanding -= 1
-        rid = job.request.request_id
+        request = job.request
+        rid = request.request_id
+        self.metrics.finished(request.tenant)
         if outcome is not Outcome.DUPLICATE:
+            coordinates = (request.topic, request.partition, request.offset)
+            if self._jobs.get(coordinates) is job:
+                del self._jobs[coordinates]
             self._in_flight_ids[rid] -= 1
             if self._in_flight_ids[rid] <= 0:
                 del self._in_flight_ids[rid]
         stats = self.stats
         if outcome is Outcome.ABANDONED:
             stats.abandoned += 1
-            job.progress.resolve(job.request.offset, done=False)
+            self.metrics.abandoned.inc()
+            job.progress.resolve(request.offset, done=False)
             return
         if outcome is Outcome.DONE:
             stats.processed += 1
+            self.metrics.handled(request.tenant)
         elif outcome is Outcome.DEAD_LETTERED:
             stats.dead_lettered += 1
+            self.metrics.dead_lettered(request.tenant, contract.HANDLER_FAILED)
         else:
             stats.duplicates_skipped += 1
-            log.info("skipped duplicate request id %s (%s)", rid, _where(job.request))
+            self.metrics.duplicates.inc()
+            if outcome is Outcome.REPEATED:
+                log.info("skipped %s: finished before its partition came back", _where(request))
+            else:
+                log.info("skipped duplicate request id %s (%s)", rid, _where(request))
         if self._recent is not None:
             self._recent.add(rid)
         job.progress.resolve(job.request.offset, done=True)
@@ -425,12 +532,17 @@ class Worker:
                 if progress is not None:
                     progress.committed = None
 
-    def _release(self, consumer: Consumer, tps: list[tuple[str, int]], *, commit: bool) -> None:
-        """Give up partitions: drop their queued records, wait for their running handlers
-        (up to ``drain_timeout``), commit their done prefix, forget them.
+    def _release(
+        self, consumer: Consumer, tps: list[tuple[str, int]], *, commit: bool, drain: bool
+    ) -> None:
+        """Give up partitions: drop their queued records, with ``drain`` wait for their
+        running handlers (up to ``drain_timeout``), commit their done prefix, forget them.
 
-        Caller: the rebalance callbacks and shutdown, on the consumer thread.
-        Affects: _progress, the committed offsets.
+        Without ``drain`` (the rebalance callbacks) nothing waits: handlers still running
+        end on the event loop, their outcomes are applied by ``_serve`` later and commit
+        nothing (the partition is no longer in ``_progress``).
+        Caller: the rebalance callbacks (no drain) and shutdown (drain), on the consumer
+        thread. Affects: _progress, the committed offsets.
         """
         releasing = {tp: self._progress[tp] for tp in tps if tp in self._progress}
         if not releasing:
@@ -442,7 +554,7 @@ class Worker:
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self._purge, dropping)
         deadline = time.monotonic() + self.drain_timeout
-        while any(p.unresolved for p in releasing.values()):
+        while drain and any(p.unresolved for p in releasing.values()):
             if time.monotonic() >= deadline:
                 log.warning(
                     "handlers still running after %.0f s; leaving their records to the "
@@ -452,6 +564,7 @@ class Worker:
                 )
                 break
             self._serve(timeout=0.05)
+        self._serve()  # what finished meanwhile still counts towards the commit
         if commit:
             try:
                 self._commit(consumer, releasing, asynchronous=False)
@@ -459,19 +572,25 @@ class Worker:
                 log.warning("final commit of %s failed: %s", sorted(releasing), exc)
         for tp in releasing:
             del self._progress[tp]
+        self.metrics.assigned.set(len(self._progress))
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for p in partitions:
             self._progress[(p.topic, p.partition)] = PartitionProgress()
+        self.metrics.assigned.set(len(self._progress))
         log.info("assigned %s", [(p.topic, p.partition) for p in partitions])
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Returns at once: a callback that waited for slow handlers would hold the whole
+        # group's rebalance, and past max.poll.interval.ms get this member evicted.
         log.info("revoked %s", [(p.topic, p.partition) for p in partitions])
-        self._release(consumer, [(p.topic, p.partition) for p in partitions], commit=True)
+        tps = [(p.topic, p.partition) for p in partitions]
+        self._release(consumer, tps, commit=True, drain=False)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.warning("lost %s", [(p.topic, p.partition) for p in partitions])
-        self._release(consumer, [(p.topic, p.partition) for p in partitions], commit=False)
+        tps = [(p.topic, p.partition) for p in partitions]
+        self._release(consumer, tps, commit=False, drain=False)
 
     # -------------------------------------------------------------- event loop
 
@@ -506,14 +625,15 @@ class Worker:
         self._wakeup = asyncio.Event()
 
     async def _run_job(self, job: _Job) -> None:
+        outcome = Outcome.ABANDONED  # unless _process returns
         try:
             outcome = await self._process(job)
-        except BaseException:
-            self._completions.put((job, Outcome.ABANDONED))
-            raise
         finally:
+            # Set before the tenant's turn passes on: a later run of the same record (queued
+            # behind this one, same tenant) reads it.
+            job.outcome = outcome
             self._queues.done(job.request.tenant)
-        self._completions.put((job, outcome))
+            self._completions.put((job, outcome))
         self._pump()
 
     def _carry_on(self, job: _Job) -> bool:
@@ -533,15 +653,27 @@ class Worker:
         return False
 
     async def _call(self, request: Request) -> None:
-        if self._is_async:
-            await self.handler(request)
-            return
-        assert self._loop is not None
-        result = await self._loop.run_in_executor(self._pool, self.handler, request)
-        if inspect.isawaitable(result):
-            await result
+        metrics = self.metrics
+        started = time.perf_counter()
+        metrics.running.inc()
+        try:
+            if self._is_async:
+                await self.handler(request)
+                return
+            assert self._loop is not None
+            result = await self._loop.run_in_executor(self._pool, self.handler, request)
+            if inspect.isawaitable(result):
+                await result
+        finally:
+            metrics.running.dec()
+            metrics.handler_seconds.observe(time.perf_counter() - started)
 
     async def _process(self, job: _Job) -> Outcome:
+        earlier = job.predecessor
+        if earlier is not None:
+            job.predecessor = None  # no chain of finished jobs kept alive
+            if earlier.outcome in FINISHED:
+                return Outcome.REPEATED
         if not self._carry_on(job):
             return Outcome.ABANDONED
         error: Exception | None = None
@@ -561,10 +693,13 @@ class Worker:
             else:
                 return Outcome.DONE
             if attempt < self.max_attempts:
+                self.metrics.retries.inc()
                 delay = backoff_delay(attempt, self.backoff_initial, self.backoff_max)
                 if not await self._pause(delay, job):
                     return Outcome.ABANDONED
         assert error is not None
+        if not self._carry_on(job):
+            return Outcome.ABANDONED  # revoked meanwhile: the next owner tries it again
         return await self._dead_letter(job, error)
 
     async def _dead_letter(self, job: _Job, error: Exception) -> Outcome:

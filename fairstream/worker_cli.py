@@ -137,6 +137,21 @@ def _env(name: str) -> dict[str, Any]:
     **_env("WORKER_SESSION_TIMEOUT"),
 )
 @click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics as /metrics on this port (0: any free port, logged). "
+    "[default: off]",
+    **_env("WORKER_METRICS_PORT"),
+)
+@click.option(
+    "--metrics-host",
+    default="0.0.0.0",
+    show_default=True,
+    help="Address /metrics binds to (with --metrics-port).",
+    **_env("WORKER_METRICS_HOST"),
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
@@ -157,6 +172,8 @@ def worker(
     dedup_window: int,
     max_pending: int,
     session_timeout: float,
+    metrics_port: int | None,
+    metrics_host: str,
     log_level: str,
 ) -> None:
     """Consume the egress topic and call HANDLER for every request.
@@ -164,8 +181,10 @@ def worker(
     Offsets are committed only past requests that succeeded, were dead-lettered or were
     skipped as duplicates, so a crash re-delivers and loses nothing. SIGTERM or SIGINT
     finishes the running handlers, commits and leaves the group (a second signal kills).
+    Credentials the broker refuses end the command at once with its reason (exit 1).
     """
-    from fairstream.worker import Worker
+    from fairstream.worker import KafkaAuthenticationError, Worker
+    from fairstream.worker_metrics import MetricsPortError
 
     if backoff_max < backoff_initial:
         raise click.UsageError("--backoff-max must be at least --backoff-initial")
@@ -186,6 +205,8 @@ def worker(
         concurrency=concurrency,
         max_pending=max_pending,
         session_timeout=session_timeout,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
     )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -198,4 +219,9 @@ def worker(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    instance.run()
+    try:
+        instance.run()
+    except KafkaAuthenticationError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except MetricsPortError as exc:
+        raise click.ClickException(str(exc)) from exc

@@ -7,6 +7,7 @@ Records are written straight to a fresh egress topic with a plain producer (no s
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import signal
 import subprocess
@@ -359,9 +360,11 @@ def test_sigterm_finishes_in_flight_and_commits_what_was_processed(
     assert [o for _, _, o in done] == list(range(len(done)))
 
 
-def test_rebalance_hands_over_without_loss_or_repeats(kafka_bootstrap: str) -> None:
-    """A second worker joins mid-stream: the first finishes its running handlers, commits
-    and gives up the queued records, which the new owner processes: each exactly once."""
+def test_rebalance_hands_over_without_loss(kafka_bootstrap: str) -> None:
+    """A second worker joins mid-stream: the first commits what it finished and gives up
+    its queued records at once, which the new owner processes. Only a record whose handler
+    was still running at the revoke may be handled twice (at most one per running handler);
+    nothing is lost."""
     s = Setup(kafka_bootstrap, partitions=2)
     total = 400
     records = [
@@ -387,6 +390,204 @@ def test_rebalance_hands_over_without_loss_or_repeats(kafka_bootstrap: str) -> N
         with running(second):
             wait_until(lambda: second.assignment, 60, "second worker got a partition")
             s.wait_committed([total // 2, total // 2])
-    assert sorted(handled) == sorted(f"r{i}" for i in range(total))
+    assert set(handled) == {f"r{i}" for i in range(total)}
+    repeated = [rid for rid, n in collections.Counter(handled).items() if n > 1]
+    assert len(handled) - total == len(repeated) <= 2  # concurrency=2 handlers were running
     assert second.stats.processed > 0
     assert first.stats.abandoned > 0  # it did hand queued records over
+
+
+def group_members(bootstrap: str, group: str) -> list[tuple[str, str, list[int]]] | None:
+    """(member id, client id, partitions) of a stable group's members, else None."""
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    description = admin.describe_consumer_groups([group])[group].result(timeout=15)
+    if description.state != ConsumerGroupState.STABLE:
+        return None
+    return sorted(
+        (
+            m.member_id,
+            m.client_id,
+            sorted(tp.partition for tp in (m.assignment.topic_partitions if m.assignment else [])),
+        )
+        for m in description.members
+    )
+
+
+def test_revoke_with_a_slow_handler_returns_at_once_and_stays_in_the_group(
+    kafka_bootstrap: str,
+) -> None:
+    """A second worker joins while the first one's handlers hang in slow calls, for longer
+    than max.poll.interval.ms: the revoke callback does not wait for them, so the first
+    worker keeps its membership (same member id), the second one works meanwhile, and
+    nothing is lost. Only the record running at the revoke on the partition that moved is
+    handled twice (at-least-once); the one on the partition that came back runs once."""
+    s = Setup(kafka_bootstrap, partitions=2)
+    per_partition = 30
+    feed(
+        kafka_bootstrap,
+        s.egress,
+        [
+            {**egress_record(f"t{p}", f"p{p}-{i}", b"x"), "partition": p}
+            for i in range(per_partition)
+            for p in (0, 1)
+        ],
+    )
+    release = threading.Event()
+    lock = threading.Lock()
+    started: list[str] = []
+    handled: list[str] = []
+
+    def slow(request: Request) -> None:
+        with lock:
+            started.append(request.request_id)
+        release.wait(180)  # set by the test once the group settled without this worker's help
+        with lock:
+            handled.append(request.request_id)
+
+    def fast(request: Request) -> None:
+        with lock:
+            handled.append(request.request_id)
+
+    # A revoke callback that drained the hanging handlers would outlast this (the group's
+    # rebalance timeout too) and get the first worker evicted.
+    strict = {"max.poll.interval.ms": 7000}
+    first = s.worker(
+        slow, concurrency=2, session_timeout=6, consumer_config={**strict, "client.id": "first"}
+    )
+    second = s.worker(
+        fast, concurrency=2, session_timeout=6, consumer_config={**strict, "client.id": "second"}
+    )
+    try:
+        with running(first):
+            wait_until(lambda: len(started) >= 2, 60, "the first worker's two slow calls")
+            alone = wait_until(
+                lambda: group_members(kafka_bootstrap, s.group), 60, "a stable group of one"
+            )
+            [(first_id, _, both)] = alone
+            assert both == [0, 1]
+            with running(second):
+                settled = wait_until(
+                    lambda: (m := group_members(kafka_bootstrap, s.group)) and len(m) == 2 and m,
+                    60,
+                    "a stable group of two",
+                )
+                by_client = {client: (member, parts) for member, client, parts in settled}
+                assert by_client["first"][0] == first_id, "the first worker was evicted"
+                [kept] = by_client["first"][1]
+                [moved] = by_client["second"][1]
+                # The second worker finished its partition while the slow calls still hang;
+                # the first one committed nothing past them (0: the revoke's commit).
+                s.wait_committed([per_partition if p == moved else 0 for p in (0, 1)])
+                assert not release.is_set()
+                release.set()
+                s.wait_committed([per_partition, per_partition])
+                members = group_members(kafka_bootstrap, s.group)
+                assert members is not None
+                assert first_id in {member for member, _, _ in members}
+    finally:
+        release.set()
+    everything = {f"p{p}-{i}" for p in (0, 1) for i in range(per_partition)}
+    assert set(handled) == everything
+    repeated = {rid for rid in handled if handled.count(rid) > 1}
+    assert repeated == {f"p{moved}-0"}
+    assert f"p{kept}-0" in handled
+    assert first.stats.duplicates_skipped == 1  # p{kept}-0, fetched again after the revoke
+    assert first.stats.abandoned > 0  # the queued records it gave up at the revoke
+
+
+METRICS_HANDLER = """
+def handle(request):
+    if request.payload == b"bad":
+        raise RuntimeError("upstream said 500")
+"""
+
+
+def scrape(url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """{sample name: {sorted labels: value}} of a /metrics page."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return out
+
+
+def test_worker_metrics_scraped_over_http(kafka_bootstrap: str, tmp_path: Path) -> None:
+    from fairstream.devkafka.broker import free_port
+
+    s = Setup(kafka_bootstrap)
+    tenants = [f"t{i:02d}" for i in range(25)]
+    records = [egress_record(t, f"{t}-{n}", b"ok") for n in range(2) for t in tenants]
+    records += [egress_record("t00", f"bad-{n}", b"bad") for n in range(2)]
+    # t00 has the most records and t01..t24 as many each: 20 named series and __other__.
+    records += [egress_record("t00", f"t00-extra-{n}", b"ok") for n in range(3)]
+    feed(kafka_bootstrap, s.egress, records)
+    good = len(records) - 2
+    (tmp_path / "metricshandler.py").write_text(METRICS_HANDLER)
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "FAIRSTREAM_BOOTSTRAP": s.bootstrap}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    log_path = tmp_path / "worker.log"
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "fairstream", "worker",
+                "--handler", "metricshandler:handle",
+                "--egress-topic", s.egress, "--dlq-topic", s.dlq, "--group-id", s.group,
+                "--max-attempts", "3", "--backoff-initial", "0.01", "--backoff-max", "0.05",
+                "--metrics-port", str(port), "--metrics-host", "127.0.0.1",
+            ],
+            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=env,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    def finished() -> dict[str, dict[tuple[tuple[str, str], ...], float]] | None:
+        try:
+            samples = scrape(url)
+        except OSError:
+            return None  # not listening yet
+        done = samples.get("fairstream_worker_handled_records_total", {}).get((), 0)
+        dead = sum(samples.get("fairstream_worker_dead_letters_total", {}).values())
+        return samples if done == good and dead == 2 else None
+
+    try:
+        samples = wait_until(
+            finished, 90, f"every record handled or dead-lettered:\n{log_path.read_text()}"
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+    assert code == 0, log_path.read_text()
+
+    def one(name: str) -> float:
+        return samples[name][()]
+
+    assert one("fairstream_worker_retries_total") == 4  # 2 records x (3 attempts - 1)
+    assert one("fairstream_worker_rate_limited_total") == 0
+    assert samples["fairstream_worker_dead_letters_total"] == {(("reason", "handler-failed"),): 2}
+    assert one("fairstream_worker_in_flight_records") == 0
+    assert one("fairstream_worker_running_handlers") == 0
+    assert one("fairstream_worker_assigned_partitions") == 1
+    assert one("fairstream_worker_handler_seconds_count") == good + 2 * 3
+    per_tenant = {
+        dict(labels)["tenant"]: value
+        for labels, value in samples["fairstream_worker_tenant_handled_records_total"].items()
+    }
+    assert len(per_tenant) == 21  # the top 20 tenants and __other__, not 25
+    assert per_tenant["t00"] == 5
+    assert sum(per_tenant.values()) == good
+    assert per_tenant["__other__"] == 5 * 2  # the 5 tenants beyond the top 20
+    dead = {
+        dict(labels)["tenant"]: value
+        for labels, value in samples["fairstream_worker_tenant_dead_letters_total"].items()
+    }
+    assert dead == {"t00": 2, "__other__": 0}
+    assert f"metrics on {url}" in log_path.read_text()
