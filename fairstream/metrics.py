@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator, Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 OTHER = "__other__"
 DWELL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
@@ -67,6 +66,11 @@ class TenantCollector(Collector):
         yield emitted
 
 
+def _le(bound: float) -> str:
+    # Prometheus's spelling of a bucket bound: "+Inf", "0.005", "1.0".
+    return "+Inf" if bound == math.inf else repr(float(bound))
+
+
 class CheapHistogram(Collector):
     """A histogram observed once per egress record, from one thread.
 
@@ -93,7 +97,7 @@ class CheapHistogram(Collector):
         buckets: list[tuple[str, float]] = []
         for bound, count in zip([*self.bounds, math.inf], list(self.counts), strict=True):
             cumulative += count
-            buckets.append((floatToGoString(bound), cumulative))
+            buckets.append((_le(bound), cumulative))
         family.add_metric([], buckets, self.sum)
         yield family
 

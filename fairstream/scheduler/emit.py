@@ -207,9 +207,13 @@ class Emitter:
                 self._idle(0.01)
                 continue
             if self._emit_some(now) == 0 and not handoff.queue:
-                delay = self.core.next_eligible_in() if len(self.core) else None
+                # Nothing went out: wait for a token, for a capped tenant's next token, or
+                # for news from the ingest thread, and never past the next commit.
                 wait = self.limiter.wait_time(1, 1)
-                self._idle(min(max(wait, delay or 0.1), self._next_commit - now, 0.1))
+                if wait <= 0:
+                    delay = self.core.next_eligible_in() if len(self.core) else None
+                    wait = 0.1 if delay is None else delay
+                self._idle(min(wait, self._next_commit - now, 0.1))
 
     def _idle(self, seconds: float) -> None:
         wake = self.handoff.wake
@@ -468,7 +472,7 @@ class Emitter:
         headers.append((contract.SCHEDULED_MS, b"%d" % stamp))
         if self._txn_open:
             try:
-                self.producer.produce(self.egress_topic, value, key, headers=headers)
+                self.producer.produce(self.egress_topic, value, key, headers=headers)  # type: ignore[arg-type]
                 self._txn_records += 1
             except BufferError:
                 self._produce(self.egress_topic, value, key, headers)
