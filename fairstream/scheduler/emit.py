@@ -40,6 +40,7 @@ from fairstream.scheduler.handoff import (
     Call,
     Handoff,
     Heard,
+    Parsed,
     PolicyChange,
     Revoke,
     Stop,
@@ -193,9 +194,12 @@ class Emitter:
         interval = self.settings.commit_interval
         max_records = self.settings.max_in_flight
         while True:
-            items = handoff.take(APPLY_BATCH)
-            if items and self._apply(items):
-                return
+            while handoff.controls:
+                if self._control(handoff.controls.popleft()):
+                    return
+            records = handoff.take_records(APPLY_BATCH)
+            if records:
+                self._apply(records)
             now = time.monotonic()
             if now >= self._next_commit or self._txn_records >= max_records:
                 self._commit()
@@ -206,7 +210,7 @@ class Emitter:
             if not self._may_emit(now):
                 self._idle(0.01)
                 continue
-            if self._emit_some(now) == 0 and not handoff.queue:
+            if self._emit_some(now) == 0 and not handoff.pending():
                 # Nothing went out: wait for a token, for a capped tenant's next token, or
                 # for news from the ingest thread, and never past the next commit.
                 wait = self.limiter.wait_time(1, 1)
@@ -218,7 +222,7 @@ class Emitter:
     def _idle(self, seconds: float) -> None:
         wake = self.handoff.wake
         wake.clear()
-        if seconds > 0 and not self.handoff.queue:
+        if seconds > 0 and not self.handoff.pending():
             wake.wait(seconds)
 
     def _may_emit(self, now: float) -> bool:
@@ -228,8 +232,8 @@ class Emitter:
 
     # -- applying what the ingest thread handed over -----------------------------------------
 
-    def _apply(self, items: list[Any]) -> bool:
-        """Apply handed-over items in order; True when a Stop was among them."""
+    def _apply(self, records: list[Parsed]) -> None:
+        """Index handed-over records in the core, or turn them into dead letters."""
         progress = self.progress
         core = self.core
         letters = self.letters
@@ -238,12 +242,7 @@ class Emitter:
         pushed = 0
         now = now_ms()
         purges = self.policies.purges
-        for item in items:
-            if type(item) is not tuple:
-                if self._control(item):
-                    return True
-                progress, core = self.progress, self.core  # replaced by a revoke or rewind
-                continue
+        for item in records:
             partition, offset, tenant, cost, deadline, enqueued, msg, invalid = item
             prog = progress.get(partition)
             if prog is None or offset < prog.next or self.rewinding:
@@ -254,9 +253,10 @@ class Emitter:
                 prog.observe(offset)  # settled before the restart
                 continue
             prog.observe(offset)
-            if invalid is not None:
+            if invalid is not None or tenant is None:  # the ingest thread sets one of them
                 entry: Entry = (partition, offset, enqueued, None, msg, 1)
-                letters.append((None, entry, invalid.reason, invalid.detail))
+                reason = invalid.reason if invalid else contract.INVALID_KEY
+                letters.append((None, entry, reason, invalid.detail if invalid else ""))
                 continue
             if deadline is not None and now > deadline:
                 letters.append(
@@ -299,7 +299,6 @@ class Emitter:
             pushed += 1
         if pushed:
             self.metrics.ingested.inc(pushed)
-        return False
 
     def _control(self, item: Any) -> bool:
         if isinstance(item, Assign):
@@ -546,7 +545,7 @@ class Emitter:
         if prog is not None:
             prog.settle(offset)
         self._txn_letters[reason] = self._txn_letters.get(reason, 0) + 1
-        log.info("dead letter %d@%d: %s: %s", partition, offset, reason, detail)
+        log.debug("dead letter %d@%d: %s: %s", partition, offset, reason, detail)
 
     # -- transactions ------------------------------------------------------------------------
 

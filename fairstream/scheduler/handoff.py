@@ -8,14 +8,15 @@ assignment. One owner and one ordered queue mean no lock around the core and no 
 a revocation and the records it covers.
 
 Records travel as plain tuples (``Parsed``), the cheapest thing CPython can build and
-inspect per record; everything else is a small control object.
+inspect per record, in one queue per partition; everything else is a small control object
+in a queue of its own.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +29,7 @@ from fairstream.scheduler.progress import PartitionProgress
 # None and invalid says why when the record breaks the ingest contract.
 Parsed = tuple[int, int, str | None, int, int | None, int, Message, contract.Invalid | None]
 
-HIGH_WATER = 50_000  # parsed records waiting before the ingest thread stops reading
-LOW_WATER = 10_000  # ... and when it starts again
+HIGH_WATER = 20_000  # parsed records of one partition waiting before it is not read
 
 
 @dataclass
@@ -84,32 +84,41 @@ class Call:
 
 
 class Handoff:
-    """A deque (thread-safe appends and pops in CPython) plus two events.
+    """Per-partition record queues and one control queue, plus a wake-up event.
 
-    ``wake`` tells the emitter something arrived; ``room`` tells the ingest thread it may read
-    again after the queue reached ``HIGH_WATER`` (the emitter is behind).
+    CPython's deque appends and pops are thread-safe. Records wait in a queue of their
+    partition, so the emitter takes them round robin between partitions: a burst waiting in
+    one partition's queue never holds back the records of another. Controls (assignments,
+    revocations, policies, calls) wait in their own queue and are applied before records.
+
+    The ingest thread opens a fresh queue for a partition when it is assigned (or rewound)
+    and drops it when it is revoked, so records read before either can never be applied
+    after it. While a partition's queue holds ``HIGH_WATER`` records the ingest thread
+    leaves that partition's reader alone.
     """
 
     def __init__(self) -> None:
-        self.queue: deque[Any] = deque()
+        self.records: dict[int, deque[Parsed]] = {}
+        self.controls: deque[Any] = deque()
         self.wake = threading.Event()
-        self.room = threading.Event()
-        self.room.set()
+        self._turn = 0  # where the next round robin over partitions starts
 
     def put(self, item: Any) -> None:
-        self.queue.append(item)
+        """A control item, applied by the emitter before any record it has not taken yet."""
+        self.controls.append(item)
         self.wake.set()
 
-    def put_many(self, items: Iterable[Any]) -> None:
-        self.queue.extend(items)
-        if len(self.queue) >= HIGH_WATER:
-            self.room.clear()
-        self.wake.set()
+    def open(self, partition: int) -> None:
+        """A fresh queue for a partition (newly assigned, or read again after a rewind)."""
+        self.records[partition] = deque()
+
+    def close(self, partition: int) -> None:
+        self.records.pop(partition, None)
 
     def call(self, fn: Callable[[], Any], timeout: float = 5.0) -> Any:
         """Run ``fn`` on the emitter thread, ahead of queued records; wait for its result."""
         call = Call(fn)
-        self.queue.appendleft(call)
+        self.controls.appendleft(call)
         self.wake.set()
         if not call.done.wait(timeout):
             raise TimeoutError("the emitter thread did not answer")
@@ -117,14 +126,25 @@ class Handoff:
             raise call.error
         return call.result
 
-    def take(self, limit: int) -> list[Any]:
-        """Up to ``limit`` items, oldest first. Caller: the emitter."""
-        queue = self.queue
-        n = min(limit, len(queue))
-        items = [queue.popleft() for _ in range(n)]
-        if len(queue) <= LOW_WATER:
-            self.room.set()
-        return items
+    def take_records(self, limit: int) -> list[Parsed]:
+        """Up to ``limit`` records, round robin between partitions, oldest first within one.
+        Caller: the emitter."""
+        queues = [q for q in list(self.records.values()) if q]
+        if not queues:
+            return []
+        share = max(64, limit // len(queues))
+        self._turn = (self._turn + 1) % len(queues)
+        out: list[Parsed] = []
+        for queue in queues[self._turn :] + queues[: self._turn]:
+            popleft = queue.popleft
+            for _ in range(min(share, len(queue))):
+                out.append(popleft())
+        return out
 
-    def __len__(self) -> int:
-        return len(self.queue)
+    def pending(self) -> bool:
+        """Whether anything waits for the emitter."""
+        return bool(self.controls) or any(self.records.values())
+
+    def backlog(self, partition: int) -> int:
+        queue = self.records.get(partition)
+        return len(queue) if queue is not None else 0

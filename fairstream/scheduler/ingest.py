@@ -3,16 +3,15 @@
 One librdkafka consumer is this instance's membership in the consumer group ``--app-id``
 (cooperative-sticky assignment, optional static membership). Its committed offsets are the
 partitions' low-water marks, written by the emitter's transactions with this consumer's
-group metadata, so a member that lost its partitions cannot commit (KIP-447).
+group metadata, so a member that lost its partitions cannot commit (KIP-447). It reads no
+records itself: each owned partition has a reader of its own (``readers``), so a burst in
+one partition never queues ahead of another's records.
 
-The thread reads owned partitions in batches and parses each record against the ingest
+The thread takes a slice from each reader in turn and parses each record against the ingest
 contract; it keeps no state of its own and writes nothing. Parsed records and rebalance
-events go to the emitter through the handoff queue, in order. Reads stay fair between
-partitions because librdkafka fetches every partition of a broker in one request, capped
-per partition (``max.partition.fetch.bytes``), and the prefetch queue is small: a burst in
-one partition cannot hold another's records back by more than one fetch.
+events go to the emitter through the handoff queues, in order per partition.
 
-Caller: ``SchedulerService``. Affects: the group membership, the handoff queue.
+Caller: ``SchedulerService``. Affects: the group membership, the handoff queues.
 """
 
 from __future__ import annotations
@@ -27,7 +26,15 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from fairstream import contract
 from fairstream.config import Settings
-from fairstream.scheduler.handoff import Assign, Handoff, Heard, Revoke, Stop
+from fairstream.scheduler.handoff import (
+    HIGH_WATER,
+    Assign,
+    Handoff,
+    Heard,
+    Revoke,
+    Stop,
+)
+from fairstream.scheduler.readers import Readers, reader_config
 from fairstream.scheduler.recovery import Recovery
 
 log = logging.getLogger("fairstream.ingest")
@@ -38,7 +45,7 @@ REVOKE_WAIT = 60.0  # seconds a revocation waits for the emitter to commit
 
 
 def consumer_config(settings: Settings) -> dict[str, Any]:
-    """The group member's librdkafka settings."""
+    """The group member's librdkafka settings (it reads nothing itself: see ``readers``)."""
     config: dict[str, Any] = {
         **settings.kafka.librdkafka(),
         "group.id": settings.app_id,
@@ -50,13 +57,6 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
         "isolation.level": "read_committed",
         "session.timeout.ms": int(settings.session_timeout * 1000),
         "heartbeat.interval.ms": max(500, int(settings.session_timeout * 100)),
-        "enable.partition.eof": True,  # tells the warm-up a partition has nothing more
-        # Fairness between partitions: every fetch takes a slice of each partition, and
-        # little waits in the prefetch queue behind a burst.
-        "max.partition.fetch.bytes": 256 * 1024,
-        "queued.max.messages.kbytes": 2048,
-        "fetch.queue.backoff.ms": 5,
-        "fetch.wait.max.ms": 20,
     }
     if settings.group_instance_id:
         config["group.instance.id"] = settings.group_instance_id
@@ -90,12 +90,14 @@ class Ingest:
         self._rewind = threading.Event()
         self._tenants: dict[bytes, str] = {}
         self._metadata: Any = None
+        self.readers = Readers(
+            reader_config(consumer_config(settings), settings.app_id), self.topic
+        )
 
     # -- control from other threads ---------------------------------------------------------
 
     def stop(self) -> None:
         self._stopping.set()
-        self.handoff.room.set()
 
     def request_rewind(self) -> None:
         """After an aborted transaction: recover every owned partition and read again.
@@ -128,27 +130,43 @@ class Ingest:
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
         )
-        consume = self.consumer.consume
         handoff = self.handoff
+        readers = self.readers
+        idle = False
         while not self._stopping.is_set():
             if self._rewind.is_set():
                 self._do_rewind()
                 continue
-            if not handoff.room.is_set():
-                # The emitter is behind: stop reading (librdkafka's bounded prefetch then
-                # pauses fetching) until it catches up.
-                handoff.room.wait(0.1)
-                continue
-            messages = consume(num_messages=BATCH, timeout=0.1)
+            # The member's own partitions stay paused: this call serves the group
+            # (callbacks, liveness) and is where the thread waits when nothing came.
+            self.consumer.consume(num_messages=1, timeout=0.005 if idle else 0)
             self._metadata = self.consumer.consumer_group_metadata()
+            full = {p for p in self.assigned if handoff.backlog(p) >= HIGH_WATER}
+            messages = readers.take(full)
+            idle = not messages
             if messages:
-                handoff.put_many(self._parse(messages))
+                self._hand_over(messages)
+
+    def _hand_over(self, messages: list[Message]) -> None:
+        records = self.handoff.records
+        wake = False
+        for item in self._parse(messages):
+            if type(item) is tuple:
+                queue = records.get(item[0])
+                if queue is not None:  # else revoked meanwhile
+                    queue.append(item)
+                    wake = True
+            else:
+                self.handoff.put(item)
+        if wake:
+            self.handoff.wake.set()
 
     def _close(self) -> None:
         if self._emitter_alive():
             stop = Stop()
             self.handoff.put(stop)
             stop.done.wait(REVOKE_WAIT)
+        self.readers.close_all()
         try:
             self.consumer.close()  # leaves the group (a static member stays until timeout)
         except Exception as exc:
@@ -221,10 +239,15 @@ class Ingest:
             progress, lost = self.recovery.recover(consumer, wanted)
             if lost:
                 self._on_lost_records(lost)
+            for p in wanted:
+                self.handoff.open(p)
             self.handoff.put(Assign(progress))
-            consumer.incremental_assign(
-                [TopicPartition(self.topic, p, progress[p].lwm) for p in wanted]
-            )
+            # The member holds the partitions paused; a reader of its own reads each one.
+            owned = [TopicPartition(self.topic, p, progress[p].lwm) for p in wanted]
+            consumer.incremental_assign(owned)
+            consumer.pause(owned)
+            for p in wanted:
+                self.readers.open(p, progress[p].lwm)
             self.assigned.update(wanted)
             log.info(
                 "assigned ingest partitions %s (resuming at %s)",
@@ -243,6 +266,10 @@ class Ingest:
 
     def _give_up(self, consumer: Consumer, partitions: list[TopicPartition], lost: bool) -> None:
         parts = sorted(tp.partition for tp in partitions)
+        # The emitter commits with the generation that still owns the partitions.
+        self._metadata = consumer.consumer_group_metadata()
+        for p in parts:
+            self.readers.close(p)
         if parts and self._emitter_alive():
             revoke = Revoke(parts, lost=lost)
             self.handoff.put(revoke)
@@ -251,6 +278,8 @@ class Ingest:
                 log.error("the emitter did not settle partitions %s in time", parts)
         consumer.incremental_unassign(partitions)
         self.assigned.difference_update(parts)
+        for p in parts:
+            self.handoff.close(p)
         log.info("%s ingest partitions %s", "lost" if lost else "revoked", parts)
 
     def _do_rewind(self) -> None:
@@ -260,7 +289,8 @@ class Ingest:
         if lost:
             self._on_lost_records(lost)
         for p in parts:
-            # seek() drops what librdkafka prefetched for the partition.
-            self.consumer.seek(TopicPartition(self.topic, p, progress[p].lwm))
+            # The reader drops what it prefetched; the fresh queue what was parsed before.
+            self.readers.open(p, progress[p].lwm)
+            self.handoff.open(p)
         self.handoff.put(Assign(progress, rewind=True))
         log.info("rewound ingest partitions %s to %s", parts, {p: progress[p].lwm for p in parts})

@@ -48,6 +48,7 @@ class Trimmer:
         self._admin = AdminClient(config)
         self._marks: dict[int, int] = {}
         self._trimmed: dict[int, int] = {}  # partition -> mark the last trim reached
+        self._starts: dict[int, int] = {}  # partition -> its log start after that trim
         self._stopping = threading.Event()
         self._reader: Consumer | None = None
 
@@ -65,6 +66,7 @@ class Trimmer:
                 for partition in list(self._trimmed):
                     if partition not in marks:
                         del self._trimmed[partition]
+                        self._starts.pop(partition, None)
                 if self.trim:
                     self._trim(marks)
                 self._watch(marks)
@@ -85,17 +87,24 @@ class Trimmer:
         futures = self._admin.delete_records(due, request_timeout=15)
         for tp, future in futures.items():
             try:
-                result = future.result(timeout=30)
+                deleted = future.result(timeout=30)
             except Exception as exc:
                 log.warning(
                     "trimming ingest partition %d below %d: %s", tp.partition, tp.offset, exc
                 )
                 continue
-            before = self._trimmed.get(tp.partition)
+            start = self._starts.get(tp.partition)
+            if start is None:  # the partition's log start before our first trim
+                start = self._low_watermark(tp.partition)
             self._trimmed[tp.partition] = tp.offset
-            if before is not None and before >= 0:
-                self.metrics.trimmed.inc(max(0, tp.offset - before))
-            log.debug("ingest partition %d now starts at %s", tp.partition, result)
+            self._starts[tp.partition] = deleted.low_watermark
+            self.metrics.trimmed.inc(max(0, deleted.low_watermark - start))
+
+    def _low_watermark(self, partition: int) -> int:
+        low, _ = self._watcher().get_watermark_offsets(
+            TopicPartition(self.topic, partition), timeout=10, cached=False
+        )
+        return int(low)
 
     def _watch(self, marks: dict[int, int]) -> None:
         for partition, mark in marks.items():
@@ -118,7 +127,7 @@ class Trimmer:
                         )
             self.metrics.retention_headroom.labels(str(partition)).set(headroom)
 
-    def _timestamp_at(self, partition: int, offset: int) -> int | None:
+    def _watcher(self) -> Consumer:
         if self._reader is None:
             self._reader = Consumer(
                 {
@@ -129,10 +138,14 @@ class Trimmer:
                     "auto.offset.reset": "earliest",
                 }
             )
-        self._reader.assign([TopicPartition(self.topic, partition, offset)])
+        return self._reader
+
+    def _timestamp_at(self, partition: int, offset: int) -> int | None:
+        reader = self._watcher()
+        reader.assign([TopicPartition(self.topic, partition, offset)])
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            for msg in self._reader.consume(num_messages=1, timeout=0.5):
+            for msg in reader.consume(num_messages=1, timeout=0.5):
                 err = msg.error()
                 if err is None:
                     return msg.timestamp()[1]
