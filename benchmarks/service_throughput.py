@@ -45,8 +45,8 @@ sys.path.insert(0, str(REPO))  # the harness lives in tests/integration
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
-from fairstream.adapters.admin import changelog_topic, lease_topic  # noqa: E402
 from fairstream.devkafka import DevBroker  # noqa: E402
+from fairstream.scheduler.recovery import progress_topic  # noqa: E402
 from tests.integration.scheduler import Deployment, SchedulerProcess  # noqa: E402
 
 POLL_INTERVAL = 0.1
@@ -255,7 +255,7 @@ def delete_deployment(deployment: Deployment) -> None:
     admin = AdminClient({"bootstrap.servers": deployment.bootstrap})
     t = deployment.topics
     names = [t.ingest, t.egress, t.dlq, t.policy]
-    names += [changelog_topic(deployment.app_id), lease_topic(deployment.app_id)]
+    names += [progress_topic(deployment.app_id)]
     existing = set(admin.list_topics(timeout=15).topics)
     futures = admin.delete_topics([n for n in names if n in existing], operation_timeout=30)
     for future in futures.values():
