@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from confluent_kafka import KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from fairstream import contract
 from fairstream.config import Settings
@@ -45,27 +45,29 @@ from fairstream.scheduler.handoff import (
     Revoke,
     Stop,
 )
+from fairstream.scheduler.letters import (
+    RECORD_OVERHEAD,
+    HeaderList,
+    expired_detail,
+    fit,
+    lost_detail,
+    purge_detail,
+)
 from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.policies import Policies
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recovery import progress_topic
+from fairstream.scheduler.transaction import Aborted, Transaction
 
 log = logging.getLogger("fairstream.emitter")
 
 # (partition, offset, enqueued_ms, deadline_ms, message or None (read back), cost)
 Entry = tuple[int, int, int, int | None, Message | None, int]
 
-HeaderList = list[tuple[str, bytes | None]]
 STAMPED = frozenset({contract.TENANT, contract.ENQUEUED_MS, contract.SCHEDULED_MS})
 APPLY_BATCH = 4096  # handed-over items applied between two rounds of emission
 EMIT_BATCH = 256  # picks between two looks at the handoff queue
-RECORD_OVERHEAD = 512  # bytes a record adds to its key, value and headers, rounded up
 WARM_UP = 1.0  # seconds emission may wait for every new partition's first fetch
-API_TIMEOUT = 30.0  # seconds for a transactional call
-
-
-class FatalError(Exception):
-    """The instance cannot go on (fenced by a newer instance, a broken producer)."""
 
 
 @dataclass(frozen=True)
@@ -130,23 +132,13 @@ class Emitter:
         self.progress: dict[int, PartitionProgress] = {}
         self.letters: deque[tuple[str | None, Entry, str, str]] = deque()
         self.fetcher = PayloadFetcher(settings.kafka.librdkafka(), self.ingest_topic)
-        self.producer = Producer(
-            {
-                **settings.kafka.librdkafka(),
-                "transactional.id": transactional_id,
-                "transaction.timeout.ms": int(settings.transaction_timeout * 1000),
-                "acks": "all",
-                "linger.ms": 5,
-                "batch.num.messages": 10_000,
-                "queue.buffering.max.messages": 1_000_000,
-                "queue.buffering.max.kbytes": 1_048_576,
-                # Our own size check decides what fits (see _emit); librdkafka must not
-                # refuse first what the topic accepts.
-                "message.max.bytes": max(limits.egress, limits.dlq) + 64 * 1024,
-                # Agrees with Java clients on which egress partition a tenant's records use.
-                "partitioner": "murmur2_random",
-            }
-        )
+        config = {
+            **settings.kafka.librdkafka(),
+            # Our own size check decides what fits (see _emit); librdkafka must not refuse
+            # first what the topic accepts.
+            "message.max.bytes": max(limits.egress, limits.dlq) + 64 * 1024,
+        }
+        self.txn = Transaction(config, transactional_id, settings.transaction_timeout)
         self.budget = settings.buffer_memory
         self.cached = 0  # bytes of payloads held by entries in the core
         self.joined = False
@@ -154,8 +146,6 @@ class Emitter:
         self.stopped = False
         self._warming: set[int] = set()
         self._warm_until = 0.0
-        self._txn_open = False
-        self._txn_records = 0
         self._txn_emitted: dict[str, int] = {}
         self._txn_cost = 0
         self._txn_letters: dict[str, int] = {}
@@ -164,15 +154,12 @@ class Emitter:
         self._seq = 0
         self._token_prefix = transactional_id
         self._next_commit = 0.0
-        self._produced = 0
         self._id_prefixes: dict[int, bytes] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def init_transactions(self) -> None:
-        """Register the transactional id, fencing an older producer with the same id (a
-        previous run of this instance) and aborting what it left open."""
-        self.producer.init_transactions(API_TIMEOUT)
+        self.txn.init()
 
     @property
     def ready(self) -> bool:
@@ -180,7 +167,7 @@ class Emitter:
 
     @property
     def in_flight(self) -> int:
-        return self._txn_records
+        return self.txn.records
 
     def run(self) -> None:
         try:
@@ -201,7 +188,7 @@ class Emitter:
             if records:
                 self._apply(records)
             now = time.monotonic()
-            if now >= self._next_commit or self._txn_records >= max_records:
+            if now >= self._next_commit or self.txn.records >= max_records:
                 self._commit()
                 self._next_commit = time.monotonic() + interval
             if self.letters:
@@ -264,8 +251,7 @@ class Emitter:
                         tenant,
                         (partition, offset, enqueued, deadline, msg, cost),
                         contract.EXPIRED,
-                        f"the deadline {deadline} passed {now - deadline} ms before the "
-                        "record was buffered",
+                        expired_detail(tenant, deadline, now, buffered=False),
                     )
                 )
                 continue
@@ -275,7 +261,7 @@ class Emitter:
                         tenant,
                         (partition, offset, enqueued, deadline, msg, cost),
                         contract.PURGED,
-                        _purge_detail(tenant, purges[tenant]),
+                        purge_detail(tenant, purges[tenant]),
                     )
                 )
                 continue
@@ -320,7 +306,7 @@ class Emitter:
                 self._commit()
             finally:
                 self.stopped = True
-                self.producer.flush(API_TIMEOUT)
+                self.txn.close()
                 item.done.set()
             return True
         return False
@@ -353,8 +339,9 @@ class Emitter:
             if revoke.lost:
                 # The group gave them away already: what is open cannot commit. Abort it and
                 # recover the partitions that stay ours from their committed marks.
-                if self._txn_open:
-                    self._abort(f"partitions {sorted(gone)} were lost")
+                if self.txn.open:
+                    self.txn.abort(f"partitions {sorted(gone)} were lost")
+                    self._rewind()
                     return
             else:
                 self._commit()
@@ -420,8 +407,8 @@ class Emitter:
             picked += 1
             self._emit(pick)
             if picked % 128 == 0:
-                self.producer.poll(0)  # serve delivery reports: librdkafka's queue stays short
-            if self._txn_records >= self.settings.max_in_flight:
+                self.txn.producer.poll(0)  # serve delivery reports: a short librdkafka queue
+            if self.txn.records >= self.settings.max_in_flight:
                 break
         return picked
 
@@ -434,14 +421,11 @@ class Emitter:
             msg = self.fetcher.get(partition, offset)
             self.metrics.refetches.inc()
             if msg is None:
-                self.letters.append((tenant, entry, contract.LOST, _lost_detail(entry)))
+                self.letters.append((tenant, entry, contract.LOST, lost_detail(partition, offset)))
                 return
         stamp = time.time_ns() // 1_000_000
         if deadline is not None and stamp > deadline:
-            detail = (
-                f"deadline {deadline} passed {stamp - deadline} ms before tenant {tenant!r}'s "
-                "record could be sent"
-            )
+            detail = expired_detail(tenant, deadline, stamp, buffered=True)
             self.letters.append((tenant, _held(entry, msg), contract.EXPIRED, detail))
             return
         # A cost limit can only be checked once the record (its cost) is known.
@@ -469,14 +453,15 @@ class Emitter:
         headers.append((contract.TENANT, key))
         headers.append((contract.ENQUEUED_MS, b"%d" % enqueued))
         headers.append((contract.SCHEDULED_MS, b"%d" % stamp))
-        if self._txn_open:
-            try:
-                self.producer.produce(self.egress_topic, value, key, headers=headers)  # type: ignore[arg-type]
-                self._txn_records += 1
+        txn = self.txn
+        if txn.open:
+            try:  # the common case, inline: this runs once per egress record
+                txn.producer.produce(self.egress_topic, value, key, headers=headers)  # type: ignore[arg-type]
+                txn.records += 1
             except BufferError:
-                self._produce(self.egress_topic, value, key, headers)
+                txn.produce(self.egress_topic, value, key, headers)
         else:
-            self._produce(self.egress_topic, value, key, headers)
+            txn.produce(self.egress_topic, value, key, headers)
         self.progress[partition].settle(offset)
         emitted = self._txn_emitted
         emitted[tenant] = emitted.get(tenant, 0) + 1
@@ -492,33 +477,6 @@ class Emitter:
             prefix = self._id_prefixes[partition] = f"{self.ingest_topic}-{partition}-".encode()
         return prefix + b"%d" % offset
 
-    def _produce(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        headers: list[tuple[str, bytes | None]] | None,
-        partition: int | None = None,
-    ) -> None:
-        if not self._txn_open:
-            self.producer.begin_transaction()
-            self._txn_open = True
-        kwargs: dict[str, Any] = {}
-        if headers:
-            kwargs["headers"] = headers
-        if partition is not None:
-            kwargs["partition"] = partition
-        while True:
-            try:
-                self.producer.produce(topic, value, key, **kwargs)
-                break
-            except BufferError:
-                self.producer.poll(0.05)  # librdkafka's queue is full: let it drain
-        self._txn_records += 1
-        self._produced += 1
-        if self._produced % 1000 == 0:
-            self.producer.poll(0)
-
     def _send_letters(self, limit: int) -> None:
         for _ in range(min(limit, len(self.letters))):
             tenant, entry, reason, detail = self.letters.popleft()
@@ -529,7 +487,7 @@ class Emitter:
         if msg is None and reason != contract.LOST:
             msg = self.fetcher.get(partition, offset)
             if msg is None:
-                reason, detail = contract.LOST, _lost_detail(entry)
+                reason, detail = contract.LOST, lost_detail(partition, offset)
         key: bytes | None
         original: list[tuple[str, bytes | None]]
         if msg is None:
@@ -539,8 +497,8 @@ class Emitter:
         headers = contract.dead_letter_headers(
             original, reason, detail, (self.ingest_topic, partition, offset)
         )
-        headers, value = _fit(key, value, headers, self.limits.dlq)
-        self._produce(self.dlq_topic, value, key, headers)
+        headers, value = fit(key, value, headers, self.limits.dlq)
+        self.txn.produce(self.dlq_topic, value, key, headers)
         prog = self.progress.get(partition)
         if prog is not None:
             prog.settle(offset)
@@ -550,7 +508,12 @@ class Emitter:
     # -- transactions ------------------------------------------------------------------------
 
     def _commit(self) -> None:
-        """Commit the open transaction with the progress it implies (or just new progress)."""
+        """Commit the open transaction with the progress it implies (or just new progress).
+
+        Each partition whose progress changed gets its mark committed as the group's offset;
+        one with settled ranges above the mark also gets a progress record, tied to the
+        offset by a commit token (the offset's metadata).
+        """
         if self.rewinding:
             return
         changed = [
@@ -558,7 +521,7 @@ class Emitter:
             for p, prog in self.progress.items()
             if prog.changes != self._committed_changes.get(p)
         ]
-        if not self._txn_open and not changed:
+        if not self.txn.open and not changed:
             return
         self._seq += 1
         token = f"{self._token_prefix}:{self._seq}"
@@ -567,24 +530,18 @@ class Emitter:
             ranges = prog.ranges()
             if ranges:
                 record = progress_codec.encode(token, prog.lwm, ranges)
-                self._produce(self.progress_topic, record, b"%d" % partition, None, partition)
+                self.txn.produce(self.progress_topic, record, b"%d" % partition, None, partition)
             offsets.append(
                 TopicPartition(self.ingest_topic, partition, prog.lwm, token if ranges else "")
             )
-        if not self._txn_open:
-            self.producer.begin_transaction()
-            self._txn_open = True
         started = time.monotonic()
         try:
-            self.producer.send_offsets_to_transaction(offsets, self._group_metadata(), API_TIMEOUT)
-            self._commit_transaction()
-        except KafkaException as exc:
-            self._failed(exc)
+            self.txn.commit(offsets, self._group_metadata())
+        except Aborted:
+            self._rewind()
             return
         self.metrics.commit_seconds.observe(time.monotonic() - started)
         self.metrics.transactions.labels("committed").inc()
-        self._txn_open = False
-        self._txn_records = 0
         for partition, prog in changed:
             self._committed_changes[partition] = prog.changes
             self._committed_marks[partition] = prog.lwm
@@ -598,35 +555,10 @@ class Emitter:
         self._txn_emitted, self._txn_cost, self._txn_letters = {}, 0, {}
         self._on_committed(dict(self._committed_marks))
 
-    def _commit_transaction(self) -> None:
-        deadline = time.monotonic() + API_TIMEOUT
-        while True:
-            try:
-                self.producer.commit_transaction(API_TIMEOUT)
-                return
-            except KafkaException as exc:
-                err = exc.args[0]
-                if not err.retriable() or time.monotonic() >= deadline:
-                    raise
-                log.warning("commit_transaction: %s; retrying", err.str())
-
-    def _failed(self, exc: KafkaException) -> None:
-        err = exc.args[0]
-        if err.txn_requires_abort():
-            self._abort(err.str())
-            return
-        raise FatalError(f"the transaction failed and cannot be aborted: {err.str()}") from exc
-
-    def _abort(self, why: str) -> None:
-        """Abort the open transaction and rewind to what is committed."""
-        log.warning("aborting the transaction (%s); rewinding to the committed progress", why)
-        try:
-            self.producer.abort_transaction(API_TIMEOUT)
-        except KafkaException as exc:
-            raise FatalError(f"aborting the transaction failed: {exc.args[0].str()}") from exc
+    def _rewind(self) -> None:
+        """After an abort: forget everything and recover again from what is committed."""
+        log.warning("rewinding to the committed progress")
         self.metrics.transactions.labels("aborted").inc()
-        self._txn_open = False
-        self._txn_records = 0
         self._txn_emitted, self._txn_cost, self._txn_letters = {}, 0, {}
         self.rewinding = True
         self.progress = {}
@@ -649,7 +581,7 @@ class Emitter:
                 continue
             if entry[4] is not None:
                 self.cached -= footprint(entry[4])
-            self.letters.append((tenant, entry, contract.PURGED, _purge_detail(tenant, before_ms)))
+            self.letters.append((tenant, entry, contract.PURGED, purge_detail(tenant, before_ms)))
         log.info("purge of tenant %r up to %d: %d records kept", tenant, before_ms, kept)
 
     # -- reads for the web endpoints (run on this thread through Handoff.call) -----------------
@@ -673,53 +605,3 @@ class Emitter:
 def _held(entry: Entry, msg: Message) -> Entry:
     """``entry`` with its payload (read back if it was not held), for a dead letter."""
     return (entry[0], entry[1], entry[2], entry[3], msg, entry[5])
-
-
-def _purge_detail(tenant: str, before_ms: int) -> str:
-    return (
-        f"tenant {tenant!r} was purged: records enqueued up to {before_ms} (epoch ms) moved "
-        "to the dead-letter topic"
-    )
-
-
-def _lost_detail(entry: Entry) -> str:
-    return (
-        f"ingest record {entry[0]}@{entry[1]} was deleted from the log (retention or "
-        "delete_records) before it could be emitted"
-    )
-
-
-def _fit(
-    key: bytes | None,
-    value: bytes | None,
-    headers: list[tuple[str, bytes | None]],
-    limit: int,
-) -> tuple[list[tuple[str, bytes | None]], bytes | None]:
-    """Headers and value of a dead letter cut to fit ``limit`` bytes: as much of the value
-    as fits (possibly none), and the original headers as long as they fit."""
-    fixed = len(key or b"") + RECORD_OVERHEAD + 64
-
-    def hsize(h: tuple[str, bytes | None]) -> int:
-        return len(h[0]) + (len(h[1]) if h[1] else 0) + 8
-
-    total = fixed + sum(hsize(h) for h in headers)
-    if total > limit:
-        # The fairstream-dlq-* headers are the last five; keep them, then originals in order.
-        ours = [h for h in headers if h[0].startswith("fairstream-dlq-")]
-        room = limit - fixed - sum(hsize(h) for h in ours)
-        kept: list[tuple[str, bytes | None]] = []
-        for h in headers:
-            if h[0].startswith("fairstream-dlq-"):
-                continue
-            if hsize(h) > room:
-                break
-            room -= hsize(h)
-            kept.append(h)
-        dropped = len(headers) - len(ours) - len(kept)
-        headers = [*kept, *ours, (contract.DLQ_HEADERS_DROPPED, str(dropped).encode())]
-        total = limit - room + 40
-    if value is not None and total + len(value) > limit:
-        room = max(0, limit - total - 40)
-        headers = [*headers, (contract.DLQ_VALUE_BYTES, str(len(value)).encode())]
-        value = value[:room] if room else None
-    return headers, value

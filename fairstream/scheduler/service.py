@@ -21,11 +21,12 @@ from typing import Any
 
 from fairstream.config import Settings
 from fairstream.metrics import Metrics
-from fairstream.scheduler.emit import Emitter, FatalError, Limits
+from fairstream.scheduler.emit import Emitter, Limits
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest import Ingest
 from fairstream.scheduler.policies import PolicyReader
 from fairstream.scheduler.recovery import Recovery
+from fairstream.scheduler.transaction import FatalError
 from fairstream.scheduler.trim import Trimmer
 
 log = logging.getLogger("fairstream.scheduler")
