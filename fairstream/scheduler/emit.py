@@ -130,6 +130,7 @@ class Emitter:
         self.limiter = EgressLimiter(self.clock, rate=None)
         self.observed = Observed()
         self.progress: dict[int, PartitionProgress] = {}
+        self.queues: dict[int, deque[Parsed]] = {}  # the handoff queues of owned partitions
         self.letters: deque[tuple[str | None, Entry, str, str]] = deque()
         self.fetcher = PayloadFetcher(settings.kafka.librdkafka(), self.ingest_topic)
         config = {
@@ -184,7 +185,7 @@ class Emitter:
             while handoff.controls:
                 if self._control(handoff.controls.popleft()):
                     return
-            records = handoff.take_records(APPLY_BATCH)
+            records = handoff.take_records(self.queues, APPLY_BATCH)
             if records:
                 self._apply(records)
             now = time.monotonic()
@@ -197,7 +198,7 @@ class Emitter:
             if not self._may_emit(now):
                 self._idle(0.01)
                 continue
-            if self._emit_some(now) == 0 and not handoff.pending():
+            if self._emit_some(now) == 0 and not handoff.pending(self.queues):
                 # Nothing went out: wait for a token, for a capped tenant's next token, or
                 # for news from the ingest thread, and never past the next commit.
                 wait = self.limiter.wait_time(1, 1)
@@ -209,7 +210,7 @@ class Emitter:
     def _idle(self, seconds: float) -> None:
         wake = self.handoff.wake
         wake.clear()
-        if seconds > 0 and not self.handoff.pending():
+        if seconds > 0 and not self.handoff.pending(self.queues):
             wake.wait(seconds)
 
     def _may_emit(self, now: float) -> bool:
@@ -317,9 +318,11 @@ class Emitter:
                 return
             self.rewinding = False
             self.progress = {}
+            self.queues = {}
         elif self.rewinding:
             return  # the rewind that follows covers these partitions too
         self.joined = True
+        self.queues.update(assign.queues)
         for partition, prog in assign.progress.items():
             self.progress[partition] = prog
             self._committed_changes[partition] = prog.changes
@@ -355,6 +358,7 @@ class Emitter:
         """Forget the records and progress of partitions no longer ours."""
         for partition in gone:
             self.progress.pop(partition, None)
+            self.queues.pop(partition, None)
             self._committed_changes.pop(partition, None)
             self._committed_marks.pop(partition, None)
             self._warming.discard(partition)
@@ -562,6 +566,7 @@ class Emitter:
         self._txn_emitted, self._txn_cost, self._txn_letters = {}, 0, {}
         self.rewinding = True
         self.progress = {}
+        self.queues = {}
         self._committed_changes = {}
         self._committed_marks = {}
         self.letters = deque()

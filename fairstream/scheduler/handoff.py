@@ -34,10 +34,12 @@ HIGH_WATER = 20_000  # parsed records of one partition waiting before it is not 
 
 @dataclass
 class Assign:
-    """Partitions now owned, with the progress recovered for each. ``rewind``: the answer to
-    a rewind the emitter asked for after an aborted transaction."""
+    """Partitions now owned, with the progress recovered for each and the queue their
+    records will arrive in. ``rewind``: the answer to a rewind the emitter asked for after an
+    aborted transaction."""
 
     progress: dict[int, PartitionProgress]
+    queues: dict[int, deque[Parsed]] = field(default_factory=dict)
     rewind: bool = False
 
 
@@ -92,9 +94,10 @@ class Handoff:
     revocations, policies, calls) wait in their own queue and are applied before records.
 
     The ingest thread opens a fresh queue for a partition when it is assigned (or rewound)
-    and drops it when it is revoked, so records read before either can never be applied
-    after it. While a partition's queue holds ``HIGH_WATER`` records the ingest thread
-    leaves that partition's reader alone.
+    and hands it to the emitter inside the ``Assign``: the emitter takes records only from
+    the queues it was handed, so a record can never be applied before its partition's
+    assignment, nor a record read before a revocation or rewind after it. While a
+    partition's queue holds ``HIGH_WATER`` records the ingest thread leaves its reader alone.
     """
 
     def __init__(self) -> None:
@@ -108,9 +111,11 @@ class Handoff:
         self.controls.append(item)
         self.wake.set()
 
-    def open(self, partition: int) -> None:
+    def open(self, partition: int) -> deque[Parsed]:
         """A fresh queue for a partition (newly assigned, or read again after a rewind)."""
-        self.records[partition] = deque()
+        queue: deque[Parsed] = deque()
+        self.records[partition] = queue
+        return queue
 
     def close(self, partition: int) -> None:
         self.records.pop(partition, None)
@@ -126,10 +131,10 @@ class Handoff:
             raise call.error
         return call.result
 
-    def take_records(self, limit: int) -> list[Parsed]:
-        """Up to ``limit`` records, round robin between partitions, oldest first within one.
-        Caller: the emitter."""
-        queues = [q for q in list(self.records.values()) if q]
+    def take_records(self, queues_of: dict[int, deque[Parsed]], limit: int) -> list[Parsed]:
+        """Up to ``limit`` records from ``queues_of`` (the emitter's), round robin between
+        partitions, oldest first within one. Caller: the emitter."""
+        queues = [q for q in queues_of.values() if q]
         if not queues:
             return []
         share = max(64, limit // len(queues))
@@ -141,9 +146,9 @@ class Handoff:
                 out.append(popleft())
         return out
 
-    def pending(self) -> bool:
+    def pending(self, queues_of: dict[int, deque[Parsed]]) -> bool:
         """Whether anything waits for the emitter."""
-        return bool(self.controls) or any(self.records.values())
+        return bool(self.controls) or any(queues_of.values())
 
     def backlog(self, partition: int) -> int:
         queue = self.records.get(partition)

@@ -239,9 +239,8 @@ class Ingest:
             progress, lost = self.recovery.recover(consumer, wanted)
             if lost:
                 self._on_lost_records(lost)
-            for p in wanted:
-                self.handoff.open(p)
-            self.handoff.put(Assign(progress))
+            queues = {p: self.handoff.open(p) for p in wanted}
+            self.handoff.put(Assign(progress, queues))
             # The member holds the partitions paused; a reader of its own reads each one.
             owned = [TopicPartition(self.topic, p, progress[p].lwm) for p in wanted]
             consumer.incremental_assign(owned)
@@ -288,9 +287,10 @@ class Ingest:
         progress, lost = self.recovery.recover(self.consumer, parts) if parts else ({}, 0)
         if lost:
             self._on_lost_records(lost)
+        queues = {}
         for p in parts:
             # The reader drops what it prefetched; the fresh queue what was parsed before.
             self.readers.open(p, progress[p].lwm)
-            self.handoff.open(p)
-        self.handoff.put(Assign(progress, rewind=True))
+            queues[p] = self.handoff.open(p)
+        self.handoff.put(Assign(progress, queues, rewind=True))
         log.info("rewound ingest partitions %s to %s", parts, {p: progress[p].lwm for p in parts})
