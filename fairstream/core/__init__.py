@@ -18,7 +18,15 @@ from fairstream.core.admission import (
 from fairstream.core.clock import Clock, ManualClock, MonotonicClock
 from fairstream.core.deficit import FairScheduler, Pick
 from fairstream.core.ratelimit import EgressLimiter, TokenBucket
-from fairstream.core.stats import FairShareTracker, jain_index, percentile
+from fairstream.core.stats import (
+    FairShareTracker,
+    WindowFairness,
+    backlogged_throughout,
+    busy_periods,
+    jain_index,
+    percentile,
+    window_fairness,
+)
 from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicy
 
 __all__ = [
@@ -36,9 +44,13 @@ __all__ = [
     "Pick",
     "TenantPolicy",
     "TokenBucket",
+    "WindowFairness",
     "admit",
+    "backlogged_throughout",
+    "busy_periods",
     "check_deadline",
     "is_expired",
     "jain_index",
     "percentile",
+    "window_fairness",
 ]

@@ -1,16 +1,27 @@
 """Fairness and latency arithmetic shared by the simulator, the benchmarks and the demo.
 
-Pure functions over numbers: percentiles of dwell times, Jain's fairness index, and the
+Pure functions over numbers: percentiles of dwell times, Jain's fairness index, the
 ``FairShareTracker`` that measures how close each tenant's service came to its weighted fair
-share of the egress while it was backlogged.
+share of the egress while it was backlogged, and the per-window fairness audit
+(``window_fairness``, ``busy_periods``) that the scheduler's metrics and ``fairstream audit``
+report.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
-__all__ = ["FairShareTracker", "jain_index", "percentile"]
+__all__ = [
+    "FairShareTracker",
+    "WindowFairness",
+    "backlogged_throughout",
+    "busy_periods",
+    "jain_index",
+    "percentile",
+    "window_fairness",
+]
 
 
 def percentile(values: Sequence[float], q: float, *, presorted: bool = False) -> float:
@@ -118,3 +129,89 @@ class FairShareTracker:
         """Jain's index over ``ratios()``; None when no tenant was ever entitled to service."""
         ratios = self.ratios()
         return jain_index(ratios.values()) if ratios else None
+
+
+@dataclass(frozen=True, slots=True)
+class WindowFairness:
+    """How fairly one window's egress was split between the tenants backlogged throughout it.
+
+    - ``tenants``: how many tenants were judged (backlogged all through the window, with a
+      share to compare against);
+    - ``jain``: Jain's index over each tenant's service divided by its weighted share (1.0:
+      every tenant got exactly its share; None when no tenant was judged);
+    - ``worst``: the tenant furthest below its weighted share, ``shortfall`` the fraction of
+      its share it did not get (0.0: none did worse than its share, 1.0: it got nothing) and
+      ``shortfall_units`` the same in records (or cost units, whatever ``served`` counts).
+    """
+
+    tenants: int
+    jain: float | None
+    worst: str | None
+    shortfall: float
+    shortfall_units: float
+
+
+NO_CONTENTION = WindowFairness(tenants=0, jain=None, worst=None, shortfall=0.0, shortfall_units=0)
+
+
+def window_fairness(
+    served: Mapping[str, float],
+    weights: Mapping[str, float],
+    classes: Mapping[str, int] | None = None,
+) -> WindowFairness:
+    """Judge one window: ``served`` is what each tenant backlogged throughout it received.
+
+    A tenant's weighted share is what its class received in the window split by weight
+    among the judged tenants of that class (``weights``, default 1; ``classes``, default
+    one class): strict priority between classes is the policy, not a shortfall. A class that
+    received nothing has no share to fall short of and is not judged.
+    """
+    by_class: dict[int, list[str]] = {}
+    for tenant in served:
+        by_class.setdefault((classes or {}).get(tenant, 0), []).append(tenant)
+    ratios: list[float] = []
+    worst: str | None = None
+    worst_fraction = 0.0
+    worst_units = 0.0
+    for members in by_class.values():
+        total = sum(served[t] for t in members)
+        weight = sum(weights.get(t, 1.0) for t in members)
+        if total <= 0 or weight <= 0:
+            continue
+        for tenant in sorted(members):
+            entitled = total * weights.get(tenant, 1.0) / weight
+            ratios.append(served[tenant] / entitled)
+            missing = entitled - served[tenant]
+            fraction = missing / entitled
+            if fraction > worst_fraction:
+                worst, worst_fraction, worst_units = tenant, fraction, missing
+    if not ratios:
+        return NO_CONTENTION
+    return WindowFairness(
+        tenants=len(ratios),
+        jain=jain_index(ratios),
+        worst=worst,
+        shortfall=worst_fraction,
+        shortfall_units=worst_units,
+    )
+
+
+def busy_periods(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The periods a tenant had records waiting, from each record's (enqueued, scheduled).
+
+    Overlapping or touching spans merge: a queue is busy from an arrival until its last
+    waiting record leaves. Returned sorted, disjoint.
+    """
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def backlogged_throughout(periods: Sequence[tuple[float, float]], start: float, end: float) -> bool:
+    """Whether one of the (sorted, disjoint) busy ``periods`` covers [start, end]."""
+    return any(s <= start and e >= end for s, e in periods)
