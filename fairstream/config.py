@@ -214,6 +214,7 @@ class Settings:
     transaction_timeout: float = 10.0  # seconds before the broker aborts an abandoned one
     buffer_memory: int = 512 * 1024 * 1024  # bytes of payloads held; the rest is read back
     trim: bool = True  # delete ingest records below the committed low-water mark
+    share_by: str = "demand"  # how instances split the group rate: demand or partitions
     replication_factor: int = 1  # of the buffer changelog topic Faust creates
     session_timeout: float = 10.0  # seconds before a dead member's partitions move
     group_instance_id: str | None = None  # static membership (e.g. the pod name)
@@ -444,6 +445,16 @@ def scheduler_options(f: F) -> F:
             "without their payload and read back from the ingest topic when their turn comes.",
         ),
         _opt(
+            "--share-by",
+            env="SHARE_BY",
+            type=click.Choice(["demand", "partitions"]),
+            default="demand",
+            show_default=True,
+            help="How the instances of the group split --rate: by demand (each instance's "
+            "backlogged tenants' weights, exchanged through <app-id>-coordination: weighted "
+            "max-min fair over the whole group) or statically by owned ingest partitions.",
+        ),
+        _opt(
             "--trim/--no-trim",
             env="TRIM",
             default=True,
@@ -532,6 +543,7 @@ def settings_from_options(**kw: Any) -> Settings:
         transaction_timeout=kw["transaction_timeout"],
         buffer_memory=kw["buffer_memory"] * 1024 * 1024,
         trim=kw["trim"],
+        share_by=kw["share_by"],
         replication_factor=kw["replication_factor"],
         session_timeout=kw["session_timeout"],
         group_instance_id=kw["group_instance_id"] or None,

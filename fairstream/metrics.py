@@ -175,6 +175,22 @@ class Metrics:
             "Bytes of buffered payloads held in memory (the rest is read back from the log).",
             registry=r,
         )
+        self.group_instances = Gauge(
+            "fairstream_group_instances",
+            "Live instances of the group (reports fresher than the staleness limit).",
+            registry=r,
+        )
+        self.group_demand = Gauge(
+            "fairstream_group_demand_weight",
+            "Total weight of the group's backlogged uncapped tenants, per priority class.",
+            ["priority"],
+            registry=r,
+        )
+        self.group_share = Gauge(
+            "fairstream_group_rate_share",
+            "This instance's fraction of the group egress rate.",
+            registry=r,
+        )
         self.refetches = Counter(
             "fairstream_payload_refetches",
             "Reads of the ingest log for payloads not held in memory.",

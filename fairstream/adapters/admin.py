@@ -17,6 +17,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from fairstream.config import Connection, KafkaConnection, Topics
+from fairstream.scheduler.group import coordination_topic
 from fairstream.scheduler.recovery import progress_topic
 
 
@@ -146,6 +147,8 @@ def ensure_internal_topics(
     Affects: the progress topic.
     """
     admin = admin_client(kafka)
+    if partition_count(admin, coordination_topic(app_id)) is None:
+        _create(admin, [_coordination_new_topic(app_id, replication_factor)])
     name = progress_topic(app_id)
     existing = partition_count(admin, name)
     if existing is None:
@@ -156,6 +159,17 @@ def ensure_internal_topics(
             f"{partitions}; they must match (co-partitioning). Use another --app-id, or "
             "delete the progress topic after draining the backlog."
         )
+
+
+def _coordination_new_topic(app_id: str, replication_factor: int) -> NewTopic:
+    # One partition: every instance reads every report, in one order. Compacted: only each
+    # instance's latest report matters.
+    return NewTopic(
+        coordination_topic(app_id),
+        1,
+        replication_factor,
+        config={"cleanup.policy": "compact", "segment.ms": "600000"},
+    )
 
 
 def _progress_new_topic(app_id: str, partitions: int, replication_factor: int) -> NewTopic:
@@ -224,6 +238,13 @@ def create_topics(
         statuses.append(TopicStatus(internal, partitions, True))
     else:
         statuses.append(TopicStatus(internal, existing_internal, False))
+    coordination = coordination_topic(app_id)
+    existing_coordination = partition_count(admin, coordination)
+    if existing_coordination is None:
+        to_create.append(_coordination_new_topic(app_id, replication_factor))
+        statuses.append(TopicStatus(coordination, 1, True))
+    else:
+        statuses.append(TopicStatus(coordination, existing_coordination, False))
     _create(admin, to_create)
     if _cleanup_policy(admin, topics.policy) != "compact":
         raise TopicError(

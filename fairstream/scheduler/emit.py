@@ -32,9 +32,11 @@ from confluent_kafka import Message, TopicPartition
 from fairstream import contract
 from fairstream.config import Settings
 from fairstream.core import EgressLimiter, FairScheduler, MonotonicClock, Pick, TenantPolicy
+from fairstream.core.shares import ClassDemand, summarize
 from fairstream.metrics import Metrics
 from fairstream.scheduler import progress as progress_codec
 from fairstream.scheduler.fetch import PayloadFetcher
+from fairstream.scheduler.group import ShareChange
 from fairstream.scheduler.handoff import (
     Assign,
     Call,
@@ -147,6 +149,12 @@ class Emitter:
         self.stopped = False
         self._warming: set[int] = set()
         self._warm_until = 0.0
+        # Group-wide shares (--share-by demand): set by ShareChange from the group thread.
+        self.group_shares = settings.share_by == "demand" and (
+            settings.rate is not None or settings.cost_rate is not None
+        )
+        self._fraction: float | None = None
+        self._lease_until = 0.0
         self._txn_emitted: dict[str, int] = {}
         self._txn_cost = 0
         self._txn_letters: dict[str, int] = {}
@@ -216,6 +224,8 @@ class Emitter:
     def _may_emit(self, now: float) -> bool:
         if not self.joined or self.rewinding or not self.progress:
             return False
+        if self.group_shares and now >= self._lease_until:
+            return False  # no acknowledged demand report for a while: others may take over
         return not self._warming or now >= self._warm_until
 
     # -- applying what the ingest thread handed over -----------------------------------------
@@ -292,6 +302,10 @@ class Emitter:
             self._assign(item)
         elif isinstance(item, Revoke):
             self._revoke(item)
+        elif isinstance(item, ShareChange):
+            self._fraction = item.fraction
+            self._lease_until = item.lease_until
+            self._apply_rate_share()
         elif isinstance(item, Heard):
             self._warming.discard(item.partition)
         elif isinstance(item, PolicyChange):
@@ -377,22 +391,47 @@ class Emitter:
         self.metrics.assigned.set(len(self.progress))
 
     def _apply_rate_share(self) -> None:
-        """Take the group rate in proportion to the ingest partitions this instance owns.
+        """Take this instance's share of the group rate: by demand, the fraction the group
+        thread computed (``group``); with ``--share-by partitions``, in proportion to the
+        ingest partitions owned.
 
-        The buckets are retuned, never replaced, so tokens spent before a rebalance stay
+        The buckets are retuned, never replaced, so tokens spent before a change stay
         spent: repeated rebalances cannot hand out a fresh burst each time.
         """
-        share = len(self.progress) / self.partitions if self.partitions else 0.0
+        if self.group_shares:
+            share = self._fraction or 0.0
+        else:
+            share = len(self.progress) / self.partitions if self.partitions else 0.0
+        self.metrics.group_share.set(share)
+        rate, cost_rate = self.settings.rate, self.settings.cost_rate
         if share == 0:
             self.metrics.rate_share.set(0)
+            if self.group_shares:
+                # Nothing may go out; the lease check stops emission, the buckets keep
+                # what they had (their rate can only be positive).
+                self.limiter.set_rate(
+                    None if rate is None else rate * 1e-6,
+                    burst=1.0,
+                    cost_rate=None if cost_rate is None else cost_rate * 1e-6,
+                )
             return
-        rate, cost_rate = self.settings.rate, self.settings.cost_rate
         self.limiter.set_rate(
             None if rate is None else rate * share,
             burst=max(1.0, self.settings.effective_burst * share),
             cost_rate=None if cost_rate is None else cost_rate * share,
         )
         self.metrics.rate_share.set(0 if rate is None else rate * share)
+
+    def demand(self) -> tuple[dict[int, ClassDemand], tuple[int, ...]]:
+        """This instance's demand for the group thread: per class, the backlogged unpaused
+        tenants' weights and caps (O(backlogged tenants)), and the partitions owned."""
+        core = self.core
+        tenants = []
+        for tenant in core.tenants():
+            policy = core.policy(tenant)
+            if not policy.paused:
+                tenants.append((policy.priority, policy.weight, policy.rate_cap))
+        return summarize(tenants), tuple(sorted(self.progress))
 
     # -- emission ----------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from typing import Any
 from fairstream.config import Settings
 from fairstream.metrics import Metrics
 from fairstream.scheduler.emit import Emitter, Limits
+from fairstream.scheduler.group import GroupShares
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest import Ingest
 from fairstream.scheduler.policies import PolicyReader
@@ -94,6 +95,18 @@ class SchedulerService:
             on_committed=self.trimmer.committed,
         )
         self.policies = PolicyReader(settings, self.handoff)
+        self.group: GroupShares | None = None
+        group_rate = settings.rate if settings.rate is not None else settings.cost_rate
+        if self.emitter.group_shares and group_rate is not None:
+            self.group = GroupShares(
+                librdkafka,
+                settings.app_id,
+                transactional_id(settings),
+                group_rate,
+                self.handoff,
+                self.metrics,
+                demand=self.emitter.demand,
+            )
         self._emitter_thread = threading.Thread(target=self._emit, name="emitter", daemon=True)
         self._ingest_thread = threading.Thread(target=self.ingest.run, name="ingest", daemon=True)
         self._threads = [
@@ -102,6 +115,8 @@ class SchedulerService:
             threading.Thread(target=self.policies.run, name="policies", daemon=True),
             threading.Thread(target=self.trimmer.run, name="trim", daemon=True),
         ]
+        if self.group is not None:
+            self._threads.append(threading.Thread(target=self.group.run, name="group", daemon=True))
         self.metrics.watch_tenants(self._backlog_by_tenant, self._emitted_by_tenant)
         self.metrics.backlog.set_function(lambda: len(self.emitter.core))
         self.metrics.in_flight.set_function(lambda: self.emitter.in_flight)
@@ -154,6 +169,8 @@ class SchedulerService:
     def _shutdown(self) -> None:
         self.policies.stop()
         self.trimmer.stop()
+        if self.group is not None:
+            self.group.stop()
         self.ingest.stop()  # hands the emitter a Stop, then closes the consumer
 
     def join(self, timeout: float) -> bool:
@@ -177,4 +194,7 @@ class SchedulerService:
         if not self._emitter_thread.is_alive():
             return {"ready": False, "partitions": [], "tenants": []}
         result: dict[str, Any] = self.handoff.call(lambda: self.emitter.tenant_stats(limit))
+        result["share_by"] = self.settings.share_by
+        if self.group is not None:
+            result["instances"] = self.group.instances()
         return result
