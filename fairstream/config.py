@@ -221,6 +221,8 @@ class Settings:
     data_dir: Path = field(default_factory=default_data_dir)
     web_port: int = DEFAULT_WEB_PORT
     web_host: str = "0.0.0.0"
+    console: bool = True  # the read-only web console at / on the web port
+    fairness_window: float = 10.0  # seconds per fairness-audit window (the metrics)
     log_level: str = "info"
 
     @property
@@ -504,7 +506,7 @@ def scheduler_options(f: F) -> F:
             type=click.IntRange(0, 65535),
             default=DEFAULT_WEB_PORT,
             show_default=True,
-            help="Port of /healthz, /readyz and /metrics.",
+            help="Port of the console (/), /healthz, /readyz, /metrics and /tenants.",
         ),
         _opt(
             "--web-host",
@@ -512,6 +514,23 @@ def scheduler_options(f: F) -> F:
             default="0.0.0.0",
             show_default=True,
             help="Address the web endpoints bind to.",
+        ),
+        _opt(
+            "--console/--no-console",
+            env="CONSOLE",
+            default=True,
+            show_default=True,
+            help="Serve the read-only web console at / on the web port (tenants, shares "
+            "against entitlements, dwell, live charts; never payloads).",
+        ),
+        _opt(
+            "--fairness-window",
+            env="FAIRNESS_WINDOW",
+            type=click.FloatRange(min=1, max=3600),
+            default=10.0,
+            show_default=True,
+            help="Seconds per window of the fairness audit: each window sets "
+            "fairstream_fairness_jain_index and fairstream_fairness_shortfall_ratio.",
         ),
         _opt(
             "--log-level",
@@ -550,5 +569,7 @@ def settings_from_options(**kw: Any) -> Settings:
         data_dir=kw["data_dir"] or default_data_dir(),
         web_port=kw["web_port"],
         web_host=kw["web_host"],
+        console=kw["console"],
+        fairness_window=kw["fairness_window"],
         log_level=kw["log_level"],
     )

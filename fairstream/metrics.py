@@ -213,6 +213,28 @@ class Metrics:
             "Policy-topic records that could not be decoded.",
             registry=r,
         )
+        # The fairness audit (fairstream.scheduler.audit), one value per closed window.
+        self.fairness_jain = Gauge(
+            "fairstream_fairness_jain_index",
+            "Jain's index, over the tenants backlogged throughout the last fairness window, "
+            "of each one's egress divided by its weighted share (1: exactly fair; NaN: no "
+            "tenant was backlogged throughout).",
+            registry=r,
+        )
+        self.fairness_shortfall = Gauge(
+            "fairstream_fairness_shortfall_ratio",
+            "Largest fraction of its weighted share that a tenant backlogged throughout the "
+            "last fairness window did not get (0: none fell short).",
+            registry=r,
+        )
+        self.fairness_tenants = Gauge(
+            "fairstream_fairness_backlogged_tenants",
+            "Tenants backlogged throughout the last fairness window (those judged).",
+            registry=r,
+        )
+        self.fairness_windows = Counter(
+            "fairstream_fairness_windows", "Fairness windows closed.", registry=r
+        )
 
     def watch_tenants(
         self,

@@ -1,12 +1,17 @@
 """What an instance remembers about its tenants for people: emitted counts and recent dwell.
 
 Bounded: the last ``DWELL_SAMPLES`` dwell times of the ``DWELL_TENANTS`` latest emitters.
-Caller: the emitter thread (the only writer); read for ``/tenants`` through the same thread.
+Caller: the emitter thread (the only writer); read for ``/tenants`` and by the audit thread
+(``fairstream.scheduler.audit``) through the same thread (``Handoff.call``). Everything here
+is derived when it is read, never per record: ``emitted`` runs once per committed
+transaction, the rest when ``/tenants`` or the auditor asks.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict, defaultdict, deque
+from dataclasses import dataclass
 from typing import Any
 
 from fairstream.core import FairScheduler, percentile
@@ -14,16 +19,32 @@ from fairstream.core import FairScheduler, percentile
 DWELL_TENANTS = 1000  # tenants whose recent dwell times are kept, most recent emitters
 DWELL_SAMPLES = 256  # recent dwell times kept per tenant
 
+# A backlogged tenant at a fairness-window boundary: backlog (records), weight, priority
+# class, paused, rate cap (records/s or None).
+TenantLoad = tuple[int, float, int, bool, float | None]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One look at the emitter for the auditor (see ``Observed.probe``)."""
+
+    counts: dict[str, int]  # records committed per tenant since the previous probe
+    dwell_p99: dict[str, float]  # p99 dwell of those records, for the busiest tenants
+    backlogged: dict[str, TenantLoad] | None  # every backlogged tenant, when asked for
+
 
 class Observed:
     def __init__(self) -> None:
         self.emitted_by_tenant: dict[str, int] = defaultdict(int)
         self.dwell_by_tenant: OrderedDict[str, deque[float]] = OrderedDict()
+        self._since_probe: dict[str, int] = {}
 
     def emitted(self, counts: dict[str, int]) -> None:
         """Count a committed transaction's egress records per tenant."""
+        since = self._since_probe
         for tenant, count in counts.items():
             self.emitted_by_tenant[tenant] += count
+            since[tenant] = since.get(tenant, 0) + count
 
     def dwell(self, tenant: str, seconds: float) -> None:
         samples = self.dwell_by_tenant.get(tenant)
@@ -35,6 +56,37 @@ class Observed:
             self.dwell_by_tenant.move_to_end(tenant)
         samples.append(seconds)
 
+    def probe(self, core: FairScheduler[Any], top: int, *, backlogged: bool) -> Probe:
+        """What was committed since the last probe, per tenant, and the dwell p99 of the
+        ``top`` busiest; with ``backlogged``, every tenant with a backlog and its policy.
+
+        Caller: the auditor, through ``Handoff.call``. O(tenants emitted since the last
+        probe), plus O(backlogged tenants) when ``backlogged``.
+        """
+        counts, self._since_probe = self._since_probe, {}
+        dwell: dict[str, float] = {}
+        for tenant, count in heapq.nlargest(top, counts.items(), key=lambda kv: kv[1]):
+            samples = self.dwell_by_tenant.get(tenant)
+            if samples:
+                # The newest `count` dwell times are (about) those of the records counted.
+                newest = list(samples)[-min(count, len(samples)) :]
+                dwell[tenant] = percentile(newest, 99)
+        loads: dict[str, TenantLoad] | None = None
+        if backlogged:
+            loads = {}
+            for tenant in core.tenants():
+                records = core.backlog(tenant)[0]
+                if records:
+                    policy = core.policy(tenant)
+                    loads[tenant] = (
+                        records,
+                        policy.weight,
+                        policy.priority,
+                        policy.paused,
+                        policy.rate_cap,
+                    )
+        return Probe(counts, dwell, loads)
+
     def tenant_stats(
         self,
         core: FairScheduler[Any],
@@ -44,22 +96,31 @@ class Observed:
         partitions: list[int],
         rate_limit: float | None,
     ) -> dict[str, Any]:
-        """A snapshot for ``fairstream top``: the instance, and its busiest tenants.
+        """A snapshot for ``fairstream top`` and the console: the instance, and its busiest
+        tenants.
 
-        Tenants: the ``limit`` largest backlogs plus the ``limit`` latest emitters.
+        Tenants: the ``limit`` largest backlogs plus the ``limit`` latest emitters. Each
+        backlogged, unpaused tenant's ``entitlement`` is its weight over the weights of the
+        backlogged, unpaused tenants of its priority class: the share of this instance's
+        egress a weighted fair scheduler owes it now.
         """
-        backlogged = sorted(
-            ((t, *core.backlog(t)) for t in core.tenants()),
-            key=lambda row: row[1],
-            reverse=True,
-        )[:limit]
-        names = [t for t, _, _ in backlogged]
+        loads = [(t, *core.backlog(t), core.policy(t)) for t in core.tenants()]
+        class_weight: dict[int, float] = {}
+        for _, records, _, policy in loads:
+            if records and not policy.paused:
+                class_weight[policy.priority] = class_weight.get(policy.priority, 0.0) + (
+                    policy.weight
+                )
+        backlogged = sorted(loads, key=lambda row: row[1], reverse=True)[:limit]
+        names = [row[0] for row in backlogged]
         names += [t for t in reversed(self.dwell_by_tenant) if t not in names][:limit]
         rows = []
         for tenant in names:
             records, cost = core.backlog(tenant)
             policy = core.policy(tenant)
             samples = self.dwell_by_tenant.get(tenant)
+            ordered = sorted(samples) if samples else []
+            entitled = records > 0 and not policy.paused
             rows.append(
                 {
                     "tenant": tenant,
@@ -70,7 +131,11 @@ class Observed:
                     "priority": policy.priority,
                     "paused": policy.paused,
                     "rate_cap": policy.rate_cap,
-                    "dwell_p99": percentile(list(samples), 99) if samples else None,
+                    "entitlement": (
+                        policy.weight / class_weight[policy.priority] if entitled else None
+                    ),
+                    "dwell_p50": percentile(ordered, 50, presorted=True) if ordered else None,
+                    "dwell_p99": percentile(ordered, 99, presorted=True) if ordered else None,
                 }
             )
         return {

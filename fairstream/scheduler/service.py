@@ -1,7 +1,8 @@
 """One scheduler instance: its threads, its identity, and how it stops.
 
-Three threads do the work (see ``ingest``, ``emit``, ``policies``) and a fourth keeps the
-ingest topic trimmed (``trim``); the main thread serves the web endpoints and waits for
+Three threads do the work (see ``ingest``, ``emit``, ``policies``), a fourth keeps the
+ingest topic trimmed (``trim``) and a fifth audits fairness and keeps the console's recent
+history (``audit``); the main thread serves the web endpoints and waits for
 SIGTERM or a fatal error. A fatal error (fenced by a newer instance with the same
 transactional id, a failed thread) makes the process exit non-zero within the shutdown
 timeout, with the reason on stderr, so that an orchestrator restarts it.
@@ -21,10 +22,12 @@ from typing import Any
 
 from fairstream.config import Settings
 from fairstream.metrics import Metrics
+from fairstream.scheduler.audit import CHART_TENANTS, Auditor
 from fairstream.scheduler.emit import Emitter, Limits
 from fairstream.scheduler.group import GroupShares
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest import Ingest
+from fairstream.scheduler.observe import Probe
 from fairstream.scheduler.policies import PolicyReader
 from fairstream.scheduler.recovery import Recovery
 from fairstream.scheduler.transaction import FatalError
@@ -107,6 +110,7 @@ class SchedulerService:
                 self.metrics,
                 demand=self.emitter.demand,
             )
+        self.auditor = Auditor(self._probe, self.metrics, settings.fairness_window)
         self._emitter_thread = threading.Thread(target=self._emit, name="emitter", daemon=True)
         self._ingest_thread = threading.Thread(target=self.ingest.run, name="ingest", daemon=True)
         self._threads = [
@@ -114,6 +118,7 @@ class SchedulerService:
             self._ingest_thread,
             threading.Thread(target=self.policies.run, name="policies", daemon=True),
             threading.Thread(target=self.trimmer.run, name="trim", daemon=True),
+            threading.Thread(target=self.auditor.run, name="audit", daemon=True),
         ]
         if self.group is not None:
             self._threads.append(threading.Thread(target=self.group.run, name="group", daemon=True))
@@ -169,6 +174,7 @@ class SchedulerService:
     def _shutdown(self) -> None:
         self.policies.stop()
         self.trimmer.stop()
+        self.auditor.stop()
         if self.group is not None:
             self.group.stop()
         self.ingest.stop()  # hands the emitter a Stop, then closes the consumer
@@ -190,11 +196,48 @@ class SchedulerService:
     def _emitted_by_tenant(self) -> dict[str, int]:
         return dict(self.emitter.observed.emitted_by_tenant)
 
-    def tenant_stats(self, limit: int = 50) -> dict[str, Any]:
+    def _probe(self, backlogged: bool) -> Probe | None:
+        """Caller: the audit thread. Runs ``Observed.probe`` on the emitter thread."""
         if not self._emitter_thread.is_alive():
-            return {"ready": False, "partitions": [], "tenants": []}
-        result: dict[str, Any] = self.handoff.call(lambda: self.emitter.tenant_stats(limit))
+            return None
+        emitter = self.emitter
+        probe: Probe = self.handoff.call(
+            lambda: emitter.observed.probe(emitter.core, CHART_TENANTS, backlogged=backlogged)
+        )
+        return probe
+
+    def tenant_stats(self, limit: int = 50, history_since: int | None = None) -> dict[str, Any]:
+        """``/tenants``: the emitter's snapshot (``Observed.tenant_stats``), with the
+        auditor's egress rates, shares and last fairness window merged in here, on the
+        caller's thread; with ``history_since`` (epoch ms), the auditor's per-second
+        samples after it too (the console's charts)."""
+        if not self._emitter_thread.is_alive():
+            result: dict[str, Any] = {"ready": False, "partitions": [], "tenants": []}
+        else:
+            result = self.handoff.call(lambda: self.emitter.tenant_stats(limit))
+        rates, total = self.auditor.rates()
+        result["app_id"] = self.settings.app_id
+        result["group_instance_id"] = self.settings.group_instance_id
+        result["egress_rate"] = total
         result["share_by"] = self.settings.share_by
         if self.group is not None:
             result["instances"] = self.group.instances()
+        result["fairness"] = self.auditor.fairness()
+        for row in result["tenants"]:
+            rate = rates.get(row["tenant"], 0.0)
+            row["rate"] = rate
+            row["share"] = rate / total if total else None
+            row["state"] = tenant_state(row, rate)
+        if history_since is not None:
+            result["history"] = self.auditor.history(history_since)
         return result
+
+
+def tenant_state(row: dict[str, Any], rate: float) -> str:
+    """paused, capped (served at its rate cap), backlogged or idle: as ``fairstream top``."""
+    cap = row.get("rate_cap")
+    if row.get("paused"):
+        return "paused"
+    if cap is not None and rate >= 0.95 * cap:
+        return "capped"
+    return "backlogged" if row.get("backlog") else "idle"

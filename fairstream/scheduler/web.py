@@ -1,18 +1,59 @@
-"""``/healthz``, ``/readyz``, ``/metrics`` and ``/tenants`` of a scheduler instance.
+"""The console (``/``), ``/healthz``, ``/readyz``, ``/metrics`` and ``/tenants`` of a
+scheduler instance.
 
 A small aiohttp server on the main thread; it answers from the start, during recovery too.
 Reads that need the core run on the emitter thread (``Handoff.call``), so the handlers hand
 them to a worker thread and never block the event loop.
+
+The console is three static files shipped in the package (``console/``: HTML, JavaScript,
+CSS; no build step, nothing from elsewhere) that poll ``/tenants``. It is read-only and
+shows no payloads: ``/tenants`` has none. ``--no-console`` leaves it out (404).
 """
 
 from __future__ import annotations
 
 import asyncio
+from importlib import resources
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from fairstream.scheduler.service import SchedulerService
+
+CONSOLE_FILES = {
+    "index.html": "text/html",
+    "console.js": "text/javascript",
+    "console.css": "text/css",
+}
+# The console loads nothing but its own files and /tenants (and so cannot leak to a CDN).
+CONSOLE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+
+def console_file(name: str) -> bytes:
+    """One of the console's files, from the installed package."""
+    return (resources.files("fairstream.scheduler") / "console" / name).read_bytes()
+
+
+def _console_routes(app: web.Application) -> None:
+    files = {name: (console_file(name), kind) for name, kind in CONSOLE_FILES.items()}
+
+    async def page(request: web.Request) -> web.Response:
+        name = request.match_info.get("name", "index.html")
+        if name not in files:
+            raise web.HTTPNotFound()
+        body, kind = files[name]
+        return web.Response(body=body, content_type=kind, headers=CONSOLE_HEADERS)
+
+    app.router.add_get("/", page)
+    app.router.add_get("/console/{name}", page)
 
 
 def build_web_app(service: SchedulerService) -> web.Application:
@@ -35,8 +76,13 @@ def build_web_app(service: SchedulerService) -> web.Application:
             limit = max(1, min(1000, int(request.query.get("limit", "50"))))
         except ValueError:
             return web.Response(status=400, text="limit must be an integer\n")
+        since = request.query.get("history_since")
         try:
-            stats = await asyncio.to_thread(service.tenant_stats, limit)
+            history_since = None if since is None else int(since)
+        except ValueError:
+            return web.Response(status=400, text="history_since must be epoch milliseconds\n")
+        try:
+            stats = await asyncio.to_thread(service.tenant_stats, limit, history_since)
         except TimeoutError:
             return web.Response(status=503, text="the scheduler is busy; try again\n")
         return web.json_response(stats)
@@ -46,6 +92,8 @@ def build_web_app(service: SchedulerService) -> web.Application:
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/tenants", tenants)
+    if service.settings.console:
+        _console_routes(app)
     return app
 
 

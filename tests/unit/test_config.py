@@ -223,3 +223,19 @@ def test_effective_burst(rate: float | None, burst: float | None, expected: floa
 def test_effective_burst_from_the_command_line() -> None:
     assert settings_of(["--rate", "500"]).effective_burst == 50.0
     assert settings_of(["--rate", "500", "--burst", "7"]).effective_burst == 7.0
+
+
+# -- console and fairness audit ----------------------------------------------------------
+
+
+def test_console_is_on_by_default_and_off_with_the_flag_or_environment() -> None:
+    assert settings_of([]).console is True
+    assert settings_of(["--no-console"]).console is False
+    assert settings_of([], env={"FAIRSTREAM_CONSOLE": "false"}).console is False
+    assert settings_of(["--console"], env={"FAIRSTREAM_CONSOLE": "false"}).console is True
+
+
+def test_fairness_window() -> None:
+    assert settings_of([]).fairness_window == 10.0
+    assert settings_of(["--fairness-window", "2.5"]).fairness_window == 2.5
+    assert settings_of([], env={"FAIRSTREAM_FAIRNESS_WINDOW": "30"}).fairness_window == 30.0

@@ -1,0 +1,191 @@
+"""The fairness audit of a running instance, and the recent history the console draws.
+
+A thread of its own: every ``TICK`` it probes the emitter (``Observed.probe`` through
+``Handoff.call``, so nothing is computed on the emitter's hot path and nothing is shared
+without its owner) for the records committed per tenant since the last probe. From those it
+keeps:
+
+- each tenant's egress rate over the last ``RATE_SPAN`` seconds (``/tenants``);
+- ``HISTORY`` seconds of per-second samples of the busiest tenants' egress rates and dwell
+  p99 (the console's charts);
+- per fairness window (``--fairness-window``, 10 s by default): Jain's index over the
+  tenants backlogged throughout the window, each one's service divided by its weighted
+  share, and the largest shortfall of any of them (``fairstream_fairness_*`` metrics).
+
+A tenant was backlogged throughout a window when it was served fewer records during the
+window than it had waiting at its start: per-tenant FIFO means its queue never emptied.
+Counts are of committed records (a commit interval's worth may land in the next window).
+Paused tenants, tenants held at their rate cap and tenants gone at the window's end (their
+partition moved) are not judged.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from fairstream.core import window_fairness
+from fairstream.metrics import OTHER, Metrics
+from fairstream.scheduler.observe import Probe, TenantLoad
+
+log = logging.getLogger("fairstream.audit")
+
+TICK = 1.0  # seconds between probes
+RATE_SPAN = 10.0  # seconds over which a tenant's egress rate is reported
+HISTORY = 300  # per-second samples kept for the console's charts (5 minutes)
+CHART_TENANTS = 8  # busiest tenants of each sample named in the history; the rest summed
+CAPPED = 0.95  # a tenant served at this fraction of its rate cap or more is held by it
+
+
+class Auditor:
+    """Caller: ``SchedulerService`` (``run`` on the audit thread); ``rates``, ``fairness``
+    and ``history`` are read by the web handlers' threads.
+
+    ``probe(backlogged)`` returns the emitter's ``Probe`` (None while there is no emitter).
+    """
+
+    def __init__(
+        self,
+        probe: Callable[[bool], Probe | None],
+        metrics: Metrics,
+        window: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._probe = probe
+        self._metrics = metrics
+        self.window = window
+        self._clock = clock
+        self._wall = wall
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # guards what the web threads read
+        self._recent: deque[tuple[float, float, dict[str, int]]] = deque()  # (at, span, counts)
+        self._history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
+        self._fairness: dict[str, Any] | None = None
+        self._last: float | None = None  # clock at the previous probe
+        self._window_end = 0.0
+        self._window_opened = 0.0
+        self._window_start: dict[str, TenantLoad] | None = None
+        self._window_served: dict[str, int] = {}
+        metrics.fairness_jain.set(math.nan)
+
+    # -- the audit thread ------------------------------------------------------------------
+
+    def run(self) -> None:
+        while not self._stop.wait(TICK):
+            try:
+                self.tick()
+            except Exception:  # the audit must never take the instance down
+                log.exception("fairness audit tick failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def tick(self) -> None:
+        """Probe once; close the fairness window when it is due."""
+        now = self._clock()
+        boundary = now >= self._window_end
+        try:
+            probe = self._probe(boundary)
+        except TimeoutError:
+            probe = None
+        if probe is None:  # no emitter, or a busy one: start over, never guess
+            self._last = None
+            self._window_start = None
+            self._window_served = {}
+            return
+        if self._last is not None:
+            self._sample(now, now - self._last, probe)
+            for tenant, count in probe.counts.items():
+                self._window_served[tenant] = self._window_served.get(tenant, 0) + count
+        self._last = now
+        if probe.backlogged is not None:
+            if self._window_start is not None:
+                self._judge(probe.backlogged, now)
+            self._window_start = probe.backlogged
+            self._window_served = {}
+            self._window_opened = now
+            self._window_end = now + self.window
+
+    def _sample(self, now: float, span: float, probe: Probe) -> None:
+        counts = probe.counts
+        top = sorted(counts, key=lambda t: (-counts[t], t))[:CHART_TENANTS]
+        rates = {t: counts[t] / span for t in top}
+        rest = sum(counts.values()) - sum(counts[t] for t in top)
+        if rest:
+            rates[OTHER] = rest / span
+        sample = {
+            "t": int(self._wall() * 1000),
+            "rate": {t: round(r, 3) for t, r in rates.items()},
+            "dwell_p99": {t: round(d, 4) for t, d in probe.dwell_p99.items() if t in rates},
+        }
+        with self._lock:
+            self._recent.append((now, span, counts))
+            while self._recent and self._recent[0][0] - self._recent[0][1] < now - RATE_SPAN:
+                self._recent.popleft()
+            self._history.append(sample)
+
+    def _judge(self, end: dict[str, TenantLoad], now: float) -> None:
+        start = self._window_start or {}
+        served = self._window_served
+        seconds = now - self._window_opened
+        judged: dict[str, float] = {}
+        weights: dict[str, float] = {}
+        classes: dict[str, int] = {}
+        for tenant, (backlog, *_) in start.items():
+            got = served.get(tenant, 0)
+            if got >= backlog or tenant not in end:
+                continue  # its queue emptied during the window, or it moved away
+            _, weight, priority, paused, cap = end[tenant]
+            if paused or (cap is not None and got >= CAPPED * cap * seconds):
+                continue
+            judged[tenant] = got
+            weights[tenant] = weight
+            classes[tenant] = priority
+        result = window_fairness(judged, weights, classes)
+        metrics = self._metrics
+        metrics.fairness_windows.inc()
+        metrics.fairness_tenants.set(result.tenants)
+        metrics.fairness_jain.set(math.nan if result.jain is None else result.jain)
+        metrics.fairness_shortfall.set(result.shortfall)
+        with self._lock:
+            self._fairness = {
+                "window_seconds": round(seconds, 3),
+                "ended": int(self._wall() * 1000),
+                "backlogged_tenants": result.tenants,
+                "jain": result.jain,
+                "worst_tenant": result.worst,
+                "shortfall": result.shortfall,
+                "shortfall_records": result.shortfall_units,
+            }
+
+    # -- reads (any thread) ----------------------------------------------------------------
+
+    def rates(self) -> tuple[dict[str, float], float]:
+        """Records per second per tenant over the last ``RATE_SPAN`` seconds, and in all."""
+        with self._lock:
+            recent = list(self._recent)
+        span = sum(s for _, s, _ in recent)
+        if span <= 0:
+            return {}, 0.0
+        totals: dict[str, int] = {}
+        for _, _, counts in recent:
+            for tenant, count in counts.items():
+                totals[tenant] = totals.get(tenant, 0) + count
+        return {t: c / span for t, c in totals.items()}, sum(totals.values()) / span
+
+    def fairness(self) -> dict[str, Any] | None:
+        """The last closed window's verdict (None before the first one closes)."""
+        with self._lock:
+            return None if self._fairness is None else dict(self._fairness)
+
+    def history(self, since_ms: int) -> list[dict[str, Any]]:
+        """The per-second samples taken after ``since_ms`` (epoch ms), oldest first."""
+        with self._lock:
+            return [s for s in self._history if s["t"] > since_ms]

@@ -1,0 +1,163 @@
+"""The instance's fairness audit (fairstream.scheduler.audit), fed probes on a manual clock."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from prometheus_client import generate_latest
+
+from fairstream.core import ManualClock
+from fairstream.metrics import OTHER, Metrics
+from fairstream.scheduler.audit import CHART_TENANTS, Auditor
+from fairstream.scheduler.observe import Probe, TenantLoad
+
+
+class Emitter:
+    """What the probes report: committed counts per second and who is backlogged."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.loads: dict[str, TenantLoad] = {}
+
+    def probe(self, backlogged: bool) -> Probe:
+        counts, self.counts = self.counts, {}
+        return Probe(counts, dict.fromkeys(counts, 0.05), dict(self.loads) if backlogged else None)
+
+
+def load(backlog: int, weight: float = 1.0, **kw) -> TenantLoad:
+    return (backlog, weight, kw.get("priority", 0), kw.get("paused", False), kw.get("cap"))
+
+
+def run_window(auditor: Auditor, clock: ManualClock, emitter: Emitter, per_second) -> None:
+    """Ten one-second ticks with ``per_second`` counts each, closing one 10 s window."""
+    for _ in range(10):
+        clock.advance(1)
+        emitter.counts = dict(per_second)
+        auditor.tick()
+
+
+def value(metrics: Metrics, name: str) -> float:
+    for line in generate_latest(metrics.registry).decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not exported")
+
+
+@pytest.fixture
+def rig():
+    clock = ManualClock(100)
+    emitter = Emitter()
+    metrics = Metrics()
+    auditor = Auditor(emitter.probe, metrics, 10.0, clock=clock.now, wall=clock.now)
+    return clock, emitter, metrics, auditor
+
+
+def test_before_any_window_closes_jain_is_nan_and_there_is_no_verdict(rig):
+    _, _, metrics, auditor = rig
+    assert math.isnan(value(metrics, "fairstream_fairness_jain_index"))
+    assert auditor.fairness() is None
+
+
+def test_weighted_fair_service_scores_one(rig):
+    clock, emitter, metrics, auditor = rig
+    emitter.loads = {"gold": load(1000, 3), "bronze": load(1000)}
+    auditor.tick()  # opens the first window
+    run_window(auditor, clock, emitter, {"gold": 30, "bronze": 10})
+    assert value(metrics, "fairstream_fairness_jain_index") == pytest.approx(1.0)
+    assert value(metrics, "fairstream_fairness_shortfall_ratio") == pytest.approx(0.0)
+    assert value(metrics, "fairstream_fairness_backlogged_tenants") == 2
+    assert value(metrics, "fairstream_fairness_windows_total") == 1
+    fairness = auditor.fairness()
+    assert fairness is not None
+    assert fairness["backlogged_tenants"] == 2
+    assert fairness["window_seconds"] == pytest.approx(10)
+
+
+def test_unweighted_service_shows_the_heavier_tenants_shortfall(rig):
+    clock, emitter, metrics, auditor = rig
+    emitter.loads = {"gold": load(1000, 3), "bronze": load(1000)}
+    auditor.tick()
+    run_window(auditor, clock, emitter, {"gold": 20, "bronze": 20})
+    assert value(metrics, "fairstream_fairness_shortfall_ratio") == pytest.approx(1 / 3)
+    assert value(metrics, "fairstream_fairness_jain_index") < 0.9
+    fairness = auditor.fairness()
+    assert fairness["worst_tenant"] == "gold"
+    assert fairness["shortfall_records"] == pytest.approx(100)
+
+
+def test_a_tenant_whose_queue_emptied_is_not_judged(rig):
+    clock, emitter, metrics, auditor = rig
+    # quiet had 3 records at the start and was served 10: it was not backlogged throughout.
+    emitter.loads = {"noisy": load(5000), "quiet": load(3)}
+    auditor.tick()
+    run_window(auditor, clock, emitter, {"noisy": 40, "quiet": 1})
+    assert value(metrics, "fairstream_fairness_backlogged_tenants") == 1
+    assert value(metrics, "fairstream_fairness_jain_index") == 1.0
+
+
+def test_paused_capped_and_departed_tenants_are_not_judged(rig):
+    clock, emitter, metrics, auditor = rig
+    emitter.loads = {
+        "a": load(1000),
+        "paused": load(1000, paused=True),
+        "capped": load(1000, cap=2.0),
+        "moved": load(1000),
+    }
+    auditor.tick()
+    emitter.loads = {k: v for k, v in emitter.loads.items() if k != "moved"}
+    run_window(auditor, clock, emitter, {"a": 30, "capped": 2, "moved": 1})
+    assert value(metrics, "fairstream_fairness_backlogged_tenants") == 1
+    assert value(metrics, "fairstream_fairness_shortfall_ratio") == 0.0
+
+
+def test_no_backlog_means_no_contention(rig):
+    clock, emitter, metrics, auditor = rig
+    auditor.tick()
+    run_window(auditor, clock, emitter, {"a": 1})
+    assert math.isnan(value(metrics, "fairstream_fairness_jain_index"))
+    assert value(metrics, "fairstream_fairness_shortfall_ratio") == 0.0
+    assert auditor.fairness()["jain"] is None
+
+
+def test_a_probe_that_times_out_drops_the_window_instead_of_guessing(rig):
+    clock, emitter, metrics, auditor = rig
+    emitter.loads = {"a": load(1000), "b": load(1000)}
+    auditor.tick()
+    for _ in range(5):
+        clock.advance(1)
+        emitter.counts = {"a": 10}
+        auditor.tick()
+
+    def busy(_: bool) -> Probe:
+        raise TimeoutError
+
+    auditor._probe = busy
+    clock.advance(1)
+    auditor.tick()
+    auditor._probe = emitter.probe
+    for _ in range(5):
+        clock.advance(1)
+        emitter.counts = {"b": 10}
+        auditor.tick()
+    assert value(metrics, "fairstream_fairness_windows_total") == 0  # a starved b was never judged
+
+
+def test_rates_and_history(rig):
+    clock, emitter, _, auditor = rig
+    auditor.tick()
+    counts = {f"t{i}": i + 1 for i in range(CHART_TENANTS + 3)}
+    for _ in range(3):
+        clock.advance(1)
+        emitter.counts = dict(counts)
+        auditor.tick()
+    rates, total = auditor.rates()
+    assert rates["t0"] == pytest.approx(1.0)
+    assert total == pytest.approx(sum(counts.values()))
+    history = auditor.history(0)
+    assert len(history) == 3
+    last = history[-1]
+    assert len(last["rate"]) == CHART_TENANTS + 1
+    assert last["rate"][OTHER] == pytest.approx(1 + 2 + 3)  # t0, t1, t2: the least busy
+    assert set(last["dwell_p99"]) <= set(last["rate"])
+    assert auditor.history(history[-2]["t"]) == [last]
