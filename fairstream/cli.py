@@ -15,6 +15,10 @@ from fairstream import __version__
 
 # name -> "module:attribute" of a click.Command. Keep sorted; `--help` lists them in this order.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "audit": (
+        "fairstream.audit:audit",
+        "Audit a past range of the egress topic: Jain, shortfalls, dwell against the ideal.",
+    ),
     "demo": (
         "fairstream.demo:demo",
         "The noisy-neighbour demo: fairstream next to FIFO and the ideal schedule.",

@@ -38,7 +38,7 @@ from fairstream.adapters.admin import admin_client, create_topics
 from fairstream.config import KafkaConnection, Topics, kafka_options
 from fairstream.core import percentile
 from fairstream.devkafka.broker import free_port
-from fairstream.reference import Arrival, fifo_starts, gps_starts
+from fairstream.reference import Arrival, fifo_starts, gps_starts, judge
 
 ARRIVAL_HEADER = "demo-arrival-ms"
 
@@ -163,12 +163,17 @@ def _dwell(served: Served) -> dict[str, list[tuple[float, float]]]:
     return out
 
 
-def _summary_table(
+def summary_table(
     arrivals: list[Arrival],
     fair: dict[str, list[tuple[float, float]]],
     fifo: dict[str, list[tuple[float, float]]],
     gps: dict[str, list[float]],
 ) -> str:
+    """Per tenant: count, and dwell p50/p99 through fairstream, FIFO and the ideal (GPS).
+
+    ``fair`` and ``fifo``: tenant -> [(arrival, dwell)]; ``gps``: tenant -> [dwell].
+    Caller: the demo, and ``fairstream audit`` (with FIFO as a model of the same arrivals).
+    """
     lines = [
         f"{'tenant':<10} {'count':>6}   {'fairstream p50':>14} {'p99':>7}   "
         f"{'FIFO p50':>9} {'p99':>7}   {'ideal (GPS) p50':>15} {'p99':>7}"
@@ -191,12 +196,22 @@ def _summary_table(
     return "\n".join(lines)
 
 
-def _plot(
+def p99_by_tenant(dwell: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
+    """tenant -> p99 of the dwell times in ``dwell`` (tenant -> [(arrival, dwell)])."""
+    return {t: percentile([d for _, d in v], 99) for t, v in dwell.items() if v}
+
+
+def plot_dwell(
     path: Path,
-    fair: dict[str, list[tuple[float, float]]],
-    fifo: dict[str, list[tuple[float, float]]],
+    panels: list[tuple[str, dict[str, list[tuple[float, float]]]]],
     t0: float,
+    title: str = "Noisy neighbour: dwell time per tenant, same arrivals, same API rate",
+    *,
+    ylabel: str = "dwell: arrival to service start (s)",
 ) -> bool:
+    """Dwell time against arrival time per tenant, one panel per (title, tenant ->
+    [(arrival, dwell)]), to a PNG; False when matplotlib (the demo extra) is missing.
+    Caller: the demo, and ``fairstream audit``."""
     try:
         import matplotlib
 
@@ -204,8 +219,9 @@ def _plot(
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    for ax, data, title in ((axes[0], fifo, "plain FIFO"), (axes[1], fair, "fairstream")):
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), sharey=True)
+    axes = list(axes) if len(panels) > 1 else [axes]
+    for ax, (panel_title, data) in zip(axes, panels, strict=True):
         for tenant in sorted(data, key=lambda t: (t != "noisy", t)):
             points = sorted(data[tenant])
             xs = [a - t0 for a, _ in points]
@@ -216,13 +232,13 @@ def _plot(
                 else {"s": 14, "label": tenant}
             )
             ax.scatter(xs, ys, **style)
-        ax.set_title(title)
+        ax.set_title(panel_title)
         ax.set_xlabel("arrival time (s)")
         ax.set_yscale("symlog", linthresh=0.1)
         ax.grid(True, alpha=0.3)
-    axes[0].set_ylabel("dwell: arrival to service start (s)")
-    axes[1].legend(loc="upper left", fontsize=8)
-    fig.suptitle("Noisy neighbour: dwell time per tenant, same arrivals, same API rate")
+    axes[0].set_ylabel(ylabel)
+    axes[-1].legend(loc="upper left", fontsize=8)
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -336,14 +352,17 @@ def _report(
     fifo_model = fifo_starts(actual, scenario.rate)
     click.echo("")
     click.echo("dwell time (arrival to service start) per tenant:")
-    click.echo(_summary_table(arrivals, fair_dwell, fifo_dwell, gps_dwell))
+    click.echo(summary_table(arrivals, fair_dwell, fifo_dwell, gps_dwell))
     model_p99 = percentile([fifo_model[a.id] - a.t for a in actual if a.tenant != "noisy"], 99)
     click.echo(
         f"(FIFO as a model of the same arrivals gives the quiet tenants p99 {model_p99:.2f}s; "
         "the ideal is the fluid GPS schedule at the same rate)"
     )
+    ideal_p99 = {t: percentile(v, 99) for t, v in gps_dwell.items() if v}
+    verdict = judge(p99_by_tenant(fair_dwell), ideal_p99, p99_by_tenant(fifo_dwell), scenario.rate)
+    click.echo(f"verdict: {verdict.line()}")
     png = workdir / "noisy-neighbour-dwell.png"
-    if _plot(png, fair_dwell, fifo_dwell, t0):
+    if plot_dwell(png, [("plain FIFO", fifo_dwell), ("fairstream", fair_dwell)], t0):
         click.echo(f"plot: {png}")
     else:
         click.echo("plot skipped: matplotlib is not installed (pip install 'fairstream[demo]')")
