@@ -10,7 +10,9 @@
 #      rejecting a misspelt key and a worker without a handler, then `helm template` with each
 #      ci values file, validated offline in strict mode by kubernetes-validate against the
 #      oldest and newest Kubernetes the chart supports (deploy/validate_manifests.py; custom
-#      resources are skipped and named).
+#      resources are skipped and named); the Grafana dashboard ConfigMap is absent by default
+#      and, when on, carries the sidecar label and the chart's dashboard JSON
+#      (deploy/validate_dashboard.py).
 #
 # helm comes from deploy/ensure-helm.sh: built once from the Go module proxy, then cached.
 # Rendered manifests go to $DEPLOY_CHECK_OUT (default: a temporary directory).
@@ -85,6 +87,7 @@ expect_failure "a worker without a handler" "handler" --set worker.enabled=true
 expect_failure "an unknown security protocol" "securityProtocol" --set kafka.securityProtocol=TLS
 expect_failure "more schedulers than partitions" "must not exceed topics.partitions" --set scheduler.replicas=13
 expect_failure "SASL without credentials" "kafka.sasl.username is required" --set kafka.securityProtocol=SASL_SSL
+expect_failure "a misspelt dashboard key" "additional properties 'enable' not allowed" --set grafanaDashboard.enable=true
 done_step
 
 step "helm template + kubernetes-validate (strict)"
@@ -98,6 +101,11 @@ for version in "${K8S_VERSIONS[@]}"; do
     done
     "$PY" deploy/validate_manifests.py -k "$version" "${rendered[@]}"
 done
+done_step
+
+step "Grafana dashboard ConfigMap (off by default; sidecar label and JSON when on)"
+"$PY" deploy/validate_dashboard.py --expect absent "$out/default-values-k8s-$K8S_NEWEST.yaml"
+"$PY" deploy/validate_dashboard.py --expect present "$out/all-features-values-k8s-$K8S_NEWEST.yaml"
 done_step
 
 echo "== deploy-check: all passed"

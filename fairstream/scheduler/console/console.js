@@ -118,36 +118,54 @@
   }
 
   function renderGroup(d) {
-    // A scheduler that reports its group lists every instance; one that does not is shown
-    // as the one instance it is.
-    var group = d.group || {};
-    var instances = Array.isArray(group.instances) ? group.instances : [{
-      instance: d.group_instance_id || "this instance",
-      ready: d.ready, partitions: d.partitions, rate_share: d.rate_limit,
-      demand: d.demand, backlog: d.backlog, egress_rate: d.egress_rate,
-    }];
+    // A scheduler sharing the rate by demand lists the group's live instances (`instances`);
+    // otherwise it is shown as the one instance it is. This instance's own row gets its
+    // readiness, backlog and egress; the others' come from their consoles.
+    var listed = Array.isArray(d.instances) ? d.instances
+      : (d.group && Array.isArray(d.group.instances) ? d.group.instances : null);
+    var mine = {
+      instance: d.group_instance_id || "this instance", self: true, ready: d.ready,
+      partitions: d.partitions, rate_share: d.rate_limit, backlog: d.backlog,
+      egress_rate: d.egress_rate,
+    };
+    var instances = listed ? listed.map(function (i) {
+      if (!i.self) return i;
+      var row = {};
+      Object.keys(mine).forEach(function (k) { row[k] = mine[k]; });
+      Object.keys(i).forEach(function (k) { if (has(i[k])) row[k] = i[k]; });
+      return row;
+    }) : [mine];
     var body = document.createElement("tbody");
     instances.forEach(function (i) {
       var tr = document.createElement("tr");
       var parts = Array.isArray(i.partitions) ? i.partitions : null;
-      cell(tr, i.instance || i.id || i.member || "-");
+      cell(tr, (i.instance || i.id || "-") + (i.self && listed ? " (this one)" : ""));
       cell(tr, has(i.ready) ? (i.ready ? "yes" : "no") : "-");
       cell(tr, parts ? String(parts.length) : num(i.partitions), "num");
       cell(tr, parts ? parts.join(", ") : "-");
       var share = has(i.rate_share) ? i.rate_share : i.rate_limit;
       cell(tr, has(share) ? num(share, 1) + "/s" : "unlimited", "num");
-      cell(tr, has(i.demand) ? num(i.demand, 2) : "-", "num");
+      var demand = has(i.demand_weight) ? i.demand_weight : i.demand;
+      cell(tr, has(demand) ? num(demand, 2) : "-", "num");
       cell(tr, num(i.backlog), "num");
       cell(tr, has(i.egress_rate) ? rate(i.egress_rate) : "-", "num");
+      cell(tr, has(i.report_age_s) ? secs(i.report_age_s) : "-", "num");
       body.appendChild(tr);
     });
     var table = $("group");
     table.replaceChild(body, table.tBodies[0]);
-    var note = Array.isArray(group.instances)
-      ? "group " + (d.app_id || "") + ": " + instances.length + " instances"
-      : "This instance's view. Open each instance's console (or `fairstream top --scheduler ...` " +
-        "with every instance) for the rest of the group " + (d.app_id || "") + ".";
-    if (has(group.rate)) note += "; group rate " + num(group.rate, 1) + "/s";
+    table.dataset.rows = String(instances.length);
+    var note = "group " + (d.app_id || "?") + ": " + instances.length +
+      (instances.length === 1 ? " instance" : " instances");
+    if (d.share_by === "demand") {
+      note += "; the rate is shared by demand (backlogged weight of each instance's tenants).";
+    } else if (d.share_by === "partitions") {
+      note += "; the rate is shared by assigned partitions.";
+    }
+    if (!listed) {
+      note += " Only this instance is known here: open each instance's console, or run " +
+        "fairstream top with every instance, for the rest of the group.";
+    }
     text("group-note", note);
   }
 
