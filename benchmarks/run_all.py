@@ -34,6 +34,8 @@ processes and topics):
 9. ``restart`` (``benchmarks/restart.py``): kill -9 and restart with static membership: time
    to ready on its own data directory (median and max of 10), and an empty data directory's
    time to have 1,000,000 buffered records indexed again (or "did not finish in X s").
+10. ``group`` (``benchmarks/group.py``): two instances, the static partition split against
+   demand-aware shares: per-tenant rates, Jain, group egress, convergence after a change.
 
 When a target is missed, the scheduler is run once more under cProfile on the
 max-throughput workload and the top of the profile goes into the report.
@@ -74,6 +76,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import burst  # noqa: E402
 import confluent_kafka  # noqa: E402
+import group  # noqa: E402
 import restart  # noqa: E402
 from confluent_kafka import Consumer, KafkaError, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
@@ -891,7 +894,7 @@ def targets(r: dict[str, Any]) -> list[tuple[str, str, bool | None, str]]:
                 f"{abs(ours - peer):,} records/s",
             )
         )
-    return out + burst.targets(r) + restart.targets(r)
+    return out + burst.targets(r) + restart.targets(r) + group.targets(r)
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -1066,7 +1069,7 @@ def result_tables(r: dict[str, Any]) -> list[str]:
         )
     if rec.get("note"):
         lines += ["", rec["note"]]
-    lines += ["", *burst.markdown(r), "", *restart.markdown(r)]
+    lines += ["", *burst.markdown(r), "", *restart.markdown(r), "", *group.markdown(r)]
     return lines
 
 
@@ -1321,6 +1324,8 @@ def main() -> None:
             phases.run("burst", lambda c: burst.phase(bootstrap, workdir, args.quick, c))
         if wanted("restart"):
             phases.run("restart", lambda c: restart.phase(bootstrap, workdir, args.quick, c))
+        if wanted("group"):
+            phases.run("group", lambda c: group.phase(bootstrap, workdir, args.quick, c))
 
         missed = [t for t in targets(phases.results) if t[2] is False]
         if shared and (args.profile == "always" or (args.profile == "auto" and missed)):
