@@ -97,6 +97,18 @@ def compute_rows(
     return rows
 
 
+def instances_of(snapshots: list[Snapshot | None]) -> list[dict[str, Any]]:
+    """The group's instances as the schedulers report them (each knows every live one;
+    the freshest report of each wins). Pure."""
+    merged: dict[str, dict[str, Any]] = {}
+    for snap in snapshots:
+        for row in (snap or {}).get("instances") or []:
+            known = merged.get(row["instance"])
+            if known is None or row["report_age_s"] < known["report_age_s"]:
+                merged[row["instance"]] = row
+    return [merged[i] for i in sorted(merged)]
+
+
 def render(rows: list[Row], snapshots: list[Snapshot | None], urls: list[str]) -> Any:
     from rich.console import Group
     from rich.table import Table
@@ -125,7 +137,22 @@ def render(rows: list[Row], snapshots: list[Snapshot | None], urls: list[str]) -
             "-" if r.entitlement is None else f"{r.entitlement:.0%}",
             "-" if r.dwell_p99 is None else f"{r.dwell_p99 * 1000:.0f} ms",
         )
-    return Group(header, table)
+    instances = instances_of(snapshots)
+    if not instances:
+        return Group(header, table)
+    group = Table(box=None, header_style="bold")
+    for name in ("instance", "partitions", "demand (weight)", "rate share", "report age"):
+        group.add_column(name, justify="left" if name == "instance" else "right")
+    for i in instances:
+        group.add_row(
+            i["instance"],
+            ",".join(str(p) for p in i["partitions"]) or "-",
+            f"{i['demand_weight']:g}"
+            + (f" +{i['capped_tenants']} capped" if i["capped_tenants"] else ""),
+            f"{i['rate_share']:.1f}/s",
+            f"{i['report_age_s']:.1f} s",
+        )
+    return Group(header, table, Text(""), group)
 
 
 @click.command("top")

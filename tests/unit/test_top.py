@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fairstream.top import compute_rows, render
+from fairstream.top import compute_rows, instances_of, render
 
 
 def snap(*tenants: dict[str, object]) -> dict[str, object]:
@@ -54,3 +54,20 @@ def test_a_scheduler_that_does_not_answer_is_counted() -> None:
     rows = compute_rows([None, None], after, 1.0)
     text = str(render(rows, after, ["http://x:1", "http://y:2"]).renderables[0])
     assert "1/2 schedulers answering" in text
+
+
+def test_instances_merge_the_freshest_report_of_each() -> None:
+    row = {"partitions": [0], "demand_weight": 1.0, "capped_tenants": 0, "rate_share": 100.0}
+    a = {**row, "instance": "a", "report_age_s": 0.5}
+    b = {**row, "instance": "b", "report_age_s": 0.2, "partitions": [1]}
+    stale_b = {**b, "report_age_s": 1.4, "rate_share": 5.0}
+    snapshots = [
+        {"backlog": 0, "tenants": [], "instances": [a, stale_b]},
+        {"backlog": 0, "tenants": [], "instances": [a, b]},
+        None,
+    ]
+    merged = instances_of(snapshots)
+    assert [i["instance"] for i in merged] == ["a", "b"]
+    assert merged[1]["rate_share"] == 100.0
+    assert instances_of([{"tenants": []}, None]) == []
+    render([], snapshots, ["u1", "u2", "u3"])  # renders the instances table without error
