@@ -79,15 +79,18 @@ def _level(uncapped: float, capped: list[tuple[float, float]], rate: float) -> f
         return None
     # Caps bind in order of cap / weight; between two breakpoints the sum is linear in x.
     order = sorted(capped, key=lambda e: e[1] / e[0])
-    free_weight = uncapped + sum(w for w, _ in order)
+    # Weight not yet at its cap before each breakpoint, summed from the end (no
+    # subtraction, so no cancellation with tiny weights).
+    free = [uncapped] * (len(order) + 1)
+    for k in range(len(order) - 1, -1, -1):
+        free[k] = free[k + 1] + order[k][0]
     used = 0.0  # rate taken by tenants already at their cap
-    for weight, cap in order:
+    for k, (weight, cap) in enumerate(order):
         x = cap / weight
-        if used + free_weight * x >= rate:
-            return (rate - used) / free_weight
+        if used + free[k] * x >= rate:
+            return (rate - used) / free[k]
         used += cap
-        free_weight -= weight
-    return (rate - used) / free_weight
+    return (rate - used) / uncapped
 
 
 def allocate(demands: Mapping[str, Demand], rate: float) -> dict[str, float]:
@@ -107,7 +110,7 @@ def allocate(demands: Mapping[str, Demand], rate: float) -> dict[str, float]:
                 take = sum(cap for _, cap in cd.capped)
             else:
                 take = cd.weight * level + sum(min(w * level, cap) for w, cap in cd.capped)
-            shares[instance] += take
+            shares[instance] += min(take, remaining)  # (rounding, or an absurdly small weight)
         if level is None:
             remaining -= sum(cap for _, cap in capped)
         else:
