@@ -209,7 +209,11 @@ class Phases:
 def start_scheduler(
     d: Deployment, workdir: Path, name: str, args: list[str], cleanup: list[Callable[[], None]]
 ) -> SchedulerProcess:
-    scheduler = SchedulerProcess(d, workdir, *args, "--log-level", "warning", name=name)
+    # Phases share one pre-filled ingest topic (each with an app id of its own): no phase
+    # may trim it for the next ones, as a deployment with other readers would run.
+    scheduler = SchedulerProcess(
+        d, workdir, *args, "--no-trim", "--log-level", "warning", name=name
+    )
     scheduler.start()
     cleanup.append(lambda: stop(scheduler))
     return scheduler
