@@ -1,11 +1,14 @@
 """The pure scheduling core: which tenant's record goes next, and when.
 
 Weighted deficit round robin with priority classes (``FairScheduler``), token-bucket rate
-limits (``EgressLimiter``, ``TokenBucket``), admission and deadline decisions, tenant
-policies and an injected clock. No Kafka, no Faust, no asyncio, no threads: the service
-drives this from its loop, the ``simulate`` command from a trace, tests from a ManualClock.
+limits (``EgressLimiter``, ``TokenBucket``), the rate adapted to the API's feedback
+(``AdaptiveRate``, ``TenantPauses``), measured-cost corrections (``cost_correction``),
+admission and deadline decisions, tenant policies and an injected clock. No Kafka, no
+Faust, no asyncio, no threads: the service drives this from its loop, the ``simulate``
+command from a trace, tests from a ManualClock.
 """
 
+from fairstream.core.adaptive import AdaptiveRate, TenantPauses
 from fairstream.core.admission import (
     ACCEPT,
     BACKLOG_FULL,
@@ -28,12 +31,14 @@ from fairstream.core.stats import (
     window_fairness,
 )
 from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicy
+from fairstream.core.usage import cost_correction
 
 __all__ = [
     "ACCEPT",
     "BACKLOG_FULL",
     "DEFAULT_POLICY",
     "EXPIRED",
+    "AdaptiveRate",
     "Clock",
     "Decision",
     "EgressLimiter",
@@ -42,6 +47,7 @@ __all__ = [
     "ManualClock",
     "MonotonicClock",
     "Pick",
+    "TenantPauses",
     "TenantPolicy",
     "TokenBucket",
     "WindowFairness",
@@ -49,6 +55,7 @@ __all__ = [
     "backlogged_throughout",
     "busy_periods",
     "check_deadline",
+    "cost_correction",
     "is_expired",
     "jain_index",
     "percentile",

@@ -56,6 +56,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+import math
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Final, Generic, NamedTuple, TypeVar, cast
@@ -282,6 +283,32 @@ class FairScheduler(Generic[T]):
         else:
             t.deficit = cost
             self._join_head(t)
+
+    def charge(self, tenant: str, amount: float) -> bool:
+        """Charge a backlogged ``tenant``'s deficit ``amount`` more cost units (a negative
+        amount refunds), e.g. the measured cost of a request minus the cost it declared.
+
+        A charge can take the deficit below zero: the tenant then sits out the rounds that
+        pay it back, so its share follows what its requests really cost. A refund raises
+        the deficit to at most one quantum (or leaves it where it was, if higher): a
+        tenant never saves up more than a round's credit from refunds. A tenant without a
+        backlog (or paused) keeps no deficit to charge: False, and nothing changes.
+
+        Caller: the service, for each measured cost reported on the feedback topic.
+        Affects: the tenant's deficit (its place in the ring follows at its next visit).
+        """
+        if isinstance(amount, bool) or not isinstance(amount, int | float):
+            raise ValueError(f"amount must be a number of cost units, got {amount!r}")
+        if not math.isfinite(amount):
+            raise ValueError(f"amount must be finite, got {amount!r}")
+        t = self._tenants.get(tenant)
+        if t is None or t.state == _PAUSED:
+            return False
+        if amount >= 0:
+            t.deficit -= amount
+        else:
+            t.deficit = min(t.deficit - amount, max(t.deficit, t.quantum))
+        return True
 
     def remove_tenant(self, tenant: str) -> list[T]:
         """Drop ``tenant``'s whole queue and return its items, oldest first.
