@@ -6,6 +6,7 @@ import click
 
 from fairstream.adapters.admin import TopicError, create_topics
 from fairstream.config import DEFAULT_APP_ID, KafkaConnection, Topics, kafka_options, topic_options
+from fairstream.feedback import DEFAULT_FEEDBACK_TOPIC
 
 
 @click.group("topics")
@@ -23,7 +24,7 @@ def topics() -> None:
     show_default=True,
     envvar="FAIRSTREAM_PARTITIONS",
     show_envvar=True,
-    help="Partitions of the ingest, egress and dead-letter topics. The ingest count "
+    help="Partitions of the ingest, egress, dead-letter and feedback topics. The ingest count "
     "bounds how many scheduler instances share the work.",
 )
 @click.option(
@@ -53,6 +54,15 @@ def topics() -> None:
     "with -1 nothing buffered expires, and the scheduler deletes what it settled (--trim). "
     "A finite value loses records still buffered when they outlive it.",
 )
+@click.option(
+    "--feedback-topic",
+    default=DEFAULT_FEEDBACK_TOPIC,
+    show_default=True,
+    envvar="FAIRSTREAM_FEEDBACK_TOPIC",
+    show_envvar=True,
+    help="Topic the workers report outcomes to (rate limits, measured cost), with as many "
+    "partitions as the egress topic; an empty name creates none.",
+)
 def create(
     kafka: KafkaConnection,
     ingest_topic: str,
@@ -63,9 +73,10 @@ def create(
     replication_factor: int,
     app_id: str,
     ingest_retention_ms: int,
+    feedback_topic: str,
 ) -> None:
-    """Create the ingest, egress, dead-letter, (compacted) policy and progress topics where
-    missing.
+    """Create the ingest, egress, dead-letter, (compacted) policy, progress and feedback
+    topics where missing.
 
     Exits non-zero, creating nothing, when an existing topic's partition count would break
     co-partitioning of the ingest topic with the scheduler's progress topic.
@@ -73,7 +84,13 @@ def create(
     names = Topics(ingest_topic, egress_topic, dlq_topic, policy_topic)
     try:
         statuses = create_topics(
-            kafka, names, partitions, app_id, replication_factor, ingest_retention_ms
+            kafka,
+            names,
+            partitions,
+            app_id,
+            replication_factor,
+            ingest_retention_ms,
+            feedback_topic=feedback_topic.strip() or None,
         )
     except TopicError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -189,8 +189,10 @@ def create_topics(
     app_id: str,
     replication_factor: int = 1,
     ingest_retention_ms: int = -1,
+    feedback_topic: str | None = None,
 ) -> list[TopicStatus]:
-    """Create the ingest, egress, dead-letter, policy and progress topics where missing.
+    """Create the ingest, egress, dead-letter, policy and progress topics where missing,
+    and the workers' ``feedback_topic`` when one is named (as many partitions as egress).
 
     The ingest topic and the progress topic must have the same partition count (progress
     is co-partitioned with the ingest topic); an existing topic that breaks this raises
@@ -224,6 +226,8 @@ def create_topics(
         # Every instance reads every policy, so one partition keeps them in one order.
         (topics.policy, 1, {"cleanup.policy": "compact"}),
     ]
+    if feedback_topic is not None:
+        wanted.append((feedback_topic, partitions, {}))
     statuses: list[TopicStatus] = []
     to_create: list[NewTopic] = []
     for name, count, config in wanted:
