@@ -16,7 +16,9 @@ __all__ = [
     "DeliveryError",
     "KafkaAuthenticationError",
     "Producer",
+    "RateLimited",
     "Request",
+    "Usage",
     "Worker",
     "__version__",
 ]
@@ -29,11 +31,15 @@ _LAZY = {
     "KafkaAuthenticationError": "fairstream.producer",
     "Worker": "fairstream.worker",
     "Request": "fairstream.worker",
+    # What handlers raise and return: importable without loading confluent-kafka.
+    "RateLimited": "fairstream.worker_core",
+    "Usage": "fairstream.worker_core",
 }
 
 if TYPE_CHECKING:
     from fairstream.producer import DeliveryError, KafkaAuthenticationError, Producer
     from fairstream.worker import Request, Worker
+    from fairstream.worker_core import RateLimited, Usage
 
 
 def __getattr__(name: str) -> Any:

@@ -18,6 +18,15 @@ Guarantees:
   ``backoff_max`` seconds, ``max_attempts`` times in all; then the record goes to the
   dead-letter topic with reason ``handler-failed`` and the last error in
   ``fairstream-dlq-detail``. The tenant's later records wait meanwhile (order).
+- rate limits: a handler that raises ``RateLimited`` is called again after its
+  ``retry_after`` (or the backoff) without using up an attempt, for as long as the record's
+  deadline (``fairstream-deadline-ms``) allows; a retry that would come after the deadline
+  dead-letters the record as ``expired`` instead.
+- feedback (``feedback_topic``, default ``fairstream.feedback``; None turns it off): one
+  record per settled request (ok, dead-lettered) and one per rate-limited or failed call,
+  with the cost the handler reported (``Usage``), written without waiting (best effort: a
+  full queue or a missing topic loses records, counted in ``feedback_errors``). The
+  contract is ``fairstream.feedback``.
 - de-duplication (``dedup_window``): a record whose request id is among the last N ids
   handled (or is being handled) is skipped and committed, and counted.
 - shutdown (``stop``): no new records start; queued ones are left for the next owner;
@@ -59,13 +68,33 @@ from prometheus_client import CollectorRegistry
 from fairstream import contract
 from fairstream.adapters.admin import AuthWatch, KafkaAuthenticationError
 from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS, Connection, KafkaConnection
-from fairstream.worker_core import PartitionProgress, RecentIds, TenantQueues, backoff_delay
+from fairstream.feedback import (
+    DEFAULT_FEEDBACK_TOPIC,
+    Feedback,
+    FeedbackError,
+    Scope,
+    encode_feedback,
+    feedback_key,
+)
+from fairstream.feedback import Outcome as Reported
+from fairstream.worker_core import (
+    PartitionProgress,
+    RateLimited,
+    RecentIds,
+    TenantQueues,
+    Usage,
+    backoff_delay,
+    expires_before,
+    rate_limited_delay,
+)
 from fairstream.worker_metrics import MetricsServer, WorkerMetrics
 
 __all__ = [
     "Handler",
     "KafkaAuthenticationError",
+    "RateLimited",
     "Request",
+    "Usage",
     "Worker",
     "WorkerMetrics",
     "WorkerStats",
@@ -76,6 +105,10 @@ log = logging.getLogger("fairstream.worker")
 
 DEFAULT_GROUP = "fairstream-workers"
 MAX_DETAIL_CHARS = 2000
+# Lost feedback is logged at most this often (with a count), not once per record.
+FEEDBACK_WARNING_INTERVAL = 60.0
+# How often a worker looks again for a feedback topic that did not exist.
+FEEDBACK_TOPIC_CHECK_INTERVAL = 30.0
 
 RawHeaders = list[tuple[str, bytes | None]]
 
@@ -105,7 +138,8 @@ class Request:
         return None
 
 
-Handler = Callable[[Request], Any]  # returns None, or an awaitable for async handlers
+# Returns None (or a ``Usage``), or an awaitable of it for async handlers.
+Handler = Callable[[Request], Any]
 
 
 def _int_header(raw: bytes | None) -> int | None:
@@ -170,6 +204,7 @@ class _Job:
     # partition, if any: this one runs after it (same tenant), and only if it did not finish.
     predecessor: _Job | None = None
     outcome: Outcome | None = None  # set by the event loop when the run ends
+    reason: str = contract.HANDLER_FAILED  # the dead-letter reason, when dead-lettered
 
 
 @dataclass
@@ -177,7 +212,8 @@ class WorkerStats:
     """Counters since the worker started (read them from any thread)."""
 
     processed: int = 0  # handler succeeded
-    failed_attempts: int = 0  # handler raised (each attempt counts)
+    failed_attempts: int = 0  # handler raised (each attempt counts), RateLimited aside
+    rate_limited: int = 0  # handler raised RateLimited (each call counts)
     dead_lettered: int = 0
     duplicates_skipped: int = 0
     abandoned: int = 0  # left unfinished for the next owner (rebalance, shutdown)
@@ -191,7 +227,9 @@ class Worker:
     ``bootstrap``: a ``KafkaConnection`` (servers and authentication) or a bare bootstrap
     string (PLAINTEXT).
     ``consumer_config`` / ``producer_config`` are extra librdkafka settings for the egress
-    consumer and the dead-letter producer.
+    consumer and for the producers (dead letters, feedback).
+    ``feedback_topic``: where outcomes are reported for the scheduler (the contract is
+    ``fairstream.feedback``); None reports nothing.
     ``metrics_port``: serve ``/metrics`` (Prometheus text format) on this port of
     ``metrics_host`` while ``run`` runs; 0 picks a free port (``metrics_url`` tells which);
     None (the default) serves nothing. ``metrics_registry``: where the metrics are
@@ -200,7 +238,7 @@ class Worker:
     ``drain_timeout``: how long ``stop`` waits for running handlers.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0915 (one statement per setting)
         self,
         handler: Handler,
         *,
@@ -222,9 +260,14 @@ class Worker:
         metrics_port: int | None = None,
         metrics_host: str = "0.0.0.0",
         metrics_registry: CollectorRegistry | None = None,
+        feedback_topic: str | None = DEFAULT_FEEDBACK_TOPIC,
     ) -> None:
         if not callable(handler):
             raise TypeError("handler must be callable")
+        if feedback_topic is not None and (
+            not isinstance(feedback_topic, str) or not feedback_topic
+        ):
+            raise ValueError(f"feedback_topic must be a topic name or None, got {feedback_topic!r}")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         if concurrency < 1:
@@ -277,6 +320,15 @@ class Worker:
                 **(producer_config or {}),
             }
         )
+        self._feedback = (
+            None
+            if feedback_topic is None
+            else _FeedbackWriter(
+                feedback_topic,
+                self._watching(_feedback_settings(self.kafka, producer_config)),
+                self.metrics,
+            )
+        )
         # A coroutine function, or an object whose __call__ is one.
         self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
             type(handler).__call__
@@ -320,6 +372,11 @@ class Worker:
         return self._running.is_set()
 
     @property
+    def feedback_topic(self) -> str | None:
+        """Where outcomes are reported, or None when feedback is off."""
+        return None if self._feedback is None else self._feedback.topic
+
+    @property
     def metrics_url(self) -> str | None:
         """Where ``/metrics`` is served while ``run`` runs (with ``metrics_port``), else None."""
         server = self._metrics_server
@@ -355,6 +412,8 @@ class Worker:
         self._wakeup = asyncio.Event()
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="fairstream-handler")
         self._dlq = _KafkaProducer(self._producer_config)
+        if self._feedback is not None:
+            self._feedback.open()
         consumer = Consumer(self._consumer_config)
         loop_thread.start()
         try:
@@ -374,7 +433,10 @@ class Worker:
                 consumer.close()
             finally:
                 # A dead letter cannot be delivered with refused credentials: do not wait.
-                self._dlq.flush(0 if self._auth.failure is not None else 30)
+                refused = self._auth.failure is not None
+                self._dlq.flush(0 if refused else 30)
+                if self._feedback is not None:
+                    self._feedback.close(0 if refused else 5)
                 loop.call_soon_threadsafe(loop.stop)
                 loop_thread.join(10)
                 self._pool.shutdown(wait=False, cancel_futures=True)
@@ -444,6 +506,8 @@ class Worker:
         wait up to ``timeout`` s for the first one."""
         assert self._dlq is not None
         self._dlq.poll(0)
+        if self._feedback is not None:
+            self._feedback.poll()
         block = timeout > 0
         while True:
             try:
@@ -483,7 +547,7 @@ class Worker:
             self.metrics.handled(request.tenant)
         elif outcome is Outcome.DEAD_LETTERED:
             stats.dead_lettered += 1
-            self.metrics.dead_lettered(request.tenant, contract.HANDLER_FAILED)
+            self.metrics.dead_lettered(request.tenant, job.reason)
         else:
             stats.duplicates_skipped += 1
             self.metrics.duplicates.inc()
@@ -652,18 +716,19 @@ class Worker:
                 await asyncio.wait_for(self._wakeup.wait(), remaining)
         return False
 
-    async def _call(self, request: Request) -> None:
+    async def _call(self, request: Request) -> Any:
+        """Call the handler once; return what it returned (a ``Usage``, or anything)."""
         metrics = self.metrics
         started = time.perf_counter()
         metrics.running.inc()
         try:
             if self._is_async:
-                await self.handler(request)
-                return
+                return await self.handler(request)
             assert self._loop is not None
             result = await self._loop.run_in_executor(self._pool, self.handler, request)
             if inspect.isawaitable(result):
-                await result
+                result = await result
+            return result
         finally:
             metrics.running.dec()
             metrics.handler_seconds.observe(time.perf_counter() - started)
@@ -676,50 +741,111 @@ class Worker:
                 return Outcome.REPEATED
         if not self._carry_on(job):
             return Outcome.ABANDONED
+        request = job.request
         error: Exception | None = None
-        for attempt in range(1, self.max_attempts + 1):
+        attempt = 1
+        limited = 0  # rate-limited calls in a row
+        while True:
+            started = time.perf_counter()
             try:
-                await self._call(replace(job.request, attempt=attempt))
+                result = await self._call(replace(request, attempt=attempt))
+            except RateLimited as exc:
+                latency = time.perf_counter() - started
+                limited += 1
+                self.stats.rate_limited += 1
+                self.metrics.rate_limited.inc()
+                self._report(
+                    request,
+                    Reported.RATE_LIMITED,
+                    attempt,
+                    latency,
+                    scope=Scope(exc.scope),
+                    retry_after=exc.retry_after,
+                )
+                delay = rate_limited_delay(
+                    exc.retry_after, limited, self.backoff_initial, self.backoff_max
+                )
+                if expires_before(request.deadline_ms, time.time() * 1000, delay):
+                    if not self._carry_on(job):
+                        return Outcome.ABANDONED
+                    detail = (
+                        f"rate-limited ({exc.scope}) {limited} time(s) in a row; the next try, "
+                        f"in {delay:g} s, would come after the deadline "
+                        f"({contract.DEADLINE_MS} {request.deadline_ms})"
+                    )
+                    return await self._dead_letter(job, contract.EXPIRED, detail, attempt, latency)
+                log.debug("%s rate-limited (%s); retry in %g s", _where(request), exc.scope, delay)
+                if not await self._pause(delay, job):
+                    return Outcome.ABANDONED
+                continue
             except Exception as exc:
+                latency = time.perf_counter() - started
+                limited = 0
                 error = exc
                 self.stats.failed_attempts += 1
+                self._report(request, Reported.FAILED, attempt, latency)
                 log.warning(
                     "handler failed on %s (attempt %d of %d): %r",
-                    _where(job.request),
+                    _where(request),
                     attempt,
                     self.max_attempts,
                     exc,
                 )
-            else:
-                return Outcome.DONE
-            if attempt < self.max_attempts:
+                if attempt >= self.max_attempts:
+                    break
                 self.metrics.retries.inc()
                 delay = backoff_delay(attempt, self.backoff_initial, self.backoff_max)
                 if not await self._pause(delay, job):
                     return Outcome.ABANDONED
-        assert error is not None
+                attempt += 1
+                continue
+            latency = time.perf_counter() - started
+            cost = result.cost if isinstance(result, Usage) else None
+            self._report(request, Reported.OK, attempt, latency, cost=cost)
+            return Outcome.DONE
         if not self._carry_on(job):
             return Outcome.ABANDONED  # revoked meanwhile: the next owner tries it again
-        return await self._dead_letter(job, error)
-
-    async def _dead_letter(self, job: _Job, error: Exception) -> Outcome:
-        """Write the record to the dead-letter topic and wait for the broker's ack."""
         detail = (
             f"handler failed {self.max_attempts} time(s); last error: "
             f"{type(error).__name__}: {error}"
-        )[:MAX_DETAIL_CHARS]
-        headers = contract.dead_letter_headers(job.request.headers, contract.HANDLER_FAILED, detail)
-        attempt = 0
+        )
+        return await self._dead_letter(job, contract.HANDLER_FAILED, detail, attempt, latency)
+
+    async def _dead_letter(
+        self, job: _Job, reason: str, detail: str, attempt: int, latency: float
+    ) -> Outcome:
+        """Write the record to the dead-letter topic and wait for the broker's ack."""
+        detail = detail[:MAX_DETAIL_CHARS]
+        headers = contract.dead_letter_headers(job.request.headers, reason, detail)
+        tries = 0
         while True:
-            attempt += 1
+            tries += 1
             err = await self._produce_dead_letter(job, headers)
             if err is None:
-                log.warning("dead-lettered %s: %s", _where(job.request), detail)
+                log.warning("dead-lettered %s as %s: %s", _where(job.request), reason, detail)
+                job.reason = reason
+                self._report(job.request, Reported.DEAD_LETTERED, attempt, latency)
                 return Outcome.DEAD_LETTERED
             log.error("dead letter for %s not delivered: %s", _where(job.request), err)
-            delay = backoff_delay(attempt, max(self.backoff_initial, 0.1), self.backoff_max)
+            delay = backoff_delay(tries, max(self.backoff_initial, 0.1), self.backoff_max)
             if not await self._pause(delay, job):
                 return Outcome.ABANDONED
+
+    def _report(
+        self,
+        request: Request,
+        outcome: Reported,
+        attempt: int,
+        latency: float,
+        *,
+        cost: int | None = None,
+        scope: Scope | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        if self._feedback is not None:
+            self._feedback.report(
+                request, outcome, attempt, latency, cost=cost, scope=scope, retry_after=retry_after
+            )
 
     def _produce_dead_letter(self, job: _Job, headers: RawHeaders) -> Awaitable[Any]:
         assert self._loop is not None
@@ -742,6 +868,167 @@ class Worker:
         except (BufferError, KafkaException) as exc:
             settle(exc)
         return future
+
+
+def _feedback_settings(
+    kafka: KafkaConnection, producer_config: dict[str, Any] | None
+) -> dict[str, Any]:
+    # Feedback is advisory: leader acks, a little batching, no long retries.
+    return {
+        **kafka.librdkafka(),
+        "acks": 1,
+        "partitioner": "murmur2_random",
+        "linger.ms": 5,
+        "message.timeout.ms": 30_000,
+        "queue.buffering.max.messages": 100_000,
+        **(producer_config or {}),
+    }
+
+
+class _FeedbackWriter:
+    """The worker's end of the feedback topic: records handed to librdkafka, never awaited.
+
+    Best effort by design: a full queue or a delivery failure loses the record, counts it
+    in ``feedback_errors`` and logs at most once a minute, so feedback never slows down or
+    stops the handling of requests. A topic that does not exist is said once and looked
+    for again every 30 s; meanwhile records are not produced (librdkafka would hold each
+    for ``message.timeout.ms``) but counted as lost.
+    Caller: the worker (``report`` from the event loop, as librdkafka's produce is
+    thread-safe; ``open``, ``poll`` and ``close`` from the consumer thread, which serves
+    the delivery reports). Affects: the feedback topic, ``metrics``.
+    """
+
+    def __init__(self, topic: str, config: dict[str, Any], metrics: WorkerMetrics) -> None:
+        self.topic = topic
+        self._config = config
+        self._metrics = metrics
+        self._producer: _KafkaProducer | None = None
+        # Failures come from both threads (produce on the loop, delivery reports on the
+        # consumer thread).
+        self._lock = threading.Lock()
+        self._lost = 0  # since the last warning
+        self._warned = -FEEDBACK_WARNING_INTERVAL  # monotonic time of that warning
+        self._exists = True  # False while the topic is known not to exist
+        self._next_check = 0.0
+
+    def open(self) -> None:
+        self._producer = _KafkaProducer(self._config)
+        self._check_topic(timeout=5.0)
+
+    def poll(self) -> None:
+        if self._producer is None:
+            return
+        self._producer.poll(0)
+        if not self._exists and time.monotonic() >= self._next_check:
+            self._check_topic(timeout=0.5)
+
+    def _check_topic(self, timeout: float) -> None:
+        assert self._producer is not None
+        self._next_check = time.monotonic() + FEEDBACK_TOPIC_CHECK_INTERVAL
+        try:
+            metadata = self._producer.list_topics(self.topic, timeout=timeout)
+        except KafkaException:
+            return  # no answer: keep producing, delivery reports will tell
+        info = metadata.topics.get(self.topic)
+        error = None if info is None else info.error
+        exists = info is not None and (
+            error is None
+            or error.code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
+        )
+        if not exists and self._exists:
+            log.warning(
+                "feedback topic %s does not exist: no feedback until it does "
+                "(fairstream topics create --feedback-topic %s, or --no-feedback)",
+                self.topic,
+                self.topic,
+            )
+        elif exists and not self._exists:
+            log.info("feedback topic %s exists now: reporting outcomes", self.topic)
+        self._exists = exists
+
+    def close(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for what is queued; count what is left as lost."""
+        producer, self._producer = self._producer, None
+        if producer is None:
+            return
+        left = producer.flush(timeout)
+        if left:
+            self._metrics.feedback_errors.inc(left)
+        self._lost_some(left, "not delivered by shutdown", force=True)
+
+    def report(
+        self,
+        request: Request,
+        outcome: Reported,
+        attempt: int,
+        latency: float,
+        *,
+        cost: int | None = None,
+        scope: Scope | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        """Queue one feedback record about ``request``."""
+        producer = self._producer
+        if producer is None:
+            return
+        if not self._exists:
+            self._metrics.feedback_errors.inc()  # said once when the topic was found missing
+            return
+        scheduled = request.scheduled_ms
+        try:
+            record = Feedback(
+                request_id=request.request_id,
+                tenant=request.tenant,
+                outcome=outcome,
+                declared_cost=min(request.cost, contract.MAX_COST),
+                reported_at_ms=time.time_ns() // 1_000_000,
+                attempt=attempt,
+                cost=cost,
+                latency=latency,
+                scheduled_at_ms=scheduled
+                if scheduled is not None and scheduled <= contract.MAX_EPOCH_MS
+                else None,
+                scope=scope,
+                retry_after=retry_after,
+            )
+            producer.produce(
+                self.topic,
+                encode_feedback(record),
+                feedback_key(record),
+                on_delivery=self._delivered,
+            )
+        except FeedbackError as exc:
+            # An egress record outside the contract (no key, a request id over 1 KB).
+            log.debug("no feedback for %s: %s", _where(request), exc)
+            self._failed("outside the feedback contract")
+        except (BufferError, KafkaException) as exc:
+            self._failed(f"not queued: {exc}")  # a full queue is not worth blocking for
+        else:
+            self._metrics.feedback_records.inc()
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._failed(err.str())
+
+    def _failed(self, reason: str) -> None:
+        self._metrics.feedback_errors.inc()
+        self._lost_some(1, reason)
+
+    def _lost_some(self, count: int, reason: str, *, force: bool = False) -> None:
+        with self._lock:
+            self._lost += count
+            now = time.monotonic()
+            if not self._lost or not (force or now - self._warned >= FEEDBACK_WARNING_INTERVAL):
+                return
+            lost, self._lost, self._warned = self._lost, 0, now
+        log.warning(
+            "%d feedback record(s) for topic %s lost (%s); does the topic exist? "
+            "(fairstream topics create --feedback-topic %s)",
+            lost,
+            self.topic,
+            reason,
+            self.topic,
+        )
 
 
 def _coordinates(msg: Message) -> tuple[str, int, int]:

@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS, KafkaConnection, kafka_options
+from fairstream.feedback import DEFAULT_FEEDBACK_TOPIC
 
 
 def load_handler(spec: str) -> Any:
@@ -47,6 +48,27 @@ def load_handler(spec: str) -> Any:
     return target
 
 
+def resolve_feedback_topic(topic: str, off: bool) -> str | None:
+    """The feedback topic the worker writes, or None for none.
+
+    Off with ``--no-feedback``, with an empty ``--feedback-topic``, and with
+    ``FAIRSTREAM_FEEDBACK_TOPIC`` set but empty (click reads an empty variable as unset);
+    ``--no-feedback`` with a topic named on the command line is a contradiction.
+    """
+    ctx = click.get_current_context(silent=True)
+    source = ctx.get_parameter_source("feedback_topic") if ctx is not None else None
+    if off:
+        if source is click.core.ParameterSource.COMMANDLINE and topic:
+            raise click.UsageError("--no-feedback and --feedback-topic contradict each other")
+        return None
+    if (
+        source is click.core.ParameterSource.DEFAULT
+        and os.environ.get("FAIRSTREAM_FEEDBACK_TOPIC", None) == ""
+    ):
+        return None
+    return topic.strip() or None
+
+
 def _env(name: str) -> dict[str, Any]:
     return {"envvar": f"FAIRSTREAM_{name}", "show_envvar": True}
 
@@ -72,6 +94,21 @@ def _env(name: str) -> dict[str, Any]:
     show_default=True,
     help="Dead-letter topic for requests whose handler kept failing.",
     **_env("DLQ_TOPIC"),
+)
+@click.option(
+    "--feedback-topic",
+    default=DEFAULT_FEEDBACK_TOPIC,
+    show_default=True,
+    help="Topic the worker reports outcomes to (rate limits, reported cost) for the "
+    "scheduler; an empty name turns feedback off, as --no-feedback does.",
+    **_env("FEEDBACK_TOPIC"),
+)
+@click.option(
+    "--no-feedback",
+    is_flag=True,
+    default=False,
+    help="Report nothing on the feedback topic.",
+    **_env("WORKER_NO_FEEDBACK"),
 )
 @click.option(
     "--group-id",
@@ -164,6 +201,8 @@ def worker(
     kafka: KafkaConnection,
     egress_topic: str,
     dlq_topic: str,
+    feedback_topic: str,
+    no_feedback: bool,
     group_id: str,
     concurrency: int,
     max_attempts: int,
@@ -182,12 +221,15 @@ def worker(
     skipped as duplicates, so a crash re-delivers and loses nothing. SIGTERM or SIGINT
     finishes the running handlers, commits and leaves the group (a second signal kills).
     Credentials the broker refuses end the command at once with its reason (exit 1).
+    A handler may raise fairstream.RateLimited (retried without using up an attempt) and
+    return fairstream.Usage(cost=N); outcomes go to --feedback-topic for the scheduler.
     """
     from fairstream.worker import KafkaAuthenticationError, Worker
     from fairstream.worker_metrics import MetricsPortError
 
     if backoff_max < backoff_initial:
         raise click.UsageError("--backoff-max must be at least --backoff-initial")
+    feedback = resolve_feedback_topic(feedback_topic, no_feedback)
     function = load_handler(handler)
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -197,6 +239,7 @@ def worker(
         bootstrap=kafka,
         egress_topic=egress_topic,
         dlq_topic=dlq_topic,
+        feedback_topic=feedback,
         group_id=group_id,
         max_attempts=max_attempts,
         backoff_initial=backoff_initial,

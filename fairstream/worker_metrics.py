@@ -110,8 +110,19 @@ class WorkerMetrics:
         )
         self.rate_limited = Counter(
             "fairstream_worker_rate_limited",
-            "Requests the API refused as rate-limited (429 / Retry-After); 0 until workers "
-            "report that feedback.",
+            "Handler calls the API refused as rate-limited (the handler raised "
+            "fairstream.RateLimited); retried without using up an attempt.",
+            registry=r,
+        )
+        self.feedback_records = Counter(
+            "fairstream_worker_feedback_records",
+            "Feedback records handed to the producer for the feedback topic.",
+            registry=r,
+        )
+        self.feedback_errors = Counter(
+            "fairstream_worker_feedback_errors",
+            "Feedback records lost: the producer's queue was full, or the broker did not "
+            "take them (e.g. the feedback topic does not exist).",
             registry=r,
         )
         self.dead_letters = Counter(
