@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install test unit integration lint fmt broker-jars demo bench clean
+.PHONY: install test unit integration lint fmt broker-jars browser screenshot demo bench clean
 
 install: $(STAMP)
 
@@ -22,14 +22,30 @@ $(STAMP): pyproject.toml
 broker-jars: install
 	$(BIN)/fairstream dev-kafka fetch
 
-test: install broker-jars
+# Headless Chromium from Debian's packages, for the console's browser test
+# (tests/integration/test_console.py). Skips apt when chromium is already there.
+CHROMIUM ?= chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+browser:
+	@command -v $(CHROMIUM) >/dev/null 2>&1 || { \
+		echo "installing Debian's chromium (the console's browser test needs it)"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }
+	@$(CHROMIUM) --version
+
+test: install broker-jars browser
 	$(BIN)/python -m pytest tests/unit tests/integration $(PYTEST_ARGS)
 
 unit: install
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: install broker-jars
+integration: install broker-jars browser
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
+
+# Refresh docs/console.png (the README's screenshot) from the browser test's live console.
+screenshot: install broker-jars browser
+	FAIRSTREAM_CONSOLE_SCREENSHOT=docs/console.png $(BIN)/python -m pytest tests/integration/test_console.py $(PYTEST_ARGS)
 
 LINT_PATHS := fairstream tests $(wildcard benchmarks)
 

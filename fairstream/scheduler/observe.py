@@ -99,20 +99,15 @@ class Observed:
         """A snapshot for ``fairstream top`` and the console: the instance, and its busiest
         tenants.
 
-        Tenants: the ``limit`` largest backlogs plus the ``limit`` latest emitters. Each
-        backlogged, unpaused tenant's ``entitlement`` is its weight over the weights of the
-        backlogged, unpaused tenants of its priority class: the share of this instance's
-        egress a weighted fair scheduler owes it now.
+        Tenants: the ``limit`` largest backlogs plus the ``limit`` latest emitters (their
+        rates, shares and entitlements are added by ``SchedulerService.tenant_stats``).
         """
-        loads = [(t, *core.backlog(t), core.policy(t)) for t in core.tenants()]
-        class_weight: dict[int, float] = {}
-        for _, records, _, policy in loads:
-            if records and not policy.paused:
-                class_weight[policy.priority] = class_weight.get(policy.priority, 0.0) + (
-                    policy.weight
-                )
-        backlogged = sorted(loads, key=lambda row: row[1], reverse=True)[:limit]
-        names = [row[0] for row in backlogged]
+        backlogged = sorted(
+            ((t, *core.backlog(t)) for t in core.tenants()),
+            key=lambda row: row[1],
+            reverse=True,
+        )[:limit]
+        names = [t for t, _, _ in backlogged]
         names += [t for t in reversed(self.dwell_by_tenant) if t not in names][:limit]
         rows = []
         for tenant in names:
@@ -120,7 +115,6 @@ class Observed:
             policy = core.policy(tenant)
             samples = self.dwell_by_tenant.get(tenant)
             ordered = sorted(samples) if samples else []
-            entitled = records > 0 and not policy.paused
             rows.append(
                 {
                     "tenant": tenant,
@@ -131,9 +125,6 @@ class Observed:
                     "priority": policy.priority,
                     "paused": policy.paused,
                     "rate_cap": policy.rate_cap,
-                    "entitlement": (
-                        policy.weight / class_weight[policy.priority] if entitled else None
-                    ),
                     "dwell_p50": percentile(ordered, 50, presorted=True) if ordered else None,
                     "dwell_p99": percentile(ordered, 99, presorted=True) if ordered else None,
                 }

@@ -228,9 +228,43 @@ class SchedulerService:
             row["rate"] = rate
             row["share"] = rate / total if total else None
             row["state"] = tenant_state(row, rate)
+        entitlements(result["tenants"])
         if history_since is not None:
             result["history"] = self.auditor.history(history_since)
         return result
+
+
+WAITING = 1.0  # s: a backlog that takes longer than this to drain at its rate waits for a share
+
+
+def entitlements(rows: list[dict[str, Any]]) -> None:
+    """Each listed tenant's ``entitlement`` and ``backlogged_share``, in place.
+
+    A tenant waits for a share when it is not paused and its backlog would take more than
+    ``WAITING`` seconds at its current rate (a quiet tenant with a record in hand does not).
+    Its entitlement is its weight over the weight of the waiting tenants of its priority
+    class: what a weighted fair scheduler owes it of what they receive together; its
+    ``backlogged_share`` is what it did receive of that, over the last seconds. Others have
+    neither (None): what a quiet tenant takes is its own, not anyone's shortfall.
+    """
+    waiting = [
+        r
+        for r in rows
+        if not r.get("paused") and r.get("backlog", 0) > max(1.0, r.get("rate", 0.0) * WAITING)
+    ]
+    weight: dict[int, float] = {}
+    received: dict[int, float] = {}
+    for r in waiting:
+        weight[r["priority"]] = weight.get(r["priority"], 0.0) + r["weight"]
+        received[r["priority"]] = received.get(r["priority"], 0.0) + r.get("rate", 0.0)
+    ids = {id(r) for r in waiting}
+    for r in rows:
+        if id(r) in ids:
+            r["entitlement"] = r["weight"] / weight[r["priority"]]
+            pool = received[r["priority"]]
+            r["backlogged_share"] = r.get("rate", 0.0) / pool if pool else None
+        else:
+            r["entitlement"] = r["backlogged_share"] = None
 
 
 def tenant_state(row: dict[str, Any], rate: float) -> str:

@@ -70,11 +70,14 @@
   function shareBar(row) {
     var bar = document.createElement("div");
     bar.className = "bar";
-    if (has(row.share)) {
+    // Against the entitlement: the tenant's part of what its class's backlogged tenants got
+    // (what quiet tenants took is theirs by right); for the others, their part of egress.
+    var share = has(row.backlogged_share) ? row.backlogged_share : row.share;
+    if (has(share)) {
       var fill = document.createElement("div");
-      var short = has(row.entitlement) && row.share < 0.9 * row.entitlement;
+      var short = has(row.entitlement) && share < 0.9 * row.entitlement;
       fill.className = "fill" + (short ? " short" : "");
-      fill.style.width = Math.min(100, 100 * row.share) + "%";
+      fill.style.width = Math.min(100, 100 * share) + "%";
       bar.appendChild(fill);
     }
     if (has(row.entitlement)) {
@@ -84,7 +87,7 @@
       mark.title = "entitled " + pct(row.entitlement);
       bar.appendChild(mark);
     }
-    bar.title = "share " + pct(row.share) + ", entitled " + pct(row.entitlement);
+    bar.title = "share " + pct(share) + ", entitled " + pct(row.entitlement);
     return bar;
   }
 
@@ -106,6 +109,7 @@
       cell(tr, num(r.backlog), "num");
       cell(tr, rate(r.rate), "num");
       cell(tr, pct(r.share), "num");
+      cell(tr, pct(r.backlogged_share), "num");
       cell(tr, pct(r.entitlement), "num");
       cell(tr, "").appendChild(shareBar(r));
       cell(tr, secs(r.dwell_p50), "num");
@@ -195,11 +199,11 @@
   function timeAxis(c, t0, t1) {
     var ctx = c.ctx, plotW = c.w - c.left - c.right;
     ctx.fillStyle = "#687084";
-    ctx.textAlign = "center";
     for (var m = 0; m <= 5; m++) {
       var t = t1 - m * 60000;
       if (t < t0) break;
       var x = c.left + plotW * (t - t0) / (t1 - t0);
+      ctx.textAlign = m === 0 ? "right" : "center";
       ctx.fillText(m === 0 ? "now" : "-" + m + " min", x, c.h - 6);
     }
   }

@@ -1,0 +1,53 @@
+"""/tenants' entitlements: by weight among the tenants waiting for a share, per class."""
+
+from __future__ import annotations
+
+import pytest
+
+from fairstream.scheduler.service import entitlements, tenant_state
+
+
+def row(tenant, backlog, rate, weight=1.0, priority=0, paused=False, cap=None):
+    return {"tenant": tenant, "backlog": backlog, "rate": rate, "weight": weight,
+            "priority": priority, "paused": paused, "rate_cap": cap}  # fmt: skip
+
+
+def test_waiting_tenants_are_entitled_by_weight_and_quiet_ones_not():
+    rows = [
+        row("bulk", 900, 20.0, weight=2),
+        row("noisy", 800, 10.0),
+        row("quiet", 1, 2.0),  # one record in hand: it drains at once
+        row("idle", 0, 0.0),
+    ]
+    entitlements(rows)
+    by = {r["tenant"]: r for r in rows}
+    assert by["bulk"]["entitlement"] == pytest.approx(2 / 3)
+    assert by["noisy"]["entitlement"] == pytest.approx(1 / 3)
+    assert by["bulk"]["backlogged_share"] == pytest.approx(2 / 3)
+    assert by["quiet"]["entitlement"] is None
+    assert by["idle"]["backlogged_share"] is None
+
+
+def test_classes_paused_tenants_and_new_arrivals():
+    rows = [
+        row("urgent", 100, 30.0, priority=0),
+        row("batch-a", 100, 0.0, priority=1),
+        row("batch-b", 300, 0.0, priority=1, weight=3),
+        row("paused", 500, 0.0, paused=True),
+        row("new", 50, 0.0),  # just arrived: no rate yet, but waiting
+    ]
+    entitlements(rows)
+    by = {r["tenant"]: r for r in rows}
+    assert by["urgent"]["entitlement"] == pytest.approx(0.5)
+    assert by["new"]["entitlement"] == pytest.approx(0.5)
+    assert by["batch-a"]["entitlement"] == pytest.approx(0.25)
+    assert by["batch-b"]["entitlement"] == pytest.approx(0.75)
+    assert by["batch-a"]["backlogged_share"] is None  # its class received nothing
+    assert by["paused"]["entitlement"] is None
+
+
+def test_states():
+    assert tenant_state(row("a", 5, 1.0, paused=True), 1.0) == "paused"
+    assert tenant_state(row("a", 5, 2.0, cap=2.0), 2.0) == "capped"
+    assert tenant_state(row("a", 5, 1.0, cap=2.0), 1.0) == "backlogged"
+    assert tenant_state(row("a", 0, 0.0), 0.0) == "idle"
