@@ -276,13 +276,19 @@ def window_table(windows: list[Window]) -> str:
         f"{'window (UTC)':<18} {'records':>7} {'backlogged':>10} {'Jain':>6}   "
         f"{'worst shortfall':<24} {'quiet dwell p99':>15} {'ideal p99':>9}"
     ]
+    empty = 0
     for w in windows:
+        if not w.scheduled and w.quiet_p99 is None:
+            empty += 1  # nothing to say about a window nobody used
+            continue
         worst = f"{w.worst} {w.shortfall:.0%}" if w.worst else "-"
         jain = "-" if w.jain is None else f"{w.jain:.3f}"
         lines.append(
             f"{_clock(w.start)}-{_clock(w.end)}  {w.scheduled:>7} {w.backlogged:>10} {jain:>6}   "
             f"{worst:<24} {_s(w.quiet_p99):>15} {_s(w.ideal_p99):>9}"
         )
+    if empty:
+        lines.append(f"({empty} windows with no records left out)")
     return "\n".join(lines)
 
 
@@ -390,7 +396,8 @@ def audit(
         ]
         title = f"{egress_topic}: dwell time per tenant against FIFO and the ideal schedule"
         ylabel = "dwell: enqueued to scheduled (s)"
-        if plot_dwell(png, panels, start, title, ylabel=ylabel):
+        first = min(r.enqueued for r in records)  # the plot's time 0: the first arrival
+        if plot_dwell(png, panels, first, title, ylabel=ylabel):
             click.echo(f"plot: {png}")
         else:
             click.echo("plot skipped: matplotlib is not installed (pip install 'fairstream[demo]')")
