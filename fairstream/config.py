@@ -215,6 +215,8 @@ class Settings:
     buffer_memory: int = 512 * 1024 * 1024  # bytes of payloads held; the rest is read back
     trim: bool = True  # delete ingest records below the committed low-water mark
     share_by: str = "demand"  # how instances split the group rate: demand or partitions
+    min_rate: float | None = None  # the adaptive rate's floor; None: 1% of --rate
+    feedback_topic: str | None = "fairstream.feedback"  # the workers' feedback; None: off
     replication_factor: int = 1  # of the buffer changelog topic Faust creates
     session_timeout: float = 10.0  # seconds before a dead member's partitions move
     group_instance_id: str | None = None  # static membership (e.g. the pod name)
@@ -447,6 +449,23 @@ def scheduler_options(f: F) -> F:
             "without their payload and read back from the ingest topic when their turn comes.",
         ),
         _opt(
+            "--min-rate",
+            env="MIN_RATE",
+            type=click.FloatRange(min=0, min_open=True),
+            default=None,
+            help="The lowest the egress rate goes when the paid API pushes back (429s "
+            "reported on the feedback topic). [default: 1% of --rate]",
+        ),
+        _opt(
+            "--feedback-topic",
+            env="FEEDBACK_TOPIC",
+            default="fairstream.feedback",
+            show_default=True,
+            help="Topic the workers report outcomes to: 429s adapt the rate between "
+            "--min-rate and --rate, measured costs correct the tenants' shares. An empty "
+            "value turns feedback off.",
+        ),
+        _opt(
             "--share-by",
             env="SHARE_BY",
             type=click.Choice(["demand", "partitions"]),
@@ -563,6 +582,8 @@ def settings_from_options(**kw: Any) -> Settings:
         buffer_memory=kw["buffer_memory"] * 1024 * 1024,
         trim=kw["trim"],
         share_by=kw["share_by"],
+        min_rate=kw["min_rate"],
+        feedback_topic=kw["feedback_topic"] or None,
         replication_factor=kw["replication_factor"],
         session_timeout=kw["session_timeout"],
         group_instance_id=kw["group_instance_id"] or None,

@@ -71,6 +71,34 @@ def _le(bound: float) -> str:
     return "+Inf" if bound == math.inf else repr(float(bound))
 
 
+class TenantCostCollector(Collector):
+    """Per tenant, the cost its records declared and the cost the workers measured (the
+    ``top_tenants`` largest measured; the rest under __other__), read at scrape time."""
+
+    def __init__(self, costs: Callable[[], Mapping[str, list[int]]], top_tenants: int) -> None:
+        self._costs = costs
+        self._k = top_tenants
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        costs = self._costs()
+        top, _ = _top({t: c[1] for t, c in costs.items()}, self._k)
+        named = {t for t, _ in top}
+        for name, index, what in (
+            ("fairstream_tenant_cost_declared", 0, "Cost its requests declared"),
+            ("fairstream_tenant_cost_reported", 1, "Cost the workers measured"),
+        ):
+            family = CounterMetricFamily(
+                name,
+                f"{what}, per tenant, over the requests with a measured cost (top tenants "
+                "by measured cost; the rest under __other__).",
+                labels=["tenant"],
+            )
+            for tenant in sorted(named):
+                family.add_metric([tenant], costs[tenant][index])
+            family.add_metric([OTHER], sum(c[index] for t, c in costs.items() if t not in named))
+            yield family
+
+
 class CheapHistogram(Collector):
     """A histogram observed once per egress record, from one thread.
 
@@ -191,6 +219,29 @@ class Metrics:
             "This instance's fraction of the group egress rate.",
             registry=r,
         )
+        self.adaptive_rate = Gauge(
+            "fairstream_adaptive_rate",
+            "The group egress rate as the paid API's feedback allows it now (records/s; "
+            "--rate without feedback).",
+            registry=r,
+        )
+        self.rate_limited = Counter(
+            "fairstream_feedback_rate_limited",
+            "api-scope rate-limited outcomes (429s) the workers reported.",
+            registry=r,
+        )
+        self.feedback = Counter(
+            "fairstream_feedback_records",
+            "Feedback records read, by outcome.",
+            ["outcome"],
+            registry=r,
+        )
+        self.feedback_errors = Counter(
+            "fairstream_feedback_errors",
+            "Feedback records ignored, by reason (malformed, absurd-cost).",
+            ["reason"],
+            registry=r,
+        )
         self.refetches = Counter(
             "fairstream_payload_refetches",
             "Reads of the ingest log for payloads not held in memory.",
@@ -235,6 +286,11 @@ class Metrics:
         self.fairness_windows = Counter(
             "fairstream_fairness_windows", "Fairness windows closed.", registry=r
         )
+
+    def watch_costs(
+        self, costs: Callable[[], Mapping[str, list[int]]], top_tenants: int = 20
+    ) -> None:
+        self.registry.register(TenantCostCollector(costs, top_tenants))
 
     def watch_tenants(
         self,

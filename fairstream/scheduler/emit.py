@@ -32,9 +32,11 @@ from confluent_kafka import Message, TopicPartition
 from fairstream import contract
 from fairstream.config import Settings
 from fairstream.core import EgressLimiter, FairScheduler, MonotonicClock, Pick, TenantPolicy
+from fairstream.core.adaptive import TenantPauses
 from fairstream.core.shares import ClassDemand, summarize
 from fairstream.metrics import Metrics
 from fairstream.scheduler import progress as progress_codec
+from fairstream.scheduler.feedback import AdaptiveChange, FeedbackBatch
 from fairstream.scheduler.fetch import PayloadFetcher
 from fairstream.scheduler.group import ShareChange
 from fairstream.scheduler.handoff import (
@@ -155,6 +157,12 @@ class Emitter:
         )
         self._fraction: float | None = None
         self._lease_until = 0.0
+        # Feedback from the paid API (``feedback``): the adapted rate as a fraction of
+        # --rate (applied here when the group does not share by demand), a hold, and
+        # tenants paused by their own upstream quota.
+        self._adaptive = 1.0
+        self._hold_until = 0.0
+        self.pauses = TenantPauses()
         self._txn_emitted: dict[str, int] = {}
         self._txn_cost = 0
         self._txn_letters: dict[str, int] = {}
@@ -226,6 +234,11 @@ class Emitter:
             return False
         if self.group_shares and now >= self._lease_until:
             return False  # no acknowledged demand report for a while: others may take over
+        if now < self._hold_until:
+            return False  # the paid API asked for a pause (Retry-After)
+        if self.pauses and self.pauses.next_expiry() is not None:
+            for tenant in self.pauses.expire(now):
+                self._restore_policy(tenant)
         return not self._warming or now >= self._warm_until
 
     # -- applying what the ingest thread handed over -----------------------------------------
@@ -302,6 +315,13 @@ class Emitter:
             self._assign(item)
         elif isinstance(item, Revoke):
             self._revoke(item)
+        elif isinstance(item, FeedbackBatch):
+            self._feedback(item)
+        elif isinstance(item, AdaptiveChange):
+            self._adaptive = item.factor
+            self._hold_until = item.hold_until
+            if not self.group_shares:
+                self._apply_rate_share()
         elif isinstance(item, ShareChange):
             self._fraction = item.fraction
             self._lease_until = item.lease_until
@@ -402,6 +422,7 @@ class Emitter:
             share = self._fraction or 0.0
         else:
             share = len(self.progress) / self.partitions if self.partitions else 0.0
+            share *= self._adaptive  # the group shares include the adapted rate already
         self.metrics.group_share.set(share)
         rate, cost_rate = self.settings.rate, self.settings.cost_rate
         if share == 0:
@@ -421,6 +442,32 @@ class Emitter:
             cost_rate=None if cost_rate is None else cost_rate * share,
         )
         self.metrics.rate_share.set(0 if rate is None else rate * share)
+
+    def _feedback(self, batch: FeedbackBatch) -> None:
+        """Charge measured costs, pause tenants whose own quota pushed back."""
+        core = self.core
+        for tenant, declared, cost in batch.charges:
+            self.observed.cost(tenant, declared, cost)
+            if cost != declared:
+                core.charge(tenant, cost - declared)
+        now = time.monotonic()
+        for tenant, seconds in batch.pauses:
+            if self.pauses.pause(tenant, seconds, now):
+                self.set_policy(tenant, self.policies.by_tenant.get(tenant))
+                log.info("tenant %r paused for %.1f s (its upstream quota)", tenant, seconds)
+
+    def set_policy(self, tenant: str, policy: TenantPolicy | None) -> None:
+        """Set ``tenant``'s policy in the core, paused while its upstream quota says so.
+        Caller: ``Policies.apply`` and the feedback."""
+        if tenant in self.pauses:
+            base = policy if policy is not None else self.core.default_policy
+            self.core.set_policy(tenant, base.replace(paused=True))
+        else:
+            self.core.set_policy(tenant, policy)
+
+    def _restore_policy(self, tenant: str) -> None:
+        self.set_policy(tenant, self.policies.by_tenant.get(tenant))
+        log.info("tenant %r resumed after its upstream quota's pause", tenant)
 
     def demand(self) -> tuple[dict[int, ClassDemand], tuple[int, ...]]:
         """This instance's demand for the group thread: per class, the backlogged unpaused

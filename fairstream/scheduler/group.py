@@ -124,7 +124,8 @@ class GroupShares:
     ) -> None:
         self.topic = coordination_topic(app_id)
         self.instance = instance
-        self.rate = rate
+        self.ceiling = rate  # --rate: fractions are of it
+        self.rate = rate  # the group rate now: --rate, or less while the paid API pushes back
         self.handoff = handoff
         self.metrics = metrics
         self._demand = demand  # () -> (dict[int, ClassDemand], partitions), on the emitter
@@ -235,7 +236,7 @@ class GroupShares:
                 self._raise_at = None
         else:
             self._raise_at = None
-        change = ShareChange(target, target / self.rate if self.rate else 0.0, lease_until)
+        change = ShareChange(target, target / self.ceiling if self.ceiling else 0.0, lease_until)
         if change != self._applied:
             self._applied = change
             self.handoff.put(change)

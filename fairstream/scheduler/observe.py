@@ -17,6 +17,7 @@ from typing import Any
 from fairstream.core import FairScheduler, percentile
 
 DWELL_TENANTS = 1000  # tenants whose recent dwell times are kept, most recent emitters
+COST_TENANTS = 10_000  # tenants whose declared and measured costs are kept
 DWELL_SAMPLES = 256  # recent dwell times kept per tenant
 
 # A backlogged tenant at a fairness-window boundary: backlog (records), weight, priority
@@ -38,6 +39,9 @@ class Observed:
         self.emitted_by_tenant: dict[str, int] = defaultdict(int)
         self.dwell_by_tenant: OrderedDict[str, deque[float]] = OrderedDict()
         self._since_probe: dict[str, int] = {}
+        # Cost the workers reported against what the records declared, per tenant (the
+        # COST_TENANTS most recently reported): how far declared costs are from real usage.
+        self.cost_by_tenant: dict[str, list[int]] = {}
 
     def emitted(self, counts: dict[str, int]) -> None:
         """Count a committed transaction's egress records per tenant."""
@@ -45,6 +49,18 @@ class Observed:
         for tenant, count in counts.items():
             self.emitted_by_tenant[tenant] += count
             since[tenant] = since.get(tenant, 0) + count
+
+    def cost(self, tenant: str, declared: int, reported: int) -> None:
+        """One request's declared and measured cost (feedback)."""
+        sums = self.cost_by_tenant.pop(tenant, None) or [0, 0]
+        sums[0] += declared
+        sums[1] += reported
+        self.cost_by_tenant[tenant] = sums  # re-inserted: the dict is in report order
+        if len(self.cost_by_tenant) > COST_TENANTS:
+            del self.cost_by_tenant[next(iter(self.cost_by_tenant))]
+
+    def _costs(self, tenant: str) -> list[int] | None:
+        return self.cost_by_tenant.get(tenant)
 
     def dwell(self, tenant: str, seconds: float) -> None:
         samples = self.dwell_by_tenant.get(tenant)
@@ -127,6 +143,10 @@ class Observed:
                     "rate_cap": policy.rate_cap,
                     "dwell_p50": percentile(ordered, 50, presorted=True) if ordered else None,
                     "dwell_p99": percentile(ordered, 99, presorted=True) if ordered else None,
+                    "cost_declared": costs[0]
+                    if (costs := self.cost_by_tenant.get(tenant))
+                    else None,
+                    "cost_reported": costs[1] if costs else None,
                 }
             )
         return {

@@ -69,10 +69,10 @@ class Policies:
             return
         if record is None:
             self.by_tenant.pop(tenant, None)
-            emitter.core.set_policy(tenant, None)
+            emitter.set_policy(tenant, None)
         else:
             self.by_tenant[tenant] = record.policy
-            emitter.core.set_policy(tenant, record.policy)
+            emitter.set_policy(tenant, record.policy)
             before = record.purge_before_ms
             # A policy keeps its last purge time when other fields change: a purge is the
             # same whenever it is applied again, so applying it again is harmless.

@@ -24,6 +24,7 @@ from fairstream.config import Settings
 from fairstream.metrics import Metrics
 from fairstream.scheduler.audit import CHART_TENANTS, Auditor
 from fairstream.scheduler.emit import Emitter, Limits
+from fairstream.scheduler.feedback import FeedbackReader
 from fairstream.scheduler.group import GroupShares
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest import Ingest
@@ -36,6 +37,10 @@ from fairstream.scheduler.trim import Trimmer
 log = logging.getLogger("fairstream.scheduler")
 
 IDENTITY_FILE = "instance-id"
+
+
+def _ignore(_rate: float) -> None:
+    """Alone (no group shares), the adapted rate reaches the emitter as a factor."""
 
 
 def transactional_id(settings: Settings) -> str:
@@ -110,6 +115,18 @@ class SchedulerService:
                 self.metrics,
                 demand=self.emitter.demand,
             )
+        self.feedback: FeedbackReader | None = None
+        if settings.feedback_topic:
+            group = self.group
+            self.feedback = FeedbackReader(
+                librdkafka,
+                settings.feedback_topic,
+                self.handoff,
+                self.metrics,
+                ceiling=settings.rate,
+                floor=settings.min_rate,
+                on_rate=(lambda rate: setattr(group, "rate", rate)) if group else _ignore,
+            )
         self.auditor = Auditor(self._probe, self.metrics, settings.fairness_window)
         self._emitter_thread = threading.Thread(target=self._emit, name="emitter", daemon=True)
         self._ingest_thread = threading.Thread(target=self.ingest.run, name="ingest", daemon=True)
@@ -122,6 +139,11 @@ class SchedulerService:
         ]
         if self.group is not None:
             self._threads.append(threading.Thread(target=self.group.run, name="group", daemon=True))
+        if self.feedback is not None:
+            self._threads.append(
+                threading.Thread(target=self.feedback.run, name="feedback", daemon=True)
+            )
+        self.metrics.watch_costs(lambda: dict(self.emitter.observed.cost_by_tenant))
         self.metrics.watch_tenants(self._backlog_by_tenant, self._emitted_by_tenant)
         self.metrics.backlog.set_function(lambda: len(self.emitter.core))
         self.metrics.in_flight.set_function(lambda: self.emitter.in_flight)
@@ -177,6 +199,8 @@ class SchedulerService:
         self.auditor.stop()
         if self.group is not None:
             self.group.stop()
+        if self.feedback is not None:
+            self.feedback.stop()
         self.ingest.stop()  # hands the emitter a Stop, then closes the consumer
 
     def join(self, timeout: float) -> bool:
@@ -220,6 +244,15 @@ class SchedulerService:
         result["group_instance_id"] = self.settings.group_instance_id
         result["egress_rate"] = total
         result["share_by"] = self.settings.share_by
+        adaptive = self.feedback.adaptive if self.feedback is not None else None
+        if adaptive is not None:
+            result["adaptive"] = {
+                "rate": adaptive.rate(),
+                "ceiling": adaptive.ceiling,
+                "floor": adaptive.floor,
+                "held_for_s": adaptive.held_for(),
+                "rate_limited_total": self.metrics.rate_limited._value.get(),
+            }
         if self.group is not None:
             result["instances"] = self.group.instances()
         result["fairness"] = self.auditor.fairness()

@@ -1,0 +1,193 @@
+"""Feedback from the paid API's workers: the adaptive rate, tenant pauses, measured cost.
+
+A reader thread follows every partition of the feedback topic from its end (what workers
+report from now on; every instance reads all of it, so the group adapts as one) and
+decodes each record (``fairstream.feedback``). Malformed records, unknown outcomes and
+costs nobody should believe are counted in ``fairstream_feedback_errors_total`` and
+skipped: bad feedback never stops anything.
+
+- api-scope outcomes drive this instance's ``AdaptiveRate`` (``fairstream.core.adaptive``):
+  the group rate comes down on 429s, holds while a Retry-After runs, climbs back while the
+  feedback is clean, between ``--min-rate`` and ``--rate``. The rate reaches the group
+  shares (``group``) or, alone, the emitter's buckets; a hold stops all egress.
+- tenant-scope rate limits pause that tenant alone (on the instance that owns it).
+- a reported cost charges the tenant's deficit with its difference from the declared cost,
+  so that shares follow real usage.
+
+Without feedback records nothing changes: the rate stays at ``--rate``.
+Caller: ``SchedulerService`` runs ``run`` on a thread. Affects: the emitter, through the
+handoff (``FeedbackBatch``, ``AdaptiveChange``); the group rate (``on_rate``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+from fairstream.core import MonotonicClock
+from fairstream.core.adaptive import AdaptiveRate
+from fairstream.core.usage import cost_correction
+from fairstream.feedback import FeedbackError, Outcome, Scope, decode_feedback
+from fairstream.metrics import Metrics
+from fairstream.scheduler.handoff import Handoff
+
+log = logging.getLogger("fairstream.feedback")
+
+MAX_COST_RATIO = 10_000  # a reported cost this many times the declared one is not believed
+PUBLISH_EVERY = 0.05  # seconds between two looks at the adaptive rate
+RETRY_TOPIC = 30.0  # seconds between two looks for a feedback topic that is missing
+
+
+class _NoRate:
+    """Stands in for the adaptive rate when there is no --rate to adapt."""
+
+    def on_ok(self) -> None:
+        pass
+
+    def on_other(self) -> None:
+        pass
+
+    def on_rate_limited(self, retry_after: float | None) -> None:
+        pass
+
+
+_NO_RATE = _NoRate()
+
+
+@dataclass
+class FeedbackBatch:
+    """What the emitter applies: measured-cost charges and tenant pauses."""
+
+    charges: list[tuple[str, int, int]] = field(default_factory=list)  # tenant, declared, cost
+    pauses: list[tuple[str, float]] = field(default_factory=list)  # tenant, seconds
+
+
+@dataclass(frozen=True)
+class AdaptiveChange:
+    """The group rate as a fraction of ``--rate``, and no egress before ``hold_until``."""
+
+    factor: float
+    hold_until: float  # monotonic
+
+
+class FeedbackReader:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        topic: str,
+        handoff: Handoff,
+        metrics: Metrics,
+        *,
+        ceiling: float | None,
+        floor: float | None,
+        on_rate: Callable[[float], None],
+    ) -> None:
+        self.topic = topic
+        self.handoff = handoff
+        self.metrics = metrics
+        self.ceiling = ceiling
+        # Without --rate there is no rate to adapt: charges and pauses still apply.
+        self.adaptive = None if ceiling is None else AdaptiveRate(MonotonicClock(), ceiling, floor)
+        self._on_rate = on_rate
+        self._stopping = threading.Event()
+        self._consumer = Consumer(
+            {
+                **config,
+                "group.id": f"{topic}.scheduler",  # never joins: assigned by hand
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 20,
+            }
+        )
+        self._published: AdaptiveChange | None = None
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        try:
+            while not self._stopping.is_set() and not self._assign():
+                self._stopping.wait(RETRY_TOPIC)
+            next_publish = 0.0
+            while not self._stopping.is_set():
+                batch = FeedbackBatch()
+                for msg in self._consumer.consume(num_messages=1000, timeout=0.05):
+                    if msg.error() is None:
+                        self._read(msg.key(), msg.value(), batch)
+                if batch.charges or batch.pauses:
+                    self.handoff.put(batch)
+                now = time.monotonic()
+                if self.adaptive is not None and now >= next_publish:
+                    next_publish = now + PUBLISH_EVERY
+                    self._publish(now)
+        except Exception:
+            log.exception("the feedback reader failed; the rate stays where it was")
+        finally:
+            self._consumer.close()
+
+    def _assign(self) -> bool:
+        metadata = self._consumer.list_topics(self.topic, timeout=30)
+        info = metadata.topics.get(self.topic)
+        if info is None or info.error is not None:
+            log.warning(
+                "feedback topic %s not found: the rate stays at --rate until it exists "
+                "(fairstream topics create --feedback-topic %s)",
+                self.topic,
+                self.topic,
+            )
+            return False
+        self._consumer.assign([TopicPartition(self.topic, p, OFFSET_END) for p in info.partitions])
+        log.info("following feedback on %s", self.topic)
+        return True
+
+    def _read(self, key: bytes | None, value: bytes | None, batch: FeedbackBatch) -> None:
+        try:
+            fb = decode_feedback(value, key)
+        except FeedbackError as exc:
+            self.metrics.feedback_errors.labels("malformed").inc()
+            log.debug("ignoring feedback record: %s", exc)
+            return
+        self.metrics.feedback.labels(fb.outcome.value).inc()
+        adaptive = self.adaptive or _NO_RATE
+        # What is left of a Retry-After once the record reached us.
+        age = max(0.0, time.time() - fb.reported_at_ms / 1000)
+        if fb.outcome is Outcome.OK:
+            adaptive.on_ok()
+        elif fb.outcome is Outcome.RATE_LIMITED:
+            left = None if fb.retry_after is None else max(0.0, fb.retry_after - age)
+            if fb.scope is Scope.TENANT:
+                adaptive.on_other()
+                if left:
+                    batch.pauses.append((fb.tenant, left))
+            else:
+                self.metrics.rate_limited.inc()
+                adaptive.on_rate_limited(left)
+        elif fb.outcome is Outcome.FAILED:
+            adaptive.on_other()
+        if fb.outcome in (Outcome.OK, Outcome.DEAD_LETTERED) and fb.cost is not None:
+            if cost_correction(fb.declared_cost, fb.cost, max_ratio=MAX_COST_RATIO) is None:
+                self.metrics.feedback_errors.labels("absurd-cost").inc()
+            else:
+                batch.charges.append((fb.tenant, fb.declared_cost, fb.cost))
+
+    def _publish(self, now: float) -> None:
+        assert self.adaptive is not None
+        assert self.ceiling is not None
+        rate = self.adaptive.rate()
+        held = self.adaptive.held_for()
+        self.metrics.adaptive_rate.set(rate)
+        change = AdaptiveChange(rate / self.ceiling, now + held if held > 0 else 0.0)
+        last = self._published
+        if (
+            last is None
+            or abs(change.factor - last.factor) > 0.005 * max(last.factor, 1e-9)
+            or change.hold_until > last.hold_until
+        ):
+            self._published = change
+            self._on_rate(rate)
+            self.handoff.put(change)
