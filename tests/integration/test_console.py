@@ -186,7 +186,7 @@ READ_PAGE = """(() => {
   };
 })()"""
 COLUMNS = ("tenant", "state", "class", "weight", "backlog", "out/s", "share", "of backlogged",
-           "entitled", "bar", "p50", "p99")  # fmt: skip
+           "entitled", "bar", "p50", "p99", "cost")  # fmt: skip
 
 
 def number(text: str) -> float | None:

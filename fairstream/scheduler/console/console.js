@@ -49,7 +49,13 @@
     text("app-id", has(d.app_id) ? "group " + d.app_id : "");
     text("updated", "updated " + new Date().toLocaleTimeString());
     text("egress-rate", has(d.egress_rate) ? rate(d.egress_rate) + "/s" : "-");
-    text("egress-limit", has(d.rate_limit) ? "limit " + num(d.rate_limit, 1) + "/s (this instance)" : "no rate limit");
+    var limit = has(d.rate_limit) ? "limit " + num(d.rate_limit, 1) + "/s (this instance)" : "no rate limit";
+    if (d.adaptive && has(d.adaptive.rate)) {
+      // The workers' 429s set the pace: the adapted group rate, between its floor and ceiling.
+      limit += "; adapted to " + num(d.adaptive.rate, 1) + "/s of " + num(d.adaptive.ceiling, 1) + "/s";
+      if (d.adaptive.held_for_s > 0) limit += ", held " + secs(d.adaptive.held_for_s);
+    }
+    text("egress-limit", limit);
     text("backlog", num(d.backlog));
     var f = d.fairness;
     if (!f) {
@@ -114,6 +120,11 @@
       cell(tr, "").appendChild(shareBar(r));
       cell(tr, secs(r.dwell_p50), "num");
       cell(tr, secs(r.dwell_p99), "num");
+      // What the workers measured against what the records declared (with feedback on).
+      cell(tr, has(r.cost_declared) && r.cost_declared > 0 && has(r.cost_reported)
+        ? (r.cost_reported / r.cost_declared).toFixed(2) + "x" : "-", "num")
+        .title = has(r.cost_declared) ? num(r.cost_reported) + " measured / " +
+          num(r.cost_declared) + " declared" : "no feedback for this tenant";
       body.appendChild(tr);
     });
     var table = $("tenants");
