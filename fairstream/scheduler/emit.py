@@ -21,6 +21,7 @@ from the committed marks (``rewind``). Payloads are held in memory up to
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -83,11 +84,12 @@ class Limits:
 
 
 def footprint(msg: Message) -> int:
-    """Memory a held payload costs, roughly: value, key, headers, and the objects."""
-    value, key, headers = msg.value(), msg.key(), _headers(msg)
-    size = 200 + (len(value) if value else 0) + (len(key) if key else 0)
+    """Memory a held payload costs, roughly: the value (``len(msg)``), the key (at most 255
+    bytes), the objects, and the headers when there are some."""
+    headers = msg.headers()
+    size = 456 + len(msg)
     if headers:
-        size += 64 * len(headers) + sum(len(v) for _, v in headers if v)
+        size += 64 * len(headers) + sum(len(v) for _, v in _headers(msg) if v)
     return size
 
 
@@ -243,7 +245,7 @@ class Emitter:
 
     # -- applying what the ingest thread handed over -----------------------------------------
 
-    def _apply(self, records: list[Parsed]) -> None:
+    def _apply(self, records: list[Parsed]) -> None:  # noqa: PLR0915 (flat hot path)
         """Index handed-over records in the core, or turn them into dead letters."""
         progress = self.progress
         core = self.core
@@ -253,44 +255,42 @@ class Emitter:
         pushed = 0
         now = now_ms()
         purges = self.policies.purges
+        if self.rewinding:
+            return
+        # Room left in each tenant's backlog (records, cost) under its policy: worked out
+        # once per batch, then counted down, instead of an admission decision per record.
+        room: dict[str, list[float]] = {}
+        cached = self.cached
         for item in records:
             partition, offset, tenant, cost, deadline, enqueued, msg, invalid = item
             prog = progress.get(partition)
-            if prog is None or offset < prog.next or self.rewinding:
+            if prog is None or offset < prog.next:
                 continue  # not ours (any more), or already seen
             if warming:
                 warming.discard(partition)
-            if prog.recovered(offset):
+            if offset < prog.replay_end and prog.recovered(offset):
                 prog.observe(offset)  # settled before the restart
                 continue
-            prog.observe(offset)
+            if offset == prog.next:
+                prog.next = offset + 1
+            else:
+                prog.observe(offset)  # a gap first (transaction markers, aborted records)
             if invalid is not None or tenant is None:  # the ingest thread sets one of them
                 entry: Entry = (partition, offset, enqueued, None, msg, 1)
                 reason = invalid.reason if invalid else contract.INVALID_KEY
                 letters.append((None, entry, reason, invalid.detail if invalid else ""))
                 continue
-            if deadline is not None and now > deadline:
-                letters.append(
-                    (
-                        tenant,
-                        (partition, offset, enqueued, deadline, msg, cost),
-                        contract.EXPIRED,
-                        expired_detail(tenant, deadline, now, buffered=False),
-                    )
-                )
-                continue
-            if purges and tenant in purges and enqueued <= purges[tenant]:
-                letters.append(
-                    (
-                        tenant,
-                        (partition, offset, enqueued, deadline, msg, cost),
-                        contract.PURGED,
-                        purge_detail(tenant, purges[tenant]),
-                    )
-                )
-                continue
-            decision = core.admit(tenant, cost)
-            if not decision.accepted:
+            if deadline is not None or purges:
+                refused = self._refused(tenant, deadline, enqueued, now)
+                if refused is not None:
+                    entry = (partition, offset, enqueued, deadline, msg, cost)
+                    letters.append((tenant, entry, *refused))
+                    continue
+            left = room.get(tenant)
+            if left is None:
+                left = room[tenant] = self._room(tenant)
+            if left[0] < 1 or left[1] < cost:
+                decision = core.admit(tenant, cost)  # the exact reason and sentence
                 letters.append(
                     (
                         tenant,
@@ -300,15 +300,38 @@ class Emitter:
                     )
                 )
                 continue
+            left[0] -= 1
+            left[1] -= cost
             size = footprint(msg)
-            if self.cached + size <= budget:
-                self.cached += size
+            if cached + size <= budget:
+                cached += size
                 core.push(tenant, (partition, offset, enqueued, deadline, msg, cost), cost)
             else:
                 core.push(tenant, (partition, offset, enqueued, deadline, None, cost), cost)
             pushed += 1
+        self.cached = cached
         if pushed:
             self.metrics.ingested.inc(pushed)
+
+    def _refused(
+        self, tenant: str, deadline: int | None, enqueued: int, now: int
+    ) -> tuple[str, str] | None:
+        """Why a record is dead-lettered as it is read (expired, purged), if it is."""
+        if deadline is not None and now > deadline:
+            return contract.EXPIRED, expired_detail(tenant, deadline, now, buffered=False)
+        before = self.policies.purges.get(tenant)
+        if before is not None and enqueued <= before:
+            return contract.PURGED, purge_detail(tenant, before)
+        return None
+
+    def _room(self, tenant: str) -> list[float]:
+        """Records and cost ``tenant`` may still add to its backlog under its policy."""
+        policy = self.core.policy(tenant)
+        records, cost = self.core.backlog(tenant)
+        return [
+            math.inf if policy.max_backlog is None else policy.max_backlog - records,
+            math.inf if policy.max_backlog_cost is None else policy.max_backlog_cost - cost,
+        ]
 
     def _control(self, item: Any) -> bool:
         if isinstance(item, Assign):

@@ -34,7 +34,16 @@ class PartitionProgress:
     to its end and its end to its start, so settling one offset is O(1) whatever the order.
     """
 
-    __slots__ = ("_cursor", "_ends", "_recovered", "_starts", "changes", "lwm", "next")
+    __slots__ = (
+        "_cursor",
+        "_ends",
+        "_recovered",
+        "_starts",
+        "changes",
+        "lwm",
+        "next",
+        "replay_end",
+    )
 
     def __init__(self, lwm: int, settled: Iterable[tuple[int, int]] = ()) -> None:
         if lwm < 0:
@@ -48,6 +57,8 @@ class PartitionProgress:
         # records are skipped as they come by.
         self._recovered = sorted((max(s, lwm), e) for s, e in settled if e > max(s, lwm))
         self._cursor = 0
+        # Offsets at or past this were settled after no recovered range: no need to ask.
+        self.replay_end = self._recovered[-1][1] if self._recovered else -1
         for start, end in self._recovered:
             self.settle_range(start, end)
 
