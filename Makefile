@@ -79,6 +79,15 @@ bench: install broker-jars $(QUIX_VENV)/.installed
 	$(BIN)/python benchmarks/service_throughput.py --bootstrap "$$BOOTSTRAP" && \
 	$(BIN)/python benchmarks/run_all.py --bootstrap "$$BOOTSTRAP"
 
+# One chaos run of the whole system on a development broker of its own (benchmarks/soak.py:
+# kills, SIGTERMs, a broker restart, a rebalance; about 8 minutes); rewrites docs/soak.md and
+# exits 1 on loss, disorder or egress duplicates. SOAK_ARGS="--duration 120 --seed 7" varies it.
+SOAK_ARGS ?=
+
+.PHONY: soak
+soak: install broker-jars
+	$(BIN)/python benchmarks/soak.py --markdown docs/soak.md $(SOAK_ARGS)
+
 # Static checks of the Dockerfile, docker-compose.yml and the Helm chart, with no Docker engine
 # or cluster (deploy/check.sh). Builds helm once from the Go module proxy into ~/.cache/fairstream.
 .PHONY: deploy-check
