@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaException, Message, TopicPartition
 
 from fairstream import contract
 from fairstream.config import Settings
@@ -571,8 +571,8 @@ class Emitter:
             try:  # the common case, inline: this runs once per egress record
                 txn.producer.produce(self.egress_topic, value, key, headers=headers)  # type: ignore[arg-type]
                 txn.records += 1
-            except BufferError:
-                txn.produce(self.egress_topic, value, key, headers)
+            except (BufferError, KafkaException):
+                txn.produce(self.egress_topic, value, key, headers)  # retries, or says why
         else:
             txn.produce(self.egress_topic, value, key, headers)
         self.progress[partition].settle(offset)

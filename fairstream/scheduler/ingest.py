@@ -161,11 +161,20 @@ class Ingest:
         if wake:
             self.handoff.wake.set()
 
+    def _await_emitter(self, done: threading.Event) -> bool:
+        """Wait for the emitter to act on a control (at most REVOKE_WAIT seconds), or to die:
+        an emitter that failed will never answer, and the stop must not wait for it."""
+        deadline = time.monotonic() + REVOKE_WAIT
+        while not done.wait(0.1):
+            if not self._emitter_alive() or time.monotonic() >= deadline:
+                return False
+        return True
+
     def _close(self) -> None:
         if self._emitter_alive():
             stop = Stop()
             self.handoff.put(stop)
-            stop.done.wait(REVOKE_WAIT)
+            self._await_emitter(stop.done)
         self.readers.close_all()
         try:
             self.consumer.close()  # leaves the group (a static member stays until timeout)
@@ -273,7 +282,7 @@ class Ingest:
             revoke = Revoke(parts, lost=lost)
             self.handoff.put(revoke)
             # The emitter commits (or, for lost partitions, aborts) before they move on.
-            if not revoke.done.wait(REVOKE_WAIT):
+            if not self._await_emitter(revoke.done):
                 log.error("the emitter did not settle partitions %s in time", parts)
         consumer.incremental_unassign(partitions)
         self.assigned.difference_update(parts)

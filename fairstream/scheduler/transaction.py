@@ -15,11 +15,17 @@ import logging
 import time
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 log = logging.getLogger("fairstream.transaction")
 
 API_TIMEOUT = 30.0  # seconds for a transactional call
+
+
+# What a fenced producer is told: a newer one with its transactional id exists.
+_FENCED = frozenset(
+    {KafkaError._FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError.PRODUCER_FENCED}
+)
 
 
 class FatalError(Exception):
@@ -44,11 +50,43 @@ class Transaction:
                 "queue.buffering.max.kbytes": 1_048_576,
                 # Agrees with Java clients on which egress partition a tenant's records use.
                 "partitioner": "murmur2_random",
+                "error_cb": self._error,
             }
         )
+        self.fatal_reason: str | None = None  # librdkafka's words for a fatal error
+        self.transactional_id = transactional_id
         self.open = False
         self.records = 0  # records produced in the open transaction
         self._produced = 0
+
+    def _error(self, err: KafkaError) -> None:
+        # A fatal error reaches the calls that meet it as a bare "Local: Fatal error"; the
+        # error callback carries what happened (e.g. a newer producer with our id).
+        if err.fatal() and self.fatal_reason is None:
+            self.fatal_reason = err.str()
+        elif not err.fatal():
+            log.warning("transactional producer: %s", err.str())
+
+    def failure(self, exc: KafkaException) -> FatalError | None:
+        """A ``FatalError`` with the reason for a fatal ``exc``, or None if it is not fatal."""
+        err = exc.args[0] if exc.args else None
+        if not isinstance(err, KafkaError) or not (
+            err.fatal() or err.code() in (KafkaError._FATAL, KafkaError._FENCED)
+        ):
+            return None
+        try:
+            self.producer.poll(0)  # serves the error callback, which has the reason
+        except KafkaException as polled:  # ... or raises it
+            if self.fatal_reason is None and polled.args:
+                self.fatal_reason = polled.args[0].str()
+        reason = self.fatal_reason or err.str()
+        if err.code() in _FENCED or "old epoch" in reason or "fenced" in reason.lower():
+            return FatalError(
+                f"fenced: a newer producer with this instance's transactional id "
+                f"({self.transactional_id}) took over (another process with the same "
+                f"--group-instance-id or --data-dir?): {reason}"
+            )
+        return FatalError(f"the transactional producer failed: {reason}")
 
     def init(self) -> None:
         """Register the transactional id, fencing an older producer with the same id (a
@@ -57,7 +95,11 @@ class Transaction:
 
     def begin(self) -> None:
         if not self.open:
-            self.producer.begin_transaction()
+            try:
+                self.producer.begin_transaction()
+            except KafkaException as exc:
+                fatal = self.failure(exc)
+                raise (fatal or FatalError(f"beginning a transaction: {exc}")) from exc
             self.open = True
 
     def produce(
@@ -81,6 +123,11 @@ class Transaction:
                 break
             except BufferError:
                 self.producer.poll(0.05)  # librdkafka's queue is full: let it drain
+            except KafkaException as exc:
+                fatal = self.failure(exc)
+                if fatal is not None:
+                    raise fatal from exc
+                raise
         self.records += 1
         self._produced += 1
         if self._produced % 1000 == 0:
@@ -105,7 +152,9 @@ class Transaction:
             if err.txn_requires_abort():
                 self.abort(err.str())
                 raise Aborted(err.str()) from exc
-            raise FatalError(f"the transaction failed and cannot be aborted: {err.str()}") from exc
+            fatal = self.failure(exc)
+            reason = str(fatal) if fatal is not None else err.str()
+            raise FatalError(f"the transaction failed and cannot be aborted: {reason}") from exc
         self.open = False
         self.records = 0
 
@@ -114,7 +163,9 @@ class Transaction:
         try:
             self.producer.abort_transaction(API_TIMEOUT)
         except KafkaException as exc:
-            raise FatalError(f"aborting the transaction failed: {exc.args[0].str()}") from exc
+            fatal = self.failure(exc)
+            reason = str(fatal) if fatal is not None else exc.args[0].str()
+            raise FatalError(f"aborting the transaction failed: {reason}") from exc
         self.open = False
         self.records = 0
 
