@@ -989,21 +989,20 @@ def print_report(report: Report) -> None:
 KNOWN_PROBLEMS = """\
 - **A broker restart makes schedulers exit.** While the broker is away,
   `send_offsets_to_transaction` times out ("Failed to add offsets to transaction ...: Local:
-  Timed out"); `fairstream/scheduler/transaction.py` (`Transaction.commit`) treats every
-  error that does not ask for an abort as fatal, though this one is retriable. The soak, as
-  an orchestrator would, starts them again, and nothing is lost; they show as unexpected
-  exits above.
-- **A fatal stop can take the whole 30 s shutdown timeout** ("threads still running 30 s
-  after the stop; exiting"): the ingest thread hands its `Stop` to the emitter thread while
-  that thread is itself failing (`ingest.py` `_close` sees it alive), and waits for it.
+  Timed out"); `Transaction.commit` (`fairstream/scheduler/transaction.py`) retries only
+  `commit_transaction` and turns every other error that does not ask for an abort into a
+  `FatalError`, though this one is retriable. The soak, as an orchestrator would, starts
+  them again and nothing is lost; they show as unexpected exits above.
 - **A scheduler can stop emitting for good after a broker restart, while `/healthz` and
-  `/readyz` answer 200.** The group-shares thread asks the emitter for its demand with a 5 s
-  timeout (`group.py` `run`, `handoff.call`); the emitter is blocked longer in a
-  transactional call while the broker is away, the thread ends on the `TimeoutError`, the
-  emitter's lease is never renewed and it emits nothing more. Its records stay unsettled in
-  the ingest log (not destroyed) until it is restarted. Seen with `--duration 90 --seed 7`:
-  2,096 records not emitted 180 s after the producers stopped (verdict FAIL, counted as
-  lost before egress; `unsettled in the ingest log` shows them).
+  `/readyz` answer 200.** The group-shares thread asks the emitter for its demand through
+  `Handoff.call`, which gives up after 5 s (`group.py` `GroupShares.run`); while the broker
+  is away the emitter is blocked longer than that in a transactional call, the thread ends
+  on the `TimeoutError` ("group shares failed; this instance stops emitting at its lease
+  end"), the emitter's lease is never renewed (`Emitter._may_emit`) and it emits nothing
+  more, though it keeps its partitions. Their records stay unsettled in the ingest log (not
+  destroyed) until the process is restarted. Seen with `--duration 90 --seed 7`: 2,096
+  records not emitted 180 s after the producers stopped (verdict FAIL: counted as lost
+  before egress, and as unsettled in the ingest log).
 """
 
 
