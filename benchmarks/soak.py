@@ -987,22 +987,10 @@ def print_report(report: Report) -> None:
 # What runs of the soak found in the scheduler, for docs/soak.md (see issue 13). Remove an
 # entry once it is fixed.
 KNOWN_PROBLEMS = """\
-- **A broker restart makes schedulers exit.** While the broker is away,
-  `send_offsets_to_transaction` times out ("Failed to add offsets to transaction ...: Local:
-  Timed out"); `Transaction.commit` (`fairstream/scheduler/transaction.py`) retries only
-  `commit_transaction` and turns every other error that does not ask for an abort into a
-  `FatalError`, though this one is retriable. The soak, as an orchestrator would, starts
-  them again and nothing is lost; they show as unexpected exits above.
-- **A scheduler can stop emitting for good after a broker restart, while `/healthz` and
-  `/readyz` answer 200.** The group-shares thread asks the emitter for its demand through
-  `Handoff.call`, which gives up after 5 s (`group.py` `GroupShares.run`); while the broker
-  is away the emitter is blocked longer than that in a transactional call, the thread ends
-  on the `TimeoutError` ("group shares failed; this instance stops emitting at its lease
-  end"), the emitter's lease is never renewed (`Emitter._may_emit`) and it emits nothing
-  more, though it keeps its partitions. Their records stay unsettled in the ingest log (not
-  destroyed) until the process is restarted. Seen with `--duration 90 --seed 7`: 2,096
-  records not emitted 180 s after the producers stopped (verdict FAIL: counted as lost
-  before egress, and as unsettled in the ingest log).
+None open. Fixed after earlier runs: a broker restart made schedulers exit (a retriable
+`send_offsets_to_transaction` timeout was taken for a fatal error), and could leave an
+instance that no longer emitted while `/readyz` said ready (the group-shares thread ended
+on a timed-out call to a busy emitter, and its lease was never renewed).
 """
 
 

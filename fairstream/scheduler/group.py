@@ -153,33 +153,49 @@ class GroupShares:
         self._stopping.set()
 
     def run(self) -> None:
+        """Report, read, apply, until stopped. Nothing that fails here ends the thread: a
+        broker that is away, an emitter busy longer than a call waits, are met again on
+        the next turn (meanwhile the lease runs out and this instance stops emitting, as
+        the others count it gone)."""
         try:
-            tp = TopicPartition(self.topic, 0, OFFSET_BEGINNING)
-            _, self._start_high = self._consumer.get_watermark_offsets(tp, timeout=30)
-            self._caught_up = self._start_high == 0
-            self._consumer.assign([tp])
+            while not self._stopping.is_set() and not self._start():
+                self._stopping.wait(1.0)
             next_demand = 0.0
             last_sent = -1e9
             while not self._stopping.is_set():
-                self._read()
-                now = time.monotonic()
-                if now >= next_demand:
-                    next_demand = now + DEMAND_EVERY
-                    demand, partitions = self.handoff.call(self._demand)
-                    changed = self.own is None or (demand, partitions) != (
-                        self.own.demand,
-                        self.own.partitions,
-                    )
-                    if changed or now - last_sent >= HEARTBEAT:
-                        self._publish(Report(self.instance, _now_ms(), partitions, demand), now)
-                        last_sent = now
-                self._producer.poll(0)
-                self._apply(time.monotonic())
+                try:
+                    self._read()
+                    now = time.monotonic()
+                    if now >= next_demand:
+                        next_demand = now + DEMAND_EVERY
+                        demand, partitions = self.handoff.call(self._demand)
+                        changed = self.own is None or (demand, partitions) != (
+                            self.own.demand,
+                            self.own.partitions,
+                        )
+                        if changed or now - last_sent >= HEARTBEAT:
+                            report = Report(self.instance, _now_ms(), partitions, demand)
+                            self._publish(report, now)
+                            last_sent = now
+                    self._producer.poll(0)
+                    self._apply(time.monotonic())
+                except Exception as exc:
+                    log.warning("group shares: %r; trying again", exc)
                 self._stopping.wait(TICK)
-        except Exception:
-            log.exception("group shares failed; this instance stops emitting at its lease end")
         finally:
             self._leave()
+
+    def _start(self) -> bool:
+        """Find where the coordination topic ends, to know when the reports there are read."""
+        tp = TopicPartition(self.topic, 0, OFFSET_BEGINNING)
+        try:
+            _, self._start_high = self._consumer.get_watermark_offsets(tp, timeout=10)
+        except Exception as exc:
+            log.warning("reading the coordination topic %s: %r; trying again", self.topic, exc)
+            return False
+        self._caught_up = self._start_high == 0
+        self._consumer.assign([tp])
+        return True
 
     def _publish(self, report: Report, sent: float) -> None:
         self.own = report

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fairstream.core import FairScheduler, percentile
+from fairstream.metrics import OTHER
 
 DWELL_TENANTS = 1000  # tenants whose recent dwell times are kept, most recent emitters
+EMITTED_TENANTS = 100_000  # tenants whose emitted counts are kept one by one
 COST_TENANTS = 10_000  # tenants whose declared and measured costs are kept
 DWELL_SAMPLES = 256  # recent dwell times kept per tenant
 
@@ -46,9 +48,22 @@ class Observed:
     def emitted(self, counts: dict[str, int]) -> None:
         """Count a committed transaction's egress records per tenant."""
         since = self._since_probe
+        emitted = self.emitted_by_tenant
         for tenant, count in counts.items():
-            self.emitted_by_tenant[tenant] += count
+            emitted[tenant] += count
             since[tenant] = since.get(tenant, 0) + count
+        if len(emitted) > EMITTED_TENANTS:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Keep the counts of the tenants that emitted most; fold the rest into __other__
+        (the metrics' label for everyone else), so that churning tenants cannot grow this
+        without bound while every total stays right."""
+        emitted = self.emitted_by_tenant
+        keep = dict(heapq.nlargest(EMITTED_TENANTS // 2, emitted.items(), key=lambda kv: kv[1]))
+        folded = sum(emitted.values()) - sum(keep.values())
+        self.emitted_by_tenant = defaultdict(int, keep)
+        self.emitted_by_tenant[OTHER] += folded
 
     def cost(self, tenant: str, declared: int, reported: int) -> None:
         """One request's declared and measured cost (feedback)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
@@ -20,6 +21,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 log = logging.getLogger("fairstream.transaction")
 
 API_TIMEOUT = 30.0  # seconds for a transactional call
+RETRY_FOR = 120.0  # seconds a retriable commit is tried again (a broker restart)
 
 
 # What a fenced producer is told: a newer one with its transactional id exists.
@@ -137,16 +139,18 @@ class Transaction:
         """Send the offsets with the member's group metadata and commit."""
         self.begin()
         try:
-            self.producer.send_offsets_to_transaction(offsets, group_metadata, API_TIMEOUT)
-            deadline = time.monotonic() + API_TIMEOUT
-            while True:
-                try:
-                    self.producer.commit_transaction(API_TIMEOUT)
-                    break
-                except KafkaException as exc:
-                    if not exc.args[0].retriable() or time.monotonic() >= deadline:
-                        raise
-                    log.warning("commit_transaction: %s; retrying", exc.args[0].str())
+            # Both calls may fail for a while when the broker is away (a restart, a
+            # network blip): librdkafka says the error is retriable, and the same call
+            # is made again until the broker is back or the time is up.
+            self._retrying(
+                lambda: self.producer.send_offsets_to_transaction(
+                    offsets, group_metadata, API_TIMEOUT
+                ),
+                "send_offsets_to_transaction",
+            )
+            self._retrying(
+                lambda: self.producer.commit_transaction(API_TIMEOUT), "commit_transaction"
+            )
         except KafkaException as exc:
             err = exc.args[0]
             if err.txn_requires_abort():
@@ -157,6 +161,18 @@ class Transaction:
             raise FatalError(f"the transaction failed and cannot be aborted: {reason}") from exc
         self.open = False
         self.records = 0
+
+    def _retrying(self, call: Callable[[], None], name: str) -> None:
+        deadline = time.monotonic() + RETRY_FOR
+        while True:
+            try:
+                call()
+                return
+            except KafkaException as exc:
+                err = exc.args[0]
+                if not err.retriable() or time.monotonic() >= deadline:
+                    raise
+                log.warning("%s: %s; retrying", name, err.str())
 
     def abort(self, why: str) -> None:
         log.warning("aborting the transaction (%s)", why)
