@@ -62,7 +62,7 @@ from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.policies import Policies
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recovery import progress_topic
-from fairstream.scheduler.transaction import Aborted, Transaction
+from fairstream.scheduler.transaction import Aborted, FatalError, Transaction
 
 log = logging.getLogger("fairstream.emitter")
 
@@ -145,7 +145,8 @@ class Emitter:
             # first what the topic accepts.
             "message.max.bytes": max(limits.egress, limits.dlq) + 64 * 1024,
         }
-        self.txn = Transaction(config, transactional_id, settings.transaction_timeout)
+        self._txn_config = (config, transactional_id, settings.transaction_timeout)
+        self.txn = Transaction(*self._txn_config)
         self.budget = settings.buffer_memory
         self.cached = 0  # bytes of payloads held by entries in the core
         self.joined = False
@@ -400,7 +401,10 @@ class Emitter:
                 # The group gave them away already: what is open cannot commit. Abort it and
                 # recover the partitions that stay ours from their committed marks.
                 if self.txn.open:
-                    self.txn.abort(f"partitions {sorted(gone)} were lost")
+                    try:
+                        self.txn.abort(f"partitions {sorted(gone)} were lost")
+                    except FatalError as exc:
+                        self._renew_transaction(exc)
                     self._rewind()
                     return
             else:
@@ -653,6 +657,10 @@ class Emitter:
         except Aborted:
             self._rewind()
             return
+        except FatalError as exc:
+            self._renew_transaction(exc)
+            self._rewind()
+            return
         self.metrics.commit_seconds.observe(time.monotonic() - started)
         self.metrics.transactions.labels("committed").inc()
         for partition, prog in changed:
@@ -667,6 +675,17 @@ class Emitter:
             self.metrics.dead_letters.labels(reason).inc(count)
         self._txn_emitted, self._txn_cost, self._txn_letters = {}, 0, {}
         self._on_committed(dict(self._committed_marks))
+
+    def _renew_transaction(self, exc: FatalError) -> None:
+        """A producer that cannot go on (say, after a broker restart its abort is refused):
+        a new one with the same transactional id takes over, fencing the old one, and what
+        was open is read again. Fenced by another process with our id: that is fatal."""
+        if str(exc).startswith("fenced"):
+            raise exc
+        log.warning("replacing the transactional producer after: %s", exc)
+        # init_transactions fences the old producer (same id) and aborts what it left open.
+        self.txn = Transaction(*self._txn_config)
+        self.txn.init()
 
     def _rewind(self) -> None:
         """After an abort: forget everything and recover again from what is committed."""

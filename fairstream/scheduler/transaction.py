@@ -12,6 +12,7 @@ Caller: the emitter thread only.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +22,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 log = logging.getLogger("fairstream.transaction")
 
 API_TIMEOUT = 30.0  # seconds for a transactional call
-RETRY_FOR = 120.0  # seconds a retriable commit is tried again (a broker restart)
+RETRY_FOR = 120.0  # seconds a retriable commit or abort is tried again (a broker restart)
+OFFSETS_TIMEOUT = 10.0  # seconds send_offsets_to_transaction may take before it is aborted
 
 
 # What a fenced producer is told: a newer one with its transactional id exists.
@@ -32,6 +34,29 @@ _FENCED = frozenset(
 
 class FatalError(Exception):
     """The instance cannot go on (fenced by a newer instance, a broken producer)."""
+
+
+def _bounded(call: Callable[[], None], timeout: float, name: str) -> None:
+    """Run a librdkafka call that takes a timeout, but do not trust it to return: after a
+    broker restart, send_offsets_to_transaction was seen blocked for minutes past its own
+    timeout. Past ``timeout`` the producer counts as broken (``FatalError``): the emitter
+    replaces it (the new one fences it) and reads again what was open."""
+    failure: list[BaseException] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    if not done.wait(timeout):
+        raise FatalError(f"{name} did not return within {timeout:.0f} s: the producer is stuck")
+    if failure:
+        raise failure[0]
 
 
 class Aborted(Exception):
@@ -139,17 +164,33 @@ class Transaction:
         """Send the offsets with the member's group metadata and commit."""
         self.begin()
         try:
-            # Both calls may fail for a while when the broker is away (a restart, a
-            # network blip): librdkafka says the error is retriable, and the same call
-            # is made again until the broker is back or the time is up.
-            self._retrying(
+            _bounded(
                 lambda: self.producer.send_offsets_to_transaction(
-                    offsets, group_metadata, API_TIMEOUT
+                    offsets, group_metadata, OFFSETS_TIMEOUT
                 ),
+                OFFSETS_TIMEOUT + 5,
                 "send_offsets_to_transaction",
             )
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.txn_requires_abort() or err.retriable():
+                # A broker away (restart, network) or a generation gone: nothing of this
+                # transaction is committed, so abort it and read again what it held.
+                self.abort(err.str())
+                raise Aborted(err.str()) from exc
+            fatal = self.failure(exc)
+            reason = str(fatal) if fatal is not None else err.str()
+            raise FatalError(f"sending the offsets failed: {reason}") from exc
+        try:
+            # A commit that failed retriably may be half done at the coordinator: the same
+            # call is made again until it completes (librdkafka's rule), or the time is up.
             self._retrying(
-                lambda: self.producer.commit_transaction(API_TIMEOUT), "commit_transaction"
+                lambda: _bounded(
+                    lambda: self.producer.commit_transaction(API_TIMEOUT),
+                    API_TIMEOUT + 5,
+                    "commit_transaction",
+                ),
+                "commit_transaction",
             )
         except KafkaException as exc:
             err = exc.args[0]
@@ -177,7 +218,14 @@ class Transaction:
     def abort(self, why: str) -> None:
         log.warning("aborting the transaction (%s)", why)
         try:
-            self.producer.abort_transaction(API_TIMEOUT)
+            self._retrying(
+                lambda: _bounded(
+                    lambda: self.producer.abort_transaction(API_TIMEOUT),
+                    API_TIMEOUT + 5,
+                    "abort_transaction",
+                ),
+                "abort",
+            )
         except KafkaException as exc:
             fatal = self.failure(exc)
             reason = str(fatal) if fatal is not None else exc.args[0].str()
