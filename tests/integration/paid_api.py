@@ -15,6 +15,7 @@ process, and a read_committed reader of the egress topic.
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 import time
@@ -33,6 +34,8 @@ from fairstream.worker import Request, Worker
 from tests.integration.kafka import unique, wait_until
 from tests.integration.scheduler import Deployment, SchedulerProcess, TopicReader
 
+HOLDS = 3.0  # seconds a convergence must last, at the end of a run, to count
+
 
 @dataclass(frozen=True, slots=True)
 class Call:
@@ -43,7 +46,9 @@ class Call:
 
 
 class PaidApi:
-    """A token bucket of ``capacity`` calls/s holding up to ``burst_seconds`` of capacity.
+    """A token bucket of ``capacity`` calls/s holding up to ``burst_seconds`` of capacity
+    (default half a second of it: a rate of exactly the capacity must go through, and the
+    pipeline delivers in batches: the scheduler commits every 0.1 s, workers fetch in bulk).
 
     ``schedule``: (seconds after the first call, capacity) pairs, in order, the first at 0.
     Thread-safe: the workers' handler threads share one instance.
@@ -53,7 +58,7 @@ class PaidApi:
         self,
         schedule: Sequence[tuple[float, float]] | float,
         *,
-        burst_seconds: float = 0.2,
+        burst_seconds: float = 0.5,
         grain: float = 0.1,
         latency: float = 0.01,
     ) -> None:
@@ -123,22 +128,32 @@ class PaidApi:
         calls = self.window(begin, end)
         return sum(not c.ok for c in calls) / max(1, len(calls))
 
-    def convergence(self, change: float, end: float, fraction: float = 0.9) -> float | None:
+    def convergence(
+        self, change: float, end: float, fraction: float = 0.9, refused: float | None = None
+    ) -> float | None:
         """Seconds from ``change`` to the first 1 s window from which on every 1 s window
-        (stepping by 0.5 s) up to ``end`` has goodput at least ``fraction`` of the capacity.
+        (stepping by 0.5 s) up to ``end`` has goodput at least ``fraction`` of the capacity
+        (and, with ``refused``, at most that share of its calls refused); None: never, or
+        not for the last ``HOLDS`` seconds at least.
         """
         start = self.start or 0.0
         with self._lock:
-            oks = sorted(c.at - start for c in self.calls if c.ok)
+            calls = sorted((c.at - start, c.ok) for c in self.calls)
         capacity = self.capacity_at(change)
+        times = [t for t, _ in calls]
 
         def good(t: float) -> bool:
-            count = sum(1 for x in oks if t <= x < t + 1)
-            return count >= fraction * capacity
+            window = calls[bisect.bisect_left(times, t) : bisect.bisect_left(times, t + 1)]
+            ok = sum(1 for _, went in window if went)
+            if ok < fraction * capacity:
+                return False
+            return refused is None or len(window) - ok <= refused * len(window)
 
         steps = [change + 0.5 * i for i in range(int((end - 1 - change) / 0.5) + 1)]
         verdicts = [good(t) for t in steps]
         for i, t in enumerate(steps):
+            if t > end - HOLDS:
+                break
             if all(verdicts[i:]):
                 return t - change
         return None
