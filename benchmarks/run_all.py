@@ -37,6 +37,9 @@ processes and topics):
    time to have 1,000,000 buffered records indexed again (or "did not finish in X s").
 10. ``group`` (``benchmarks/group.py``): two instances, the static partition split against
    demand-aware shares: per-tenant rates, Jain, group egress, convergence after a change.
+11. ``feedback`` (``benchmarks/feedback.py``): a simulated paid API of hidden capacity behind
+   workers that report its 429s: the adaptive rate against a fixed ``--rate 1000`` and an
+   oracle ``--rate 300``: goodput, refused share, convergence; docs/feedback-loop.png.
 
 When a target is missed, the scheduler is run once more under cProfile on the
 max-throughput workload and the top of the profile goes into the report.
@@ -77,6 +80,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import burst  # noqa: E402
 import confluent_kafka  # noqa: E402
+import feedback  # noqa: E402
 import group  # noqa: E402
 import restart  # noqa: E402
 from confluent_kafka import Consumer, KafkaError, Producer  # noqa: E402
@@ -891,7 +895,7 @@ def targets(r: dict[str, Any]) -> list[tuple[str, str, bool | None, str]]:
                 f"{abs(ours - peer):,} records/s",
             )
         )
-    return out + burst.targets(r) + restart.targets(r) + group.targets(r)
+    return out + burst.targets(r) + restart.targets(r) + group.targets(r) + feedback.targets(r)
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -1068,6 +1072,7 @@ def result_tables(r: dict[str, Any]) -> list[str]:
     if rec.get("note"):
         lines += ["", rec["note"]]
     lines += ["", *burst.markdown(r), "", *restart.markdown(r), "", *group.markdown(r)]
+    lines += ["", *feedback.markdown(r)]
     return lines
 
 
@@ -1318,6 +1323,8 @@ def main() -> None:
             phases.run("restart", lambda c: restart.phase(bootstrap, workdir, args.quick, c))
         if wanted("group"):
             phases.run("group", lambda c: group.phase(bootstrap, workdir, args.quick, c))
+        if wanted("feedback"):
+            phases.run("feedback", lambda c: feedback.phase(bootstrap, workdir, args.quick, c))
 
         missed = [t for t in targets(phases.results) if t[2] is False]
         if shared and (args.profile == "always" or (args.profile == "auto" and missed)):

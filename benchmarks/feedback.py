@@ -1,0 +1,397 @@
+"""Closing the loop with the paid API (issue 12): the adaptive rate against a fixed rate and
+against an oracle that knows the API's capacity.
+
+A simulated paid API (``tests/integration/paid_api.py``: a token bucket of 300 calls/s
+holding half a second of them; a call without a token is refused with
+``RateLimited(retry_after=`` the time to the next token, rounded up to 0.1 s``)``) is called
+by one ``Worker`` (16 handler calls at a time, 10 ms per call that goes through) reading the
+egress of one scheduler, with 16 tenants backlogged on the ingest topic:
+
+- ``adaptive``: ``--rate 1000`` with feedback: the scheduler has to find the capacity;
+- ``fixed``: ``--rate 1000 --feedback-topic ""``: what a guessed rate does without feedback;
+- ``oracle``: ``--rate 300 --feedback-topic ""``: the capacity, known in advance.
+
+Each run lasts S seconds of API calls (40; ``--quick`` 20). Per run, over the window from
+SETTLE s (10; quick 8) after the first call to the end: goodput (calls that went through per
+second), the share of calls refused (also over the whole run), the egress rate (records
+by ``fairstream-scheduled-ms``), the most records released but not yet served (at the
+workers or on the egress topic, where the scheduler can no longer reorder them, sampled
+every 0.5 s); and the convergence time: from the first call to the first
+1 s window from which on every 1 s window (0.5 s steps) has goodput >= 90% of the capacity
+and at most 5% of its calls refused ("never" when the run ends first).
+
+A fourth run, adaptive while the capacity goes 300 -> 150 -> 300, gives goodput and refusals
+in a window after each change and the convergence after each, and draws
+``docs/feedback-loop.png``: egress rate, adaptive rate (``fairstream_adaptive_rate``),
+goodput and capacity over time, beside the three runs' egress at a constant capacity.
+Prints numbers, asserts nothing.
+
+    .venv/bin/python benchmarks/feedback.py [--bootstrap HOST:PORT] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the harness lives in tests/integration
+
+from tests.integration.paid_api import (  # noqa: E402
+    FEEDBACK,
+    FeedbackLoop,
+    PaidApi,
+    api_handler,
+    feedback_loop,
+)
+
+CAPACITY = 300.0
+LOW = 150.0
+CEILING = 1000
+TENANTS = [f"t{i:02d}" for i in range(16)]
+PLOT = REPO / "docs" / "feedback-loop.png"
+RUNS: dict[str, tuple[str, ...]] = {
+    "adaptive": ("--rate", str(CEILING), "--feedback-topic", FEEDBACK),
+    "fixed": ("--rate", str(CEILING), "--feedback-topic", ""),
+    "oracle": ("--rate", f"{CAPACITY:g}", "--feedback-topic", ""),
+}
+
+
+def log(message: str) -> None:
+    print(f"[feedback {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _sizes(quick: bool) -> dict[str, Any]:
+    if quick:
+        return {"seconds": 20.0, "settle": 8.0, "changes": (15.0, 30.0, 50.0), "after": (8, 10)}
+    return {"seconds": 40.0, "settle": 10.0, "changes": (20.0, 40.0, 70.0), "after": (10, 15)}
+
+
+def _series(api: PaidApi, loop: FeedbackLoop, end: float) -> dict[str, list[float]]:
+    """Per-second egress, goodput and refusals, from the first call to ``end`` s after it;
+    the adaptive rate samples (seconds, records/s)."""
+    start = api.start or 0.0
+    seconds = int(end)
+    egress = Counter(int(at - start) for at, _ in loop.scheduled() if 0 <= at - start < seconds)
+    calls = api.window(0.0, end)
+    ok = Counter(int(c.at - start) for c in calls if c.ok)
+    refused = Counter(int(c.at - start) for c in calls if not c.ok)
+    samples = [(at - start, rate) for at, rate in loop.samples if rate is not None]
+    return {
+        "egress": [egress[s] for s in range(seconds)],
+        "ok": [ok[s] for s in range(seconds)],
+        "refused": [refused[s] for s in range(seconds)],
+        "capacity": [api.capacity_at(s) for s in range(seconds)],
+        "adaptive_t": [round(t, 2) for t, _ in samples if 0 <= t < end],
+        "adaptive_rate": [round(r, 1) for t, r in samples if 0 <= t < end],
+    }
+
+
+def _window(api: PaidApi, loop: FeedbackLoop, begin: float, end: float) -> dict[str, Any]:
+    start = api.start or 0.0
+    capacity = api.capacity_at(begin)
+    goodput = api.goodput(begin, end)
+    scheduled = sorted(at - start for at, _ in loop.scheduled())
+    egress = sum(1 for at in scheduled if begin <= at < end)
+    served = sorted(c.at - start for c in api.window(-1e9, end) if c.ok)
+    # Released by the scheduler but not served by the API yet (at the workers, or on the
+    # egress topic): where the scheduler can no longer reorder them.
+    downstream = max(
+        bisect.bisect_right(scheduled, t) - bisect.bisect_right(served, t)
+        for t in (begin + 0.5 * i for i in range(int((end - begin) / 0.5) + 1))
+    )
+    return {
+        "window_s": [begin, end],
+        "capacity": capacity,
+        "goodput": round(goodput, 1),
+        "goodput_ratio": round(goodput / capacity, 3),
+        "refused_share": round(api.limited_share(begin, end), 4),
+        "egress_rate": round(egress / (end - begin), 1),
+        "downstream_max": downstream,
+    }
+
+
+def _loop_run(
+    bootstrap: str,
+    workdir: Path,
+    name: str,
+    schedule: list[tuple[float, float]],
+    seconds: float,
+    args: tuple[str, ...],
+) -> tuple[PaidApi, FeedbackLoop]:
+    api = PaidApi(schedule)
+    backlog = sum(
+        capacity * ((schedule[i + 1][0] if i + 1 < len(schedule) else seconds) - begin)
+        for i, (begin, capacity) in enumerate(schedule)
+    )
+    run_dir = workdir / f"feedback-{name}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with feedback_loop(bootstrap, run_dir, api_handler(api), *args) as loop:
+        # Enough for egress well above the capacity all along (a fixed rate empties the
+        # ingest topic onto the workers anyway: that is what it does).
+        loop.produce(dict.fromkeys(TENANTS, int(2.5 * backlog / len(TENANTS)) + 1))
+        loop.run_until(lambda: api.elapsed() >= seconds, seconds + 90, f"{seconds:g} s of calls")
+    return api, loop
+
+
+def run_constant(
+    bootstrap: str, workdir: Path, name: str, seconds: float, settle: float
+) -> dict[str, Any]:
+    api, loop = _loop_run(bootstrap, workdir, name, [(0.0, CAPACITY)], seconds, RUNS[name])
+    out = {
+        "status": "ok",
+        "args": " ".join("<topic>" if a == FEEDBACK else a or '""' for a in RUNS[name]),
+        **_window(api, loop, settle, seconds),
+        "refused_share_all": round(api.limited_share(0.0, seconds), 4),
+        "calls": len(api.window(0.0, seconds)),
+        "convergence_s": api.convergence(0.0, seconds, 0.9, refused=0.05),
+        "series": _series(api, loop, seconds),
+    }
+    return out
+
+
+def run_changes(bootstrap: str, workdir: Path, sizes: dict[str, Any]) -> dict[str, Any]:
+    drop, rise, end = sizes["changes"]
+    after_drop, after_rise = sizes["after"]
+    schedule = [(0.0, CAPACITY), (drop, LOW), (rise, CAPACITY)]
+    api, loop = _loop_run(bootstrap, workdir, "changes", schedule, end, RUNS["adaptive"])
+    windows = {
+        "300": _window(api, loop, sizes["settle"], drop),
+        "150": _window(api, loop, drop + after_drop, rise),
+        "300 again": _window(api, loop, rise + after_rise, end),
+    }
+    return {
+        "status": "ok",
+        "schedule": schedule,
+        "end_s": end,
+        "windows": windows,
+        "refused_share_all": round(api.limited_share(0.0, end), 4),
+        "convergence_s": {
+            "300": api.convergence(0.0, drop, 0.9, refused=0.05),
+            "150": api.convergence(drop, rise, 0.9, refused=0.05),
+            "300 again": api.convergence(rise, end, 0.9, refused=0.05),
+        },
+        "series": _series(api, loop, end),
+    }
+
+
+def plot(result: dict[str, Any], path: Path) -> bool:
+    """Egress rate against capacity over time, to a PNG; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    runs = result.get("runs") or {}
+    changes = result.get("changes") or {}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
+    if changes.get("status") == "ok":
+        s = changes["series"]
+        t = list(range(len(s["egress"])))
+        left.step(t, s["capacity"], where="post", color="black", ls="--", label="hidden capacity")
+        left.plot(t, s["egress"], color="tab:blue", label="egress (records/s)")
+        left.plot(t, s["ok"], color="tab:green", label="goodput (calls through/s)")
+        left.plot(t, s["refused"], color="tab:red", lw=0.8, label="refused (429/s)")
+        left.plot(
+            s["adaptive_t"],
+            s["adaptive_rate"],
+            color="tab:orange",
+            lw=0.8,
+            label="adaptive rate",
+        )
+        left.set_ylim(0, max(CAPACITY, *s["egress"], *s["adaptive_rate"]) * 1.05)
+        left.set_title(f"adaptive (--rate {CEILING}), capacity 300 -> 150 -> 300")
+        left.set_xlabel("seconds after the first API call")
+        left.set_ylabel("per second")
+        left.legend(fontsize=8, loc="upper right")
+    colors = {"adaptive": "tab:blue", "fixed": "tab:red", "oracle": "tab:green"}
+    for name, run in runs.items():
+        if run.get("status") != "ok":
+            continue
+        s = run["series"]
+        right.plot(range(len(s["egress"])), s["egress"], color=colors[name], label=f"{name} egress")
+        right.plot(
+            range(len(s["ok"])), s["ok"], color=colors[name], ls=":", label=f"{name} goodput"
+        )
+    right.axhline(CAPACITY, color="black", ls="--", label="hidden capacity")
+    right.set_title("capacity 300/s: adaptive, fixed --rate 1000, oracle --rate 300")
+    right.set_xlabel("seconds after the first API call")
+    right.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def phase(
+    bootstrap: str,
+    workdir: Path,
+    quick: bool,
+    _cleanup: list[Callable[[], None]] | None = None,
+    plot_path: Path = PLOT,
+) -> dict[str, Any]:
+    sizes = _sizes(quick)
+    runs: dict[str, Any] = {}
+    for name in RUNS:
+        try:
+            runs[name] = run_constant(bootstrap, workdir, name, sizes["seconds"], sizes["settle"])
+        except Exception as exc:
+            runs[name] = {"status": "error", "error": repr(exc)[:300]}
+        log(f"{name}: {json.dumps({k: v for k, v in runs[name].items() if k != 'series'})}")
+    try:
+        changes = run_changes(bootstrap, workdir, sizes)
+    except Exception as exc:
+        changes = {"status": "error", "error": repr(exc)[:300]}
+    log(f"changes: {json.dumps({k: v for k, v in changes.items() if k != 'series'})}")
+    result: dict[str, Any] = {
+        "status": "ok",
+        "capacity": CAPACITY,
+        "seconds": sizes["seconds"],
+        "settle": sizes["settle"],
+        "runs": runs,
+        "changes": changes,
+    }
+    if plot(result, plot_path):
+        result["plot"] = str(plot_path)
+    # The per-second series are for the plot: keep them out of the report's raw JSON.
+    series = {name: run.pop("series", None) for name, run in [*runs.items(), ("changes", changes)]}
+    (workdir / "feedback-series.json").write_text(json.dumps(series))
+    return result
+
+
+def _get(node: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f} s"
+
+
+def markdown(results: dict[str, Any]) -> list[str]:
+    """The "Closing the loop" table of docs/benchmarks.md."""
+    fb = _get(results, "feedback") or {}
+    runs = fb.get("runs") or {}
+    seconds, settle = fb.get("seconds"), fb.get("settle")
+    lines = [
+        f"**Closing the loop with the paid API** (a simulated API of hidden capacity "
+        f"{CAPACITY:g} calls/s, a token bucket holding 0.5 s of it, refusing with a "
+        "Retry-After to its next token; one worker, 16 calls at a time; 16 backlogged tenants; "
+        f"{_n(seconds)} s of calls per run, figures over [{_n(settle)} s, end) after the first "
+        "call; convergence: from the first call until every 1 s window has goodput >= 90% of "
+        "the capacity and <= 5% refused; `benchmarks/feedback.py`):",
+        "",
+        "| run | scheduler | goodput | of capacity | refused (window) | refused (whole run) | "
+        "egress | released, not served (max) | convergence |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name in RUNS:
+        run = runs.get(name) or {}
+        if run.get("status") != "ok":
+            lines.append(f"| {name} | failed: {str(run.get('error'))[:120]} | | | | | | | |")
+            continue
+        lines.append(
+            f"| {name} | `{run['args']}` | {run['goodput']:g}/s | {run['goodput_ratio']:.2f}x | "
+            f"{run['refused_share']:.1%} | {run['refused_share_all']:.1%} | "
+            f"{run['egress_rate']:g}/s | {run['downstream_max']:,} | "
+            f"{_seconds(run['convergence_s'])} |"
+        )
+    changes = fb.get("changes") or {}
+    if changes.get("status") == "ok":
+        w, c = changes["windows"], changes["convergence_s"]
+        parts = [
+            f"{label} in [{w[key]['window_s'][0]:g}, {w[key]['window_s'][1]:g}) s: goodput "
+            f"{w[key]['goodput_ratio']:.2f}x, {w[key]['refused_share']:.1%} refused, converged "
+            f"after {_seconds(c[key])}"
+            for key, label in (("300", "300/s"), ("150", "150/s"), ("300 again", "300/s again"))
+        ]
+        drop, rise = (step[0] for step in changes["schedule"][1:])
+        lines += [
+            "",
+            f"Adaptive while the capacity goes 300 -> 150 (at {drop:g} s) -> 300 (at {rise:g} "
+            f"s): {'; '.join(parts)}; {changes['refused_share_all']:.1%} of all calls refused.",
+        ]
+    elif changes:
+        lines += ["", f"Capacity changes: failed: {str(changes.get('error'))[:200]}"]
+    if fb.get("plot"):
+        lines += [
+            "",
+            "![Egress rate, adaptive rate and goodput against the hidden capacity over time]"
+            "(feedback-loop.png)",
+        ]
+    return lines
+
+
+def _n(value: Any) -> str:
+    return "?" if value is None else f"{value:g}"
+
+
+def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None, str]]:
+    run = _get(results, "feedback", "runs", "adaptive") or {}
+    if run.get("status") != "ok":
+        return []
+    out = [
+        (
+            "feedback: adaptive goodput >= 0.9x the hidden capacity",
+            f"{run['goodput']:g}/s of {CAPACITY:g}",
+            run["goodput_ratio"] >= 0.9,
+            f"{run['goodput_ratio']:.2f}x",
+        ),
+        (
+            "feedback: adaptive refused calls <= 5%",
+            f"{run['refused_share']:.1%} (after {run['window_s'][0]:g} s)",
+            run["refused_share"] <= 0.05,
+            "",
+        ),
+    ]
+    changes = _get(results, "feedback", "changes") or {}
+    if changes.get("status") == "ok":
+        windows = changes["windows"].values()
+        met = all(w["goodput_ratio"] >= 0.9 and w["refused_share"] <= 0.05 for w in windows)
+        out.append(
+            (
+                "feedback: re-converges after 300 -> 150 -> 300",
+                " / ".join(f"{w['goodput_ratio']:.2f}x" for w in windows),
+                met,
+                "",
+            )
+        )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--plot", type=Path, default=PLOT, help=f"the PNG (default {PLOT})")
+    args = parser.parse_args()
+    bootstrap = args.bootstrap
+    if not bootstrap:
+        from fairstream.devkafka import DevBroker
+
+        bootstrap = DevBroker().up().bootstrap
+    workdir = Path(tempfile.mkdtemp(prefix="fairstream-feedback-"))
+    results = {"feedback": phase(bootstrap, workdir, args.quick, plot_path=args.plot.resolve())}
+    print(json.dumps(results, indent=2))
+    print("\n".join(markdown(results)))
+    for target, measured, met, by in targets(results):
+        print(f"{'met' if met else 'missed':7} {target}: {measured} {by}")
+
+
+if __name__ == "__main__":
+    main()
