@@ -105,6 +105,8 @@ class FeedbackReader:
             }
         )
         self._published: AdaptiveChange | None = None
+        self.last_rate = ceiling  # what the web endpoints show (read by another thread)
+        self.hold_until = 0.0  # monotonic
 
     def stop(self) -> None:
         self._stopping.set()
@@ -181,6 +183,8 @@ class FeedbackReader:
         rate = self.adaptive.rate()
         held = self.adaptive.held_for()
         self.metrics.adaptive_rate.set(rate)
+        self.last_rate = rate
+        self.hold_until = now + held if held > 0 else 0.0
         change = AdaptiveChange(rate / self.ceiling, now + held if held > 0 else 0.0)
         last = self._published
         if (

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -244,13 +245,15 @@ class SchedulerService:
         result["group_instance_id"] = self.settings.group_instance_id
         result["egress_rate"] = total
         result["share_by"] = self.settings.share_by
-        adaptive = self.feedback.adaptive if self.feedback is not None else None
-        if adaptive is not None:
+        feedback = self.feedback
+        if feedback is not None and feedback.adaptive is not None:
+            # What the feedback thread last published: AdaptiveRate is its own (not
+            # thread-safe; reading its rate moves it on).
             result["adaptive"] = {
-                "rate": adaptive.rate(),
-                "ceiling": adaptive.ceiling,
-                "floor": adaptive.floor,
-                "held_for_s": adaptive.held_for(),
+                "rate": feedback.last_rate,
+                "ceiling": feedback.adaptive.ceiling,
+                "floor": feedback.adaptive.floor,
+                "held_for_s": max(0.0, feedback.hold_until - time.monotonic()),
                 "rate_limited_total": self.metrics.rate_limited._value.get(),
             }
         if self.group is not None:
