@@ -73,6 +73,7 @@ STAMPED = frozenset({contract.TENANT, contract.ENQUEUED_MS, contract.SCHEDULED_M
 APPLY_BATCH = 4096  # handed-over items applied between two rounds of emission
 EMIT_BATCH = 256  # picks between two looks at the handoff queue
 WARM_UP = 1.0  # seconds emission may wait for every new partition's first fetch
+RENEW_EVERY = 60.0  # seconds: a broken producer is replaced at most this often
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,7 @@ class Emitter:
             "message.max.bytes": max(limits.egress, limits.dlq) + 64 * 1024,
         }
         self._txn_config = (config, transactional_id, settings.transaction_timeout)
+        self._renewed_at = -RENEW_EVERY
         self.txn = Transaction(*self._txn_config)
         self.budget = settings.buffer_memory
         self.cached = 0  # bytes of payloads held by entries in the core
@@ -680,8 +682,12 @@ class Emitter:
         """A producer that cannot go on (say, after a broker restart its abort is refused):
         a new one with the same transactional id takes over, fencing the old one, and what
         was open is read again. Fenced by another process with our id: that is fatal."""
-        if str(exc).startswith("fenced"):
+        now = time.monotonic()
+        if exc.fenced or now - self._renewed_at < RENEW_EVERY:
+            # Another process has our id (it would be fenced back in turn), or producers
+            # keep breaking: exit, and let the orchestrator (or the operator) sort it out.
             raise exc
+        self._renewed_at = now
         log.warning("replacing the transactional producer after: %s", exc)
         # init_transactions fences the old producer (same id) and aborts what it left open.
         self.txn = Transaction(*self._txn_config)

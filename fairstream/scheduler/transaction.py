@@ -33,7 +33,12 @@ _FENCED = frozenset(
 
 
 class FatalError(Exception):
-    """The instance cannot go on (fenced by a newer instance, a broken producer)."""
+    """The instance cannot go on (fenced by a newer instance, a broken producer).
+    ``fenced``: another producer with this transactional id took over."""
+
+    def __init__(self, message: str, *, fenced: bool = False) -> None:
+        super().__init__(message)
+        self.fenced = fenced
 
 
 def _bounded(call: Callable[[], None], timeout: float, name: str) -> None:
@@ -111,7 +116,8 @@ class Transaction:
             return FatalError(
                 f"fenced: a newer producer with this instance's transactional id "
                 f"({self.transactional_id}) took over (another process with the same "
-                f"--group-instance-id or --data-dir?): {reason}"
+                f"--group-instance-id or --data-dir?): {reason}",
+                fenced=True,
             )
         return FatalError(f"the transactional producer failed: {reason}")
 
@@ -180,7 +186,9 @@ class Transaction:
                 raise Aborted(err.str()) from exc
             fatal = self.failure(exc)
             reason = str(fatal) if fatal is not None else err.str()
-            raise FatalError(f"sending the offsets failed: {reason}") from exc
+            raise FatalError(
+                f"sending the offsets failed: {reason}", fenced=bool(fatal and fatal.fenced)
+            ) from exc
         try:
             # A commit that failed retriably may be half done at the coordinator: the same
             # call is made again until it completes (librdkafka's rule), or the time is up.
@@ -199,7 +207,10 @@ class Transaction:
                 raise Aborted(err.str()) from exc
             fatal = self.failure(exc)
             reason = str(fatal) if fatal is not None else err.str()
-            raise FatalError(f"the transaction failed and cannot be aborted: {reason}") from exc
+            raise FatalError(
+                f"the transaction failed and cannot be aborted: {reason}",
+                fenced=bool(fatal and fatal.fenced),
+            ) from exc
         self.open = False
         self.records = 0
 
@@ -229,7 +240,9 @@ class Transaction:
         except KafkaException as exc:
             fatal = self.failure(exc)
             reason = str(fatal) if fatal is not None else exc.args[0].str()
-            raise FatalError(f"aborting the transaction failed: {reason}") from exc
+            raise FatalError(
+                f"aborting the transaction failed: {reason}", fenced=bool(fatal and fatal.fenced)
+            ) from exc
         self.open = False
         self.records = 0
 
