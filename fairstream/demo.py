@@ -37,10 +37,18 @@ from fairstream import contract
 from fairstream.adapters.admin import admin_client, create_topics
 from fairstream.config import KafkaConnection, Topics, kafka_options
 from fairstream.core import percentile
-from fairstream.devkafka.broker import free_port
 from fairstream.reference import Arrival, fifo_starts, gps_starts, judge
 
 ARRIVAL_HEADER = "demo-arrival-ms"
+
+
+def free_port() -> int:
+    """A free TCP port on loopback, for the demo scheduler's web endpoint."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)
