@@ -5,22 +5,12 @@ tests/integration/test_console.py checks the same against a running scheduler's 
 
 from __future__ import annotations
 
-import json
-import re
-from pathlib import Path
-from typing import Any
-
-import pytest
+import yaml
 from prometheus_client import generate_latest
 
 from fairstream.metrics import Metrics
+from tests.dashboard import CHART, METRIC, dashboard, queries
 
-yaml = pytest.importorskip("yaml")
-
-ROOT = Path(__file__).resolve().parents[3]
-CHART = ROOT / "helm" / "fairstream"
-DASHBOARD = CHART / "dashboards" / "fairstream.json"
-METRIC = re.compile(r"\bfairstream_[a-z0-9_]+")
 # What the issue asks the dashboard to show, each by words of its panels' titles.
 REQUIRED_PANELS = (
     "egress rate against limit",
@@ -30,15 +20,6 @@ REQUIRED_PANELS = (
     "per-tenant share",
     "rebalances and readiness",
 )
-
-
-def dashboard() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(DASHBOARD.read_text())
-    return data
-
-
-def queries(data: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(p["title"], t["expr"]) for p in data["panels"] for t in p.get("targets", [])]
 
 
 def exported_samples(metrics: Metrics) -> set[str]:

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fairstream.config import DEFAULT_WEB_PORT
 
@@ -94,7 +95,6 @@ def test_runs_as_a_fixed_non_root_uid_that_the_chart_matches(dockerfile):
     assert uid.isdigit(), "a numeric uid lets Kubernetes' runAsNonRoot verify it"
     assert int(uid) != 0
     assert gid != "0"
-    yaml = pytest.importorskip("yaml")
     values = yaml.safe_load((ROOT / "helm" / "fairstream" / "values.yaml").read_text())
     assert values["podSecurityContext"]["runAsUser"] == int(uid)
     assert values["podSecurityContext"]["fsGroup"] == int(gid or uid)
