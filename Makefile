@@ -1,6 +1,7 @@
 # The front door: everyday verbs for developers and CI.
 # `make test` works on a fresh machine: it creates .venv, installs the package with its test
-# and dev extras, fetches the Kafka broker jars with Maven, then runs unit and integration tests.
+# and dev extras and the developer tools (dev/), fetches the Kafka broker jars with Maven, then
+# runs unit and integration tests.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -12,15 +13,17 @@ PYTEST_ARGS ?=
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# fairstream itself, and dev/ (fairstream-dev: the development broker, the test and benchmark
+# harness), both editable.
+$(STAMP): pyproject.toml dev/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,demo]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,demo]' -e ./dev
 	@touch $(STAMP)
 
 # Resolve org.apache.kafka:kafka_2.13 and its runtime dependencies into the user cache.
 broker-jars: install
-	$(BIN)/fairstream dev-kafka fetch
+	$(BIN)/fairstream-dev kafka fetch
 
 # Headless Chromium from Debian's packages, for the console's browser test
 # (tests/integration/test_console.py). Skips apt when chromium is already there.
@@ -47,7 +50,7 @@ integration: install broker-jars browser
 screenshot: install broker-jars browser
 	FAIRSTREAM_CONSOLE_SCREENSHOT=docs/console.png $(BIN)/python -m pytest tests/integration/test_console.py $(PYTEST_ARGS)
 
-LINT_PATHS := fairstream tests $(wildcard benchmarks)
+LINT_PATHS := fairstream dev tests $(wildcard benchmarks)
 
 lint: install
 	$(BIN)/ruff check $(LINT_PATHS)
@@ -60,7 +63,7 @@ fmt: install
 
 # The noisy-neighbour demo; starts the development broker unless KAFKA_BOOTSTRAP_SERVERS is set.
 demo: install broker-jars
-	@BOOTSTRAP="$${KAFKA_BOOTSTRAP_SERVERS:-$$($(BIN)/fairstream dev-kafka up)}" && \
+	@BOOTSTRAP="$${KAFKA_BOOTSTRAP_SERVERS:-$$($(BIN)/fairstream-dev kafka up)}" && \
 	$(BIN)/fairstream demo --bootstrap "$$BOOTSTRAP"
 
 # The benchmarks, on the development broker unless KAFKA_BOOTSTRAP_SERVERS is set; run_all.py
@@ -75,7 +78,7 @@ $(QUIX_VENV)/.installed: benchmarks/requirements-quix.txt
 
 bench: install broker-jars $(QUIX_VENV)/.installed
 	$(BIN)/python benchmarks/core_decisions.py
-	@BOOTSTRAP="$${KAFKA_BOOTSTRAP_SERVERS:-$$($(BIN)/fairstream dev-kafka up)}" && \
+	@BOOTSTRAP="$${KAFKA_BOOTSTRAP_SERVERS:-$$($(BIN)/fairstream-dev kafka up)}" && \
 	$(BIN)/python benchmarks/service_throughput.py --bootstrap "$$BOOTSTRAP" && \
 	$(BIN)/python benchmarks/run_all.py --bootstrap "$$BOOTSTRAP"
 
@@ -95,4 +98,4 @@ deploy-check: install
 	bash deploy/check.sh
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info dev/build dev/*.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -63,8 +63,8 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from fairstream.config import Topics  # noqa: E402
 from fairstream.reference import Arrival, fifo_starts, gps_starts  # noqa: E402
-from tests.integration.kafka import unique  # noqa: E402
-from tests.integration.scheduler import Deployment, SchedulerProcess  # noqa: E402
+from fairstream_dev.harness.kafka import unique  # noqa: E402
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess  # noqa: E402
 
 PARTITIONS = 4
 BURST_PARTITION = 0
@@ -798,7 +798,7 @@ def main() -> None:
     args = parser.parse_args()
     bootstrap = args.bootstrap
     if not bootstrap:
-        from fairstream.devkafka import DevBroker
+        from fairstream_dev.kafka import DevBroker
 
         state = DevBroker().status()
         if state is None:

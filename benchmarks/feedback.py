@@ -46,7 +46,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the harness lives in tests/integration
 
-from tests.integration.paid_api import (  # noqa: E402
+from fairstream_dev.harness.paid_api import (  # noqa: E402
     FEEDBACK,
     FeedbackLoop,
     PaidApi,
@@ -382,7 +382,7 @@ def main() -> None:
     args = parser.parse_args()
     bootstrap = args.bootstrap
     if not bootstrap:
-        from fairstream.devkafka import DevBroker
+        from fairstream_dev.kafka import DevBroker
 
         bootstrap = DevBroker().up().bootstrap
     workdir = Path(tempfile.mkdtemp(prefix="fairstream-feedback-"))

@@ -37,7 +37,7 @@ from confluent_kafka import Message, Producer  # noqa: E402
 
 from fairstream import contract  # noqa: E402
 from fairstream.core import jain_index  # noqa: E402
-from tests.integration.scheduler import Deployment, SchedulerProcess, TopicReader  # noqa: E402
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader  # noqa: E402
 
 RATE = 200
 BURST = 20
@@ -254,7 +254,7 @@ def main() -> None:
     args = parser.parse_args()
     bootstrap = args.bootstrap
     if not bootstrap:
-        from fairstream.devkafka import DevBroker
+        from fairstream_dev.kafka import DevBroker
 
         bootstrap = DevBroker().up().bootstrap
     workdir = Path(tempfile.mkdtemp(prefix="fairstream-group-"))

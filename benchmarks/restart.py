@@ -48,8 +48,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from burst import backlog_option, cell, delete_all, fill, kill, metrics, new_deployment  # noqa: E402
 
-from tests.integration.kafka import unique  # noqa: E402
-from tests.integration.scheduler import Deployment, SchedulerProcess  # noqa: E402
+from fairstream_dev.harness.kafka import unique  # noqa: E402
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess  # noqa: E402
 
 PARTITIONS = 12
 INGESTED = "fairstream_ingested_records_total"
@@ -408,7 +408,7 @@ def main() -> None:
     args = parser.parse_args()
     bootstrap = args.bootstrap
     if not bootstrap:
-        from fairstream.devkafka import DevBroker
+        from fairstream_dev.kafka import DevBroker
 
         state = DevBroker().status()
         if state is None:

@@ -90,10 +90,10 @@ from service_throughput import produce, stop  # noqa: E402
 from fairstream import contract  # noqa: E402
 from fairstream.config import Topics  # noqa: E402
 from fairstream.core import jain_index, percentile  # noqa: E402
-from fairstream.devkafka import DevBroker  # noqa: E402
 from fairstream.reference import Arrival, fifo_starts, gps_starts  # noqa: E402
-from tests.integration.kafka import create_topics, unique  # noqa: E402
-from tests.integration.scheduler import Deployment, SchedulerProcess, TopicReader  # noqa: E402
+from fairstream_dev.harness.kafka import create_topics, unique  # noqa: E402
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader  # noqa: E402
+from fairstream_dev.kafka import DevBroker  # noqa: E402
 
 INGESTED = "fairstream_ingested_records_total"
 EGRESS = "fairstream_egress_records_total"
@@ -777,7 +777,7 @@ def machine() -> dict[str, Any]:
         for line in f:
             if line.startswith("MemTotal"):
                 mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
-    from fairstream.devkafka.broker import KAFKA_VERSION
+    from fairstream_dev.kafka.broker import KAFKA_VERSION
 
     return {
         "nproc": os.cpu_count(),

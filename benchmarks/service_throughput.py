@@ -45,9 +45,9 @@ sys.path.insert(0, str(REPO))  # the harness lives in tests/integration
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
-from fairstream.devkafka import DevBroker  # noqa: E402
 from fairstream.scheduler.recovery import progress_topic  # noqa: E402
-from tests.integration.scheduler import Deployment, SchedulerProcess  # noqa: E402
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess  # noqa: E402
+from fairstream_dev.kafka import DevBroker  # noqa: E402
 
 POLL_INTERVAL = 0.1
 INGESTED = "fairstream_ingested_records_total"

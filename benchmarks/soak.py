@@ -70,9 +70,9 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 import fairstream  # noqa: E402
 from fairstream import contract  # noqa: E402
-from fairstream.devkafka import DevBroker  # noqa: E402
-from tests.integration.kafka import unique  # noqa: E402
-from tests.integration.scheduler import Deployment, SchedulerProcess  # noqa: E402
+from fairstream_dev.harness.kafka import unique  # noqa: E402
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess  # noqa: E402
+from fairstream_dev.kafka import DevBroker  # noqa: E402
 
 PARTITIONS = 8
 TENANTS_PER_PRODUCER = 20

@@ -1,7 +1,7 @@
 """The ``fairstream`` command: one entry point, subcommands loaded on demand.
 
 Subcommands live in their own modules and are imported only when invoked, so that
-``fairstream dev-kafka status`` does not pay for importing Faust, and so that each
+``fairstream topics create`` does not pay for importing Faust, and so that each
 module owns its options.
 """
 
@@ -22,10 +22,6 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": (
         "fairstream.demo:demo",
         "The noisy-neighbour demo: fairstream next to FIFO and the ideal schedule.",
-    ),
-    "dev-kafka": (
-        "fairstream.devkafka.cli:dev_kafka",
-        "Run a single-node Apache Kafka for development.",
     ),
     "scheduler": (
         "fairstream.scheduler.cli:scheduler",

@@ -1,8 +1,8 @@
 """The broker every integration test runs against.
 
 Order of preference: ``KAFKA_BOOTSTRAP_SERVERS`` if set; else the apache/kafka image through
-testcontainers when a Docker engine answers; else the development broker (``fairstream
-dev-kafka``: Apache Kafka jars from Maven Central, run with the machine's Java), started here
+testcontainers when a Docker engine answers; else the development broker (``fairstream-dev
+kafka``: Apache Kafka jars from Maven Central, run with the machine's Java), started here
 and stopped at the end if this session started it. Under ``CI=true`` a missing broker fails
 the run instead of skipping it.
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from fairstream.devkafka import BrokerError, DevBroker
-from fairstream.devkafka.broker import answers_metadata
-from fairstream.devkafka.docker_engine import docker_available
+from fairstream_dev.kafka import BrokerError, DevBroker
+from fairstream_dev.kafka.broker import answers_metadata
+from fairstream_dev.kafka.docker_engine import docker_available
 
 
 def _no_broker(reason: str) -> None:

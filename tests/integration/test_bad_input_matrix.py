@@ -31,8 +31,8 @@ from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from fairstream import contract
-from tests.integration.kafka import wait_until
-from tests.integration.scheduler import Deployment, SchedulerProcess, TopicReader
+from fairstream_dev.harness.kafka import wait_until
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 
 pytestmark = pytest.mark.integration
 

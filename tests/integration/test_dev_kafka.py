@@ -1,4 +1,4 @@
-"""``fairstream dev-kafka`` end to end: a second broker of its own, driven through the CLI."""
+"""``fairstream-dev kafka`` end to end: a second broker of its own, driven through the CLI."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
-from fairstream.devkafka import BrokerError, DevBroker
-from fairstream.devkafka.broker import answers_metadata
-from tests.integration.kafka import consume, create_topics, unique, wait_until
+from fairstream_dev.harness.kafka import consume, create_topics, unique, wait_until
+from fairstream_dev.kafka import BrokerError, DevBroker
+from fairstream_dev.kafka.broker import answers_metadata
 
-CLI = [sys.executable, "-m", "fairstream", "dev-kafka"]
+CLI = [sys.executable, "-m", "fairstream_dev", "kafka"]
 
 
 def run(*args: str, state_dir: Path) -> subprocess.CompletedProcess[str]:

@@ -26,7 +26,7 @@ import pytest
 from fairstream import RateLimited
 from fairstream.core import jain_index
 from fairstream.worker import Request
-from tests.integration.paid_api import (
+from fairstream_dev.harness.paid_api import (
     FEEDBACK,
     PaidApi,
     api_handler,

@@ -19,8 +19,8 @@ from confluent_kafka import Message, Producer
 
 from fairstream import contract
 from fairstream.core import jain_index
-from tests.integration.kafka import wait_until
-from tests.integration.scheduler import Deployment, SchedulerProcess, TopicReader
+from fairstream_dev.harness.kafka import wait_until
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 
 pytestmark = pytest.mark.integration
 

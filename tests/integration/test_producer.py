@@ -13,7 +13,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from confluent_kafka import KafkaError, Message
 
 from fairstream import DeliveryError, Producer, contract
-from tests.integration.kafka import consume, create_topics, unique
+from fairstream_dev.harness.kafka import consume, create_topics, unique
 
 REPO = Path(__file__).resolve().parents[2]
 

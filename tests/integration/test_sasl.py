@@ -21,17 +21,17 @@ import pytest
 from fairstream import Producer, Worker, contract
 from fairstream.adapters.admin import create_topics
 from fairstream.config import KafkaConnection
-from fairstream.devkafka import BrokerError, DevBroker
-from fairstream.devkafka.broker import SCRAM_MECHANISM
 from fairstream.worker import Request
-from tests.integration.kafka import unique, wait_until
-from tests.integration.scheduler import (
+from fairstream_dev.harness.kafka import unique, wait_until
+from fairstream_dev.harness.scheduler import (
     REPO,
     Deployment,
     SchedulerProcess,
     TopicReader,
     unique_topics,
 )
+from fairstream_dev.kafka import BrokerError, DevBroker
+from fairstream_dev.kafka.broker import SCRAM_MECHANISM
 
 USER = "fairstream-test"
 PASSWORD = "pw-" + secrets.token_urlsafe(12)

@@ -8,8 +8,8 @@ from pathlib import Path
 from confluent_kafka import Message, Producer
 
 from fairstream import contract
-from tests.integration.kafka import wait_until
-from tests.integration.scheduler import Deployment, SchedulerProcess, TopicReader
+from fairstream_dev.harness.kafka import wait_until
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 
 
 def produce_tenants(bootstrap: str, topic: str, tenants: int, per_tenant: int) -> set[bytes]:

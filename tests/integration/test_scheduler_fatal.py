@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from fairstream.scheduler.cli import SHUTDOWN_TIMEOUT
-from tests.integration.kafka import wait_until
-from tests.integration.scheduler import Deployment, SchedulerProcess, TopicReader
+from fairstream_dev.harness.kafka import wait_until
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 from tests.integration.test_exactly_once import (
     LoadProducer,
     all_seen,

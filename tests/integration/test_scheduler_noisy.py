@@ -10,7 +10,7 @@ from confluent_kafka import Producer
 
 from fairstream import contract
 from fairstream.core import percentile
-from tests.integration.scheduler import Deployment, SchedulerProcess, TopicReader
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 
 PARTITIONS = 8
 NOISY, QUIET = b"A", [b"B", b"C", b"D", b"E", b"F"]

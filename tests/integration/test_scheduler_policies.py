@@ -10,8 +10,8 @@ from confluent_kafka import Message, Producer
 from fairstream import contract
 from fairstream.core import TenantPolicy
 from fairstream.policy import PolicyRecord, encode_policy
-from tests.integration.kafka import wait_until
-from tests.integration.scheduler import Deployment, SchedulerProcess, TopicReader
+from fairstream_dev.harness.kafka import wait_until
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 
 
 def set_policy(bootstrap: str, topic: str, tenant: bytes, **fields: object) -> float:

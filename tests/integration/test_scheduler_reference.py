@@ -7,7 +7,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from fairstream import contract
-from tests.integration.scheduler import Deployment, SchedulerProcess, TopicReader
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 
 
 def test_reference_scenario(kafka_bootstrap: str, tmp_path: Path) -> None:

@@ -21,9 +21,9 @@ import pytest
 from fairstream import KafkaAuthenticationError, Producer, Worker
 from fairstream.adapters.admin import create_topics
 from fairstream.config import KafkaConnection, Topics
-from fairstream.devkafka import BrokerError, DevBroker
-from fairstream.devkafka.broker import SCRAM_MECHANISM
-from tests.integration.kafka import unique, wait_until
+from fairstream_dev.harness.kafka import unique, wait_until
+from fairstream_dev.kafka import BrokerError, DevBroker
+from fairstream_dev.kafka.broker import SCRAM_MECHANISM
 
 REPO = Path(__file__).resolve().parents[2]
 USER = "fairstream-sdk"

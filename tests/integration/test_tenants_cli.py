@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from fairstream.core.tenant import TenantPolicy
 from fairstream.policy.codec import DEFAULT_POLICY_KEY, decode_policy
 from fairstream.policy.store import read_policies
-from tests.integration.kafka import consume, create_topics, unique
+from fairstream_dev.harness.kafka import consume, create_topics, unique
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.integration.scheduler import Deployment, SchedulerProcess, TopicReader
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 from tests.integration.test_scheduler_policies import produce, set_policy
 
 

@@ -14,8 +14,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from fairstream.config import Topics
-from fairstream.devkafka.broker import free_port
-from tests.integration.kafka import unique
+from fairstream_dev.harness.kafka import unique
+from fairstream_dev.kafka.broker import free_port
 
 pytestmark = pytest.mark.integration
 

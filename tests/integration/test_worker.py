@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fairstream import contract
 from fairstream.worker import Request, Worker
-from tests.integration.kafka import consume, create_topics, unique, wait_until
+from fairstream_dev.harness.kafka import consume, create_topics, unique, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -521,7 +521,7 @@ def scrape(url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
 
 
 def test_worker_metrics_scraped_over_http(kafka_bootstrap: str, tmp_path: Path) -> None:
-    from fairstream.devkafka.broker import free_port
+    from fairstream_dev.kafka.broker import free_port
 
     s = Setup(kafka_bootstrap)
     tenants = [f"t{i:02d}" for i in range(25)]

@@ -30,7 +30,7 @@ from fairstream.feedback import (
     encode_feedback,
 )
 from fairstream.worker import RateLimited, Request
-from tests.integration.kafka import consume, create_topics, unique
+from fairstream_dev.harness.kafka import consume, create_topics, unique
 from tests.integration.test_worker import REPO, Setup, egress_record, feed, running
 
 

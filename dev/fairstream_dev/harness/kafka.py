@@ -1,4 +1,4 @@
-"""Helpers for integration tests: unique names, topic set-up, bounded consumption, waiting.
+"""Kafka helpers for tests and benchmarks: unique names, topic set-up, bounded reads, waiting.
 
 Every wait here has a deadline and polls a condition; nothing sleeps blindly.
 """
@@ -42,17 +42,23 @@ def create_topics(
 def wait_until(
     predicate: Callable[[], T | None],
     timeout: float,
-    message: str,
+    message: str | Callable[[], str],
     interval: float = 0.1,
 ) -> T:
-    """Poll ``predicate`` until it returns a truthy value or ``timeout`` seconds pass."""
+    """Poll ``predicate`` until it returns a truthy value or ``timeout`` seconds pass.
+
+    ``message`` says what was awaited. Pass a callable (``lambda: f"... {state}"``) when it
+    shows state: it is called at the timeout, so the failure reports the state then, not the
+    state when the wait began.
+    """
     deadline = time.monotonic() + timeout
     while True:
         result = predicate()
         if result:
             return result
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s: {message}")
+            said = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout:.0f} s: {said}")
         time.sleep(interval)
 
 

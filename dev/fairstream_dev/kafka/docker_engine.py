@@ -1,7 +1,7 @@
 """The docker engine of the development broker: the official ``apache/kafka`` image.
 
-Used where a Docker engine answers and testcontainers is installed (``pip install
-'fairstream[docker]'``). The container outlives the command that started it, so the
+Used where a Docker engine answers and testcontainers is installed (a dependency of
+``fairstream-dev``). The container outlives the command that started it, so the
 testcontainers reaper (Ryuk) is turned off for it and ``down`` removes it explicitly.
 """
 
@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fairstream.devkafka.broker import HOST, BrokerError, BrokerState, answers_metadata
+from fairstream_dev.kafka.broker import HOST, BrokerError, BrokerState, answers_metadata
 
 IMAGE = "apache/kafka"
 CONTAINER_PORT = 9092
@@ -65,7 +65,7 @@ def start(kafka_version: str, port: int, state_dir: Path, timeout: float) -> Bro
         from testcontainers.core.container import DockerContainer
     except ImportError as exc:
         raise BrokerError(
-            "the docker engine needs testcontainers: pip install 'fairstream[docker]'"
+            "the docker engine needs testcontainers: pip install testcontainers"
         ) from exc
     # The container must outlive this process; `down` removes it.
     testcontainers_config.ryuk_disabled = True

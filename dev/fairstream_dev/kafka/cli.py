@@ -1,4 +1,5 @@
-"""``fairstream dev-kafka up | down | status | fetch``: the development broker from the shell."""
+"""``fairstream-dev kafka up | down | status | credentials | fetch``: the development broker
+from the shell."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from fairstream.devkafka.broker import (
+from fairstream_dev.kafka.broker import (
     DEFAULT_SASL_USER,
     KAFKA_VERSION,
     SCRAM_MECHANISM,
@@ -25,7 +26,7 @@ def choose_engine(engine: str) -> str:
     """``auto`` means docker where a Docker engine answers, else local jars."""
     if engine != "auto":
         return engine
-    from fairstream.devkafka.docker_engine import docker_available
+    from fairstream_dev.kafka.docker_engine import docker_available
 
     return "docker" if docker_available() else "local"
 
@@ -41,8 +42,8 @@ dir_option = click.option(
 )
 
 
-@click.group("dev-kafka")
-def dev_kafka() -> None:
+@click.group("kafka")
+def kafka() -> None:
     """A single-node KRaft Apache Kafka on 127.0.0.1 for development and tests.
 
     The local engine resolves org.apache.kafka:kafka_2.13 from Maven Central with Maven
@@ -51,7 +52,7 @@ def dev_kafka() -> None:
     """
 
 
-@dev_kafka.command()
+@kafka.command()
 @dir_option
 @click.option(
     "--port",
@@ -107,7 +108,7 @@ def dev_kafka() -> None:
     envvar="FAIRSTREAM_DEV_KAFKA_SASL_PASSWORD",
     show_envvar=True,
     help="Its password (with --sasl). [default: generated once, kept in the state "
-    "directory's sasl-password file (mode 0600); see `dev-kafka credentials`]",
+    "directory's sasl-password file (mode 0600); see `fairstream-dev kafka credentials`]",
 )
 def up(
     state_dir: Path | None,
@@ -151,14 +152,14 @@ def up(
     if state.sasl_username:
         click.echo(
             f"SASL_PLAINTEXT, {state.sasl_mechanism}, user {state.sasl_username}; password in "
-            f"{broker.sasl_password_file} (`fairstream dev-kafka credentials` prints the "
+            f"{broker.sasl_password_file} (`fairstream-dev kafka credentials` prints the "
             "FAIRSTREAM_* settings)",
             err=True,
         )
     click.echo(state.bootstrap)
 
 
-@dev_kafka.command()
+@kafka.command()
 @dir_option
 @click.option(
     "--timeout",
@@ -180,7 +181,7 @@ def down(state_dir: Path | None, timeout: float) -> None:
         click.echo(f"stopped {stopped.bootstrap}")
 
 
-@dev_kafka.command()
+@kafka.command()
 @dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print the broker's state as JSON.")
 def status(state_dir: Path | None, as_json: bool) -> None:
@@ -197,12 +198,12 @@ def status(state_dir: Path | None, as_json: bool) -> None:
         click.echo(f"running {state.bootstrap} ({state.engine}, Kafka {state.kafka_version}{auth})")
 
 
-@dev_kafka.command()
+@kafka.command()
 @dir_option
 def credentials(state_dir: Path | None) -> None:
     """Print the running broker's connection settings as shell exports (password included).
 
-    `eval "$(fairstream dev-kafka credentials)"` points every fairstream command at it.
+    `eval "$(fairstream-dev kafka credentials)"` points every fairstream command at it.
     """
     import shlex
 
@@ -224,7 +225,7 @@ def credentials(state_dir: Path | None) -> None:
         click.echo(f"export {name}={shlex.quote(value)}")
 
 
-@dev_kafka.command()
+@kafka.command()
 @click.option(
     "--kafka-version",
     default=KAFKA_VERSION,

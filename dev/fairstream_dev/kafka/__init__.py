@@ -5,7 +5,7 @@ machine's Java) and ``docker`` (the ``apache/kafka`` image through testcontainer
 Docker engine answers).
 """
 
-from fairstream.devkafka.broker import (
+from fairstream_dev.kafka.broker import (
     KAFKA_VERSION,
     BrokerError,
     BrokerState,

@@ -264,7 +264,7 @@ def java_command() -> str:
 class DevBroker:
     """One development broker, identified by its state directory.
 
-    Caller: the ``fairstream dev-kafka`` command and the test fixtures.
+    Caller: the ``fairstream-dev kafka`` command and the test fixtures.
     Affects: files under ``state_dir`` and ``cache_dir``; one background JVM (or container).
     """
 
@@ -343,7 +343,7 @@ class DevBroker:
     def fetch_jars(self) -> Path:
         """Resolve the broker's classpath from Maven Central into the cache (once).
 
-        Caller: ``up`` and ``dev-kafka fetch``.
+        Caller: ``up`` and ``fairstream-dev kafka fetch``.
         Affects: ``jars_dir``; Maven's own local repository (~/.m2).
         """
         if self.jars_ready():
@@ -404,7 +404,7 @@ class DevBroker:
         if state is None:
             return None
         if state.engine == "docker":
-            from fairstream.devkafka import docker_engine
+            from fairstream_dev.kafka import docker_engine
 
             if not docker_engine.container_running(state):
                 return None
@@ -434,7 +434,7 @@ class DevBroker:
         previous port (unless something else listens there now), so that its clients find
         it again; ``port`` that something listens on is a ``BrokerError``.
 
-        Caller: ``dev-kafka up`` and the test fixtures.
+        Caller: ``fairstream-dev kafka up`` and the test fixtures.
         Affects: ``state_dir``; starts a background JVM or container.
         """
         if sasl:
@@ -458,8 +458,8 @@ class DevBroker:
                 now = f"SASL user {running.sasl_username}" if running.sasl_username else "no SASL"
                 raise BrokerError(
                     f"a development broker already runs at {running.bootstrap} with {now} "
-                    f"(state in {self.state_dir}); stop it first (dev-kafka down) or use "
-                    "another --dir"
+                    f"(state in {self.state_dir}); stop it first (fairstream-dev kafka down) "
+                    "or use another --dir"
                 )
             return running
         self._reap_leftover()
@@ -476,7 +476,7 @@ class DevBroker:
                 port, timeout, sasl_user=sasl_user, sasl_password=sasl_password
             )
         elif engine == "docker":
-            from fairstream.devkafka import docker_engine
+            from fairstream_dev.kafka import docker_engine
 
             state = docker_engine.start(
                 self.kafka_version, port or self._client_port(), self.state_dir, timeout
@@ -509,7 +509,7 @@ class DevBroker:
         if state is None:
             return
         if state.engine == "docker":
-            from fairstream.devkafka import docker_engine
+            from fairstream_dev.kafka import docker_engine
 
             docker_engine.stop(state)
         elif state.pid is not None and pid_alive(state.pid) and is_our_broker(state.pid):
@@ -729,7 +729,7 @@ class DevBroker:
     def down(self, timeout: float = 60.0) -> BrokerState | None:
         """Stop the broker and wait until its process is gone; returns what was stopped.
 
-        Caller: ``dev-kafka down`` and the test fixtures.
+        Caller: ``fairstream-dev kafka down`` and the test fixtures.
         Affects: the background JVM or container; ``state.json`` keeps the ports (no pid), so
         that the next ``up`` comes back at the same address.
         """
@@ -738,7 +738,7 @@ class DevBroker:
             return None
         stopped: BrokerState | None = None
         if state.engine == "docker":
-            from fairstream.devkafka import docker_engine
+            from fairstream_dev.kafka import docker_engine
 
             if docker_engine.stop(state):
                 stopped = state

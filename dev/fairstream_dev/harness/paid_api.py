@@ -1,5 +1,6 @@
 """A simulated paid API behind real workers, in front of a real scheduler: the feedback loop
-of issue 12 on the test broker, for ``test_feedback_loop.py`` and ``benchmarks/feedback.py``.
+of issue 12 on the test broker, for ``tests/integration/test_feedback_loop.py`` and
+``benchmarks/feedback.py``.
 
 ``PaidApi`` is what the workers' handlers call: a thread-safe token bucket whose capacity
 the scheduler does not know (it may change over time on a schedule). A call without a
@@ -31,8 +32,8 @@ from confluent_kafka import Message, Producer
 from fairstream import RateLimited, Usage, contract
 from fairstream.adapters.admin import create_topics
 from fairstream.worker import Request, Worker
-from tests.integration.kafka import unique, wait_until
-from tests.integration.scheduler import Deployment, SchedulerProcess, TopicReader
+from fairstream_dev.harness.kafka import unique, wait_until
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 
 HOLDS = 3.0  # seconds a convergence must last, at the end of a run, to count
 
@@ -230,7 +231,9 @@ class FeedbackLoop:
         self.egress.poll(0.05)
         self.samples.append((time.time(), self.metric("fairstream_adaptive_rate")))
 
-    def run_until(self, done: Callable[[], bool], timeout: float, what: str) -> None:
+    def run_until(
+        self, done: Callable[[], bool], timeout: float, what: str | Callable[[], str]
+    ) -> None:
         """Sample every 0.2 s until ``done``, failing after ``timeout`` s."""
 
         def check() -> bool:

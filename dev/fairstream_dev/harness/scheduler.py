@@ -1,4 +1,4 @@
-"""Run ``fairstream scheduler`` as a real process against the test broker.
+"""Run ``fairstream scheduler`` as a real process against the test (or benchmark) broker.
 
 Each deployment gets unique topic names and an app id of its own; each process gets its own
 data directory and web port, and is checked through ``/readyz`` like an orchestrator would.
@@ -21,10 +21,12 @@ from confluent_kafka import Consumer, KafkaError, Message
 
 from fairstream.adapters.admin import create_topics
 from fairstream.config import Topics
-from fairstream.devkafka.broker import free_port
-from tests.integration.kafka import unique, wait_until
+from fairstream_dev.harness.kafka import unique, wait_until
+from fairstream_dev.kafka.broker import free_port
 
-REPO = Path(__file__).resolve().parents[2]
+# The source tree (dev/fairstream_dev/harness/ is three levels down; the harness is installed
+# editable from it): scheduler processes run from here, as `make` would run them.
+REPO = Path(__file__).resolve().parents[3]
 
 
 def unique_topics() -> Topics:
@@ -47,6 +49,8 @@ class Deployment:
 
 
 class SchedulerProcess:
+    """One ``fairstream scheduler`` process of a deployment, with its own data dir and port."""
+
     def __init__(
         self,
         deployment: Deployment,
@@ -54,7 +58,7 @@ class SchedulerProcess:
         *args: str,
         name: str = "sched",
         env: Mapping[str, str] | None = None,
-    ):
+    ) -> None:
         self.deployment = deployment
         self.env = dict(env or {})  # extra environment, e.g. FAIRSTREAM_SASL_*
         self.web_port = free_port()
@@ -106,7 +110,9 @@ class SchedulerProcess:
                 raise AssertionError(f"scheduler exited {self.proc.returncode}: {self.tail()}")
             return self.get("/readyz")[0] == 200
 
-        wait_until(ready, timeout, f"scheduler ready; log tail:\n{self.tail()}", interval=0.2)
+        wait_until(
+            ready, timeout, lambda: f"scheduler ready; log tail:\n{self.tail()}", interval=0.2
+        )
         return self
 
     def terminate(self, timeout: float = 60) -> int:
@@ -138,7 +144,7 @@ class SchedulerProcess:
 class TopicReader:
     """A consumer reading a topic from the beginning, accumulating what it has seen."""
 
-    def __init__(self, bootstrap: str, topic: str, config: Mapping[str, Any] | None = None):
+    def __init__(self, bootstrap: str, topic: str, config: Mapping[str, Any] | None = None) -> None:
         self.consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -168,7 +174,9 @@ class TopicReader:
             self.poll()
             return len(self.messages) >= count
 
-        wait_until(enough, timeout, f"{count} records (have {len(self.messages)})", interval=0)
+        wait_until(
+            enough, timeout, lambda: f"{count} records (have {len(self.messages)})", interval=0
+        )
         return self.messages
 
     def close(self) -> None:

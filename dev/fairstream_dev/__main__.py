@@ -1,0 +1,5 @@
+"""``python -m fairstream_dev``: the same as the ``fairstream-dev`` command."""
+
+from fairstream_dev.cli import main
+
+main()
