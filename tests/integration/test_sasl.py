@@ -52,8 +52,8 @@ def sasl_env(kafka: KafkaConnection, password: str | None = None) -> dict[str, s
 def sasl_broker(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[DevBroker, KafkaConnection]]:
-    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-        pytest.skip("KAFKA_BOOTSTRAP_SERVERS is set: no development broker of our own")
+    # A SASL broker of its own even when KAFKA_BOOTSTRAP_SERVERS names one for the other
+    # tests: that one has no SCRAM user. Without Java this fails under CI=true, else skips.
     broker = DevBroker(state_dir=tmp_path_factory.mktemp("sasl-broker"), log=lambda _: None)
     try:
         state = broker.up(engine="local", sasl=True, sasl_user=USER, sasl_password=PASSWORD)
@@ -77,11 +77,12 @@ def sasl_broker(
 
 
 def fairstream(
-    *args: str, env: dict[str, str], timeout: float = 60
+    *args: str, env: dict[str, str], timeout: float = 60, module: str = "fairstream"
 ) -> subprocess.CompletedProcess[str]:
+    """``python -m fairstream ARGS`` (or another ``module``) with only ``env``'s FAIRSTREAM_*."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("FAIRSTREAM_")}
     return subprocess.run(
-        [sys.executable, "-m", "fairstream", *args],
+        [sys.executable, "-m", module, *args],
         cwd=REPO,
         env={**clean, **env},
         capture_output=True,
@@ -138,7 +139,7 @@ def test_reference_scenario_with_sasl(
     try:
         scheduler.start().wait_ready()
         thread.start()
-        wait_until(lambda: len(handled) >= 102, 60, f"102 handled (have {len(handled)})")
+        wait_until(lambda: len(handled) >= 102, 60, lambda: f"102 handled (have {len(handled)})")
         egress.read_until(102, timeout=30)
         egress.poll(1.0)  # anything beyond 102 would be a duplicate
     finally:
@@ -201,12 +202,16 @@ def test_dev_kafka_keeps_the_password_out_of_sight(
     broker, kafka = sasl_broker
     assert stat.S_IMODE(broker.sasl_password_file.stat().st_mode) == 0o600
     assert stat.S_IMODE((broker.state_dir / "server.properties").stat().st_mode) == 0o600
-    status = fairstream("dev-kafka", "status", "--json", "--dir", str(broker.state_dir), env={})
+    status = fairstream(
+        "kafka", "status", "--json", "--dir", str(broker.state_dir), env={}, module="fairstream_dev"
+    )
     assert status.returncode == 0, status.stderr
     described = json.loads(status.stdout)
     assert described["sasl_username"] == USER
     assert described["security_protocol"] == "SASL_PLAINTEXT"
     assert PASSWORD not in status.stdout
-    credentials = fairstream("dev-kafka", "credentials", "--dir", str(broker.state_dir), env={})
+    credentials = fairstream(
+        "kafka", "credentials", "--dir", str(broker.state_dir), env={}, module="fairstream_dev"
+    )
     assert f"export FAIRSTREAM_SASL_PASSWORD={PASSWORD}" in credentials.stdout.splitlines()
     assert f"export FAIRSTREAM_BOOTSTRAP={kafka.bootstrap}" in credentials.stdout.splitlines()
