@@ -3,10 +3,13 @@
 # `IMAGE topics create ...`, `IMAGE submit ...` run the other commands (ENTRYPOINT is `fairstream`).
 #
 # Two stages: the builder makes a wheel of fairstream and installs it with its dependencies into a
-# virtualenv at /opt/fairstream; the runtime stage copies only that virtualenv. Every dependency
-# ships a manylinux wheel for CPython 3.11 (rocksdict, confluent-kafka with librdkafka bundled,
-# faust-streaming, aiokafka, aiohttp), so no compiler is needed; --only-binary makes a dependency
-# that would need one fail the build instead of silently compiling.
+# virtualenv at /opt/fairstream; the runtime stage copies only that virtualenv. The wheel is the
+# fairstream package alone: the development broker and the test harness are the separate
+# fairstream-dev distribution (dev/), which neither the build context nor the image holds.
+# Every dependency ships a manylinux wheel for CPython 3.11 (rocksdict, confluent-kafka with
+# librdkafka bundled, faust-streaming, aiokafka, aiohttp), so no compiler is needed;
+# --only-binary makes a dependency that would need one fail the build instead of silently
+# compiling.
 # Both stages use the same base image, so the virtualenv's interpreter path stays valid. pip stays
 # in the virtualenv: an image built FROM this one installs its handler's dependencies with it.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm

@@ -777,7 +777,7 @@ def machine() -> dict[str, Any]:
         for line in f:
             if line.startswith("MemTotal"):
                 mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
-    from fairstream_dev.kafka.broker import KAFKA_VERSION
+    from fairstream_dev.kafka import KAFKA_VERSION
 
     return {
         "nproc": os.cpu_count(),

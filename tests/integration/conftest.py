@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fairstream_dev.kafka import BrokerError, DevBroker
-from fairstream_dev.kafka.broker import answers_metadata
+from fairstream_dev.kafka import BrokerError, DevBroker, answers_metadata
 from fairstream_dev.kafka.docker_engine import docker_available
 
 

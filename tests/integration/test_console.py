@@ -29,7 +29,7 @@ from confluent_kafka import Producer
 
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import REPO, Deployment, SchedulerProcess
-from fairstream_dev.kafka.broker import free_port
+from fairstream_dev.kafka import free_port
 from tests.integration.test_scheduler_policies import set_policy
 from tests.unit.deploy.test_dashboard import METRIC, dashboard, queries
 

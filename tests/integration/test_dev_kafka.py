@@ -13,8 +13,7 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
 from fairstream_dev.harness.kafka import consume, create_topics, unique, wait_until
-from fairstream_dev.kafka import BrokerError, DevBroker
-from fairstream_dev.kafka.broker import answers_metadata
+from fairstream_dev.kafka import BrokerError, DevBroker, answers_metadata
 
 CLI = [sys.executable, "-m", "fairstream_dev", "kafka"]
 

@@ -30,8 +30,7 @@ from fairstream_dev.harness.scheduler import (
     TopicReader,
     unique_topics,
 )
-from fairstream_dev.kafka import BrokerError, DevBroker
-from fairstream_dev.kafka.broker import SCRAM_MECHANISM
+from fairstream_dev.kafka import SCRAM_MECHANISM, BrokerError, DevBroker
 
 USER = "fairstream-test"
 PASSWORD = "pw-" + secrets.token_urlsafe(12)

@@ -22,8 +22,7 @@ from fairstream import KafkaAuthenticationError, Producer, Worker
 from fairstream.adapters.admin import create_topics
 from fairstream.config import KafkaConnection, Topics
 from fairstream_dev.harness.kafka import unique, wait_until
-from fairstream_dev.kafka import BrokerError, DevBroker
-from fairstream_dev.kafka.broker import SCRAM_MECHANISM
+from fairstream_dev.kafka import SCRAM_MECHANISM, BrokerError, DevBroker
 
 REPO = Path(__file__).resolve().parents[2]
 USER = "fairstream-sdk"

@@ -15,7 +15,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from fairstream.config import Topics
 from fairstream_dev.harness.kafka import unique
-from fairstream_dev.kafka.broker import free_port
+from fairstream_dev.kafka import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -521,7 +521,7 @@ def scrape(url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
 
 
 def test_worker_metrics_scraped_over_http(kafka_bootstrap: str, tmp_path: Path) -> None:
-    from fairstream_dev.kafka.broker import free_port
+    from fairstream_dev.kafka import free_port
 
     s = Setup(kafka_bootstrap)
     tenants = [f"t{i:02d}" for i in range(25)]

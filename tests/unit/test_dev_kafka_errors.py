@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fairstream_dev.kafka import BrokerError, DevBroker
-from fairstream_dev.kafka.broker import BrokerState, java_command
+from fairstream_dev.kafka import BrokerError, BrokerState, DevBroker, java_command
 
 
 def test_missing_java_says_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

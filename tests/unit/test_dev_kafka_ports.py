@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fairstream_dev.kafka import BrokerError, DevBroker
-from fairstream_dev.kafka.broker import BrokerState, port_is_free
+from fairstream_dev.kafka import BrokerError, BrokerState, DevBroker, port_is_free
 
 
 @pytest.fixture

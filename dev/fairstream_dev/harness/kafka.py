@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, Message
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 T = TypeVar("T")
 

@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, KafkaError, Message
 from fairstream.adapters.admin import create_topics
 from fairstream.config import Topics
 from fairstream_dev.harness.kafka import unique, wait_until
-from fairstream_dev.kafka.broker import free_port
+from fairstream_dev.kafka import free_port
 
 # The source tree (dev/fairstream_dev/harness/ is three levels down; the harness is installed
 # editable from it): scheduler processes run from here, as `make` would run them.

@@ -1,264 +1,49 @@
-"""Lifecycle of the development broker: resolve jars, format storage, start, find, stop.
+"""Lifecycle of the development broker: find, start, stop, across processes.
 
-The local engine needs only Java 17+ and Maven: ``org.apache.kafka:kafka_2.13`` and its
-runtime dependencies are copied from Maven Central into the user cache once, then the broker
-runs as ``java -cp 'libs/*' kafka.Kafka server.properties`` in the background, exactly as the
-binary distribution's scripts would run it. Everything it writes (properties, data, logs,
-``state.json``) lives in one state directory, so ``up``, ``status`` and ``down`` run from
-different processes agree on one broker.
+``DevBroker`` is one broker, identified by its state directory: everything it writes
+(properties, data, logs, ``state.json``) lives there, so ``up``, ``status`` and ``down`` run
+from different processes agree on one broker. Where it runs is an engine's business:
+``local_engine`` (the cached jars, see ``jars``, run with the machine's Java) or
+``docker_engine`` (the apache/kafka image).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-KAFKA_VERSION = "4.1.1"
-SCALA_VERSION = "2.13"
-# Kafka 4.x logs through slf4j 1.7 to log4j2; the 1.x binding keeps the broker log from going
-# silent (a 2.x binding beside slf4j-api 1.7 drops every line).
-LOG4J_VERSION = "2.24.3"
-MIN_JAVA = 17
-HOST = "127.0.0.1"
-STATE_FILE = "state.json"
-BROKER_LOG = "broker.log"
-STDOUT_LOG = "stdout.log"
-SASL_PASSWORD_FILE = "sasl-password"
-SCRAM_MECHANISM = "SCRAM-SHA-256"
-DEFAULT_SASL_USER = "fairstream"
-# The broker's own identity on its SASL listener (inter-broker), created at format time.
-BROKER_SASL_USER = "fairstream-broker"
-# Characters that survive StorageTool's --add-scram syntax and a quoted JAAS value unescaped.
-SASL_SAFE = re.compile(r"[A-Za-z0-9._~@%+\-]{1,128}")
-
-POM_TEMPLATE = """<?xml version="1.0" encoding="UTF-8"?>
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>dev.fairstream</groupId>
-  <artifactId>dev-kafka-classpath</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka_{scala}</artifactId>
-      <version>{kafka}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.logging.log4j</groupId>
-      <artifactId>log4j-core</artifactId>
-      <version>{log4j}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.logging.log4j</groupId>
-      <artifactId>log4j-slf4j-impl</artifactId>
-      <version>{log4j}</version>
-    </dependency>
-  </dependencies>
-</project>
-"""
-
-LOG4J2_PROPERTIES = """status = warn
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = file
-# The controller and the log cleaner are chatty at INFO and drown what matters in a dev log.
-logger.controller.name = org.apache.kafka.controller
-logger.controller.level = WARN
-logger.cleaner.name = kafka.log.LogCleaner
-logger.cleaner.level = WARN
-"""
-
-
-class BrokerError(Exception):
-    """A development-broker operation failed; the message says why and what to do."""
-
-
-@dataclass
-class BrokerState:
-    """What ``up`` recorded about a broker it started (``state.json``)."""
-
-    engine: str
-    host: str
-    port: int
-    controller_port: int
-    kafka_version: str
-    pid: int | None = None
-    container_id: str | None = None
-    started_at: float = field(default_factory=time.time)
-    # SASL_PLAINTEXT with SCRAM-SHA-256 for clients when set; the password is never here
-    # (it lives in the state directory's ``sasl-password``, mode 0600).
-    sasl_username: str | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @property
-    def security_protocol(self) -> str:
-        return "SASL_PLAINTEXT" if self.sasl_username else "PLAINTEXT"
-
-    @property
-    def sasl_mechanism(self) -> str | None:
-        return SCRAM_MECHANISM if self.sasl_username else None
-
-    @classmethod
-    def load(cls, path: Path) -> BrokerState | None:
-        try:
-            raw = json.loads(path.read_text())
-            return cls(**raw)
-        except (OSError, ValueError, TypeError):
-            return None
-
-    def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
-        tmp.replace(path)
-
-
-def default_cache_dir() -> Path:
-    """Where downloaded jars go: ``$FAIRSTREAM_CACHE_DIR``, else the user cache directory."""
-    env = os.environ.get("FAIRSTREAM_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "fairstream"
-
-
-def default_state_dir() -> Path:
-    """Where the broker's data and log go: ``$FAIRSTREAM_DEV_KAFKA_DIR``, else the cache."""
-    env = os.environ.get("FAIRSTREAM_DEV_KAFKA_DIR")
-    if env:
-        return Path(env).expanduser()
-    return default_cache_dir() / "dev-kafka"
-
-
-def tail(path: Path, lines: int = 40) -> str:
-    """The last lines of a file, or a note that it does not exist."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return f"({path} does not exist)"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
-def port_is_free(port: int) -> bool:
-    """True when the broker could listen on ``port``: nothing listens there.
-
-    The check binds with SO_REUSEADDR, as Kafka's listener does (Java's server sockets set
-    it): right after a broker stops, its port has connections in TIME_WAIT for a minute, and
-    a plain bind would call the port taken though the broker can bind it again at once.
-    Something listening on it (on 127.0.0.1 or on every address) still makes it taken.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-        return True
-
-
-def answers_metadata(
-    bootstrap: str, timeout: float = 3.0, client_config: dict[str, Any] | None = None
-) -> bool:
-    """True when a broker at ``bootstrap`` answers a metadata request with itself in it.
-
-    ``client_config``: more librdkafka settings, e.g. the SASL ones of a SASL broker.
-    """
-    from confluent_kafka.admin import AdminClient
-
-    # log_level 0 keeps librdkafka from printing connection-refused lines while we poll.
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **(client_config or {})})
-    try:
-        metadata = admin.list_topics(timeout=timeout)
-    except Exception:
-        return False
-    return bool(metadata.brokers)
-
-
-def pid_alive(pid: int) -> bool:
-    """True for a live process; a zombie (exited, not yet reaped) counts as gone."""
-    with contextlib.suppress(ChildProcessError, OSError):
-        # Reap it if it is our own child that exited (the test fixture starts brokers in-process).
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    # The state letter follows the parenthesised command name.
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def is_our_broker(pid: int) -> bool:
-    """Guard against pid reuse: the process must be a kafka.Kafka JVM."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return pid_alive(pid)
-    return b"kafka.Kafka" in cmdline
-
-
-def java_command() -> str:
-    """The java executable (``$JAVA_HOME/bin/java`` first), checked to be 17 or newer."""
-    java_home = os.environ.get("JAVA_HOME")
-    candidate = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
-    if not candidate or not Path(candidate).exists():
-        raise BrokerError(
-            "no `java` found: the development broker needs a Java 17 or newer runtime. "
-            "Install one (Debian/Ubuntu: `apt-get install openjdk-17-jre-headless`) or set "
-            "JAVA_HOME; or point fairstream at an existing broker with KAFKA_BOOTSTRAP_SERVERS."
-        )
-    try:
-        out = subprocess.run(
-            [candidate, "-version"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except OSError as exc:
-        raise BrokerError(f"cannot run {candidate}: {exc}") from exc
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
-    if match:
-        major = int(match.group(1))
-        if major == 1 and match.group(2):  # "1.8.0" style
-            major = int(match.group(2))
-        if major < MIN_JAVA:
-            raise BrokerError(
-                f"{candidate} is Java {major}; Apache Kafka {KAFKA_VERSION} needs Java "
-                f"{MIN_JAVA} or newer (Debian/Ubuntu: `apt-get install openjdk-17-jre-headless`)."
-            )
-    return candidate
+from fairstream_dev.kafka import jars, local_engine
+from fairstream_dev.kafka.process import (
+    answers_metadata,
+    free_port,
+    is_our_broker,
+    pid_alive,
+    port_is_free,
+    terminate,
+)
+from fairstream_dev.kafka.state import (
+    BROKER_LOG,
+    BROKER_SASL_USER,
+    DEFAULT_SASL_USER,
+    HOST,
+    KAFKA_VERSION,
+    SASL_PASSWORD_FILE,
+    STATE_FILE,
+    STDOUT_LOG,
+    BrokerError,
+    BrokerState,
+    check_sasl_value,
+    default_cache_dir,
+    default_state_dir,
+)
 
 
 class DevBroker:
@@ -286,7 +71,7 @@ class DevBroker:
 
     @property
     def jars_dir(self) -> Path:
-        return self.cache_dir / f"kafka_{SCALA_VERSION}-{self.kafka_version}" / "libs"
+        return jars.jars_dir(self.cache_dir, self.kafka_version)
 
     @property
     def state_file(self) -> Path:
@@ -338,7 +123,7 @@ class DevBroker:
     # -- jars ----------------------------------------------------------------------------
 
     def jars_ready(self) -> bool:
-        return (self.jars_dir / ".complete").exists()
+        return jars.jars_ready(self.jars_dir)
 
     def fetch_jars(self) -> Path:
         """Resolve the broker's classpath from Maven Central into the cache (once).
@@ -346,49 +131,7 @@ class DevBroker:
         Caller: ``up`` and ``fairstream-dev kafka fetch``.
         Affects: ``jars_dir``; Maven's own local repository (~/.m2).
         """
-        if self.jars_ready():
-            return self.jars_dir
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise BrokerError(
-                "no `mvn` on PATH: the development broker resolves Apache Kafka from Maven "
-                "Central with Maven. Install it (Debian/Ubuntu: `apt-get install maven`) or "
-                "point fairstream at an existing broker with KAFKA_BOOTSTRAP_SERVERS."
-            )
-        self.jars_dir.parent.mkdir(parents=True, exist_ok=True)
-        self._log(
-            f"resolving org.apache.kafka:kafka_{SCALA_VERSION}:{self.kafka_version} "
-            f"and its runtime dependencies with Maven into {self.jars_dir} ..."
-        )
-        with tempfile.TemporaryDirectory(dir=self.jars_dir.parent) as tmp:
-            pom = Path(tmp) / "pom.xml"
-            pom.write_text(
-                POM_TEMPLATE.format(
-                    scala=SCALA_VERSION, kafka=self.kafka_version, log4j=LOG4J_VERSION
-                )
-            )
-            staging = Path(tmp) / "libs"
-            cmd = [
-                mvn,
-                "-B",
-                "-f",
-                str(pom),
-                "dependency:copy-dependencies",
-                "-DincludeScope=runtime",
-                f"-DoutputDirectory={staging}",
-            ]
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if proc.returncode != 0 or not any(staging.glob("kafka_*.jar")):
-                lines = (proc.stdout + proc.stderr).splitlines()[-30:]
-                raise BrokerError(
-                    f"Maven could not resolve Apache Kafka {self.kafka_version} "
-                    f"(exit {proc.returncode}). Last lines of its output:\n" + "\n".join(lines)
-                )
-            (staging / ".complete").write_text(self.kafka_version + "\n")
-            if self.jars_dir.exists():
-                shutil.rmtree(self.jars_dir)
-            staging.replace(self.jars_dir)
-        return self.jars_dir
+        return jars.fetch_jars(self.jars_dir, self.kafka_version, self._log)
 
     # -- status --------------------------------------------------------------------------
 
@@ -513,7 +256,7 @@ class DevBroker:
 
             docker_engine.stop(state)
         elif state.pid is not None and pid_alive(state.pid) and is_our_broker(state.pid):
-            self._terminate(state.pid, timeout=30)
+            terminate(state.pid, timeout=30)
 
     def _start_local(
         self,
@@ -522,8 +265,8 @@ class DevBroker:
         sasl_user: str | None = None,
         sasl_password: str | None = None,
     ) -> BrokerState:
-        java = java_command()
-        jars = self.fetch_jars()
+        java = jars.java_command()
+        libs = self.fetch_jars()
         previous = self.recorded()
         stored_password = self.sasl_password()
         if sasl_user is not None:
@@ -558,15 +301,15 @@ class DevBroker:
         properties.chmod(0o600)
         properties.write_text(self.server_properties(port, controller_port, broker_password))
         log4j = self.state_dir / "log4j2.properties"
-        log4j.write_text(LOG4J2_PROPERTIES.format(log=self.log_file))
-        classpath = f"{jars}/*"
+        log4j.write_text(local_engine.LOG4J2_PROPERTIES.format(log=self.log_file))
+        classpath = f"{libs}/*"
         jvm = [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-Djava.awt.headless=true"]
         jvm += [f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
         if not reuse:
             scram = []
             if sasl_user is not None and broker_password is not None:
                 scram = [(BROKER_SASL_USER, broker_password), (sasl_user, sasl_password or "")]
-            self._format(jvm, properties, scram)
+            local_engine.format_storage(jvm, properties, scram)
         stdout_path = self.state_dir / STDOUT_LOG
         with stdout_path.open("ab") as out:
             proc = subprocess.Popen(
@@ -588,7 +331,7 @@ class DevBroker:
         )
         # Written before waiting so that `down` can stop a broker that is still starting.
         state.save(self.state_file)
-        self._wait_ready(state, proc, timeout)
+        local_engine.wait_ready(state, proc, timeout, self.state_dir, self.client_config(state))
         return state
 
     def _broker_password(self, reuse: bool) -> str:
@@ -607,122 +350,8 @@ class DevBroker:
     def server_properties(
         self, port: int, controller_port: int, broker_password: str | None = None
     ) -> str:
-        """The broker configuration: one combined KRaft node, fit for a single machine.
-
-        With ``broker_password``, the client listener is SASL_PLAINTEXT with SCRAM-SHA-256
-        (the broker authenticates to it as ``BROKER_SASL_USER``); the controller listener
-        stays PLAINTEXT on loopback.
-        """
-        if broker_password is None:
-            listener = "PLAINTEXT"
-            sasl_lines: list[str] = []
-        else:
-            listener = "SASL_PLAINTEXT"
-            jaas = (
-                "org.apache.kafka.common.security.scram.ScramLoginModule required "
-                f'username="{BROKER_SASL_USER}" password="{broker_password}";'
-            )
-            sasl_lines = [
-                f"sasl.enabled.mechanisms={SCRAM_MECHANISM}",
-                f"sasl.mechanism.inter.broker.protocol={SCRAM_MECHANISM}",
-                f"listener.name.sasl_plaintext.{SCRAM_MECHANISM.lower()}.sasl.jaas.config={jaas}",
-            ]
-        return "\n".join(
-            [
-                "process.roles=broker,controller",
-                "node.id=1",
-                f"controller.quorum.bootstrap.servers={HOST}:{controller_port}",
-                f"listeners={listener}://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
-                f"advertised.listeners={listener}://{HOST}:{port}",
-                "controller.listener.names=CONTROLLER",
-                f"inter.broker.listener.name={listener}",
-                f"listener.security.protocol.map=CONTROLLER:PLAINTEXT,{listener}:{listener}",
-                *sasl_lines,
-                f"log.dirs={self.data_dir}",
-                "num.partitions=1",
-                # One node: every internal topic has one replica and needs one in sync.
-                "offsets.topic.replication.factor=1",
-                "offsets.topic.num.partitions=10",
-                "transaction.state.log.replication.factor=1",
-                "transaction.state.log.min.isr=1",
-                "transaction.state.log.num.partitions=4",
-                "share.coordinator.state.topic.replication.factor=1",
-                "share.coordinator.state.topic.min.isr=1",
-                "min.insync.replicas=1",
-                # Groups form at once instead of waiting 3 s for more members.
-                "group.initial.rebalance.delay.ms=0",
-                # fairstream creates its own topics, with the partition counts it needs.
-                "auto.create.topics.enable=false",
-                "log.retention.hours=24",
-                "",
-            ]
-        )
-
-    def _format(
-        self, jvm: list[str], properties: Path, scram: list[tuple[str, str]] | None = None
-    ) -> None:
-        cluster_id = subprocess.run(
-            [*jvm, "kafka.tools.StorageTool", "random-uuid"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if cluster_id.returncode != 0:
-            raise BrokerError(
-                "kafka.tools.StorageTool random-uuid failed:\n" + cluster_id.stderr[-2000:]
-            )
-        fmt = subprocess.run(
-            [
-                *jvm,
-                "kafka.tools.StorageTool",
-                "format",
-                "--standalone",
-                "-t",
-                cluster_id.stdout.strip().splitlines()[-1],
-                "-c",
-                str(properties),
-                *(
-                    arg
-                    for name, password in scram or []
-                    for arg in (
-                        "--add-scram",
-                        f"{SCRAM_MECHANISM}=[name={name},password={password}]",
-                    )
-                ),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if fmt.returncode != 0:
-            output = fmt.stdout + fmt.stderr
-            for _, password in scram or []:
-                output = output.replace(password, "***")
-            raise BrokerError("formatting the broker storage failed:\n" + output[-3000:])
-
-    def _wait_ready(
-        self, state: BrokerState, proc: subprocess.Popen[bytes], timeout: float
-    ) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            code = proc.poll()
-            if code is not None:
-                raise BrokerError(
-                    f"the broker exited with code {code} while starting. "
-                    f"Last lines of {self.log_file}:\n{tail(self.log_file)}\n"
-                    f"Last lines of {self.state_dir / STDOUT_LOG}:\n"
-                    f"{tail(self.state_dir / STDOUT_LOG, 15)}"
-                )
-            if answers_metadata(
-                state.bootstrap, timeout=2.0, client_config=self.client_config(state)
-            ):
-                return
-            time.sleep(0.3)
-        self._terminate(proc.pid, timeout=15)
-        raise BrokerError(
-            f"the broker did not answer a metadata request at {state.bootstrap} within "
-            f"{timeout:.0f} s. Last lines of {self.log_file}:\n{tail(self.log_file)}"
-        )
+        """This broker's ``server.properties`` (see ``local_engine.server_properties``)."""
+        return local_engine.server_properties(self.data_dir, port, controller_port, broker_password)
 
     # -- down ----------------------------------------------------------------------------
 
@@ -743,7 +372,7 @@ class DevBroker:
             if docker_engine.stop(state):
                 stopped = state
         elif state.pid is not None and pid_alive(state.pid) and is_our_broker(state.pid):
-            self._terminate(state.pid, timeout)
+            terminate(state.pid, timeout)
             stopped = state
         # Keep the record without a pid (or container): a later `up` starts on the same port,
         # and the local engine reuses its formatted data (topics, offsets) too.
@@ -751,35 +380,3 @@ class DevBroker:
         state.container_id = None
         state.save(self.state_file)
         return stopped
-
-    def _terminate(self, pid: int, timeout: float) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not pid_alive(pid):
-                return
-            time.sleep(0.1)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and pid_alive(pid):
-            time.sleep(0.1)
-        if pid_alive(pid):
-            raise BrokerError(f"broker process {pid} did not exit after SIGKILL")
-
-
-def check_sasl_value(what: str, value: str) -> None:
-    """Refuse a SASL user or password that StorageTool or JAAS would misread."""
-    if not SASL_SAFE.fullmatch(value):
-        raise BrokerError(f"the {what} must be 1 to 128 characters of A-Z a-z 0-9 . _ ~ @ % + -")
-
-
-def describe(state: BrokerState) -> dict[str, Any]:
-    """A JSON-friendly view of a running broker, for ``status --json`` (no password)."""
-    return {
-        **asdict(state),
-        "bootstrap": state.bootstrap,
-        "security_protocol": state.security_protocol,
-        "sasl_mechanism": state.sasl_mechanism,
-    }

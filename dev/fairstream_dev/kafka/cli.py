@@ -9,12 +9,12 @@ from pathlib import Path
 
 import click
 
-from fairstream_dev.kafka.broker import (
+from fairstream_dev.kafka.broker import DevBroker
+from fairstream_dev.kafka.state import (
     DEFAULT_SASL_USER,
     KAFKA_VERSION,
     SCRAM_MECHANISM,
     BrokerError,
-    DevBroker,
     default_state_dir,
     describe,
 )

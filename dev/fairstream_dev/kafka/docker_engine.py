@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fairstream_dev.kafka.broker import HOST, BrokerError, BrokerState, answers_metadata
+from fairstream_dev.kafka.process import answers_metadata
+from fairstream_dev.kafka.state import HOST, STATE_FILE, BrokerError, BrokerState
 
 IMAGE = "apache/kafka"
 CONTAINER_PORT = 9092
@@ -84,7 +85,7 @@ def start(kafka_version: str, port: int, state_dir: Path, timeout: float) -> Bro
         kafka_version=kafka_version,
         container_id=wrapped.id,
     )
-    state.save(state_dir / "state.json")
+    state.save(state_dir / STATE_FILE)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if answers_metadata(state.bootstrap, timeout=2.0):

@@ -1,0 +1,171 @@
+"""The local engine: one KRaft node run by the machine's Java from the cached jars.
+
+The broker runs as ``java -cp 'libs/*' kafka.Kafka server.properties`` in the background,
+exactly as the binary distribution's scripts would run it. This module writes its
+configuration, formats its storage and waits for it to answer; ``DevBroker`` decides when.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from fairstream_dev.kafka.process import answers_metadata, tail, terminate
+from fairstream_dev.kafka.state import (
+    BROKER_LOG,
+    BROKER_SASL_USER,
+    HOST,
+    SCRAM_MECHANISM,
+    STDOUT_LOG,
+    BrokerError,
+    BrokerState,
+)
+
+LOG4J2_PROPERTIES = """status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+# The controller and the log cleaner are chatty at INFO and drown what matters in a dev log.
+logger.controller.name = org.apache.kafka.controller
+logger.controller.level = WARN
+logger.cleaner.name = kafka.log.LogCleaner
+logger.cleaner.level = WARN
+"""
+
+
+def server_properties(
+    data_dir: Path, port: int, controller_port: int, broker_password: str | None = None
+) -> str:
+    """The broker configuration: one combined KRaft node, fit for a single machine.
+
+    With ``broker_password``, the client listener is SASL_PLAINTEXT with SCRAM-SHA-256
+    (the broker authenticates to it as ``BROKER_SASL_USER``); the controller listener
+    stays PLAINTEXT on loopback.
+    """
+    if broker_password is None:
+        listener = "PLAINTEXT"
+        sasl_lines: list[str] = []
+    else:
+        listener = "SASL_PLAINTEXT"
+        jaas = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{BROKER_SASL_USER}" password="{broker_password}";'
+        )
+        sasl_lines = [
+            f"sasl.enabled.mechanisms={SCRAM_MECHANISM}",
+            f"sasl.mechanism.inter.broker.protocol={SCRAM_MECHANISM}",
+            f"listener.name.sasl_plaintext.{SCRAM_MECHANISM.lower()}.sasl.jaas.config={jaas}",
+        ]
+    return "\n".join(
+        [
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.bootstrap.servers={HOST}:{controller_port}",
+            f"listeners={listener}://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
+            f"advertised.listeners={listener}://{HOST}:{port}",
+            "controller.listener.names=CONTROLLER",
+            f"inter.broker.listener.name={listener}",
+            f"listener.security.protocol.map=CONTROLLER:PLAINTEXT,{listener}:{listener}",
+            *sasl_lines,
+            f"log.dirs={data_dir}",
+            "num.partitions=1",
+            # One node: every internal topic has one replica and needs one in sync.
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=10",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "transaction.state.log.num.partitions=4",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "min.insync.replicas=1",
+            # Groups form at once instead of waiting 3 s for more members.
+            "group.initial.rebalance.delay.ms=0",
+            # fairstream creates its own topics, with the partition counts it needs.
+            "auto.create.topics.enable=false",
+            "log.retention.hours=24",
+            "",
+        ]
+    )
+
+
+def format_storage(
+    jvm: list[str], properties: Path, scram: list[tuple[str, str]] | None = None
+) -> None:
+    """Format the KRaft storage of a new broker, with its SCRAM users (``--add-scram``)."""
+    cluster_id = subprocess.run(
+        [*jvm, "kafka.tools.StorageTool", "random-uuid"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if cluster_id.returncode != 0:
+        raise BrokerError(
+            "kafka.tools.StorageTool random-uuid failed:\n" + cluster_id.stderr[-2000:]
+        )
+    fmt = subprocess.run(
+        [
+            *jvm,
+            "kafka.tools.StorageTool",
+            "format",
+            "--standalone",
+            "-t",
+            cluster_id.stdout.strip().splitlines()[-1],
+            "-c",
+            str(properties),
+            *(
+                arg
+                for name, password in scram or []
+                for arg in (
+                    "--add-scram",
+                    f"{SCRAM_MECHANISM}=[name={name},password={password}]",
+                )
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if fmt.returncode != 0:
+        output = fmt.stdout + fmt.stderr
+        for _, password in scram or []:
+            output = output.replace(password, "***")
+        raise BrokerError("formatting the broker storage failed:\n" + output[-3000:])
+
+
+def wait_ready(
+    state: BrokerState,
+    proc: subprocess.Popen[bytes],
+    timeout: float,
+    state_dir: Path,
+    client_config: dict[str, Any],
+) -> None:
+    """Wait until the new broker answers a metadata request.
+
+    A broker that exits while starting, or does not answer within ``timeout`` s (it is then
+    stopped), is a ``BrokerError`` carrying the last lines of its logs.
+    """
+    log_file = state_dir / BROKER_LOG
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None:
+            raise BrokerError(
+                f"the broker exited with code {code} while starting. "
+                f"Last lines of {log_file}:\n{tail(log_file)}\n"
+                f"Last lines of {state_dir / STDOUT_LOG}:\n"
+                f"{tail(state_dir / STDOUT_LOG, 15)}"
+            )
+        if answers_metadata(state.bootstrap, timeout=2.0, client_config=client_config):
+            return
+        time.sleep(0.3)
+    terminate(proc.pid, timeout=15)
+    raise BrokerError(
+        f"the broker did not answer a metadata request at {state.bootstrap} within "
+        f"{timeout:.0f} s. Last lines of {log_file}:\n{tail(log_file)}"
+    )
