@@ -58,132 +58,28 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import Any, Final, Generic, NamedTuple, TypeVar, cast
+from collections.abc import Iterator
+from typing import Generic, TypeVar
 
 from fairstream.core.admission import Decision, admit
 from fairstream.core.clock import Clock
 from fairstream.core.ratelimit import TokenBucket
+from fairstream.core.rings import (
+    ACTIVE,
+    PARKED,
+    PAUSED,
+    RETIRED,
+    SLACK,
+    ClassRings,
+    Pick,
+    TenantRecord,
+    new_pick,
+)
 from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicy
 
 __all__ = ["FairScheduler", "Pick"]
 
 T = TypeVar("T")
-
-# Tolerance for comparing float deficits (weights and quanta may be floats): a tenant that is
-# owed 0.9999999999 of a unit-cost record because of rounding is owed the record.
-_SLACK: Final = 1e-9
-
-# Where a tenant's runtime record is. Exactly one container (a ring or the parked heap)
-# references a live record, so every transition either pops it or retires it.
-_ACTIVE: Final = 0  # in a ring of its class
-_PARKED: Final = 1  # rate-capped, waiting for a token, in the parked heap
-_PAUSED: Final = 2  # backlogged but paused, in no container
-_RETIRED: Final = 3  # superseded or removed; stale references are skipped
-_DETACHED: Final = 4  # being moved between containers, in none
-
-
-class Pick(NamedTuple, Generic[T]):
-    """One scheduling decision: send ``item`` of ``tenant``, which costs ``cost``."""
-
-    tenant: str
-    item: T
-    cost: int
-
-
-# Pick(...) goes through a Python-level __new__; tuple.__new__ does the same work in half
-# the time, and push is on the per-record path.
-_new_pick = cast("Callable[[type[Pick[Any]], tuple[str, Any, int]], Pick[Any]]", tuple.__new__)
-
-
-class _Tenant(Generic[T]):
-    """Runtime state of one backlogged tenant. Exists only while it has a backlog."""
-
-    __slots__ = (
-        "bucket",
-        "cls",
-        "cost",
-        "credited",
-        "deficit",
-        "name",
-        "policy",
-        "quantum",
-        "queue",
-        "round",
-        "state",
-    )
-
-    def __init__(
-        self, name: str, policy: TenantPolicy, quantum: float, bucket: TokenBucket | None
-    ) -> None:
-        self.name = name
-        self.policy = policy
-        self.quantum = quantum
-        self.bucket = bucket
-        self.queue: deque[Pick[T]] = deque()
-        self.cost = 0  # total cost waiting
-        self.deficit: float = 0
-        self.credited = 0  # last round of self.cls whose quantum is in self.deficit
-        self.round = 0  # round of the ring holding this record, while _ACTIVE
-        self.cls: _Class[T] | None = None
-        self.state = _DETACHED
-
-    def successor(self) -> _Tenant[T]:
-        """A fresh record taking over this one's queue; this one is retired."""
-        fresh: _Tenant[T] = _Tenant(self.name, self.policy, self.quantum, self.bucket)
-        fresh.queue = self.queue
-        fresh.cost = self.cost
-        fresh.deficit = self.deficit
-        self.state = _RETIRED
-        return fresh
-
-
-class _Class(Generic[T]):
-    """The rings of one priority class: a calendar of rounds of tenants."""
-
-    __slots__ = ("current", "later", "later_rounds", "priority", "round", "size", "upcoming")
-
-    def __init__(self, priority: int) -> None:
-        self.priority = priority
-        self.round = 0
-        self.current: deque[_Tenant[T]] = deque()  # round `round`, head being visited
-        self.upcoming: deque[_Tenant[T]] = deque()  # round `round + 1`: the ring's tail
-        self.later: dict[int, deque[_Tenant[T]]] = {}  # rounds beyond, for costly heads
-        self.later_rounds: list[int] = []  # heap of the keys of `later`
-        self.size = 0  # live (_ACTIVE) tenants in the rings
-
-    def advance(self) -> bool:
-        """Make the next non-empty round current; False when every ring is empty."""
-        spare = self.current
-        if self.upcoming:
-            self.round += 1
-            self.current = self.upcoming
-        else:
-            later = self.later
-            while self.later_rounds:
-                round_ = heapq.heappop(self.later_rounds)
-                ring = later.pop(round_, None)
-                if ring is not None:
-                    break
-            else:
-                return False
-            self.round = round_
-            self.current = ring
-        nxt = self.later.pop(self.round + 1, None)
-        self.upcoming = spare if nxt is None else nxt
-        return True
-
-    def file(self, tenant: _Tenant[T], round_: int) -> None:
-        """Append ``tenant`` to the ring of ``round_`` (> current round)."""
-        tenant.round = round_
-        if round_ == self.round + 1:
-            self.upcoming.append(tenant)
-            return
-        ring = self.later.get(round_)
-        if ring is None:
-            ring = self.later[round_] = deque()
-            heapq.heappush(self.later_rounds, round_)
-        ring.append(tenant)
 
 
 class FairScheduler(Generic[T]):
@@ -213,10 +109,12 @@ class FairScheduler(Generic[T]):
         self._default = default_policy
         self._policies: dict[str, TenantPolicy] = {}  # explicit policies only
         self._buckets: dict[str, TokenBucket] = {}  # rate-capped tenants' token buckets
-        self._tenants: dict[str, _Tenant[T]] = {}  # backlogged tenants only
-        self._classes: dict[int, _Class[T]] = {}  # classes with live ring members
-        self._order: list[_Class[T]] = []  # the same, highest priority first
-        self._parked: list[tuple[float, int, _Tenant[T]]] = []  # heap: (token due, seq, tenant)
+        self._tenants: dict[str, TenantRecord[T]] = {}  # backlogged tenants only
+        self._classes: dict[int, ClassRings[T]] = {}  # classes with live ring members
+        self._order: list[ClassRings[T]] = []  # the same, highest priority first
+        self._parked: list[
+            tuple[float, int, TenantRecord[T]]
+        ] = []  # heap: (token due, seq, tenant)
         # Buckets of idle tenants under a capped default policy, dropped once full again:
         # (time full, seq, tenant, bucket). A full bucket is the same as a new one.
         self._idle_buckets: list[tuple[float, int, str, TokenBucket]] = []
@@ -239,50 +137,18 @@ class FairScheduler(Generic[T]):
             raise ValueError(f"cost must be a positive integer, got {cost!r}")
         t = self._tenants.get(tenant)
         if t is not None:
-            t.queue.append(_new_pick(Pick, (tenant, item, cost)))
+            t.queue.append(new_pick(Pick, (tenant, item, cost)))
             t.cost += cost
             self._len += 1
             return
         t = self._new_tenant(tenant)
-        t.queue.append(_new_pick(Pick, (tenant, item, cost)))
+        t.queue.append(new_pick(Pick, (tenant, item, cost)))
         t.cost = cost
         self._len += 1
         if t.policy.paused:
-            t.state = _PAUSED
+            t.state = PAUSED
         else:
             self._join_tail(t)
-
-    def push_front(self, tenant: str, item: T, cost: int = 1) -> None:
-        """Give back a picked ``item`` at the head of ``tenant``'s queue, refunding its cost.
-
-        Use it to undo a ``pick`` whose egress send failed, so that the item goes again
-        before the tenant's later items (FIFO per tenant holds) and the failed attempt does
-        not count against the tenant's share. A tenant that had left the ring re-enters at
-        its head with exactly the item's cost as deficit, so the item goes next in its class.
-
-        Caller: the service, when producing a picked record to the egress topic failed.
-        Affects: the tenant's queue, backlog and deficit; possibly the ring.
-        """
-        if type(cost) is not int or cost < 1:
-            raise ValueError(f"cost must be a positive integer, got {cost!r}")
-        pick = Pick(tenant, item, cost)
-        t = self._tenants.get(tenant)
-        if t is not None:
-            t.queue.appendleft(pick)
-            t.cost += cost
-            self._len += 1
-            if t.state != _PAUSED:
-                t.deficit += cost
-            return
-        t = self._new_tenant(tenant)
-        t.queue.appendleft(pick)
-        t.cost = cost
-        self._len += 1
-        if t.policy.paused:
-            t.state = _PAUSED
-        else:
-            t.deficit = cost
-            self._join_head(t)
 
     def charge(self, tenant: str, amount: float) -> bool:
         """Charge a backlogged ``tenant``'s deficit ``amount`` more cost units (a negative
@@ -302,7 +168,7 @@ class FairScheduler(Generic[T]):
         if not math.isfinite(amount):
             raise ValueError(f"amount must be finite, got {amount!r}")
         t = self._tenants.get(tenant)
-        if t is None or t.state == _PAUSED:
+        if t is None or t.state == PAUSED:
             return False
         if amount >= 0:
             t.deficit -= amount
@@ -321,9 +187,9 @@ class FairScheduler(Generic[T]):
         t = self._tenants.pop(tenant, None)
         if t is None:
             return []
-        if t.state == _ACTIVE:
+        if t.state == ACTIVE:
             self._leave_ring(t)
-        t.state = _RETIRED
+        t.state = RETIRED
         self._len -= len(t.queue)
         items = [pick.item for pick in t.queue]
         t.queue = deque()  # the retired record may linger in a ring; do not keep items alive
@@ -361,7 +227,7 @@ class FairScheduler(Generic[T]):
                         break
                     ring = cls.current
                 t = ring[0]
-                if t.state != _ACTIVE:  # a retired record left behind in the ring
+                if t.state != ACTIVE:  # a retired record left behind in the ring
                     ring.popleft()
                     continue
                 round_ = cls.round
@@ -372,7 +238,7 @@ class FairScheduler(Generic[T]):
                 queue = t.queue
                 head = queue[0]
                 cost = head[2]
-                if deficit + _SLACK < cost:
+                if deficit + SLACK < cost:
                     t.deficit = deficit
                     ring.popleft()
                     self._file_next(cls, t, cost)
@@ -395,7 +261,7 @@ class FairScheduler(Generic[T]):
                 if not queue:
                     # Backlog gone: leave the ring, forget the deficit (no saving up credit).
                     ring.popleft()
-                    t.state = _RETIRED
+                    t.state = RETIRED
                     del self._tenants[t.name]
                     cls.size -= 1
                     if cls.size == 0:
@@ -406,10 +272,10 @@ class FairScheduler(Generic[T]):
                 deficit -= cost
                 t.deficit = deficit
                 cost = queue[0][2]
-                if deficit + _SLACK < cost:
+                if deficit + SLACK < cost:
                     # Visit over. Usually the next quantum is enough: file at the tail inline.
                     ring.popleft()
-                    if cost - deficit <= t.quantum + _SLACK:
+                    if cost - deficit <= t.quantum + SLACK:
                         t.round = round_ + 1
                         cls.upcoming.append(t)
                     else:
@@ -432,7 +298,7 @@ class FairScheduler(Generic[T]):
         if self._order:
             return 0.0
         parked = self._parked
-        while parked and parked[0][2].state != _PARKED:
+        while parked and parked[0][2].state != PARKED:
             heapq.heappop(parked)
         if not parked:
             return None
@@ -514,15 +380,15 @@ class FairScheduler(Generic[T]):
         t.bucket = bucket
         t.quantum = policy.weight * self._quantum
         if policy.paused:
-            if t.state != _PAUSED:
+            if t.state != PAUSED:
                 t = self._detach(t)
-                t.state = _PAUSED
+                t.state = PAUSED
                 t.deficit = 0
             return
-        if t.state == _PAUSED:
+        if t.state == PAUSED:
             t.deficit = 0
             self._join_tail(t)
-        elif t.state == _PARKED:
+        elif t.state == PARKED:
             # The due time in the heap belongs to the old cap; file the tenant afresh.
             t = self._detach(t)
             self._join_head_or_park(t)
@@ -533,7 +399,7 @@ class FairScheduler(Generic[T]):
         elif old.weight != policy.weight:
             self._refile(t)
 
-    def _refile(self, t: _Tenant[T]) -> None:
+    def _refile(self, t: TenantRecord[T]) -> None:
         """After a quantum change, move a tenant that skips rounds to its new round."""
         cls = t.cls
         assert cls is not None
@@ -545,7 +411,7 @@ class FairScheduler(Generic[T]):
             # Retire the record still filed in the old round; the successor takes its place.
             fresh = t.successor()
             fresh.credited = t.credited
-            fresh.state = _ACTIVE
+            fresh.state = ACTIVE
             fresh.cls = cls
             self._tenants[t.name] = fresh
             cls.file(fresh, target)
@@ -596,7 +462,7 @@ class FairScheduler(Generic[T]):
 
     # -- ring membership ---------------------------------------------------------------------
 
-    def _new_tenant(self, name: str) -> _Tenant[T]:
+    def _new_tenant(self, name: str) -> TenantRecord[T]:
         policy = self._policies.get(name, self._default)
         bucket: TokenBucket | None = None
         if policy.rate_cap is not None:
@@ -605,42 +471,42 @@ class FairScheduler(Generic[T]):
                 bucket = self._buckets[name] = TokenBucket(
                     policy.rate_cap, policy.cap_burst, self._clock.now()
                 )
-        t: _Tenant[T] = _Tenant(name, policy, policy.weight * self._quantum, bucket)
+        t: TenantRecord[T] = TenantRecord(name, policy, policy.weight * self._quantum, bucket)
         self._tenants[name] = t
         return t
 
-    def _class(self, priority: int) -> _Class[T]:
+    def _class(self, priority: int) -> ClassRings[T]:
         cls = self._classes.get(priority)
         if cls is None:
-            cls = self._classes[priority] = _Class(priority)
+            cls = self._classes[priority] = ClassRings(priority)
             bisect.insort(self._order, cls, key=lambda c: c.priority)
         return cls
 
-    def _drop_class(self, cls: _Class[T]) -> None:
+    def _drop_class(self, cls: ClassRings[T]) -> None:
         # An empty class may still hold retired records in its rings; dropping it frees them.
         del self._classes[cls.priority]
         self._order.remove(cls)
 
-    def _join_tail(self, t: _Tenant[T]) -> None:
+    def _join_tail(self, t: TenantRecord[T]) -> None:
         """A tenant becoming backlogged (or resumed, or moved) joins the tail of its class."""
         cls = self._class(t.policy.priority)
-        t.state = _ACTIVE
+        t.state = ACTIVE
         t.cls = cls
         t.credited = cls.round
         cls.size += 1
         cls.file(t, cls.round + 1)
 
-    def _join_head(self, t: _Tenant[T]) -> None:
+    def _join_head(self, t: TenantRecord[T]) -> None:
         """A tenant resuming an interrupted visit goes first, with the deficit it has."""
         cls = self._class(t.policy.priority)
-        t.state = _ACTIVE
+        t.state = ACTIVE
         t.cls = cls
         t.credited = cls.round
         t.round = cls.round
         cls.size += 1
         cls.current.appendleft(t)
 
-    def _join_head_or_park(self, t: _Tenant[T]) -> None:
+    def _join_head_or_park(self, t: TenantRecord[T]) -> None:
         bucket = t.bucket
         if bucket is None:
             self._join_head(t)
@@ -651,11 +517,11 @@ class FairScheduler(Generic[T]):
         else:
             self._join_head(t)
 
-    def _file_next(self, cls: _Class[T], t: _Tenant[T], cost: int) -> None:
+    def _file_next(self, cls: ClassRings[T], t: TenantRecord[T], cost: int) -> None:
         """End ``t``'s visit: file it in the first round whose quantum lets it send ``cost``."""
         need = cost - t.deficit
         quantum = t.quantum
-        if need <= quantum + _SLACK:
+        if need <= quantum + SLACK:
             t.round = cls.round + 1
             cls.upcoming.append(t)
         else:
@@ -664,28 +530,28 @@ class FairScheduler(Generic[T]):
     @staticmethod
     def _rounds_needed(need: float, quantum: float) -> int:
         """Fewest rounds of ``quantum`` that cover ``need`` (at least 1), robust to rounding."""
-        if need <= quantum + _SLACK:
+        if need <= quantum + SLACK:
             return 1
         rounds = int(-(-need // quantum))
-        if (rounds - 1) * quantum + _SLACK >= need:
+        if (rounds - 1) * quantum + SLACK >= need:
             rounds -= 1
         return rounds
 
-    def _leave_ring(self, t: _Tenant[T]) -> None:
+    def _leave_ring(self, t: TenantRecord[T]) -> None:
         cls = t.cls
         assert cls is not None
         cls.size -= 1
         if cls.size == 0:
             self._drop_class(cls)
 
-    def _detach(self, t: _Tenant[T]) -> _Tenant[T]:
+    def _detach(self, t: TenantRecord[T]) -> TenantRecord[T]:
         """Take ``t`` out of its ring or the parked heap in O(1) by retiring its record.
 
         Returns the record to use from now on, in no container (state to be set by caller).
         """
-        if t.state == _PAUSED:
+        if t.state == PAUSED:
             return t
-        if t.state == _ACTIVE:
+        if t.state == ACTIVE:
             self._leave_ring(t)
         fresh = t.successor()
         self._tenants[t.name] = fresh
@@ -693,20 +559,20 @@ class FairScheduler(Generic[T]):
 
     # -- rate caps ---------------------------------------------------------------------------
 
-    def _park(self, t: _Tenant[T], now: float) -> None:
+    def _park(self, t: TenantRecord[T], now: float) -> None:
         """Out of the ring (caller took it out) until its bucket has a token; the deficit
         stays as it is."""
         assert t.bucket is not None
-        t.state = _PARKED
+        t.state = PARKED
         due = now + t.bucket.wait_time(1, now)
         heapq.heappush(self._parked, (due, next(self._seq), t))
 
     def _unpark_due(self, now: float) -> None:
         parked = self._parked
-        due: list[_Tenant[T]] = []
+        due: list[TenantRecord[T]] = []
         while parked and parked[0][0] <= now:
             t = heapq.heappop(parked)[2]
-            if t.state == _PARKED:
+            if t.state == PARKED:
                 due.append(t)
         # Earliest due first: file them at the head in reverse order.
         for t in reversed(due):

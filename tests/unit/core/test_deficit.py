@@ -179,10 +179,10 @@ def test_paused_tenant_pushes_do_not_join_ring():
     scheduler, _ = make()
     scheduler.set_policy("A", TenantPolicy(paused=True))
     scheduler.push("A", "a0")
-    scheduler.push_front("A", "a-1")
+    scheduler.push("A", "a1")
     assert scheduler.pick() is None
     scheduler.set_policy("A", TenantPolicy())
-    assert drain(scheduler) == ["a-1", "a0"]
+    assert drain(scheduler) == ["a0", "a1"]
 
 
 def test_live_weight_change_applies_to_existing_backlog():
@@ -228,29 +228,6 @@ def test_cap_added_and_removed_live():
     scheduler.set_policy("A", None)  # cap lifted while parked: eligible at once
     assert drain(scheduler) == ["a1", "a2", "a3"]
     assert clock.now() == 0
-
-
-def test_push_front_keeps_fifo_and_refunds():
-    scheduler, _ = make()
-    for i in range(3):
-        scheduler.push("A", f"a{i}")
-        scheduler.push("B", f"b{i}")
-    picked = scheduler.pick()
-    assert picked == Pick("A", "a0", 1)
-    scheduler.push_front(*picked)  # the send failed: a0 goes again before a1
-    # A keeps its place (after B this round) and its refunded cost: a0 and a1 next visit.
-    assert drain(scheduler) == ["b0", "a0", "a1", "b1", "a2", "b2"]
-
-
-def test_push_front_of_idle_tenant_goes_next():
-    scheduler, _ = make()
-    scheduler.push("A", "a0")
-    for i in range(3):
-        scheduler.push("B", f"b{i}")
-    assert scheduler.pick().item == "a0"  # type: ignore[union-attr]
-    assert "A" not in scheduler
-    scheduler.push_front("A", "a0")
-    assert drain(scheduler) == ["a0", "b0", "b1", "b2"]
 
 
 def test_remove_tenant_returns_items_and_forgets_backlog():
@@ -333,8 +310,6 @@ def test_push_rejects_bad_costs(cost):
     scheduler, _ = make()
     with pytest.raises(ValueError, match="cost must be a positive integer"):
         scheduler.push("A", "x", cost=cost)
-    with pytest.raises(ValueError, match="cost must be a positive integer"):
-        scheduler.push_front("A", "x", cost=cost)
 
 
 @pytest.mark.parametrize("quantum", [0, -1, float("inf"), True])

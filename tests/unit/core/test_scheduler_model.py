@@ -1,6 +1,6 @@
 """FairScheduler against a model of per-tenant FIFO queues, under every kind of operation.
 
-Random mixes of push, pick, push_front, remove_tenant, policy changes (weight, class, cap,
+Random mixes of push, pick, remove_tenant, policy changes (weight, class, cap,
 pause) and clock steps. Whatever the order of decisions, each tenant's items must leave in
 FIFO order, exactly once, and nothing may be left behind once everything is drained.
 """
@@ -30,7 +30,6 @@ operations = st.lists(
         st.tuples(st.just("push"), st.sampled_from(TENANTS), st.integers(1, 6)),
         st.tuples(st.just("pick"), st.none(), st.none()),
         st.tuples(st.just("pick"), st.none(), st.none()),
-        st.tuples(st.just("push_front"), st.none(), st.none()),
         st.tuples(st.just("remove"), st.sampled_from(TENANTS), st.none()),
         st.tuples(st.just("policy"), st.sampled_from(TENANTS), st.one_of(st.none(), policies)),
         st.tuples(st.just("default"), st.none(), policies),
@@ -47,7 +46,6 @@ def test_fifo_and_conservation_under_any_operations(ops, quantum):
     scheduler: FairScheduler[int] = FairScheduler(clock, quantum=quantum)
     model: dict[str, deque[tuple[int, int]]] = {t: deque() for t in TENANTS}
     next_item = 0
-    last_pick = None
     for op, tenant, arg in ops:
         if op == "push":
             scheduler.push(tenant, next_item, arg)
@@ -58,16 +56,9 @@ def test_fifo_and_conservation_under_any_operations(ops, quantum):
             if picked is not None:
                 assert (picked.item, picked.cost) == model[picked.tenant].popleft()
                 assert not scheduler.policy(picked.tenant).paused
-                last_pick = picked
-        elif op == "push_front" and last_pick is not None:
-            scheduler.push_front(*last_pick)
-            model[last_pick.tenant].appendleft((last_pick.item, last_pick.cost))
-            last_pick = None
         elif op == "remove":
             assert scheduler.remove_tenant(tenant) == [item for item, _ in model[tenant]]
             model[tenant].clear()
-            if last_pick is not None and last_pick.tenant == tenant:
-                last_pick = None
         elif op == "policy":
             scheduler.set_policy(tenant, arg)
         elif op == "default":
