@@ -13,7 +13,7 @@ broker refuses raise ``KafkaAuthenticationError`` (with the broker's reason) fro
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -21,23 +21,13 @@ from typing import Any
 from confluent_kafka import KafkaError, Message
 from confluent_kafka import Producer as _KafkaProducer
 
-from fairstream import contract
+from fairstream import wire
 from fairstream.adapters.admin import AuthWatch, KafkaAuthenticationError
 from fairstream.config import DEFAULT_INGEST, Connection, KafkaConnection
 
-__all__ = [
-    "DeliveryError",
-    "KafkaAuthenticationError",
-    "Producer",
-    "deadline_ms",
-    "ingest_headers",
-    "validate_tenant",
-]
+__all__ = ["DeliveryError", "KafkaAuthenticationError", "Producer"]
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
-HeaderInput = Mapping[str, str | bytes] | Iterable[tuple[str, str | bytes]]
-
-MAX_DEADLINE_MS = 2**63 - 1
 # Failures kept for DeliveryError; the count goes on beyond this.
 KEPT_FAILURES = 100
 # flush waits in slices this long, to notice a refused login between them.
@@ -52,89 +42,6 @@ class DeliveryError(Exception):
         self.failures = failures  # the first KEPT_FAILURES of them: (error, message)
         first = failures[0][0] if failures else "unknown error"
         super().__init__(f"{count} record(s) were not delivered; first error: {first}")
-
-
-def validate_tenant(tenant: str) -> bytes:
-    """The record key for ``tenant``; ValueError when the contract would reject it."""
-    if not isinstance(tenant, str):
-        raise TypeError(f"tenant must be a str, got {type(tenant).__name__}")
-    key = tenant.encode("utf-8")
-    if not 1 <= len(key) <= contract.MAX_TENANT_BYTES:
-        raise ValueError(
-            f"tenant id must be 1 to {contract.MAX_TENANT_BYTES} UTF-8 bytes, got {len(key)}"
-        )
-    return key
-
-
-def deadline_ms(deadline: datetime | int) -> int:
-    """Epoch milliseconds of a deadline given as an aware datetime or as epoch ms."""
-    if isinstance(deadline, datetime):
-        if deadline.tzinfo is None or deadline.utcoffset() is None:
-            raise ValueError("deadline must be a timezone-aware datetime (e.g. tzinfo=UTC)")
-        ms = int(deadline.timestamp() * 1000)
-    elif isinstance(deadline, int) and not isinstance(deadline, bool):
-        ms = deadline
-    else:
-        raise TypeError(
-            f"deadline must be a datetime or epoch milliseconds (int), "
-            f"got {type(deadline).__name__}"
-        )
-    if not 1 <= ms <= MAX_DEADLINE_MS:
-        raise ValueError(f"deadline must be after the epoch, got {ms} ms")
-    return ms
-
-
-def ingest_headers(
-    *,
-    cost: int = 1,
-    request_id: str | None = None,
-    deadline: datetime | int | None = None,
-    headers: HeaderInput | None = None,
-) -> list[tuple[str, bytes]]:
-    """The headers of one ingest record: the caller's own, then the fairstream-* ones.
-
-    ``fairstream-cost`` is always written (so a reader never has to know the default);
-    ``fairstream-request-id`` and ``fairstream-deadline-ms`` only when given. Header names
-    starting with ``fairstream-`` are reserved: pass cost/request_id/deadline instead.
-    Caller: Producer.submit. Affects: nothing (pure).
-    """
-    if isinstance(cost, bool) or not isinstance(cost, int):
-        raise TypeError(f"cost must be an int, got {type(cost).__name__}")
-    if not 1 <= cost <= contract.MAX_COST:
-        raise ValueError(f"cost must be between 1 and {contract.MAX_COST}, got {cost}")
-    out: list[tuple[str, bytes]] = []
-    items = headers.items() if isinstance(headers, Mapping) else (headers or ())
-    for name, value in items:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"header names must be non-empty strings, got {name!r}")
-        if name.startswith("fairstream-"):
-            raise ValueError(
-                f"header {name} is reserved for fairstream; "
-                "use the cost, request_id and deadline arguments"
-            )
-        if isinstance(value, str):
-            out.append((name, value.encode("utf-8")))
-        elif isinstance(value, bytes):
-            out.append((name, value))
-        else:
-            raise TypeError(f"header {name} must be str or bytes, got {type(value).__name__}")
-    out.append((contract.COST, str(cost).encode("ascii")))
-    if request_id is not None:
-        if not isinstance(request_id, str):
-            raise TypeError(f"request_id must be a str, got {type(request_id).__name__}")
-        if not request_id:
-            raise ValueError("request_id must not be empty")
-        if not request_id.isascii():
-            raise ValueError(f"request_id must be ASCII, got {request_id[:40]!r}")
-        if len(request_id) > contract.MAX_REQUEST_ID_BYTES:
-            raise ValueError(
-                f"request_id is {len(request_id)} bytes; "
-                f"at most {contract.MAX_REQUEST_ID_BYTES} allowed"
-            )
-        out.append((contract.REQUEST_ID, request_id.encode("ascii")))
-    if deadline is not None:
-        out.append((contract.DEADLINE_MS, str(deadline_ms(deadline)).encode("ascii")))
-    return out
 
 
 class Producer:
@@ -207,7 +114,7 @@ class Producer:
         cost: int = 1,
         request_id: str | None = None,
         deadline: datetime | int | None = None,
-        headers: HeaderInput | None = None,
+        headers: wire.HeaderInput | None = None,
     ) -> None:
         """Queue one request for ``tenant``; delivery happens in the background.
 
@@ -217,14 +124,16 @@ class Producer:
         KafkaAuthenticationError once the broker refused the credentials.
         """
         self._auth.check()
-        key = validate_tenant(tenant)
+        key = wire.tenant_key(tenant)
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise TypeError(
                 f"payload must be bytes, got {type(payload).__name__}; encode text first"
             )
         # The stubs want str | bytes | None values; ours are all bytes.
         record_headers: list[tuple[str, str | bytes | None]] = list(
-            ingest_headers(cost=cost, request_id=request_id, deadline=deadline, headers=headers)
+            wire.ingest_headers(
+                cost=cost, request_id=request_id, deadline=deadline, headers=headers
+            )
         )
         value = bytes(payload)
         while True:

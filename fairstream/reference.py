@@ -20,11 +20,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Arrival:
+    """One record's arrival: when (seconds), whose, which, and what it costs.
+
+    The reference schedules count records (each is one unit of work); ``fairstream
+    simulate`` replays traces of these with their cost.
+    """
+
     t: float
     tenant: str
     id: str
+    cost: int = 1
 
 
 def fifo_starts(arrivals: Iterable[Arrival], rate: float) -> dict[str, float]:

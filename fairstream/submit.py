@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from fairstream import wire
 from fairstream.config import DEFAULT_INGEST, KafkaConnection, kafka_options
 
 
@@ -119,20 +120,14 @@ def submit(
       fairstream submit -t acme --file prompt.json --cost 350 --count 10
       seq 100 | fairstream submit -t acme -
     """
-    from fairstream.producer import (
-        DeliveryError,
-        KafkaAuthenticationError,
-        Producer,
-        ingest_headers,
-        validate_tenant,
-    )
+    from fairstream.producer import DeliveryError, KafkaAuthenticationError, Producer
 
     if sum(x is not None for x in (payload, file, source)) != 1:
         raise click.UsageError("give exactly one of --payload TEXT, --file PATH or -")
     extra = [_parse_header(h) for h in headers]
     try:
-        validate_tenant(tenant)
-        ingest_headers(cost=cost, request_id=request_id, deadline=deadline_ms, headers=extra)
+        wire.tenant_key(tenant)
+        wire.ingest_headers(cost=cost, request_id=request_id, deadline=deadline_ms, headers=extra)
     except (ValueError, TypeError) as exc:
         raise click.UsageError(str(exc)) from exc
     sent = 0

@@ -18,15 +18,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
-import time
 from typing import Any
 
 import click
 
 from fairstream.config import KafkaConnection, kafka_options, policy_topic_option
-from fairstream.contract import MAX_TENANT_BYTES
 from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicy
-from fairstream.policy.codec import DEFAULT_POLICY_KEY, POLICY_FIELDS, PolicyRecord, SchemaError
+from fairstream.wire import now_ms, tenant_key
+from fairstream.wire.policy import DEFAULT_POLICY_KEY, POLICY_FIELDS, PolicyRecord, SchemaError
 
 _NONE_WORDS = ("none", "unlimited", "off")
 
@@ -61,10 +60,6 @@ class _OptionalNumber(click.ParamType):
             self.fail(f"{value!r} is not {what} or 'none'", param, ctx)
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _key(tenant: str | None, default: bool) -> bytes:
     if default and tenant is not None:
         raise click.UsageError("give either TENANT or --default, not both")
@@ -73,18 +68,12 @@ def _key(tenant: str | None, default: bool) -> bytes:
     if tenant is None:
         raise click.UsageError("missing TENANT (or --default for the defaults)")
     try:
-        key = tenant.encode("utf-8")
-    except UnicodeEncodeError as exc:
+        return tenant_key(tenant)
+    except ValueError as exc:
         raise click.BadParameter(
-            f"the tenant id must be valid UTF-8: {exc}", param_hint="TENANT"
-        ) from exc
-    if not 1 <= len(key) <= MAX_TENANT_BYTES:
-        raise click.BadParameter(
-            f"a tenant id is 1 to {MAX_TENANT_BYTES} bytes of UTF-8, got {len(key)}"
-            + (" (use --default for the defaults)" if not key else ""),
+            str(exc) + (" (use --default for the defaults)" if not tenant else ""),
             param_hint="TENANT",
-        )
-    return key
+        ) from exc
 
 
 def _label(key: bytes) -> str:
@@ -92,7 +81,7 @@ def _label(key: bytes) -> str:
 
 
 def _read(kafka: KafkaConnection, topic: str, timeout: float) -> dict[bytes, PolicyRecord]:
-    from fairstream.policy.store import PolicyStoreError, read_policies
+    from fairstream.adapters.policy_store import PolicyStoreError, read_policies
 
     def warn(key: bytes | None, error: SchemaError) -> None:
         label = "a record without a key" if key is None else repr(_label(key))
@@ -107,7 +96,7 @@ def _read(kafka: KafkaConnection, topic: str, timeout: float) -> dict[bytes, Pol
 def _write(
     kafka: KafkaConnection, topic: str, key: bytes, record: PolicyRecord | None, timeout: float
 ) -> None:
-    from fairstream.policy.store import PolicyStoreError, write_policy
+    from fairstream.adapters.policy_store import PolicyStoreError, write_policy
 
     try:
         write_policy(kafka, topic, key, record, timeout)
@@ -262,7 +251,7 @@ def set_policy(
         raise click.UsageError(f"invalid policy: {exc}") from exc
     record = PolicyRecord(
         policy,
-        updated_at_ms=_now_ms(),
+        updated_at_ms=now_ms(),
         purge_before_ms=None if current is None else current.purge_before_ms,
     )
     _write(kafka, policy_topic, key, record, timeout)
@@ -376,7 +365,7 @@ def purge(
     policies = _read(kafka, policy_topic, timeout)
     current = policies.get(key)
     policy = current.policy if current is not None else _defaults(policies)
-    now = _now_ms()
+    now = now_ms()
     record = PolicyRecord(policy, updated_at_ms=now, purge_before_ms=now)
     _write(kafka, policy_topic, key, record, timeout)
     click.echo(f"{tenant}: purge requested for records enqueued at or before {_iso(now)}")

@@ -6,7 +6,7 @@ import click
 
 from fairstream.adapters.admin import TopicError, create_topics
 from fairstream.config import DEFAULT_APP_ID, KafkaConnection, Topics, kafka_options, topic_options
-from fairstream.feedback import DEFAULT_FEEDBACK_TOPIC
+from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC
 
 
 @click.group("topics")

@@ -26,7 +26,7 @@ Guarantees:
   record per settled request (ok, dead-lettered) and one per rate-limited or failed call,
   with the cost the handler reported (``Usage``), written without waiting (best effort: a
   full queue or a missing topic loses records, counted in ``feedback_errors``). The
-  contract is ``fairstream.feedback``.
+  contract is ``fairstream.wire.feedback``.
 - de-duplication (``dedup_window``): a record whose request id is among the last N ids
   handled (or is being handled) is skipped and committed, and counted.
 - shutdown (``stop``): no new records start; queued ones are left for the next owner;
@@ -65,10 +65,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from confluent_kafka import Producer as _KafkaProducer
 from prometheus_client import CollectorRegistry
 
-from fairstream import contract
+from fairstream import wire
 from fairstream.adapters.admin import AuthWatch, KafkaAuthenticationError
 from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS, Connection, KafkaConnection
-from fairstream.feedback import (
+from fairstream.wire.feedback import (
     DEFAULT_FEEDBACK_TOPIC,
     Feedback,
     FeedbackError,
@@ -76,7 +76,7 @@ from fairstream.feedback import (
     encode_feedback,
     feedback_key,
 )
-from fairstream.feedback import Outcome as Reported
+from fairstream.wire.feedback import Outcome as Reported
 from fairstream.worker_core import (
     PartitionProgress,
     RateLimited,
@@ -142,11 +142,10 @@ class Request:
 Handler = Callable[[Request], Any]
 
 
-def _int_header(raw: bytes | None) -> int | None:
-    if raw is None:
-        return None
-    text = raw.decode("ascii", "replace").strip()
-    return int(text) if text.isdigit() and len(text) < 20 else None
+def _int_header(name: str, raw: bytes | None, limit: int = wire.MAX_EPOCH_MS) -> int | None:
+    """The header's value under the contract's rule, None when missing or outside it."""
+    value = wire.header_int(name, raw, limit)
+    return value if isinstance(value, int) else None
 
 
 def request_from_message(msg: Message) -> Request:
@@ -158,22 +157,22 @@ def request_from_message(msg: Message) -> Request:
     headers: RawHeaders = [(k, _bytes(v)) for k, v in items]
     last: dict[str, bytes | None] = dict(headers)  # later duplicates win
     key = msg.key()
-    raw_id = last.get(contract.REQUEST_ID)
+    raw_id = last.get(wire.REQUEST_ID)
     request_id = (
         raw_id.decode("ascii", "replace")
         if raw_id
-        else contract.default_request_id(topic, partition, offset)
+        else wire.default_request_id(topic, partition, offset)
     )
-    cost = _int_header(last.get(contract.COST))
+    cost = _int_header(wire.COST, last.get(wire.COST), wire.MAX_COST)
     return Request(
         tenant=key.decode("utf-8", "replace") if key is not None else "",
         payload=msg.value() or b"",
         request_id=request_id,
-        cost=cost if cost and cost >= 1 else 1,
+        cost=cost or 1,
         headers=tuple(headers),
-        enqueued_ms=_int_header(last.get(contract.ENQUEUED_MS)),
-        scheduled_ms=_int_header(last.get(contract.SCHEDULED_MS)),
-        deadline_ms=_int_header(last.get(contract.DEADLINE_MS)),
+        enqueued_ms=_int_header(wire.ENQUEUED_MS, last.get(wire.ENQUEUED_MS)),
+        scheduled_ms=_int_header(wire.SCHEDULED_MS, last.get(wire.SCHEDULED_MS)),
+        deadline_ms=_int_header(wire.DEADLINE_MS, last.get(wire.DEADLINE_MS)),
         topic=topic,
         partition=partition,
         offset=offset,
@@ -204,7 +203,7 @@ class _Job:
     # partition, if any: this one runs after it (same tenant), and only if it did not finish.
     predecessor: _Job | None = None
     outcome: Outcome | None = None  # set by the event loop when the run ends
-    reason: str = contract.HANDLER_FAILED  # the dead-letter reason, when dead-lettered
+    reason: str = wire.HANDLER_FAILED  # the dead-letter reason, when dead-lettered
 
 
 @dataclass
@@ -229,7 +228,7 @@ class Worker:
     ``consumer_config`` / ``producer_config`` are extra librdkafka settings for the egress
     consumer and for the producers (dead letters, feedback).
     ``feedback_topic``: where outcomes are reported for the scheduler (the contract is
-    ``fairstream.feedback``); None reports nothing.
+    ``fairstream.wire.feedback``); None reports nothing.
     ``metrics_port``: serve ``/metrics`` (Prometheus text format) on this port of
     ``metrics_host`` while ``run`` runs; 0 picks a free port (``metrics_url`` tells which);
     None (the default) serves nothing. ``metrics_registry``: where the metrics are
@@ -771,9 +770,9 @@ class Worker:
                     detail = (
                         f"rate-limited ({exc.scope}) {limited} time(s) in a row; the next try, "
                         f"in {delay:g} s, would come after the deadline "
-                        f"({contract.DEADLINE_MS} {request.deadline_ms})"
+                        f"({wire.DEADLINE_MS} {request.deadline_ms})"
                     )
-                    return await self._dead_letter(job, contract.EXPIRED, detail, attempt, latency)
+                    return await self._dead_letter(job, wire.EXPIRED, detail, attempt, latency)
                 log.debug("%s rate-limited (%s); retry in %g s", _where(request), exc.scope, delay)
                 if not await self._pause(delay, job):
                     return Outcome.ABANDONED
@@ -809,14 +808,14 @@ class Worker:
             f"handler failed {self.max_attempts} time(s); last error: "
             f"{type(error).__name__}: {error}"
         )
-        return await self._dead_letter(job, contract.HANDLER_FAILED, detail, attempt, latency)
+        return await self._dead_letter(job, wire.HANDLER_FAILED, detail, attempt, latency)
 
     async def _dead_letter(
         self, job: _Job, reason: str, detail: str, attempt: int, latency: float
     ) -> Outcome:
         """Write the record to the dead-letter topic and wait for the broker's ack."""
         detail = detail[:MAX_DETAIL_CHARS]
-        headers = contract.dead_letter_headers(job.request.headers, reason, detail)
+        headers = wire.dead_letter_headers(job.request.headers, reason, detail)
         tries = 0
         while True:
             tries += 1
@@ -974,20 +973,17 @@ class _FeedbackWriter:
         if not self._exists:
             self._metrics.feedback_errors.inc()  # said once when the topic was found missing
             return
-        scheduled = request.scheduled_ms
         try:
             record = Feedback(
                 request_id=request.request_id,
                 tenant=request.tenant,
                 outcome=outcome,
-                declared_cost=min(request.cost, contract.MAX_COST),
-                reported_at_ms=time.time_ns() // 1_000_000,
+                declared_cost=request.cost,
+                reported_at_ms=wire.now_ms(),
                 attempt=attempt,
                 cost=cost,
                 latency=latency,
-                scheduled_at_ms=scheduled
-                if scheduled is not None and scheduled <= contract.MAX_EPOCH_MS
-                else None,
+                scheduled_at_ms=request.scheduled_ms,
                 scope=scope,
                 retry_after=retry_after,
             )

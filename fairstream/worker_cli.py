@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS, KafkaConnection, kafka_options
-from fairstream.feedback import DEFAULT_FEEDBACK_TOPIC
+from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC
 
 
 def load_handler(spec: str) -> Any:

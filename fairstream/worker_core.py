@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from fairstream.contract import MAX_COST
-from fairstream.feedback import Scope
+from fairstream.wire import MAX_COST
+from fairstream.wire.feedback import Scope
 
 T = TypeVar("T")
 

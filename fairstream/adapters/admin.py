@@ -149,15 +149,23 @@ def ensure_internal_topics(
     admin = admin_client(kafka)
     if partition_count(admin, coordination_topic(app_id)) is None:
         _create(admin, [_coordination_new_topic(app_id, replication_factor)])
-    name = progress_topic(app_id)
-    existing = partition_count(admin, name)
+    existing = partition_count(admin, progress_topic(app_id))
     if existing is None:
         _create(admin, [_progress_new_topic(app_id, partitions, replication_factor)])
-    elif existing != partitions:
+    else:
+        check_copartitioned(app_id, existing, partitions)
+
+
+def check_copartitioned(app_id: str, progress_partitions: int, ingest_partitions: int) -> None:
+    """Raise ``TopicError`` unless the progress topic of ``app_id`` has as many partitions
+    as the ingest topic: progress records are co-partitioned with the ingest partitions
+    they settle."""
+    if progress_partitions != ingest_partitions:
         raise TopicError(
-            f"the progress topic {name} has {existing} partitions but the ingest topic has "
-            f"{partitions}; they must match (co-partitioning). Use another --app-id, or "
-            "delete the progress topic after draining the backlog."
+            f"the progress topic {progress_topic(app_id)} of app {app_id!r} has "
+            f"{progress_partitions} partitions but the ingest topic has {ingest_partitions}; "
+            "they must match (co-partitioning). Use another --app-id, or delete the "
+            "progress topic after draining the backlog."
         )
 
 
@@ -212,12 +220,8 @@ def create_topics(
         )
     internal = progress_topic(app_id)
     existing_internal = partition_count(admin, internal)
-    if existing_internal is not None and existing_internal != partitions:
-        raise TopicError(
-            f"the internal topic {internal} of app {app_id!r} has {existing_internal} "
-            f"partitions but the ingest topic would have {partitions}: they must match. "
-            f"Use --partitions {existing_internal}, or another --app-id."
-        )
+    if existing_internal is not None:
+        check_copartitioned(app_id, existing_internal, partitions)
     retention = {"retention.ms": str(ingest_retention_ms), "retention.bytes": "-1"}
     wanted = [
         (topics.ingest, partitions, retention),

@@ -40,6 +40,7 @@ from confluent_kafka import (
 from fairstream.core.shares import ClassDemand, Demand, instance_rate
 from fairstream.metrics import Metrics
 from fairstream.scheduler.handoff import Handoff
+from fairstream.wire import now_ms
 
 log = logging.getLogger("fairstream.group")
 
@@ -174,7 +175,7 @@ class GroupShares:
                             self.own.partitions,
                         )
                         if changed or now - last_sent >= HEARTBEAT:
-                            report = Report(self.instance, _now_ms(), partitions, demand)
+                            report = Report(self.instance, now_ms(), partitions, demand)
                             self._publish(report, now)
                             last_sent = now
                     self._producer.poll(0)
@@ -231,7 +232,7 @@ class GroupShares:
 
     def live(self) -> dict[str, Report]:
         """Reports of the instances alive now (this one's included once published)."""
-        cutoff = _now_ms() - STALE * 1000
+        cutoff = now_ms() - STALE * 1000
         return {i: r for i, r in self.reports.items() if i == self.instance or r.sent_ms >= cutoff}
 
     def _apply(self, now: float) -> None:
@@ -265,7 +266,7 @@ class GroupShares:
         """The live instances, for /tenants and ``fairstream top``."""
         live = self.live()
         demands: dict[str, Demand] = {i: r.demand for i, r in live.items()}
-        now = _now_ms()
+        now = now_ms()
         rows = []
         for instance, report in sorted(live.items()):
             rows.append(
@@ -289,7 +290,3 @@ class GroupShares:
         except Exception as exc:
             log.warning("removing this instance's report: %s", exc)
         self._consumer.close()
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000

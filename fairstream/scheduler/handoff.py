@@ -22,12 +22,12 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from fairstream import contract
+from fairstream import wire
 from fairstream.scheduler.progress import PartitionProgress
 
 # (partition, offset, tenant, cost, deadline_ms, enqueued_ms, message, invalid): tenant is
 # None and invalid says why when the record breaks the ingest contract.
-Parsed = tuple[int, int, str | None, int, int | None, int, Message, contract.Invalid | None]
+Parsed = tuple[int, int, str | None, int, int | None, int, Message, wire.Invalid | None]
 
 HIGH_WATER = 20_000  # parsed records of one partition waiting before it is not read
 

@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from fairstream import contract
+from fairstream import wire
 from fairstream.config import Settings
 from fairstream.scheduler.handoff import (
     HIGH_WATER,
@@ -187,7 +187,7 @@ class Ingest:
         out: list[Any] = []
         append = out.append
         tenants = self._tenants
-        now_ms = int(time.time() * 1000)
+        now_ms = wire.now_ms()
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -205,10 +205,8 @@ class Ingest:
                 # The common case: a known tenant, no headers, a payload.
                 append((msg.partition(), msg.offset(), tenant, 1, None, enqueued, msg, None))
                 continue
-            verdict = contract.validate_ingest(
-                key, msg.value(), cast(contract.Headers, headers or [])
-            )
-            if isinstance(verdict, contract.Invalid):
+            verdict = wire.validate_ingest(key, msg.value(), cast(wire.Headers, headers or []))
+            if isinstance(verdict, wire.Invalid):
                 append((msg.partition(), msg.offset(), None, 1, None, enqueued, msg, verdict))
                 continue
             if key is not None and len(tenants) < TENANT_CACHE:

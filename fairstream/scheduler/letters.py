@@ -1,71 +1,7 @@
-"""Dead letters: what goes to the dead-letter topic, and cut to fit it.
+"""Old place of the dead-letter rules, now ``fairstream.wire.dead_letter``.
 
-A dead letter carries the original key, value and headers, the reason and a sentence, and
-the ingest coordinates. When it would not fit the dead-letter topic (``max.message.bytes``)
-its value is cut (possibly to nothing) and original headers are left out, counted in
-``fairstream-dlq-value-bytes`` and ``fairstream-dlq-headers-dropped``. Pure.
+Kept only while ``scheduler/emit.py`` imports it from here.
 """
 
-from __future__ import annotations
-
-from fairstream import contract
-
-HeaderList = list[tuple[str, bytes | None]]
-
-RECORD_OVERHEAD = 512  # bytes a record adds to its key, value and headers, rounded up
-
-
-def header_bytes(header: tuple[str, bytes | None]) -> int:
-    return len(header[0]) + (len(header[1]) if header[1] else 0) + 8
-
-
-def fit(
-    key: bytes | None, value: bytes | None, headers: HeaderList, limit: int
-) -> tuple[HeaderList, bytes | None]:
-    """Headers and value of a dead letter cut to fit ``limit`` bytes: as much of the value
-    as fits (possibly none), and the original headers as long as they fit."""
-    fixed = len(key or b"") + RECORD_OVERHEAD + 64
-    total = fixed + sum(header_bytes(h) for h in headers)
-    if total > limit:
-        # Keep every fairstream-dlq-* header, then the originals in order while they fit.
-        ours = [h for h in headers if h[0].startswith("fairstream-dlq-")]
-        room = limit - fixed - sum(header_bytes(h) for h in ours)
-        kept: HeaderList = []
-        for h in headers:
-            if h[0].startswith("fairstream-dlq-"):
-                continue
-            if header_bytes(h) > room:
-                break
-            room -= header_bytes(h)
-            kept.append(h)
-        dropped = len(headers) - len(ours) - len(kept)
-        headers = [*kept, *ours, (contract.DLQ_HEADERS_DROPPED, str(dropped).encode())]
-        total = limit - room + 40
-    if value is not None and total + len(value) > limit:
-        room = max(0, limit - total - 40)
-        headers = [*headers, (contract.DLQ_VALUE_BYTES, str(len(value)).encode())]
-        value = value[:room] if room else None
-    return headers, value
-
-
-def purge_detail(tenant: str, before_ms: int) -> str:
-    return (
-        f"tenant {tenant!r} was purged: records enqueued up to {before_ms} (epoch ms) moved "
-        "to the dead-letter topic"
-    )
-
-
-def lost_detail(partition: int, offset: int) -> str:
-    return (
-        f"ingest record {partition}@{offset} was deleted from the log (retention or "
-        "delete_records) before it could be emitted"
-    )
-
-
-def expired_detail(tenant: str, deadline: int, now: int, buffered: bool) -> str:
-    if not buffered:
-        return f"the deadline {deadline} passed {now - deadline} ms before the record was buffered"
-    return (
-        f"deadline {deadline} passed {now - deadline} ms before tenant {tenant!r}'s record "
-        "could be sent"
-    )
+from fairstream.wire.dead_letter import *  # noqa: F403
+from fairstream.wire.dead_letter import __all__  # noqa: F401

@@ -6,8 +6,9 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from fairstream import contract
-from fairstream.producer import Producer, deadline_ms, ingest_headers, validate_tenant
+from fairstream import wire
+from fairstream.producer import Producer
+from fairstream.wire import deadline_ms, ingest_headers, tenant_key
 
 
 def test_headers_carry_cost_request_id_and_deadline_after_the_callers_own() -> None:
@@ -20,20 +21,20 @@ def test_headers_carry_cost_request_id_and_deadline_after_the_callers_own() -> N
     assert headers == [
         ("trace", b"t1"),
         ("bin", b"\x00\xff"),
-        (contract.COST, b"42"),
-        (contract.REQUEST_ID, b"req-1"),
-        (contract.DEADLINE_MS, b"1700000000000"),
+        (wire.COST, b"42"),
+        (wire.REQUEST_ID, b"req-1"),
+        (wire.DEADLINE_MS, b"1700000000000"),
     ]
 
 
 def test_headers_pass_the_ingest_validation() -> None:
     headers = ingest_headers(cost=7, request_id="r", deadline=123)
-    valid = contract.validate_ingest(b"tenant", b"", headers)
-    assert valid == contract.Valid("tenant", 7, 123, "r")
+    valid = wire.validate_ingest(b"tenant", b"", headers)
+    assert valid == wire.Valid("tenant", 7, 123, "r")
 
 
 def test_default_headers_are_cost_one_only() -> None:
-    assert ingest_headers() == [(contract.COST, b"1")]
+    assert ingest_headers() == [(wire.COST, b"1")]
     assert ingest_headers(headers=[("a", "1"), ("a", "2")])[:2] == [("a", b"1"), ("a", b"2")]
 
 
@@ -48,7 +49,7 @@ def test_deadline_from_aware_datetime_in_epoch_ms() -> None:
     ("kwargs", "error", "match"),
     [
         ({"cost": 0}, ValueError, "cost must be between 1"),
-        ({"cost": contract.MAX_COST + 1}, ValueError, "cost must be between 1"),
+        ({"cost": wire.MAX_COST + 1}, ValueError, "cost must be between 1"),
         ({"cost": True}, TypeError, "cost must be an int"),
         ({"cost": 1.5}, TypeError, "cost must be an int"),
         ({"request_id": ""}, ValueError, "must not be empty"),
@@ -57,7 +58,7 @@ def test_deadline_from_aware_datetime_in_epoch_ms() -> None:
         ({"deadline": datetime(2030, 1, 1)}, ValueError, "timezone-aware"),
         ({"deadline": 0}, ValueError, "after the epoch"),
         ({"deadline": "soon"}, TypeError, "datetime or epoch"),
-        ({"headers": {contract.COST: "3"}}, ValueError, "reserved"),
+        ({"headers": {wire.COST: "3"}}, ValueError, "reserved"),
         ({"headers": {"fairstream-tenant": "x"}}, ValueError, "reserved"),
         ({"headers": {"n": 3}}, TypeError, "str or bytes"),
     ],
@@ -70,14 +71,14 @@ def test_bad_arguments_are_refused(kwargs: dict, error: type[Exception], match: 
 @pytest.mark.parametrize("tenant", ["", "x" * 256, "é" * 128])
 def test_tenant_ids_outside_1_to_255_utf8_bytes_are_refused(tenant: str) -> None:
     with pytest.raises(ValueError, match="1 to 255 UTF-8 bytes"):
-        validate_tenant(tenant)
+        tenant_key(tenant)
 
 
 def test_tenant_ids_at_the_limits_are_accepted() -> None:
-    assert validate_tenant("a") == b"a"
-    assert validate_tenant("é" * 127 + "x") == ("é" * 127 + "x").encode()
+    assert tenant_key("a") == b"a"
+    assert tenant_key("é" * 127 + "x") == ("é" * 127 + "x").encode()
     with pytest.raises(TypeError):
-        validate_tenant(b"bytes")  # type: ignore[arg-type]
+        tenant_key(b"bytes")  # type: ignore[arg-type]
 
 
 class _RecordingClient:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 import pytest
 
-from fairstream.feedback import DEFAULT_FEEDBACK_TOPIC
+from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC
 from fairstream.worker_cli import resolve_feedback_topic, worker
 
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import fairstream
-from fairstream.contract import MAX_COST
+from fairstream.wire import MAX_COST
 from fairstream.worker_core import (
     RateLimited,
     Usage,

@@ -21,8 +21,8 @@ import avro.io
 import avro.schema
 import pytest
 
-from fairstream.policy.canonical import fingerprint
-from fairstream.policy.codec import current_schema_text, released_schema_texts, schema_dir
+from fairstream.wire.canonical import fingerprint
+from fairstream.wire.policy import current_schema_text, released_schema_texts, schema_dir
 
 # The fingerprint of each released schema, pinned: a released schema is never edited, since
 # values on the compacted topic carry its fingerprint. Add a line when releasing a new one.

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from fairstream import contract
-from fairstream.contract import Invalid, Valid, dead_letter_headers, validate_ingest
+from fairstream import wire
+from fairstream.wire import Invalid, Valid, dead_letter_headers, validate_ingest
 
 
 def valid(
-    key: bytes = b"tenant-a", value: bytes | None = b"payload", headers: contract.Headers = ()
+    key: bytes = b"tenant-a", value: bytes | None = b"payload", headers: wire.Headers = ()
 ) -> Valid:
     verdict = validate_ingest(key, value, headers)
     assert isinstance(verdict, Valid), verdict
@@ -17,7 +17,7 @@ def valid(
 
 
 def invalid(
-    key: bytes | None = b"tenant-a", value: bytes | None = b"x", headers: contract.Headers = ()
+    key: bytes | None = b"tenant-a", value: bytes | None = b"x", headers: wire.Headers = ()
 ) -> Invalid:
     verdict = validate_ingest(key, value, headers)
     assert isinstance(verdict, Invalid), verdict
@@ -33,32 +33,32 @@ def test_plain_record_gets_defaults() -> None:
 
 def test_missing_key_is_invalid_key() -> None:
     verdict = invalid(key=None)
-    assert verdict.reason == contract.INVALID_KEY
+    assert verdict.reason == wire.INVALID_KEY
     assert "no key" in verdict.detail
 
 
 def test_empty_key_is_invalid_key() -> None:
     verdict = invalid(key=b"")
-    assert verdict.reason == contract.INVALID_KEY
+    assert verdict.reason == wire.INVALID_KEY
     assert "got 0" in verdict.detail
 
 
 def test_key_of_255_bytes_is_the_longest_tenant() -> None:
     assert valid(key=b"t" * 255).tenant == "t" * 255
     verdict = invalid(key=b"t" * 256)
-    assert verdict.reason == contract.INVALID_KEY
+    assert verdict.reason == wire.INVALID_KEY
     assert "got 256" in verdict.detail
 
 
 def test_key_limit_counts_bytes_not_characters() -> None:
     # "é" is two bytes in UTF-8: 127 of them fit (254 bytes), 128 do not (256 bytes).
     assert valid(key=("é" * 127).encode()).tenant == "é" * 127
-    assert invalid(key=("é" * 128).encode()).reason == contract.INVALID_KEY
+    assert invalid(key=("é" * 128).encode()).reason == wire.INVALID_KEY
 
 
 def test_non_utf8_key_is_invalid_key() -> None:
     verdict = invalid(key=b"\xff\xfetenant")
-    assert verdict.reason == contract.INVALID_KEY
+    assert verdict.reason == wire.INVALID_KEY
     assert "UTF-8" in verdict.detail
 
 
@@ -71,7 +71,7 @@ def test_utf8_key_is_decoded() -> None:
 
 def test_null_value_is_invalid_value() -> None:
     verdict = invalid(value=None)
-    assert verdict.reason == contract.INVALID_VALUE
+    assert verdict.reason == wire.INVALID_VALUE
     assert "tombstone" in verdict.detail
 
 
@@ -80,7 +80,7 @@ def test_empty_value_is_a_valid_empty_payload() -> None:
 
 
 def test_key_is_checked_before_value() -> None:
-    assert invalid(key=None, value=None).reason == contract.INVALID_KEY
+    assert invalid(key=None, value=None).reason == wire.INVALID_KEY
 
 
 # -- fairstream-cost -------------------------------------------------------------------
@@ -88,7 +88,7 @@ def test_key_is_checked_before_value() -> None:
 
 @pytest.mark.parametrize(("raw", "cost"), [(b"1", 1), (b"42", 42), (b"2147483647", 2**31 - 1)])
 def test_cost_header_sets_the_cost(raw: bytes, cost: int) -> None:
-    assert valid(headers=[(contract.COST, raw)]).cost == cost
+    assert valid(headers=[(wire.COST, raw)]).cost == cost
 
 
 @pytest.mark.parametrize(
@@ -105,88 +105,88 @@ def test_cost_header_sets_the_cost(raw: bytes, cost: int) -> None:
     ],
 )
 def test_cost_that_is_not_a_positive_int32_is_invalid_header(raw: bytes, says: str) -> None:
-    verdict = invalid(headers=[(contract.COST, raw)])
-    assert verdict.reason == contract.INVALID_HEADER
-    assert contract.COST in verdict.detail
+    verdict = invalid(headers=[(wire.COST, raw)])
+    assert verdict.reason == wire.INVALID_HEADER
+    assert wire.COST in verdict.detail
     assert says in verdict.detail
 
 
 def test_cost_of_thousands_of_digits_is_invalid_header() -> None:
-    verdict = invalid(headers=[(contract.COST, b"9" * 5000)])
-    assert verdict.reason == contract.INVALID_HEADER
+    verdict = invalid(headers=[(wire.COST, b"9" * 5000)])
+    assert verdict.reason == wire.INVALID_HEADER
 
 
 @pytest.mark.parametrize("raw", ["\u0663".encode(), "\uff13".encode(), "5€".encode(), b"\xff"])
 def test_non_ascii_cost_is_invalid_header(raw: bytes) -> None:
-    verdict = invalid(headers=[(contract.COST, raw)])
-    assert verdict.reason == contract.INVALID_HEADER
+    verdict = invalid(headers=[(wire.COST, raw)])
+    assert verdict.reason == wire.INVALID_HEADER
     assert "not ASCII" in verdict.detail
 
 
-@pytest.mark.parametrize("name", [contract.COST, contract.DEADLINE_MS, contract.REQUEST_ID])
+@pytest.mark.parametrize("name", [wire.COST, wire.DEADLINE_MS, wire.REQUEST_ID])
 def test_fairstream_header_without_value_is_invalid_header(name: str) -> None:
     verdict = invalid(headers=[(name, None)])
-    assert verdict.reason == contract.INVALID_HEADER
+    assert verdict.reason == wire.INVALID_HEADER
     assert f"header {name} has no value" == verdict.detail
 
 
 def test_cost_surrounded_by_whitespace_is_accepted() -> None:
-    assert valid(headers=[(contract.COST, b" 7 ")]).cost == 7
+    assert valid(headers=[(wire.COST, b" 7 ")]).cost == 7
 
 
 def test_last_cost_header_wins() -> None:
-    assert valid(headers=[(contract.COST, b"3"), (contract.COST, b"9")]).cost == 9
+    assert valid(headers=[(wire.COST, b"3"), (wire.COST, b"9")]).cost == 9
 
 
 def test_invalid_cost_is_reported_even_after_a_valid_one() -> None:
-    verdict = invalid(headers=[(contract.COST, b"3"), (contract.COST, b"x")])
-    assert verdict.reason == contract.INVALID_HEADER
+    verdict = invalid(headers=[(wire.COST, b"3"), (wire.COST, b"x")])
+    assert verdict.reason == wire.INVALID_HEADER
 
 
 # -- fairstream-deadline-ms ------------------------------------------------------------
 
 
 def test_deadline_header_is_parsed_as_epoch_ms() -> None:
-    assert valid(headers=[(contract.DEADLINE_MS, b"1700000000123")]).deadline_ms == 1700000000123
+    assert valid(headers=[(wire.DEADLINE_MS, b"1700000000123")]).deadline_ms == 1700000000123
 
 
 def test_deadline_accepts_the_largest_int64() -> None:
     raw = str(2**63 - 1).encode()
-    assert valid(headers=[(contract.DEADLINE_MS, raw)]).deadline_ms == 2**63 - 1
+    assert valid(headers=[(wire.DEADLINE_MS, raw)]).deadline_ms == 2**63 - 1
 
 
 @pytest.mark.parametrize("raw", [b"0", b"-1", b"soon", b"1.7e12", str(2**63).encode()])
 def test_bad_deadline_is_invalid_header(raw: bytes) -> None:
-    verdict = invalid(headers=[(contract.DEADLINE_MS, raw)])
-    assert verdict.reason == contract.INVALID_HEADER
-    assert contract.DEADLINE_MS in verdict.detail
+    verdict = invalid(headers=[(wire.DEADLINE_MS, raw)])
+    assert verdict.reason == wire.INVALID_HEADER
+    assert wire.DEADLINE_MS in verdict.detail
 
 
 def test_deadline_in_the_past_is_still_valid_here() -> None:
     # Expiry is the scheduler's decision (it knows the time); validation is pure.
-    assert valid(headers=[(contract.DEADLINE_MS, b"1")]).deadline_ms == 1
+    assert valid(headers=[(wire.DEADLINE_MS, b"1")]).deadline_ms == 1
 
 
 # -- fairstream-request-id -------------------------------------------------------------
 
 
 def test_request_id_header_is_kept() -> None:
-    assert valid(headers=[(contract.REQUEST_ID, b"req-123/abc")]).request_id == "req-123/abc"
+    assert valid(headers=[(wire.REQUEST_ID, b"req-123/abc")]).request_id == "req-123/abc"
 
 
 def test_empty_request_id_is_invalid_header() -> None:
-    verdict = invalid(headers=[(contract.REQUEST_ID, b"")])
-    assert verdict.reason == contract.INVALID_HEADER
+    verdict = invalid(headers=[(wire.REQUEST_ID, b"")])
+    assert verdict.reason == wire.INVALID_HEADER
     assert "empty" in verdict.detail
 
 
 def test_non_ascii_request_id_is_invalid_header() -> None:
-    verdict = invalid(headers=[(contract.REQUEST_ID, "ид-1".encode())])
-    assert verdict.reason == contract.INVALID_HEADER
+    verdict = invalid(headers=[(wire.REQUEST_ID, "ид-1".encode())])
+    assert verdict.reason == wire.INVALID_HEADER
 
 
 def test_default_request_id_says_where_the_record_was_ingested() -> None:
-    assert contract.default_request_id("fairstream.ingest", 3, 1234) == "fairstream.ingest-3-1234"
+    assert wire.default_request_id("fairstream.ingest", 3, 1234) == "fairstream.ingest-3-1234"
 
 
 # -- other headers ---------------------------------------------------------------------
@@ -195,9 +195,9 @@ def test_default_request_id_says_where_the_record_was_ingested() -> None:
 def test_all_three_headers_together() -> None:
     verdict = valid(
         headers=[
-            (contract.COST, b"5"),
-            (contract.DEADLINE_MS, b"1800000000000"),
-            (contract.REQUEST_ID, b"r-1"),
+            (wire.COST, b"5"),
+            (wire.DEADLINE_MS, b"1800000000000"),
+            (wire.REQUEST_ID, b"r-1"),
         ]
     )
     assert verdict == Valid("tenant-a", 5, 1800000000000, "r-1")
@@ -220,28 +220,28 @@ def test_non_fairstream_headers_are_ignored_whatever_their_value() -> None:
 def test_dead_letter_headers_keep_the_originals_then_add_reason_and_detail() -> None:
     original = [
         ("traceparent", b"00-abc"),
-        (contract.COST, b"x"),
+        (wire.COST, b"x"),
         ("binary", b"\x00\xff"),
         ("traceparent", b"second value, same name"),
     ]
-    out = dead_letter_headers(original, contract.INVALID_HEADER, "header fairstream-cost é")
+    out = dead_letter_headers(original, wire.INVALID_HEADER, "header fairstream-cost é")
     assert out[: len(original)] == original
     assert out[len(original) :] == [
-        (contract.DLQ_REASON, b"invalid-header"),
-        (contract.DLQ_DETAIL, "header fairstream-cost é".encode()),
+        (wire.DLQ_REASON, b"invalid-header"),
+        (wire.DLQ_DETAIL, "header fairstream-cost é".encode()),
     ]
 
 
 def test_dead_letter_headers_keep_a_null_header_value_null() -> None:
-    out = dead_letter_headers([("nothing", None)], contract.EXPIRED, "late")
+    out = dead_letter_headers([("nothing", None)], wire.EXPIRED, "late")
     assert out == [
         ("nothing", None),
-        (contract.DLQ_REASON, b"expired"),
-        (contract.DLQ_DETAIL, b"late"),
+        (wire.DLQ_REASON, b"expired"),
+        (wire.DLQ_DETAIL, b"late"),
     ]
 
 
 def test_dead_letter_headers_do_not_change_the_input() -> None:
     original = [("a", b"1")]
-    dead_letter_headers(original, contract.BACKLOG_FULL, "full")
+    dead_letter_headers(original, wire.BACKLOG_FULL, "full")
     assert original == [("a", b"1")]

@@ -17,8 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairstream.contract import MAX_COST, MAX_EPOCH_MS
-from fairstream.feedback import (
+from fairstream.wire import MAX_COST, MAX_EPOCH_MS
+from fairstream.wire.canonical import fingerprint
+from fairstream.wire.feedback import (
     FINGERPRINT,
     MAGIC,
     Feedback,
@@ -29,7 +30,6 @@ from fairstream.feedback import (
     encode_feedback,
     feedback_key,
 )
-from fairstream.policy.canonical import fingerprint
 
 SCHEMAS = files("fairstream") / "schemas"
 SCHEMA_TEXT = (SCHEMAS / "Feedback.avsc").read_text(encoding="utf-8")

@@ -11,8 +11,8 @@ import avro.schema
 import pytest
 
 from fairstream.core.tenant import TenantPolicy
-from fairstream.policy.canonical import fingerprint
-from fairstream.policy.codec import (
+from fairstream.wire.canonical import fingerprint
+from fairstream.wire.policy import (
     DEFAULT_POLICY_KEY,
     MAGIC,
     PolicyRecord,
@@ -152,7 +152,7 @@ def test_v1_written_record_decodes_with_the_current_schema() -> None:
 def test_an_older_writer_without_newer_fields_resolves_to_defaults() -> None:
     # A writer schema that predates purge_before and paused: schema resolution fills in
     # the current schema's defaults. Registered here as if it had been released.
-    from fairstream.policy import codec
+    from fairstream.wire import policy as codec
 
     current = json.loads(current_schema_text())
     older = {

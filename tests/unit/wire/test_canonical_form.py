@@ -11,8 +11,8 @@ import json
 import avro.schema
 import pytest
 
-from fairstream.policy.canonical import canonical_form, crc64_avro, fingerprint, fingerprint_bytes
-from fairstream.policy.codec import current_schema_text
+from fairstream.wire.canonical import canonical_form, crc64_avro, fingerprint, fingerprint_bytes
+from fairstream.wire.policy import current_schema_text
 
 # (input, canonical form, fingerprint as the spec prints it: a signed Java long, or None)
 SPEC_VECTORS = [

@@ -6,7 +6,8 @@ consumer group and without committing anything. A tombstone (null value) deletes
 that tenant is back to the defaults. Writing waits for the broker's acknowledgement from all
 in-sync replicas (acks=all).
 
-Caller: ``fairstream tenants``; the scheduler may reuse ``read_policies`` at start.
+Caller: ``fairstream tenants`` (the scheduler follows the topic with its own consumer,
+``scheduler/policies.py``).
 """
 
 from __future__ import annotations
@@ -27,32 +28,19 @@ from confluent_kafka import (
 
 from fairstream.adapters.admin import AuthWatch, KafkaAuthenticationError
 from fairstream.config import Connection, KafkaConnection
-from fairstream.contract import MAX_TENANT_BYTES
-from fairstream.policy.codec import (
-    DEFAULT_POLICY_KEY,
+from fairstream.wire.policy import (
     PolicyRecord,
     SchemaError,
+    check_policy_key,
     decode_policy,
     encode_policy,
 )
 
-__all__ = ["PolicyStoreError", "check_policy_key", "read_policies", "write_policy"]
+__all__ = ["PolicyStoreError", "read_policies", "write_policy"]
 
 
 class PolicyStoreError(Exception):
     """The policy topic cannot be read or written (missing topic, broker error, timeout)."""
-
-
-def check_policy_key(key: bytes) -> None:
-    """Raise ValueError unless ``key`` is a tenant id (UTF-8, 1-255 bytes) or the default key."""
-    if key == DEFAULT_POLICY_KEY:
-        return
-    if len(key) > MAX_TENANT_BYTES:
-        raise ValueError(f"a tenant id is 1 to {MAX_TENANT_BYTES} bytes of UTF-8, got {len(key)}")
-    try:
-        key.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"a tenant id must be valid UTF-8: {key[:40]!r}") from exc
 
 
 NEW_TOPIC_GRACE = 5.0  # seconds a just-created topic may take to show in metadata
@@ -100,7 +88,7 @@ def read_policies(
     timeout: float = 30.0,
     on_invalid: Callable[[bytes | None, SchemaError], None] | None = None,
 ) -> dict[bytes, PolicyRecord]:
-    """Every policy currently on ``topic``: key (tenant id, or ``DEFAULT_POLICY_KEY``) -> record.
+    """Every policy currently on ``topic``: key (tenant id, or the default key ``b""``) -> record.
 
     A value that does not decode is passed to ``on_invalid`` and skipped (the key keeps its
     earlier value, if any); without ``on_invalid`` it raises ``SchemaError``. Raises

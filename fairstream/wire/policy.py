@@ -25,7 +25,8 @@ import avro.io
 import avro.schema
 
 from fairstream.core.tenant import TenantPolicy
-from fairstream.policy.canonical import fingerprint
+from fairstream.wire.canonical import fingerprint
+from fairstream.wire.rules import tenant_problem
 
 __all__ = [
     "DEFAULT_POLICY_KEY",
@@ -33,6 +34,7 @@ __all__ = [
     "SCHEMA_NAME",
     "PolicyRecord",
     "SchemaError",
+    "check_policy_key",
     "current_schema_text",
     "decode_policy",
     "encode_policy",
@@ -84,6 +86,15 @@ class PolicyRecord:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be epoch milliseconds (an int >= 0), got {value!r}")
+
+
+def check_policy_key(key: bytes) -> None:
+    """Raise ValueError unless ``key`` is a tenant id (UTF-8, 1-255 bytes) or the default key."""
+    if key == DEFAULT_POLICY_KEY:
+        return
+    problem = tenant_problem(key)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def schema_dir() -> Traversable:
