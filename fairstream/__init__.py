@@ -10,10 +10,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from fairstream.errors import Error
+
 __version__ = "0.1.0"
 
 __all__ = [
     "DeliveryError",
+    "Error",
     "KafkaAuthenticationError",
     "Producer",
     "RateLimited",

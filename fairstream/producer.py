@@ -24,6 +24,7 @@ from confluent_kafka import Producer as _KafkaProducer
 from fairstream import wire
 from fairstream.adapters.admin import AuthWatch, KafkaAuthenticationError
 from fairstream.config import DEFAULT_INGEST, Connection, KafkaConnection
+from fairstream.errors import Error
 
 __all__ = ["DeliveryError", "KafkaAuthenticationError", "Producer"]
 
@@ -34,7 +35,7 @@ KEPT_FAILURES = 100
 FLUSH_SLICE = 0.2
 
 
-class DeliveryError(Exception):
+class DeliveryError(Error):
     """Records the broker did not acknowledge (raised by ``Producer.flush``)."""
 
     def __init__(self, count: int, failures: list[tuple[KafkaError, Message]]) -> None:

@@ -15,13 +15,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from fairstream.errors import Error
 from fairstream.wire import MAX_COST
 from fairstream.wire.feedback import Scope
 
 T = TypeVar("T")
 
 
-class RateLimited(Exception):
+class RateLimited(Error):
     """Raised by a handler when the paid API refused the call as rate-limited (HTTP 429).
 
     The worker calls the handler again for the same request after ``retry_after`` seconds

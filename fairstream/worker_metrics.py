@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from fairstream.errors import Error
 from fairstream.metrics import OTHER
 
 # Handler calls of paid APIs: from a cached answer (ms) to a long generation (minutes).
@@ -204,7 +205,7 @@ class WorkerMetrics:
             return dict(self._handled), dict(self._dead), dict(self._in_flight)
 
 
-class MetricsPortError(OSError):
+class MetricsPortError(Error, OSError):
     """The metrics endpoint cannot listen where it was asked to (port taken, bad address)."""
 
 

@@ -17,11 +17,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from fairstream.config import Connection, KafkaConnection, Topics
+from fairstream.errors import Error
 from fairstream.scheduler.group import coordination_topic
 from fairstream.scheduler.recovery import progress_topic
 
 
-class TopicError(Exception):
+class TopicError(Error):
     """A topic exists in a shape fairstream cannot work with, or Kafka refused a request."""
 
 

@@ -28,6 +28,7 @@ from confluent_kafka import (
 
 from fairstream.adapters.admin import AuthWatch, KafkaAuthenticationError
 from fairstream.config import Connection, KafkaConnection
+from fairstream.errors import Error
 from fairstream.wire.policy import (
     PolicyRecord,
     SchemaError,
@@ -39,7 +40,7 @@ from fairstream.wire.policy import (
 __all__ = ["PolicyStoreError", "read_policies", "write_policy"]
 
 
-class PolicyStoreError(Exception):
+class PolicyStoreError(Error):
     """The policy topic cannot be read or written (missing topic, broker error, timeout)."""
 
 

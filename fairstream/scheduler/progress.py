@@ -20,10 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from fairstream.errors import Error
+
 FORMAT_VERSION = 1
 
 
-class ProgressFormatError(ValueError):
+class ProgressFormatError(Error, ValueError):
     """A progress record that this version cannot read."""
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from fairstream.errors import Error
 from fairstream.scheduler import progress as codec
 from fairstream.scheduler.progress import PartitionProgress
 
@@ -30,7 +31,7 @@ log = logging.getLogger("fairstream.recovery")
 TOKEN_WAIT = 10.0  # seconds to wait for a progress record matching the committed token
 
 
-class RecoveryError(Exception):
+class RecoveryError(Error):
     """The committed progress could not be read within the deadline."""
 
 

@@ -19,6 +19,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
+from fairstream.errors import Error
+
 log = logging.getLogger("fairstream.transaction")
 
 API_TIMEOUT = 30.0  # seconds for a transactional call
@@ -32,7 +34,7 @@ _FENCED = frozenset(
 )
 
 
-class FatalError(Exception):
+class FatalError(Error):
     """The instance cannot go on (fenced by a newer instance, a broken producer).
     ``fenced``: another producer with this transactional id took over."""
 
@@ -64,7 +66,7 @@ def _bounded(call: Callable[[], None], timeout: float, name: str) -> None:
         raise failure[0]
 
 
-class Aborted(Exception):
+class Aborted(Error):
     """The transaction was aborted: what it held is as if it never happened."""
 
 

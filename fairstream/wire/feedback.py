@@ -28,6 +28,7 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
+from fairstream.errors import Error
 from fairstream.wire.records import MAX_COST, MAX_EPOCH_MS, MAX_REQUEST_ID_BYTES, MAX_TENANT_BYTES
 
 __all__ = [
@@ -55,7 +56,7 @@ _HEADER: Final = MAGIC + FINGERPRINT.to_bytes(8, "little")
 MAX_ATTEMPT: Final = 2**31 - 1
 
 
-class FeedbackError(ValueError):
+class FeedbackError(Error, ValueError):
     """A feedback value that cannot be used: not ours, truncated, or out of the contract."""
 
 

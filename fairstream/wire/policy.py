@@ -25,6 +25,7 @@ import avro.io
 import avro.schema
 
 from fairstream.core.tenant import TenantPolicy
+from fairstream.errors import Error
 from fairstream.wire.canonical import fingerprint
 from fairstream.wire.rules import tenant_problem
 
@@ -61,7 +62,7 @@ POLICY_FIELDS = (  # the TenantPolicy fields, in schema order
 )
 
 
-class SchemaError(ValueError):
+class SchemaError(Error, ValueError):
     """A policy value that cannot be decoded: no marker, unknown schema, or invalid content."""
 
 

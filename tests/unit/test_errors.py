@@ -1,0 +1,46 @@
+"""Every exception fairstream raises on purpose derives from ``fairstream.Error``."""
+
+from __future__ import annotations
+
+import pytest
+
+import fairstream
+from fairstream.adapters.admin import KafkaAuthenticationError, TopicError
+from fairstream.adapters.policy_store import PolicyStoreError
+from fairstream.producer import DeliveryError
+from fairstream.scheduler.progress import ProgressFormatError
+from fairstream.scheduler.recovery import RecoveryError
+from fairstream.scheduler.transaction import Aborted, FatalError
+from fairstream.wire.feedback import FeedbackError
+from fairstream.wire.policy import SchemaError
+from fairstream.worker_core import RateLimited
+from fairstream.worker_metrics import MetricsPortError
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        Aborted,
+        DeliveryError,
+        FatalError,
+        FeedbackError,
+        KafkaAuthenticationError,
+        MetricsPortError,
+        PolicyStoreError,
+        ProgressFormatError,
+        RateLimited,
+        RecoveryError,
+        SchemaError,
+        TopicError,
+    ],
+)
+def test_every_error_derives_from_fairstream_error(error: type[Exception]) -> None:
+    assert issubclass(error, fairstream.Error)
+
+
+def test_errors_keep_their_standard_bases() -> None:
+    assert issubclass(SchemaError, ValueError)
+    assert issubclass(FeedbackError, ValueError)
+    assert issubclass(ProgressFormatError, ValueError)
+    assert issubclass(MetricsPortError, OSError)
+    assert issubclass(KafkaAuthenticationError, TopicError)
