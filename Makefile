@@ -77,10 +77,10 @@ $(QUIX_VENV)/.installed: benchmarks/requirements-quix.txt
 	@touch $@
 
 bench: install broker-jars $(QUIX_VENV)/.installed
-	$(BIN)/python benchmarks/core_decisions.py
+	$(BIN)/python -m benchmarks.core_decisions
 	@BOOTSTRAP="$${KAFKA_BOOTSTRAP_SERVERS:-$$($(BIN)/fairstream-dev kafka up)}" && \
-	$(BIN)/python benchmarks/service_throughput.py --bootstrap "$$BOOTSTRAP" && \
-	$(BIN)/python benchmarks/run_all.py --bootstrap "$$BOOTSTRAP"
+	$(BIN)/python -m benchmarks.service_throughput --bootstrap "$$BOOTSTRAP" && \
+	$(BIN)/python -m benchmarks.run_all --bootstrap "$$BOOTSTRAP"
 
 # One chaos run of the whole system on a development broker of its own (benchmarks/soak.py:
 # kills, SIGTERMs, a broker restart, a rebalance; about 8 minutes); rewrites docs/soak.md and

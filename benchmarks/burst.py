@@ -3,7 +3,7 @@
 One run, on topics and an app id of its own:
 
 1. An ingest topic of 4 partitions; ``fairstream scheduler --rate 500`` (the harness of
-   ``tests/integration/scheduler.py``), waited for until /readyz says ready.
+   ``fairstream_dev.harness.scheduler``), waited for until /readyz says ready.
 2. 8 quiet tenants send 2 records/s each, two tenants per partition (keys chosen so that
    Kafka's murmur2 partitioner puts them there, and produced with an explicit ``partition=``
    so placement is certain).
@@ -26,12 +26,13 @@ most 0.5 s on the other partitions, at most 5 s (goal 3 s) on the burst's partit
 A quiet record still missing when the drain wait ends counts with the dwell it had reached
 then; a statistic such a record can change is marked as a lower bound (">=").
 
-    .venv/bin/python benchmarks/burst.py [--bootstrap HOST:PORT] [--records 300000,1000000]
+    .venv/bin/python -m benchmarks.burst [--bootstrap HOST:PORT] [--records 300000,1000000]
         [--rate 500] [--after 20] [--quick] [--json]
 
-Without ``--bootstrap`` (or ``KAFKA_BOOTSTRAP_SERVERS``) the running development broker is
-used. ``benchmarks/run_all.py`` runs it as its ``burst`` phase (``phase()``) and puts
-``markdown()`` and ``targets()`` into docs/benchmarks.md. Prints numbers, asserts nothing.
+Without ``--bootstrap`` (or ``KAFKA_BOOTSTRAP_SERVERS``) the development broker is used
+(started if it is not running). ``benchmarks/run_all.py`` runs it as its ``burst`` phase
+(``phase()``); its table is ``tables.burst_table`` and its targets ``targets.burst_targets``.
+Prints numbers, asserts nothing.
 """
 
 from __future__ import annotations
@@ -43,10 +44,7 @@ import json
 import math
 import multiprocessing
 import os
-import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -55,187 +53,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # the harness lives in tests/integration
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient  # noqa: E402
-
-from fairstream.config import Topics  # noqa: E402
-from fairstream.reference import Arrival, fifo_starts, gps_starts  # noqa: E402
-from fairstream_dev.harness.kafka import unique  # noqa: E402
-from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess  # noqa: E402
+from benchmarks.common import (
+    EGRESS,
+    INGESTED,
+    VALUE_SIZE,
+    Broker,
+    backlog_option,
+    delete_all,
+    keys_for,
+    kill,
+    logger,
+    metrics,
+    new_deployment,
+    print_targets,
+    undoing,
+)
+from fairstream.core import percentile
+from fairstream.reference import Arrival, fifo_starts, gps_starts
+from fairstream_dev.harness.kafka import unique
+from fairstream_dev.harness.scheduler import SchedulerProcess
 
 PARTITIONS = 4
 BURST_PARTITION = 0
 QUIET_PER_PARTITION = 2
 QUIET_RATE = 2.0  # records/s per quiet tenant
-VALUE_SIZE = 100
 RATE = 500.0
 SIZES = (300_000, 1_000_000)
 QUICK_SIZES = (30_000, 100_000)
-TARGET_OTHER_P99 = 0.5  # seconds
-TARGET_BURST_P99 = 5.0
-GOAL_BURST_P99 = 3.0
-INGESTED = "fairstream_ingested_records_total"
-EGRESS = "fairstream_egress_records_total"
 BATCH = 10_000  # records per produce_batch call of a burst writer
 
-
-def log(message: str) -> None:
-    print(f"[burst {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+log = logger("burst")
 
 
-# -- helpers shared with restart.py -------------------------------------------------------
-
-
-def murmur2_partition(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default (murmur2) partitioner gives ``key``: Java clients,
-    aiokafka, and librdkafka's ``murmur2_random`` agree on it."""
-    m, h = 0x5BD1E995, (0x9747B28C ^ len(key)) & 0xFFFFFFFF
-    whole = len(key) & ~3
-    for i in range(0, whole, 4):
-        k = (int.from_bytes(key[i : i + 4], "little") * m) & 0xFFFFFFFF
-        k = ((k ^ (k >> 24)) * m) & 0xFFFFFFFF
-        h = ((h * m) & 0xFFFFFFFF) ^ k
-    rest = len(key) - whole
-    if rest == 3:
-        h ^= key[whole + 2] << 16
-    if rest >= 2:
-        h ^= key[whole + 1] << 8
-    if rest >= 1:
-        h = ((h ^ key[whole]) * m) & 0xFFFFFFFF
-    h = ((h ^ (h >> 13)) * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return (h & 0x7FFFFFFF) % partitions
-
-
-def keys_for(prefix: str, partition: int, count: int, partitions: int = PARTITIONS) -> list[str]:
-    """The first ``count`` keys ``<prefix>-<n>`` that murmur2 puts on ``partition``."""
-    out: list[str] = []
-    n = 0
-    while len(out) < count:
-        key = f"{prefix}-{n}"
-        if murmur2_partition(key.encode(), partitions) == partition:
-            out.append(key)
-        n += 1
-    return out
-
-
-def new_deployment(bootstrap: str, prefix: str, partitions: int) -> Deployment:
-    """Topics and an app id whose names all start with one unique base (see delete_all)."""
-    base = unique(prefix)
-    topics = Topics(f"{base}.ingest", f"{base}.egress", f"{base}.dlq", f"{base}.policy")
-    d = Deployment(bootstrap, partitions=partitions, topics=topics, app_id=f"{base}-app")
-    for attempt in range(5):
-        try:
-            return d.create()
-        except Exception as exc:  # the broker's metadata may lag right after creation
-            if attempt == 4:
-                raise
-            log(f"creating topics: {exc}; retrying")
-            time.sleep(1)
-    raise AssertionError("unreachable")
-
-
-def delete_all(d: Deployment) -> None:
-    """Delete the deployment's topics and every internal topic the scheduler made (their
-    names start with the app id, which starts with the topics' base)."""
-    base = d.topics.ingest.rsplit(".", 1)[0]
-    admin = AdminClient({"bootstrap.servers": d.bootstrap})
-    doomed = [t for t in admin.list_topics(timeout=15).topics if t.startswith(base)]
-    if doomed:
-        for future in admin.delete_topics(doomed, operation_timeout=30).values():
-            with contextlib.suppress(Exception):
-                future.result(timeout=60)
-
-
-@functools.cache
-def scheduler_help() -> str:
-    """``fairstream scheduler --help``, to pass options only where this version has them."""
-    with contextlib.suppress(Exception):
-        return subprocess.run(
-            [sys.executable, "-m", "fairstream", "scheduler", "--help"],
-            cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
-        ).stdout  # fmt: skip
-    return ""
-
-
-def backlog_option(records: int) -> list[str]:
-    """``--max-backlog`` above ``records`` when the scheduler has a per-tenant cap (the
-    current one dead-letters a tenant's records beyond 100,000 by default)."""
-    return ["--max-backlog", str(records + 10_000)] if "--max-backlog" in scheduler_help() else []
-
-
-def metrics(scheduler: SchedulerProcess) -> dict[str, float]:
-    """The unlabelled samples of the scheduler's /metrics (empty when unreadable)."""
-    status, body = scheduler.get("/metrics")
-    out: dict[str, float] = {}
-    if status != 200:
-        return out
-    for line in body.splitlines():
-        if line and not line.startswith("#") and "{" not in line:
-            name, _, value = line.partition(" ")
-            with contextlib.suppress(ValueError):
-                out[name] = float(value)
-    return out
-
-
-def kill(scheduler: SchedulerProcess) -> None:
-    """kill -9 (a benchmark's scheduler has nothing left to finish) and drop its state."""
-    if scheduler.alive():
-        scheduler.kill()
-    shutil.rmtree(scheduler.data_dir, ignore_errors=True)
-
-
-def fill(bootstrap: str, topic: str, records: int, tenants: int) -> float:
-    """Write ``records`` records of VALUE_SIZE B round-robin over ``tenants`` keys (murmur2,
-    as the README tells producers to); seconds until all are acknowledged."""
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "linger.ms": 50,
-            "batch.num.messages": 100_000,
-            "queue.buffering.max.messages": 2_000_000,
-            "queue.buffering.max.kbytes": 2_000_000,
-            "compression.type": "lz4",
-            "partitioner": "murmur2_random",
-        }
-    )
-    keys = [f"tenant-{i:05d}".encode() for i in range(tenants)]
-    value = b"f:".ljust(VALUE_SIZE, b"x")
-    started = time.monotonic()
-    for i in range(records):
-        while True:
-            try:
-                producer.produce(topic, value=value, key=keys[i % tenants])
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    unsent = producer.flush(300)
-    if unsent:
-        raise RuntimeError(f"{unsent} records not acknowledged by the broker")
-    return time.monotonic() - started
-
-
-def cell(text: str) -> str:
-    """``text`` fit for one Markdown table cell: printable, one line, no pipes."""
-    # Terminal escapes (a spinner), raw or as repr() writes them, and repr()'s \n.
-    text = re.sub(r"(\x1b|\\x1b)\[[0-9;?]*[A-Za-z]|\\x[0-9a-f]{2}|\\[nt]", " ", text)
-    return " ".join("".join(c for c in text if c.isprintable() or c.isspace()).split()).replace(
-        "|", "/"
-    )
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between ranks, numpy's default (as fairstream.core's)."""
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+# -- statistics --------------------------------------------------------------------------------
 
 
 def stats(dwell: list[float], censored: Iterable[float] = ()) -> dict[str, Any]:
@@ -451,13 +303,15 @@ def run_once(
 ) -> dict[str, Any]:
     """One burst of ``records`` records; the result as a JSON-able dict."""
     writers = writers or writers_for(records)
-    burst_key = keys_for("burst", BURST_PARTITION, 1)[0]
+    burst_key = keys_for("burst", BURST_PARTITION, 1, PARTITIONS)[0]
     quiet_tenants = {
-        key: p for p in range(PARTITIONS) for key in keys_for(f"quiet-p{p}", p, QUIET_PER_PARTITION)
+        key: p
+        for p in range(PARTITIONS)
+        for key in keys_for(f"quiet-p{p}", p, QUIET_PER_PARTITION, PARTITIONS)
     }
     d = new_deployment(bootstrap, "burst", PARTITIONS)
-    undo: list[Callable[[], None]] = [functools.partial(delete_all, d)]
-    try:
+    with undoing() as undo:
+        undo.append(functools.partial(delete_all, d))
         scheduler = SchedulerProcess(
             d, workdir, "--rate", f"{rate:g}", *backlog_option(records), "--log-level", "warning",
             name=f"burst-{records}",
@@ -571,10 +425,6 @@ def run_once(
             quiet, reader.received, burst_times(written), burst_start, rate, ended
         )
         return result
-    finally:
-        for step in reversed(undo):
-            with contextlib.suppress(Exception):
-                step()
 
 
 def _end(proc: multiprocessing.process.BaseProcess) -> None:
@@ -656,130 +506,13 @@ def phase(
     return {"status": "ok" if ok else "error", "rate": rate, "runs": runs}
 
 
-def _get(node: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return node
-
-
-def _s(s: dict[str, Any] | None, key: str) -> str:
-    if not s or s.get(key) is None:
-        return "-"
-    bound = ">= " if key in s.get("lower_bound", ()) else ""
-    return f"{bound}{s[key]:,.{3 if s[key] < 1 else 2}f}"
-
-
-def _three(s: dict[str, Any] | None) -> str:
-    return " / ".join(_s(s, k) for k in ("p50_s", "p99_s", "max_s"))
-
-
-def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None, str]]:
-    """run_all's target rows: (target, measured, met, by how much), per burst size."""
-    out: list[tuple[str, str, bool | None, str]] = []
-    for run in _get(results, "burst", "runs") or []:
-        if run.get("status") != "ok":
-            continue
-        n = f"{run['records']:,}"
-        for group, label, bound, goal in (
-            ("other_partitions", "other partitions", TARGET_OTHER_P99, None),
-            ("burst_partition", "burst's partition", TARGET_BURST_P99, GOAL_BURST_P99),
-        ):
-            cell = _get(run, "dwell", group) or {}
-            p99 = _get(cell, "fairstream", "p99_s")
-            if p99 is None:
-                continue
-            ideal, fifo = _get(cell, "gps", "p99_s"), _get(cell, "fifo", "p99_s")
-            lower = "p99_s" in (_get(cell, "fairstream", "lower_bound") or ())
-            out.append(
-                (
-                    f"burst {n}: quiet p99 dwell, {label} <= {bound:g} s"
-                    + (f" (goal {goal:g} s)" if goal else ""),
-                    f"{'>= ' if lower else ''}{p99:,.2f} s (ideal {ideal:,.3f} s, FIFO "
-                    f"{fifo:,.1f} s)",
-                    p99 <= bound and not lower,
-                    f"{abs(bound - p99):,.2f} s",
-                )
-            )
-    return out
-
-
-def markdown(results: dict[str, Any]) -> list[str]:
-    """The "Burst" table of docs/benchmarks.md."""
-    burst = _get(results, "burst") or {}
-    runs = burst.get("runs") or []
-    ok = [r for r in runs if r.get("status") == "ok"]
-    first = ok[0] if ok else {}
-    lines = [
-        f"**Burst** (`--rate {_get(burst, 'rate') or RATE:g}`, {PARTITIONS} ingest partitions; "
-        f"{PARTITIONS * QUIET_PER_PARTITION} quiet tenants at {QUIET_RATE:g} records/s each, "
-        f"{QUIET_PER_PARTITION} per partition; then one tenant writes N records of "
-        f"{VALUE_SIZE} B into partition {BURST_PARTITION} at once; quiet records created from "
-        f"the burst's start until {_get(first, 'after_burst_seconds') or '-'} s after it; "
-        "dwell = time a read_committed egress consumer received the record - its ingest "
-        "CreateTime; FIFO and ideal (GPS) computed by `fairstream.reference` from the same "
-        "arrivals at the same rate; `benchmarks/burst.py`):",
-        "",
-        "| burst | quiet dwell | burst's partition p50 / p99 / max s | other partitions "
-        "p50 / p99 / max s |",
-        "| --- | --- | ---: | ---: |",
-    ]
-    for run in runs:
-        n = f"{run.get('records', 0):,}"
-        if run.get("status") != "ok":
-            lines.append(f"| {n} | failed: {cell(str(run.get('error')))[:160]} | - | - |")
-            continue
-        w = run["burst_write"]
-        head = f"{n} written in {w['seconds_to_last_ack']:.2f} s"
-        d = run["dwell"]
-        for i, (key, label) in enumerate(
-            (("fairstream", "fairstream"), ("fifo", "FIFO"), ("gps", "ideal (GPS)"))
-        ):
-            lines.append(
-                f"| {head if i == 0 else ''} | {label} | {_three(d['burst_partition'][key])} | "
-                f"{_three(d['other_partitions'][key])} |"
-            )
-        lines.append(
-            f"| | target (p99) | <= {TARGET_BURST_P99:g} (goal {GOAL_BURST_P99:g}) | "
-            f"<= {TARGET_OTHER_P99:g} |"
-        )
-    lines.append("")
-    for run in ok:
-        d = run["dwell"]
-        absorbed = run.get("burst_absorbed_seconds")
-        lines.append(
-            f"- {run['records']:,}: {run['quiet_received']:,} of {run['quiet_sent']:,} quiet "
-            f"records on egress after waiting {run['drain_wait_seconds']:g} s (at most "
-            f"{run['drain_timeout_seconds']:g}) once the quiet tenants stopped; measured "
-            f"{_get(d, 'burst_partition', 'fairstream', 'n')} + "
-            f"{_get(d, 'other_partitions', 'fairstream', 'n')}; burst counted as ingested "
-            + (f"{absorbed:,.1f} s after its first record" if absorbed is not None else "never")
-            + " (ingest counter on /metrics); egress "
-            f"{_get(run, 'egress_records_per_s_after_burst') or '-'} records/s from 2 s after "
-            f"the burst; {run['burst_write']['writers']} writer process(es)"
-            + (
-                "."
-                if run["burst_write"]["under_1s"]
-                else f", which took {run['burst_write']['seconds_to_last_ack']:.2f} s, over the "
-                "1 s asked for: they share the 2 cores with the broker and the scheduler."
-            )
-        )
-    groups = ("burst_partition", "other_partitions")
-    if any("lower_bound" in (_get(r, "dwell", g, "fairstream") or {}) for r in ok for g in groups):
-        lines.append(
-            '- ">=": quiet records still missing when the wait ended count with the dwell '
-            "they had reached; the statistic is a lower bound."
-        )
-    return lines
-
-
 def print_table(result: dict[str, Any]) -> None:
-    for line in markdown({"burst": result}):
-        print(line)
+    from benchmarks.tables import burst_table
+    from benchmarks.targets import burst_targets
+
+    print("\n".join(burst_table({"burst": result})))
     print()
-    for name, measured, met, by in targets({"burst": result}):
-        print(f"{'met   ' if met else 'missed'}  {name}: {measured} (by {by})")
+    print_targets(burst_targets({"burst": result}))
 
 
 def main() -> None:
@@ -796,23 +529,18 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, help="keep the scheduler's log here")
     parser.add_argument("--json", action="store_true", help="also print the result as JSON")
     args = parser.parse_args()
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        from fairstream_dev.kafka import DevBroker
-
-        state = DevBroker().status()
-        if state is None:
-            sys.exit("no --bootstrap and no development broker: `fairstream dev-kafka up`")
-        bootstrap = state.bootstrap
+    broker = Broker.find(args.bootstrap)
     sizes = [int(x.replace("_", "")) for x in args.records.split(",")] if args.records else None
     tmp = tempfile.mkdtemp(prefix="fairstream-burst-")
     workdir = args.workdir or Path(tmp)
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         result = phase(
-            bootstrap, workdir, args.quick, None, sizes, args.rate, args.after, args.drain_timeout
-        )
+            broker.bootstrap, workdir, args.quick, None, sizes, args.rate, args.after,
+            args.drain_timeout,
+        )  # fmt: skip
     finally:
+        broker.stop()
         if args.workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
     if args.json:

@@ -1,7 +1,7 @@
 """Closing the loop with the paid API (issue 12): the adaptive rate against a fixed rate and
 against an oracle that knows the API's capacity.
 
-A simulated paid API (``tests/integration/paid_api.py``: a token bucket of 300 calls/s
+A simulated paid API (``fairstream_dev.harness.paid_api``: a token bucket of 300 calls/s
 holding half a second of them; a call without a token is refused with
 ``RateLimited(retry_after=`` the time to the next token, rounded up to 0.1 s``)``) is called
 by one ``Worker`` (16 handler calls at a time, 10 ms per call that goes through) reading the
@@ -26,7 +26,7 @@ in a window after each change and the convergence after each, and draws
 goodput and capacity over time, beside the three runs' egress at a constant capacity.
 Prints numbers, asserts nothing.
 
-    .venv/bin/python benchmarks/feedback.py [--bootstrap HOST:PORT] [--quick]
+    .venv/bin/python -m benchmarks.feedback [--bootstrap HOST:PORT] [--quick]
 """
 
 from __future__ import annotations
@@ -35,18 +35,14 @@ import argparse
 import bisect
 import json
 import os
-import sys
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # the harness lives in tests/integration
-
-from fairstream_dev.harness.paid_api import (  # noqa: E402
+from benchmarks.common import REPO, Broker, logger, print_targets
+from fairstream_dev.harness.paid_api import (
     FEEDBACK,
     FeedbackLoop,
     PaidApi,
@@ -66,8 +62,7 @@ RUNS: dict[str, tuple[str, ...]] = {
 }
 
 
-def log(message: str) -> None:
-    print(f"[feedback {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+log = logger("feedback")
 
 
 def _sizes(quick: bool) -> dict[str, Any]:
@@ -271,126 +266,25 @@ def phase(
     return result
 
 
-def _get(node: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return node
-
-
-def _seconds(value: float | None) -> str:
-    return "never" if value is None else f"{value:.1f} s"
-
-
-def markdown(results: dict[str, Any]) -> list[str]:
-    """The "Closing the loop" table of docs/benchmarks.md."""
-    fb = _get(results, "feedback") or {}
-    runs = fb.get("runs") or {}
-    seconds, settle = fb.get("seconds"), fb.get("settle")
-    lines = [
-        f"**Closing the loop with the paid API** (a simulated API of hidden capacity "
-        f"{CAPACITY:g} calls/s, a token bucket holding 0.5 s of it, refusing with a "
-        "Retry-After to its next token; one worker, 16 calls at a time; 16 backlogged tenants; "
-        f"{_n(seconds)} s of calls per run, figures over [{_n(settle)} s, end) after the first "
-        "call; convergence: from the first call until every 1 s window has goodput >= 90% of "
-        "the capacity and <= 5% refused; `benchmarks/feedback.py`):",
-        "",
-        "| run | scheduler | goodput | of capacity | refused (window) | refused (whole run) | "
-        "egress | released, not served (max) | convergence |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for name in RUNS:
-        run = runs.get(name) or {}
-        if run.get("status") != "ok":
-            lines.append(f"| {name} | failed: {str(run.get('error'))[:120]} | | | | | | | |")
-            continue
-        lines.append(
-            f"| {name} | `{run['args']}` | {run['goodput']:g}/s | {run['goodput_ratio']:.2f}x | "
-            f"{run['refused_share']:.1%} | {run['refused_share_all']:.1%} | "
-            f"{run['egress_rate']:g}/s | {run['downstream_max']:,} | "
-            f"{_seconds(run['convergence_s'])} |"
-        )
-    changes = fb.get("changes") or {}
-    if changes.get("status") == "ok":
-        w, c = changes["windows"], changes["convergence_s"]
-        parts = [
-            f"{label} in [{w[key]['window_s'][0]:g}, {w[key]['window_s'][1]:g}) s: goodput "
-            f"{w[key]['goodput_ratio']:.2f}x, {w[key]['refused_share']:.1%} refused, converged "
-            f"after {_seconds(c[key])}"
-            for key, label in (("300", "300/s"), ("150", "150/s"), ("300 again", "300/s again"))
-        ]
-        drop, rise = (step[0] for step in changes["schedule"][1:])
-        lines += [
-            "",
-            f"Adaptive while the capacity goes 300 -> 150 (at {drop:g} s) -> 300 (at {rise:g} "
-            f"s): {'; '.join(parts)}; {changes['refused_share_all']:.1%} of all calls refused.",
-        ]
-    elif changes:
-        lines += ["", f"Capacity changes: failed: {str(changes.get('error'))[:200]}"]
-    if fb.get("plot"):
-        lines += [
-            "",
-            "![Egress rate, adaptive rate and goodput against the hidden capacity over time]"
-            "(feedback-loop.png)",
-        ]
-    return lines
-
-
-def _n(value: Any) -> str:
-    return "?" if value is None else f"{value:g}"
-
-
-def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None, str]]:
-    run = _get(results, "feedback", "runs", "adaptive") or {}
-    if run.get("status") != "ok":
-        return []
-    out = [
-        (
-            "feedback: adaptive goodput >= 0.9x the hidden capacity",
-            f"{run['goodput']:g}/s of {CAPACITY:g}",
-            run["goodput_ratio"] >= 0.9,
-            f"{run['goodput_ratio']:.2f}x",
-        ),
-        (
-            "feedback: adaptive refused calls <= 5%",
-            f"{run['refused_share']:.1%} (after {run['window_s'][0]:g} s)",
-            run["refused_share"] <= 0.05,
-            "",
-        ),
-    ]
-    changes = _get(results, "feedback", "changes") or {}
-    if changes.get("status") == "ok":
-        windows = changes["windows"].values()
-        met = all(w["goodput_ratio"] >= 0.9 and w["refused_share"] <= 0.05 for w in windows)
-        out.append(
-            (
-                "feedback: re-converges after 300 -> 150 -> 300",
-                " / ".join(f"{w['goodput_ratio']:.2f}x" for w in windows),
-                met,
-                "",
-            )
-        )
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--plot", type=Path, default=PLOT, help=f"the PNG (default {PLOT})")
     args = parser.parse_args()
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        from fairstream_dev.kafka import DevBroker
+    from benchmarks.tables import feedback_table
+    from benchmarks.targets import feedback_targets
 
-        bootstrap = DevBroker().up().bootstrap
+    broker = Broker.find(args.bootstrap)
     workdir = Path(tempfile.mkdtemp(prefix="fairstream-feedback-"))
-    results = {"feedback": phase(bootstrap, workdir, args.quick, plot_path=args.plot.resolve())}
+    try:
+        result = phase(broker.bootstrap, workdir, args.quick, plot_path=args.plot.resolve())
+    finally:
+        broker.stop()
+    results = {"feedback": result}
     print(json.dumps(results, indent=2))
-    print("\n".join(markdown(results)))
-    for target, measured, met, by in targets(results):
-        print(f"{'met' if met else 'missed':7} {target}: {measured} {by}")
+    print("\n".join(feedback_table(results)))
+    print_targets(feedback_targets(results))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ instances:
 Rates are counted on a read_committed egress consumer over windows defined by the
 scheduler's ``fairstream-scheduled-ms`` stamps. Prints numbers, asserts nothing.
 
-    .venv/bin/python benchmarks/group.py [--bootstrap HOST:PORT] [--quick]
+    .venv/bin/python -m benchmarks.group [--bootstrap HOST:PORT] [--quick]
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -30,14 +29,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # the harness lives in tests/integration
+from confluent_kafka import Message, Producer
 
-from confluent_kafka import Message, Producer  # noqa: E402
-
-from fairstream import contract  # noqa: E402
-from fairstream.core import jain_index  # noqa: E402
-from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader  # noqa: E402
+from benchmarks.common import Broker, logger, print_targets
+from fairstream import contract
+from fairstream.core import jain_index
+from fairstream_dev.harness.kafka import wait_until
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 
 RATE = 200
 BURST = 20
@@ -45,8 +43,7 @@ PARTITIONS = 4
 MODES = ("partitions", "demand")
 
 
-def log(message: str) -> None:
-    print(f"[group {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+log = logger("group")
 
 
 def _stamp(msg: Message) -> int:
@@ -56,14 +53,6 @@ def _stamp(msg: Message) -> int:
 def _owned(proc: SchedulerProcess) -> list[int]:
     status, body = proc.get("/tenants")
     return list(json.loads(body)["partitions"]) if status == 200 else []
-
-
-def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.2)
 
 
 def _produce(bootstrap: str, topic: str, placement: dict[bytes, int], per_tenant: int) -> None:
@@ -100,10 +89,11 @@ def run_mode(bootstrap: str, workdir: Path, mode: str, seconds: float) -> dict[s
     try:
         for proc in procs:
             proc.wait_ready()
-        _wait(
+        wait_until(
             lambda: all(_owned(p) for p in procs) and sum(len(_owned(p)) for p in procs) == 4,
             60,
             "both instances own partitions",
+            interval=0.2,
         )
         one, two = (_owned(p) for p in procs)
         per_tenant = int(RATE * seconds * 2)
@@ -174,95 +164,23 @@ def phase(
     return {"status": "ok", "rate": RATE, "burst": BURST, "runs": runs}
 
 
-def _get(node: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return node
-
-
-def markdown(results: dict[str, Any]) -> list[str]:
-    """The "Across instances" table of docs/benchmarks.md."""
-    runs = _get(results, "group", "runs") or {}
-    lines = [
-        f"**Across instances** (two schedulers in one group, 4 ingest partitions, `--rate "
-        f"{RATE} --burst {BURST}`; A's backlog on instance 1 alone, then B, C, D arrive on "
-        "instance 2; rates counted on a read_committed egress consumer by scheduling stamp; "
-        "`benchmarks/group.py`):",
-        "",
-        "| `--share-by` | A alone | A / B / C / D after | Jain | group egress | most in 1 s | "
-        "convergence after the change |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for mode in MODES:
-        run = runs.get(mode) or {}
-        if run.get("status") != "ok":
-            lines.append(f"| {mode} | failed: {str(run.get('error'))[:120]} | | | | | |")
-            continue
-        four = run["four_rates"]
-        conv = run["convergence_seconds"]
-        lines.append(
-            f"| {mode} | {run['alone_rate']}/s | "
-            + " / ".join(f"{four.get(t, 0):g}" for t in "ABCD")
-            + f" | {run['four_jain']:.3f} | {run['group_rate']:g}/s of {RATE} | "
-            f"{run['worst_1s']} (bound {RATE + BURST}) | "
-            + (f"{conv:.1f} s" if conv is not None else "never within 10%")
-            + " |"
-        )
-    return lines
-
-
-def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None, str]]:
-    run = _get(results, "group", "runs", "demand") or {}
-    if run.get("status") != "ok":
-        return []
-    alone, jain, worst = run["alone_rate"] or 0, run["four_jain"], run["worst_1s"]
-    conv = run["convergence_seconds"]
-    return [
-        (
-            "across instances: one backlogged tenant >= 0.9x the group rate",
-            f"{alone}/s of {RATE}",
-            alone >= 0.9 * RATE,
-            f"{alone / RATE:.2f}x",
-        ),
-        (
-            "across instances: Jain >= 0.95 (4 tenants, 2 instances)",
-            f"{jain:.3f}",
-            jain >= 0.95,
-            "",
-        ),
-        (
-            "across instances: never above rate + burst in any 1 s",
-            f"{worst} (bound {RATE + BURST})",
-            worst <= RATE + BURST,
-            "",
-        ),
-        (
-            "across instances: a demand change takes effect within 2 s",
-            "never" if conv is None else f"{conv:.1f} s",
-            conv is not None and conv <= 2.0,
-            "",
-        ),
-    ]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        from fairstream_dev.kafka import DevBroker
+    from benchmarks.tables import group_table
+    from benchmarks.targets import group_targets
 
-        bootstrap = DevBroker().up().bootstrap
+    broker = Broker.find(args.bootstrap)
     workdir = Path(tempfile.mkdtemp(prefix="fairstream-group-"))
-    results = {"group": phase(bootstrap, workdir, args.quick)}
+    try:
+        results = {"group": phase(broker.bootstrap, workdir, args.quick)}
+    finally:
+        broker.stop()
     print(json.dumps(results, indent=2))
-    print("\n".join(markdown(results)))
-    for target, measured, met, by in targets(results):
-        print(f"{'met' if met else 'missed':7} {target}: {measured} {by}")
+    print("\n".join(group_table(results)))
+    print_targets(group_targets(results))
 
 
 if __name__ == "__main__":

@@ -17,51 +17,54 @@ StatefulSet pod keeps its name), so that no session timeout is waited for:
    <= 30 s. A restore still running after ``--restore-timeout`` s (120) is reported as "did
    not finish in X s", with how far it got and the rate it was going at.
 
-    .venv/bin/python benchmarks/restart.py [--bootstrap HOST:PORT] [--quick]
+    .venv/bin/python -m benchmarks.restart [--bootstrap HOST:PORT] [--quick]
         [--restarts 10] [--records 1000000] [--restore-timeout 120] [--only own_disk,empty_disk]
 
-Without ``--bootstrap`` (or ``KAFKA_BOOTSTRAP_SERVERS``) the running development broker is
-used. ``benchmarks/run_all.py`` runs both as its ``restart`` phase (``phase()``) and puts
-``markdown()`` and ``targets()`` into docs/benchmarks.md. Prints numbers, asserts nothing.
+Without ``--bootstrap`` (or ``KAFKA_BOOTSTRAP_SERVERS``) the development broker is used
+(started if it is not running). ``benchmarks/run_all.py`` runs both as its ``restart`` phase
+(``phase()``); its table is ``tables.restart_table`` and its targets
+``targets.restart_targets``. Prints numbers, asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import json
 import math
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # the harness lives in tests/integration
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from burst import backlog_option, cell, delete_all, fill, kill, metrics, new_deployment  # noqa: E402
-
-from fairstream_dev.harness.kafka import unique  # noqa: E402
-from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess  # noqa: E402
+from benchmarks.common import (
+    BACKLOG,
+    EGRESS,
+    INGESTED,
+    Broker,
+    backlog_option,
+    delete_all,
+    fill,
+    kill,
+    logger,
+    metrics,
+    new_deployment,
+    num,
+    print_targets,
+    undoing,
+)
+from fairstream_dev.harness.kafka import unique
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess
 
 PARTITIONS = 12
-INGESTED = "fairstream_ingested_records_total"
-EGRESS = "fairstream_egress_records_total"
-BACKLOG = "fairstream_backlog_records"
-TARGET_OWN_DISK_MEDIAN = 3.0  # seconds
-TARGET_EMPTY_DISK = 30.0
 POLL = 0.05
 
 
-def log(message: str) -> None:
-    print(f"[restart {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+log = logger("restart")
 
 
 def scheduler(d: Deployment, workdir: Path, name: str, *args: str) -> SchedulerProcess:
@@ -81,8 +84,8 @@ def own_disk(
 ) -> dict[str, Any]:
     """kill -9 and restart on the same data directory, ``restarts`` times."""
     d = new_deployment(bootstrap, "restart", PARTITIONS)
-    undo: list[Callable[[], None]] = [functools.partial(delete_all, d)]
-    try:
+    with undoing() as undo:
+        undo.append(functools.partial(delete_all, d))
         fill(bootstrap, d.topics.ingest, backlog, 100)
         name = f"own-{d.app_id}"  # one name: one data directory for every process
         args = ["--rate", f"{rate:g}", "--group-instance-id", unique("member")]
@@ -113,7 +116,7 @@ def own_disk(
             emitting.append(time.monotonic() - started if moved else None)
             log(
                 f"own disk, restart {len(ready)}: ready {ready[-1]:.2f} s, "
-                f"emitting {_n(emitting[-1])} s"
+                f"emitting {num(emitting[-1], '.2f')} s"
             )
         if not ready:
             raise RuntimeError(f"no restart got ready: {failures}")
@@ -131,10 +134,6 @@ def own_disk(
             "to_first_egress_max_seconds": round(max(seen), 2) if seen else None,
             "not_emitting_within_30s": len(emitting) - len(seen),
         }
-    finally:
-        for step in reversed(undo):
-            with contextlib.suppress(Exception):
-                step()
 
 
 def _ready(process: SchedulerProcess) -> bool:
@@ -170,9 +169,9 @@ def empty_disk(
 ) -> dict[str, Any]:
     """Buffer ``records`` at --rate 1, kill -9, restart on an empty data directory."""
     d = new_deployment(bootstrap, "recover", PARTITIONS)
-    undo: list[Callable[[], None]] = [functools.partial(delete_all, d)]
     rate = 1.0
-    try:
+    with undoing() as undo:
+        undo.append(functools.partial(delete_all, d))
         produced = fill(bootstrap, d.topics.ingest, records, 1000)
         log(f"empty disk: {records:,} records produced in {produced:.1f} s")
         args = ["--rate", f"{rate:g}", "--group-instance-id", unique("member")]
@@ -255,10 +254,6 @@ def empty_disk(
             "estimated_seconds": None if estimate is None else round(estimate),
             "result": text,
         }
-    finally:
-        for step in reversed(undo):
-            with contextlib.suppress(Exception):
-                step()
 
 
 def _pace(progress: list[tuple[float, float]]) -> float | None:
@@ -307,94 +302,6 @@ def phase(
     return out
 
 
-def _get(node: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return node
-
-
-def targets(results: dict[str, Any]) -> list[tuple[str, str, bool | None, str]]:
-    """run_all's target rows: (target, measured, met, by how much)."""
-    out: list[tuple[str, str, bool | None, str]] = []
-    own = _get(results, "restart", "own_disk") or {}
-    median = own.get("to_ready_median_seconds")
-    if median is not None:
-        out.append(
-            (
-                f"restart on its own disk: median to ready <= {TARGET_OWN_DISK_MEDIAN:g} s "
-                f"({own['restarts']} kill -9s, static membership)",
-                f"{median:.2f} s (max {own['to_ready_max_seconds']:.2f} s)",
-                median <= TARGET_OWN_DISK_MEDIAN,
-                f"{abs(TARGET_OWN_DISK_MEDIAN - median):.2f} s",
-            )
-        )
-    empty = _get(results, "restart", "empty_disk") or {}
-    if empty.get("status") in ("ok", "timeout") and "buffered_before_kill" in empty:
-        seconds = empty.get("to_restored_seconds")
-        out.append(
-            (
-                f"{empty['records']:,} buffered records back from an empty disk <= "
-                f"{TARGET_EMPTY_DISK:g} s",
-                empty["result"],
-                seconds is not None and seconds <= TARGET_EMPTY_DISK,
-                f"{abs(TARGET_EMPTY_DISK - seconds):.1f} s"
-                if seconds is not None
-                else f"> {max(0.0, empty['restore_timeout_seconds'] - TARGET_EMPTY_DISK):g} s",
-            )
-        )
-    return out
-
-
-def _n(value: Any, fmt: str = ".2f") -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def markdown(results: dict[str, Any]) -> list[str]:
-    """The "Restarts" table of docs/benchmarks.md."""
-    own = _get(results, "restart", "own_disk") or {}
-    empty = _get(results, "restart", "empty_disk") or {}
-    lines = [
-        "**Restarts** (kill -9, then a new process with the same `--group-instance-id`, "
-        f"static membership; {PARTITIONS} ingest partitions; `benchmarks/restart.py`):",
-        "",
-        "| restart | measured | target |",
-        "| --- | --- | --- |",
-    ]
-    if own.get("status") == "ok":
-        lines.append(
-            f"| own data dir, {own['restarts']} times, {own['backlog_records']:,} records "
-            f"backlog at `--rate {own['rate']:g}` | to /readyz median "
-            f"{_n(own['to_ready_median_seconds'])} s, max {_n(own['to_ready_max_seconds'])} s; "
-            f"to first egress median {_n(own.get('to_first_egress_median_seconds'))} s, max "
-            f"{_n(own.get('to_first_egress_max_seconds'))} s"
-            + (
-                f"; {len(own['exited_before_ready'])} more exited before ready (raw results)"
-                if own.get("exited_before_ready")
-                else ""
-            )
-            + f" | median <= {TARGET_OWN_DISK_MEDIAN:g} s |"
-        )
-    elif own:
-        lines.append(f"| own data dir | failed: {cell(str(own.get('error')))[:200]} | |")
-    if empty.get("status") in ("ok", "timeout"):
-        detail = empty["result"]
-        if "buffered_before_kill" in empty:
-            detail += (
-                f" (to /readyz {_n(empty.get('to_ready_seconds'), '.1f')} s; "
-                f"{empty['buffered_before_kill']:,.0f} buffered before the kill, by a scheduler "
-                f"that took {empty['fill_seconds']:g} s to absorb them)"
-            )
-        lines.append(
-            f"| empty data dir, {empty['records']:,} records buffered, until /readyz and "
-            f"`fairstream_backlog_records` are back | {detail} | <= {TARGET_EMPTY_DISK:g} s |"
-        )
-    elif empty:
-        lines.append(f"| empty data dir | failed: {cell(str(empty.get('error')))[:200]} | |")
-    return lines
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
@@ -406,33 +313,28 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, help="keep the schedulers' logs here")
     parser.add_argument("--json", action="store_true", help="also print the result as JSON")
     args = parser.parse_args()
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        from fairstream_dev.kafka import DevBroker
-
-        state = DevBroker().status()
-        if state is None:
-            sys.exit("no --bootstrap and no development broker: `fairstream dev-kafka up`")
-        bootstrap = state.bootstrap
+    broker = Broker.find(args.bootstrap)
     tmp = tempfile.mkdtemp(prefix="fairstream-restart-")
     workdir = args.workdir or Path(tmp)
     workdir.mkdir(parents=True, exist_ok=True)
     only = set(args.only.split(",")) if args.only else None
     try:
         result = phase(
-            bootstrap, workdir, args.quick, None, args.restarts, args.records,
+            broker.bootstrap, workdir, args.quick, None, args.restarts, args.records,
             args.restore_timeout, only,
         )  # fmt: skip
     finally:
+        broker.stop()
         if args.workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         print(json.dumps(result, indent=2))
-    for line in markdown({"restart": result}):
-        print(line)
+    from benchmarks.tables import restart_table
+    from benchmarks.targets import restart_targets
+
+    print("\n".join(restart_table({"restart": result})))
     print()
-    for name, measured, met, by in targets({"restart": result}):
-        print(f"{'met   ' if met else 'missed'}  {name}: {measured} (by {by})")
+    print_targets(restart_targets({"restart": result}))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Benchmark: records per second one scheduler process absorbs and emits, on a real broker.
 
 Two phases, each on a deployment of its own (unique topics and app id), each with one
-``fairstream scheduler`` process started through the integration tests' harness:
+``fairstream scheduler`` process started through the harness the integration tests use
+(``fairstream_dev.harness``):
 
 - absorption: the scheduler runs with ``--rate 1`` so that emission does not compete for
   the CPU; N records are produced; the rate is read from the scheduler's
@@ -17,17 +18,16 @@ too: an absorption rate close to it is bounded by the producer, not by the sched
 Every phase has a deadline; the schedulers are stopped and the topics deleted at the end.
 Prints one JSON object and a markdown table. Not a test: it asserts nothing.
 
-    .venv/bin/python benchmarks/service_throughput.py [--records 200000] [--bootstrap HOST:PORT]
+    .venv/bin/python -m benchmarks.service_throughput [--records 200000] [--bootstrap HOST:PORT]
 
 Without ``--bootstrap`` (or ``KAFKA_BOOTSTRAP_SERVERS``), the development broker is started
-(or the running one reused) with ``fairstream.devkafka.DevBroker().up()``; a broker started
+(or the running one reused) with ``fairstream_dev.kafka.DevBroker().up()``; a broker started
 here is stopped at the end.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -39,19 +39,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # the harness lives in tests/integration
+from confluent_kafka import Consumer, TopicPartition
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient  # noqa: E402
-
-from fairstream.scheduler.recovery import progress_topic  # noqa: E402
-from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess  # noqa: E402
-from fairstream_dev.kafka import DevBroker  # noqa: E402
+from benchmarks.common import (
+    EGRESS,
+    INGESTED,
+    Broker,
+    delete_all,
+    metrics,
+    new_deployment,
+    produce,
+    stop,
+)
+from fairstream_dev.harness.scheduler import SchedulerProcess
 
 POLL_INTERVAL = 0.1
-INGESTED = "fairstream_ingested_records_total"
-EGRESS = "fairstream_egress_records_total"
 
 
 @dataclass
@@ -86,46 +88,6 @@ class Phase:
         return out
 
 
-def counter(scheduler: SchedulerProcess, name: str) -> float | None:
-    """The value of one unlabelled sample of the scheduler's /metrics, None if unreadable."""
-    status, body = scheduler.get("/metrics")
-    if status != 200:
-        return None
-    for line in body.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return None
-
-
-def produce(bootstrap: str, topic: str, records: int, tenants: int, size: int) -> float:
-    """Write ``records`` records round-robin over ``tenants`` keys; seconds it took."""
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "linger.ms": 20,
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 1_000_000,
-            "partitioner": "murmur2_random",  # as the README tells producers to use
-        }
-    )
-    keys = [f"tenant-{i:05d}".encode() for i in range(tenants)]
-    value = bytes(size)
-    started = time.monotonic()
-    for i in range(records):
-        while True:
-            try:
-                producer.produce(topic, key=keys[i % tenants], value=value)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    remaining = producer.flush(120)
-    if remaining:
-        raise RuntimeError(f"{remaining} records not acknowledged by the broker")
-    return time.monotonic() - started
-
-
 def watch(
     scheduler: SchedulerProcess, name: str, target: int, deadline: float
 ) -> tuple[list[Sample], bool]:
@@ -135,7 +97,7 @@ def watch(
         if not scheduler.alive():
             print(f"scheduler exited:\n{scheduler.tail()}", file=sys.stderr)
             break
-        value = counter(scheduler, name)
+        value = metrics(scheduler).get(name)
         if value is not None:
             samples.append(Sample(time.monotonic(), value))
             if value >= target:
@@ -182,8 +144,8 @@ def run_phase(
     metric: str,
     cleanup: list[Callable[[], None]],
 ) -> Phase:
-    deployment = create_deployment(bootstrap, args.partitions)
-    cleanup.append(lambda: delete_deployment(deployment))
+    deployment = new_deployment(bootstrap, "throughput", args.partitions)
+    cleanup.append(lambda: delete_all(deployment))
     scheduler = SchedulerProcess(deployment, workdir, *scheduler_args, name=name)
     scheduler.start()
     cleanup.append(lambda: stop(scheduler))
@@ -224,45 +186,6 @@ def run_phase(
     return phase
 
 
-def create_deployment(bootstrap: str, partitions: int) -> Deployment:
-    """Create a deployment's topics, retrying while the broker's metadata catches up.
-
-    ``create_topics`` reads the new policy topic's config right after creating it, and the
-    broker may answer UNKNOWN_TOPIC_OR_PARTITION for a moment; creating again is harmless.
-    """
-    deployment = Deployment(bootstrap, partitions=partitions)
-    for attempt in range(5):
-        try:
-            return deployment.create()
-        except KafkaException as exc:
-            if attempt == 4:
-                raise
-            print(f"creating topics: {exc}; retrying", file=sys.stderr)
-            time.sleep(1)
-    raise AssertionError("unreachable")
-
-
-def stop(scheduler: SchedulerProcess) -> None:
-    if scheduler.proc is None:
-        return
-    try:
-        scheduler.terminate(timeout=60)
-    except AssertionError as exc:  # ignored SIGTERM: terminate() killed it
-        print(str(exc)[:2000], file=sys.stderr)
-
-
-def delete_deployment(deployment: Deployment) -> None:
-    admin = AdminClient({"bootstrap.servers": deployment.bootstrap})
-    t = deployment.topics
-    names = [t.ingest, t.egress, t.dlq, t.policy]
-    names += [progress_topic(deployment.app_id)]
-    existing = set(admin.list_topics(timeout=15).topics)
-    futures = admin.delete_topics([n for n in names if n in existing], operation_timeout=30)
-    for future in futures.values():
-        with contextlib.suppress(Exception):
-            future.result(timeout=60)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
@@ -279,14 +202,8 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    broker: DevBroker | None = None
-    bootstrap = args.bootstrap
-    if not bootstrap:
-        broker = DevBroker()
-        already = broker.status()
-        bootstrap = (already or broker.up()).bootstrap
-        if already is not None:
-            broker = None  # not ours to stop
+    broker = Broker.find(args.bootstrap)
+    bootstrap = broker.bootstrap
 
     cleanup: list[Callable[[], None]] = []
     phases: dict[str, Phase] = {}
@@ -306,8 +223,7 @@ def main() -> None:
         finally:
             for undo in reversed(cleanup):
                 undo()
-            if broker is not None:
-                broker.down()
+            broker.stop()
 
     absorption, emission = phases["absorption"], phases["emission"]
     e2e = (
