@@ -32,7 +32,7 @@ from typing import Any
 from confluent_kafka import Message, Producer
 
 from benchmarks.common import Broker, logger, print_targets
-from fairstream import contract
+from fairstream import wire
 from fairstream.core import jain_index
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
@@ -47,7 +47,7 @@ log = logger("group")
 
 
 def _stamp(msg: Message) -> int:
-    return int(dict(msg.headers())[contract.SCHEDULED_MS])
+    return int(dict(msg.headers())[wire.SCHEDULED_MS])
 
 
 def _owned(proc: SchedulerProcess) -> list[int]:

@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 
 from benchmarks.common import VALUE_SIZE, delete_all, new_deployment, start_scheduler
 from benchmarks.throughput import PARTITIONS
-from fairstream import contract
+from fairstream import wire
 from fairstream.core import jain_index, percentile
 from fairstream.reference import Arrival, fifo_starts, gps_starts
 from fairstream_dev.harness.scheduler import TopicReader
@@ -65,10 +65,10 @@ def egress_records(messages: list[Any]) -> list[Egress]:
         headers = {k: (v or b"").decode() for k, v in (msg.headers() or [])}
         out.append(
             (
-                headers[contract.REQUEST_ID],
-                headers[contract.TENANT],
-                int(headers[contract.ENQUEUED_MS]) / 1000,
-                int(headers[contract.SCHEDULED_MS]) / 1000,
+                headers[wire.REQUEST_ID],
+                headers[wire.TENANT],
+                int(headers[wire.ENQUEUED_MS]) / 1000,
+                int(headers[wire.SCHEDULED_MS]) / 1000,
             )
         )
     return out

@@ -81,7 +81,7 @@ from benchmarks.soak_processes import (
     worker_factory,
 )
 from benchmarks.soak_report import Options, Report, markdown, print_report
-from fairstream import contract
+from fairstream import wire
 from fairstream_dev.harness.kafka import unique
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess
 from fairstream_dev.kafka import DevBroker
@@ -412,8 +412,8 @@ class Soak:
         letters = [(rec, reason) for _, rec, reason in dlq.records() if rec is not None]
         reasons = Counter(reason or "?" for _, reason in letters)
         r.dead_letters = dict(reasons)
-        scheduler_letters = [rec for rec, reason in letters if reason != contract.HANDLER_FAILED]
-        worker_letters = {rec for rec, reason in letters if reason == contract.HANDLER_FAILED}
+        scheduler_letters = [rec for rec, reason in letters if reason != wire.HANDLER_FAILED]
+        worker_letters = {rec for rec, reason in letters if reason == wire.HANDLER_FAILED}
         r.dlq_duplicates = len(scheduler_letters) - len(set(scheduler_letters))
         r.egress_and_dlq = len(out_set & set(scheduler_letters))
         served_counts = Counter(record for _, record in served.served)

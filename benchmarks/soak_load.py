@@ -15,7 +15,7 @@ from typing import cast
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 import fairstream
-from fairstream import contract
+from fairstream import wire
 from fairstream_dev.harness.kafka import unique
 
 PARTITIONS = 8  # ingest partitions
@@ -165,7 +165,7 @@ class PlainProducer(PacedProducer):
     def send(self, tenant: str, seq: int, expired: bool) -> None:
         headers: list[tuple[str, str | bytes | None]] = []
         if expired:
-            headers.append((contract.DEADLINE_MS, b"%d" % (int(time.time() * 1000) - 1000)))
+            headers.append((wire.DEADLINE_MS, b"%d" % (int(time.time() * 1000) - 1000)))
         self.producer.produce(
             self.topic,
             b"%s|%d" % (tenant.encode(), seq),
@@ -224,7 +224,7 @@ class TopicLog:
                 reason = None
                 headers = cast("list[tuple[str, bytes | None]]", msg.headers() or [])
                 for name, raw in headers:
-                    if name == contract.DLQ_REASON and raw is not None:
+                    if name == wire.DLQ_REASON and raw is not None:
                         reason = raw.decode()
                 with self.lock:
                     self.entries.append((partition, parse_value(msg.value()), reason))
