@@ -139,10 +139,6 @@ def scheduler(**options: Any) -> None:
     isolation.level=read_committed). SIGTERM commits what is open and leaves the group.
     """
     settings = settings_from_options(**options)
-    if settings.min_rate is not None and (
-        settings.rate is None or settings.min_rate > settings.rate
-    ):
-        raise click.UsageError("--min-rate needs a --rate at least as large")
     try:
         code = run(settings)
     except TopicError as exc:

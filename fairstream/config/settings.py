@@ -1,0 +1,216 @@
+"""What ``fairstream scheduler`` runs with: the topics and every scheduler setting.
+
+Each field is declared once with ``setting()`` (default, help, limits); the command's
+options and their ``FAIRSTREAM_*`` variables are derived from these declarations. Field
+order is the order ``--help`` lists the options in.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fairstream.config.kafka import KafkaConnection
+from fairstream.config.setting import SettingsError, check, setting
+
+DEFAULT_INGEST = "fairstream.ingest"
+DEFAULT_EGRESS = "fairstream.egress"
+DEFAULT_DLQ = "fairstream.dlq"
+DEFAULT_POLICY = "fairstream.policy"
+DEFAULT_APP_ID = "fairstream"
+DEFAULT_WEB_PORT = 6066
+MiB = 1024 * 1024
+
+
+def default_data_dir() -> Path:
+    xdg = os.environ.get("XDG_DATA_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
+    return base / "fairstream"
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The four topics a fairstream deployment uses."""
+
+    ingest: str = setting(
+        DEFAULT_INGEST, flag="--ingest-topic", help="Topic producers write, keyed by tenant."
+    )
+    egress: str = setting(
+        DEFAULT_EGRESS, flag="--egress-topic", help="Topic the paid-API workers read."
+    )
+    dlq: str = setting(
+        DEFAULT_DLQ, flag="--dlq-topic", help="Dead-letter topic (reason in headers)."
+    )
+    policy: str = setting(
+        DEFAULT_POLICY,
+        flag="--policy-topic",
+        help="Compacted topic of tenant policies (fairstream tenants writes it; every "
+        "scheduler applies changes live).",
+    )
+
+    def __post_init__(self) -> None:
+        check(self)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything ``fairstream scheduler`` needs; built from flags and environment."""
+
+    kafka: KafkaConnection = field(default_factory=KafkaConnection)
+    topics: Topics = field(default_factory=Topics)
+    app_id: str = setting(
+        DEFAULT_APP_ID,
+        help="Consumer group id; also names the internal progress topic "
+        "<app-id>-progress and prefixes the transactional ids.",
+    )
+    rate: float | None = setting(
+        None,
+        low=0,
+        low_open=True,
+        help="Egress records per second for the whole group (each instance takes its "
+        "share by assigned partitions). [default: unlimited]",
+    )
+    burst: float | None = setting(
+        None,
+        low=1,
+        help="Records that may go back to back above the rate, for the whole group. "
+        "[default: rate/10, at least 1]",
+    )
+    cost_rate: float | None = setting(
+        None,
+        low=0,
+        low_open=True,
+        help="Egress cost units per second for the whole group. [default: unlimited]",
+    )
+    # None (unlimited) only from Python: the option always has a limit.
+    max_backlog: int | None = setting(
+        100_000,
+        low=1,
+        help="Records buffered per tenant before new ones go to the "
+        "dead-letter topic as backlog-full.",
+    )
+    quantum: int = setting(
+        1,
+        low=1,
+        help="Base DRR quantum in cost units (a tenant's quantum is weight x quantum).",
+    )
+    max_in_flight: int = setting(
+        10_000,
+        low=1,
+        help="Egress records in one transaction at most (a transaction commits every "
+        "--commit-interval, or sooner when it reaches this many).",
+    )
+    commit_interval: float = setting(
+        0.1,
+        low=0.01,
+        high=60,
+        help="Seconds between transaction commits. Egress records become visible to "
+        "read_committed consumers when their transaction commits.",
+    )
+    transaction_timeout: float = setting(
+        10.0,
+        low=1,
+        high=900,
+        help="Seconds after which the broker aborts a transaction its instance left open "
+        "(a crash): until then a new owner of its partitions waits.",
+    )
+    buffer_memory: int = setting(  # bytes; the option counts MiB
+        512 * MiB,
+        low=1,
+        unit=MiB,
+        help="MiB of buffered payloads held in memory; beyond that records are indexed "
+        "without their payload and read back from the ingest topic when their turn comes.",
+    )
+    min_rate: float | None = setting(
+        None,
+        low=0,
+        low_open=True,
+        help="The lowest the egress rate goes when the paid API pushes back (429s "
+        "reported on the feedback topic). [default: 1% of --rate]",
+    )
+    feedback_topic: str | None = setting(
+        "fairstream.feedback",
+        empty_is_none=True,
+        help="Topic the workers report outcomes to: 429s adapt the rate between "
+        "--min-rate and --rate, measured costs correct the tenants' shares. An empty "
+        "value turns feedback off.",
+    )
+    share_by: str = setting(
+        "demand",
+        choices=("demand", "partitions"),
+        help="How the instances of the group split --rate: by demand (each instance's "
+        "backlogged tenants' weights, exchanged through <app-id>-coordination: weighted "
+        "max-min fair over the whole group) or statically by owned ingest partitions.",
+    )
+    trim: bool = setting(
+        True,
+        help="Delete ingest records below the committed low-water mark (AdminClient "
+        "delete_records), so the ingest topic holds just the backlog. Turn off when other "
+        "consumers read the ingest topic too.",
+    )
+    replication_factor: int = setting(
+        1,
+        low=1,
+        help="Replication factor of the progress topic the scheduler creates if "
+        "`fairstream topics create` did not (use 3 on a production cluster).",
+    )
+    session_timeout: float = setting(
+        10.0,
+        low=6,
+        help="Seconds without heartbeats after which the group gives a dead "
+        "instance's partitions to the others.",
+    )
+    group_instance_id: str | None = setting(
+        None,
+        empty_is_none=True,
+        help="Static group membership id, stable across restarts of this instance (the "
+        "Helm chart sets the pod name): a restart within --session-timeout causes no "
+        "rebalance. [default: none, dynamic membership]",
+    )
+    data_dir: Path = setting(  # noqa: RUF009 - setting() is a dataclasses.field
+        factory=default_data_dir,
+        path="directory",
+        help="State directory: holds this instance's identity (its transactional id) "
+        "when --group-instance-id is not given, so a restart on the same disk fences "
+        f"what its previous run left open at once. [default: {default_data_dir()}]",
+    )
+    web_port: int = setting(
+        DEFAULT_WEB_PORT,
+        low=0,
+        high=65535,
+        help="Port of the console (/), /healthz, /readyz, /metrics and /tenants.",
+    )
+    web_host: str = setting("0.0.0.0", help="Address the web endpoints bind to.")
+    console: bool = setting(
+        True,
+        help="Serve the read-only web console at / on the web port (tenants, shares "
+        "against entitlements, dwell, live charts; never payloads).",
+    )
+    fairness_window: float = setting(
+        10.0,
+        low=1,
+        high=3600,
+        help="Seconds per window of the fairness audit: each window sets "
+        "fairstream_fairness_jain_index and fairstream_fairness_shortfall_ratio.",
+    )
+    log_level: str = setting(
+        "info", choices=("debug", "info", "warning", "error"), help="Log level."
+    )
+
+    def __post_init__(self) -> None:
+        check(self)
+        if self.min_rate is not None and (self.rate is None or self.min_rate > self.rate):
+            raise SettingsError("--min-rate needs a --rate at least as large")
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka.bootstrap
+
+    @property
+    def effective_burst(self) -> float:
+        if self.burst is not None:
+            return self.burst
+        if self.rate is None:
+            return 1.0
+        return max(1.0, self.rate / 10)
