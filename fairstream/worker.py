@@ -583,10 +583,7 @@ class Worker:
         if not offsets:
             return
         try:
-            if asynchronous:
-                consumer.commit(offsets=offsets, asynchronous=True)
-            else:
-                consumer.commit(offsets=offsets, asynchronous=False)
+            consumer.commit(offsets=offsets, asynchronous=asynchronous)
             self.stats.commits += 1
         except KafkaException as exc:
             log.warning("commit of %s failed: %s", offsets, exc)
@@ -628,11 +625,8 @@ class Worker:
                 break
             self._serve(timeout=0.05)
         self._serve()  # what finished meanwhile still counts towards the commit
-        if commit:
-            try:
-                self._commit(consumer, releasing, asynchronous=False)
-            except KafkaException as exc:  # e.g. the group moved on already
-                log.warning("final commit of %s failed: %s", sorted(releasing), exc)
+        if commit:  # a failure (e.g. the group moved on already) is logged by _commit
+            self._commit(consumer, releasing, asynchronous=False)
         for tp in releasing:
             del self._progress[tp]
         self.metrics.assigned.set(len(self._progress))

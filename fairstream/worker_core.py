@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -232,11 +232,6 @@ class TenantQueues(Generic[T]):
         heapq.heapify(self._ready)
         self._size -= len(removed)
         return removed
-
-    def __iter__(self) -> Iterator[T]:
-        for queue in self._queues.values():
-            for _, item in queue:
-                yield item
 
 
 class RecentIds:

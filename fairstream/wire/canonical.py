@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["canonical_form", "crc64_avro", "fingerprint", "fingerprint_bytes"]
+__all__ = ["canonical_form", "crc64_avro", "fingerprint"]
 
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 _NAMED = frozenset({"record", "enum", "fixed", "error"})
@@ -107,8 +107,3 @@ def canonical_form(schema: Any) -> str:
 def fingerprint(schema: Any) -> int:
     """CRC-64-AVRO fingerprint of ``schema``'s canonical form, as an unsigned int."""
     return crc64_avro(canonical_form(schema).encode("utf-8"))
-
-
-def fingerprint_bytes(schema: Any) -> bytes:
-    """The fingerprint as it appears in single-object encoding: 8 bytes, little-endian."""
-    return fingerprint(schema).to_bytes(8, "little")
