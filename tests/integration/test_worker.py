@@ -14,105 +14,20 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import zlib
 from pathlib import Path
-from typing import Any
-
-from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fairstream import contract
-from fairstream.worker import Request, Worker
-from fairstream_dev.harness.kafka import consume, create_topics, unique, wait_until
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def egress_record(tenant: str, rid: str, payload: bytes) -> dict[str, Any]:
-    return {
-        "key": tenant.encode(),
-        "value": payload,
-        "headers": [
-            ("trace", b"\x00t"),
-            (contract.TENANT, tenant.encode()),
-            (contract.REQUEST_ID, rid.encode()),
-            (contract.COST, b"3"),
-            (contract.ENQUEUED_MS, b"1000"),
-            (contract.SCHEDULED_MS, b"2000"),
-        ],
-    }
-
-
-def feed(bootstrap: str, topic: str, records: list[dict[str, Any]], partition: int = 0) -> None:
-    """Write records in order (to one partition unless each names its own)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for r in records:
-        producer.produce(topic, partition=r.pop("partition", partition), **r)
-    assert producer.flush(30) == 0
-
-
-def committed(bootstrap: str, group: str, topic: str, partitions: int = 1) -> list[int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
-        return [tp.offset for tp in tps]
-    finally:
-        consumer.close()
-
-
-class Setup:
-    def __init__(self, bootstrap: str, partitions: int = 1) -> None:
-        self.bootstrap = bootstrap
-        self.egress = unique("w-egress")
-        self.dlq = unique("w-dlq")
-        self.group = unique("w-group")
-        self.partitions = partitions
-        create_topics(bootstrap, [self.egress, self.dlq], partitions=partitions)
-
-    def worker(self, handler: Callable[[Request], Any], **kwargs: Any) -> Worker:
-        options: dict[str, Any] = {
-            "bootstrap": self.bootstrap,
-            "egress_topic": self.egress,
-            "dlq_topic": self.dlq,
-            "group_id": self.group,
-            "commit_interval": 0.2,
-            "backoff_initial": 0.01,
-            "backoff_max": 0.05,
-            **kwargs,
-        }
-        return Worker(handler, **options)
-
-    def committed(self) -> list[int]:
-        return committed(self.bootstrap, self.group, self.egress, self.partitions)
-
-    def wait_committed(self, offsets: list[int], timeout: float = 60) -> None:
-        wait_until(
-            lambda: self.committed() == offsets,
-            timeout,
-            f"committed offsets {offsets} (have {self.committed()})",
-            interval=0.2,
-        )
-
-
-@contextmanager
-def running(worker: Worker) -> Iterator[Worker]:
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            worker.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(60)
-        assert not thread.is_alive(), "worker did not stop"
-    assert not errors, errors
+from fairstream.worker import Request
+from fairstream_dev.harness.kafka import consume, wait_until
+from tests.integration.workers import (
+    REPO,
+    Setup,
+    committed,
+    egress_record,
+    feed,
+    running,
+)
 
 
 def test_flaky_handler_is_retried_then_committed(kafka_bootstrap: str) -> None:
@@ -220,8 +135,9 @@ def test_concurrency_keeps_per_tenant_order(kafka_bootstrap: str) -> None:
                 overlap["same_tenant"] += 1
             overlap["max"] = max(overlap["max"], sum(active.values()))
             order[request.tenant].append(int(request.payload))
-        # Uneven durations would reorder a tenant's records if two could run at once.
-        time.sleep(0.002 * (hash(request.request_id) % 5))
+        # Uneven durations would reorder a tenant's records if two could run at once. CRC32,
+        # not hash(): the same durations in every process, whatever PYTHONHASHSEED is.
+        time.sleep(0.002 * (zlib.crc32(request.request_id.encode()) % 5))
         with lock:
             active[request.tenant] -= 1
 
@@ -310,7 +226,9 @@ def test_kill_9_mid_stream_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -
     feed(kafka_bootstrap, s.egress, records)
     out = tmp_path / "processed.txt"
     first = WorkerProcess(s, tmp_path, out, "first", slow=0.02)
-    wait_until(lambda: len(lines(out)) >= 60, 60, f"first worker progressing:\n{first.tail()}")
+    wait_until(
+        lambda: len(lines(out)) >= 60, 60, lambda: f"first worker progressing:\n{first.tail()}"
+    )
     wait_until(
         lambda: sum(max(o, 0) for o in committed(kafka_bootstrap, s.group, s.egress, 2)) > 0,
         30,
@@ -326,7 +244,7 @@ def test_kill_9_mid_stream_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -
         wait_until(
             lambda: {r[0] for r in lines(out)} >= {f"r{i}" for i in range(total)},
             90,
-            f"every record processed; second worker:\n{second.tail()}",
+            lambda: f"every record processed; second worker:\n{second.tail()}",
         )
         s.wait_committed([total // 2, total // 2])
     finally:
@@ -350,7 +268,7 @@ def test_sigterm_finishes_in_flight_and_commits_what_was_processed(
     feed(kafka_bootstrap, s.egress, [egress_record("acme", f"r{i}", b"x") for i in range(200)])
     out = tmp_path / "processed.txt"
     proc = WorkerProcess(s, tmp_path, out, "w", slow=0.05)
-    wait_until(lambda: len(lines(out)) >= 10, 60, f"worker progressing:\n{proc.tail()}")
+    wait_until(lambda: len(lines(out)) >= 10, 60, lambda: f"worker progressing:\n{proc.tail()}")
     proc.proc.send_signal(signal.SIGTERM)
     assert proc.proc.wait(30) == 0, proc.tail()
     done = lines(out)
@@ -364,7 +282,10 @@ def test_rebalance_hands_over_without_loss(kafka_bootstrap: str) -> None:
     """A second worker joins mid-stream: the first commits what it finished and gives up
     its queued records at once, which the new owner processes. Only a record whose handler
     was still running at the revoke may be handled twice (at most one per running handler);
-    nothing is lost."""
+    nothing is lost.
+
+    The first worker's handlers hold after 20 records until the second worker owns a
+    partition, so the rebalance falls mid-stream by construction, on any machine."""
     s = Setup(kafka_bootstrap, partitions=2)
     total = 400
     records = [
@@ -373,9 +294,13 @@ def test_rebalance_hands_over_without_loss(kafka_bootstrap: str) -> None:
     feed(kafka_bootstrap, s.egress, records)
     lock = threading.Lock()
     handled: list[str] = []
+    joined = threading.Event()  # set once the second worker owns a partition
 
-    def slow(request: Request) -> None:
-        time.sleep(0.04)  # about 8 s of work alone: the rebalance falls well inside
+    def held(request: Request) -> None:
+        with lock:
+            hold = len(handled) >= 20
+        if hold:
+            joined.wait(120)  # in flight across the revoke, like a slow upstream call
         with lock:
             handled.append(request.request_id)
 
@@ -383,13 +308,17 @@ def test_rebalance_hands_over_without_loss(kafka_bootstrap: str) -> None:
         with lock:
             handled.append(request.request_id)
 
-    first = s.worker(slow, concurrency=2)
+    first = s.worker(held, concurrency=2)
     second = s.worker(fast, concurrency=2)
-    with running(first):
-        wait_until(lambda: len(handled) >= 20, 60, "first worker progressing")
-        with running(second):
-            wait_until(lambda: second.assignment, 60, "second worker got a partition")
-            s.wait_committed([total // 2, total // 2])
+    try:
+        with running(first):
+            wait_until(lambda: len(handled) >= 20, 60, "first worker progressing")
+            with running(second):
+                wait_until(lambda: second.assignment, 60, "second worker got a partition")
+                joined.set()
+                s.wait_committed([total // 2, total // 2])
+    finally:
+        joined.set()
     assert set(handled) == {f"r{i}" for i in range(total)}
     repeated = [rid for rid, n in collections.Counter(handled).items() if n > 1]
     assert len(handled) - total == len(repeated) <= 2  # concurrency=2 handlers were running
@@ -560,7 +489,7 @@ def test_worker_metrics_scraped_over_http(kafka_bootstrap: str, tmp_path: Path) 
 
     try:
         samples = wait_until(
-            finished, 90, f"every record handled or dead-lettered:\n{log_path.read_text()}"
+            finished, 90, lambda: f"every record handled or dead-lettered:\n{log_path.read_text()}"
         )
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -31,7 +31,7 @@ from fairstream.feedback import (
 )
 from fairstream.worker import RateLimited, Request
 from fairstream_dev.harness.kafka import consume, create_topics, unique
-from tests.integration.test_worker import REPO, Setup, egress_record, feed, running
+from tests.integration.workers import REPO, Setup, egress_record, feed, running
 
 
 class FeedbackSetup(Setup):
