@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
 from fairstream_dev.harness.kafka import consume, create_topics, unique, wait_until
-from fairstream_dev.kafka import BrokerError, DevBroker, answers_metadata
+from fairstream_dev.kafka import BrokerError, DevBroker, answers_metadata, local_engine
 
 CLI = [sys.executable, "-m", "fairstream_dev", "kafka"]
 
@@ -184,7 +184,7 @@ def test_restart_comes_back_on_the_same_port_under_client_load(tmp_path: Path) -
         wait_until(
             lambda: load.delivered >= produced_while_down + 200,
             120,
-            f"the producer delivering after the restart ({load.delivered} delivered)",
+            lambda: f"the producer delivering after the restart ({load.delivered} delivered)",
         )
         load.stop()
         assert not load.errors, load.errors[:3]
@@ -197,12 +197,12 @@ def test_restart_comes_back_on_the_same_port_under_client_load(tmp_path: Path) -
         run("down", state_dir=state_dir)
 
 
-def test_broker_that_does_not_come_up_shows_its_log(tmp_path: Path) -> None:
-    class Unformatted(DevBroker):
-        def _format(self, jvm: list[str], properties: Path, *args: object) -> None:
-            """Skip formatting: kafka.Kafka refuses to start on unformatted storage."""
-
-    broker = Unformatted(state_dir=tmp_path / "b")
+def test_broker_that_does_not_come_up_shows_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Skip formatting: kafka.Kafka refuses to start on unformatted storage.
+    monkeypatch.setattr(local_engine, "format_storage", lambda *args: None)
+    broker = DevBroker(state_dir=tmp_path / "b")
     with pytest.raises(BrokerError, match="exited with code") as info:
         broker.up(engine="local", timeout=60)
     assert "meta.properties" in str(info.value)
