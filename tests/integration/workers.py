@@ -13,7 +13,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from fairstream import contract
+from fairstream import wire
 from fairstream.worker import Request, Worker
 from fairstream_dev.harness.kafka import create_topics, unique, wait_until
 
@@ -26,11 +26,11 @@ def egress_record(tenant: str, rid: str, payload: bytes) -> dict[str, Any]:
         "value": payload,
         "headers": [
             ("trace", b"\x00t"),
-            (contract.TENANT, tenant.encode()),
-            (contract.REQUEST_ID, rid.encode()),
-            (contract.COST, b"3"),
-            (contract.ENQUEUED_MS, b"1000"),
-            (contract.SCHEDULED_MS, b"2000"),
+            (wire.TENANT, tenant.encode()),
+            (wire.REQUEST_ID, rid.encode()),
+            (wire.COST, b"3"),
+            (wire.ENQUEUED_MS, b"1000"),
+            (wire.SCHEDULED_MS, b"2000"),
         ],
     }
 
