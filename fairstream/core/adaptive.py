@@ -274,8 +274,11 @@ class AdaptiveRate:
     def _in_use(self, now: float) -> bool:
         if self._utilization == 0:
             return True
-        ok, limited, other = self._window.counts(now)
-        calls_per_second = (ok + limited + other) / self._sending_seconds(now)
+        ok, _, other = self._window.counts(now)
+        # Calls the API took (or failed for reasons of their own), per second egress was
+        # sending. Not the rate-limited ones: a refused request is retried by its worker
+        # without the scheduler, so its 429s multiply with the retries, not with the rate.
+        calls_per_second = (ok + other) / self._sending_seconds(now)
         return calls_per_second >= self._utilization * self._rate
 
     def _sending_seconds(self, now: float) -> float:
@@ -348,6 +351,8 @@ class AdaptiveRate:
             # pace: deeper cuts would only cost.
             knee = measured
             target = min(max(target, knee / 2), knee)
+        # A decrease decreases: aiming at the measurement never raises the rate.
+        target = min(target, self._rate)
         self._rate = max(self._floor, min(self._ceiling, target))
         self._knee = max(self._rate, min(self._ceiling, knee))
         self._probed = 0.0
@@ -363,7 +368,10 @@ class AdaptiveRate:
         ok, limited, _ = self._window.counts(now)
         if ok + limited < _MIN_SAMPLES:
             return None
-        return self._headroom * ok / self._sending_seconds(now)
+        # Over the whole window, holds included: while egress is held the workers go on
+        # calling the API with what they were sent before (and with retries), so the calls
+        # that went through measure the API itself, not the seconds egress was sending.
+        return self._headroom * ok / self._window.seconds(now)
 
     def _hold(self, now: float, until: float) -> None:
         if until <= self._hold_until:

@@ -50,14 +50,6 @@ WINDOWS = {
 TENANTS = [f"t{i:02d}" for i in range(16)]
 
 
-@pytest.mark.xfail(
-    reason="issue 12: AdaptiveRate measures the API's throughput as every ok call over the "
-    "seconds egress was not held, but calls served from the workers' backlog during "
-    "Retry-After holds count too, so it overstates the API by 1 / (share not held), and a "
-    "decrease aims at half that measurement even when it is above the current rate: the loop "
-    "settles with the workers' backlog, holds and 20-37% refused calls at 1.5-2.5x the capacity",
-    strict=False,
-)
 def test_adaptive_rate_finds_a_hidden_capacity_and_follows_its_changes(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
