@@ -6,5 +6,6 @@
   partition resumes from it;
 - ``fetch``: payloads read back from the ingest log; ``trim``: the log kept to the backlog;
 - ``policies``: tenant policies from the policy topic; ``observe``: per-tenant numbers;
-- ``service``, ``web``, ``cli``: the process, its endpoints and its command.
+- ``service``, ``web``, ``run``: the process, its endpoints, and running it until stopped
+  (its command is ``fairstream.cli.scheduler``).
 """

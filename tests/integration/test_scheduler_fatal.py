@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fairstream.scheduler.cli import SHUTDOWN_TIMEOUT
+from fairstream.scheduler.run import SHUTDOWN_TIMEOUT
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 from tests.integration.test_exactly_once import (

@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 import pytest
 
-from fairstream.audit import (
+from fairstream.cli.audit import (
     Record,
     analyse,
     measured_rate,
@@ -16,10 +16,10 @@ from fairstream.audit import (
     parse_time,
     window_table,
 )
-from fairstream.demo import Scenario
+from fairstream.cli.demo import Scenario
+from fairstream.cli.simulate import Arrival as TraceArrival
+from fairstream.cli.simulate import replay
 from fairstream.reference import fifo_starts
-from fairstream.simulate import Arrival as TraceArrival
-from fairstream.simulate import replay
 
 T0 = 1_700_000_000.0  # an epoch, as in the headers
 SCENARIO = Scenario(rate=50, duration=20, burst_at=2, burst=600)

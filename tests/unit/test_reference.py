@@ -41,7 +41,7 @@ def test_gps_weights_split_the_rate() -> None:
 
 
 def test_gps_of_the_demo_scenario_finishes_and_serves_everyone() -> None:
-    from fairstream.demo import Scenario
+    from fairstream.cli.demo import Scenario
 
     arrivals = Scenario().arrivals()
     gps = gps_starts(arrivals, rate=50)

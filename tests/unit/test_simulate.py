@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from fairstream.cli import main
-from fairstream.simulate import Arrival, parse_trace, parse_weights, replay, simulate
+from fairstream.cli.simulate import Arrival, parse_trace, parse_weights, replay, simulate
 
 
 def lines(*records: dict[str, object]) -> str:

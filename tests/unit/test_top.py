@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fairstream.top import compute_rows, instances_of, render
+from fairstream.cli.top import compute_rows, instances_of, render
 
 
 def snap(*tenants: dict[str, object]) -> dict[str, object]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import click
 import pytest
 
+from fairstream.cli.worker import resolve_feedback_topic, worker
 from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC
-from fairstream.worker_cli import resolve_feedback_topic, worker
 
 
 def resolved(args: list[str]) -> str | None:

@@ -1,4 +1,7 @@
-"""``fairstream scheduler``: run one scheduler instance (a member of the consumer group)."""
+"""Run one scheduler instance (a member of the consumer group) until it is stopped.
+
+Caller: ``fairstream scheduler`` (``fairstream.cli.scheduler``).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +12,6 @@ import signal
 import sys
 from typing import Any
 
-import click
-
 from fairstream.adapters.admin import (
     TopicError,
     admin_client,
@@ -18,7 +19,7 @@ from fairstream.adapters.admin import (
     partition_count,
     topic_configs,
 )
-from fairstream.config import Settings, scheduler_options, settings_from_options
+from fairstream.config import Settings
 
 SHUTDOWN_TIMEOUT = 30.0  # seconds from SIGTERM (or a fatal error) to exit
 
@@ -125,22 +126,3 @@ def run(settings: Settings) -> int:
         print(f"fairstream scheduler: fatal: {service.fatal}", file=sys.stderr)
         return 1
     return 0
-
-
-@click.command("scheduler")
-@scheduler_options
-def scheduler(**options: Any) -> None:
-    """Buffer the ingest topic per tenant and emit fairly onto the egress topic.
-
-    Runs one member of the consumer group --app-id; start more instances (up to the ingest
-    topic's partition count) to share the work. --rate is for the whole group: each
-    instance takes rate x (its ingest partitions / all ingest partitions). Egress and
-    dead-letter records are written in Kafka transactions (read them with
-    isolation.level=read_committed). SIGTERM commits what is open and leaves the group.
-    """
-    settings = settings_from_options(**options)
-    try:
-        code = run(settings)
-    except TopicError as exc:
-        raise click.ClickException(str(exc)) from exc
-    sys.exit(code)

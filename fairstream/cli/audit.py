@@ -36,11 +36,11 @@ import click
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from fairstream import contract
+from fairstream.cli.demo import p99_by_tenant, plot_dwell, summary_table
+from fairstream.cli.simulate import parse_weights
 from fairstream.config import DEFAULT_EGRESS, KafkaConnection, kafka_options
 from fairstream.core import backlogged_throughout, busy_periods, percentile, window_fairness
-from fairstream.demo import p99_by_tenant, plot_dwell, summary_table
 from fairstream.reference import Arrival, Verdict, fifo_starts, gps_starts, judge
-from fairstream.simulate import parse_weights
 
 UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 

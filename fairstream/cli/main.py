@@ -1,8 +1,8 @@
 """The ``fairstream`` command: one entry point, subcommands loaded on demand.
 
-Subcommands live in their own modules and are imported only when invoked, so that
-``fairstream topics create`` does not pay for importing Faust, and so that each
-module owns its options.
+Subcommands live in their own modules of ``fairstream.cli`` and are imported only when
+invoked, so that ``fairstream topics create`` does not pay for importing Faust, and so that
+each module owns its options.
 """
 
 from __future__ import annotations
@@ -16,32 +16,32 @@ from fairstream import __version__
 # name -> "module:attribute" of a click.Command. Keep sorted; `--help` lists them in this order.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "audit": (
-        "fairstream.audit:audit",
+        "fairstream.cli.audit:audit",
         "Audit a past range of the egress topic: Jain, shortfalls, dwell against the ideal.",
     ),
     "demo": (
-        "fairstream.demo:demo",
+        "fairstream.cli.demo:demo",
         "The noisy-neighbour demo: fairstream next to FIFO and the ideal schedule.",
     ),
     "scheduler": (
-        "fairstream.scheduler.cli:scheduler",
+        "fairstream.cli.scheduler:scheduler",
         "Run a scheduler instance: buffer per tenant, emit fairly onto egress.",
     ),
     "simulate": (
-        "fairstream.simulate:simulate",
+        "fairstream.cli.simulate:simulate",
         "Replay an arrival trace through the scheduling core.",
     ),
-    "submit": ("fairstream.submit:submit", "Send requests for a tenant to the ingest topic."),
-    "tenants": ("fairstream.tenants:tenants", "Show and change tenant policies (live)."),
+    "submit": ("fairstream.cli.submit:submit", "Send requests for a tenant to the ingest topic."),
+    "tenants": ("fairstream.cli.tenants:tenants", "Show and change tenant policies (live)."),
     "top": (
-        "fairstream.top:top",
+        "fairstream.cli.top:top",
         "A live view of tenants across schedulers (backlog, rate, share, dwell).",
     ),
     "topics": (
-        "fairstream.topics:topics",
+        "fairstream.cli.topics:topics",
         "Create fairstream's topics (ingest, egress, dead-letter, policy).",
     ),
-    "worker": ("fairstream.worker_cli:worker", "Consume the egress topic with a handler."),
+    "worker": ("fairstream.cli.worker:worker", "Consume the egress topic with a handler."),
 }
 
 
