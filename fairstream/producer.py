@@ -23,6 +23,7 @@ from confluent_kafka import Producer as _KafkaProducer
 
 from fairstream import wire
 from fairstream.adapters.admin import AuthWatch, KafkaAuthenticationError
+from fairstream.adapters.clients import producer_config
 from fairstream.config import DEFAULT_INGEST, Connection, KafkaConnection
 from fairstream.errors import Error
 
@@ -82,16 +83,10 @@ class Producer:
                 own_error_cb(err)
 
         self._producer = _KafkaProducer(
-            {
-                **connection.librdkafka(),
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 5,
-                # The partition a Java client or aiokafka would choose for the same tenant.
-                "partitioner": "murmur2_random",
-                **librdkafka_overrides,
-                "error_cb": on_error,
-            }
+            producer_config(
+                connection.librdkafka(),
+                overrides={**librdkafka_overrides, "error_cb": on_error},
+            )
         )
         self.delivered = 0
         self.failed = 0  # since the last flush that raised

@@ -66,6 +66,7 @@ from confluent_kafka import Producer as _KafkaProducer
 from prometheus_client import CollectorRegistry
 
 from fairstream import wire
+from fairstream.adapters import clients
 from fairstream.adapters.admin import AuthWatch, KafkaAuthenticationError
 from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS, Connection, KafkaConnection
 from fairstream.wire.feedback import (
@@ -310,14 +311,7 @@ class Worker:
             }
         )
         self._producer_config = self._watching(
-            {
-                **self.kafka.librdkafka(),
-                "enable.idempotence": True,
-                "acks": "all",
-                "partitioner": "murmur2_random",
-                "linger.ms": 1,
-                **(producer_config or {}),
-            }
+            clients.producer_config(self.kafka.librdkafka(), linger_ms=1, overrides=producer_config)
         )
         self._feedback = (
             None
@@ -583,7 +577,8 @@ class Worker:
         if not offsets:
             return
         try:
-            consumer.commit(offsets=offsets, asynchronous=asynchronous)
+            # The stubs overload on literal True/False; librdkafka takes any bool.
+            consumer.commit(offsets=offsets, asynchronous=asynchronous)  # type: ignore[call-overload]
             self.stats.commits += 1
         except KafkaException as exc:
             log.warning("commit of %s failed: %s", offsets, exc)
@@ -867,15 +862,15 @@ def _feedback_settings(
     kafka: KafkaConnection, producer_config: dict[str, Any] | None
 ) -> dict[str, Any]:
     # Feedback is advisory: leader acks, a little batching, no long retries.
-    return {
-        **kafka.librdkafka(),
-        "acks": 1,
-        "partitioner": "murmur2_random",
-        "linger.ms": 5,
-        "message.timeout.ms": 30_000,
-        "queue.buffering.max.messages": 100_000,
-        **(producer_config or {}),
-    }
+    return clients.producer_config(
+        kafka.librdkafka(),
+        acks=1,
+        overrides={
+            "message.timeout.ms": 30_000,
+            "queue.buffering.max.messages": 100_000,
+            **(producer_config or {}),
+        },
+    )
 
 
 class _FeedbackWriter:

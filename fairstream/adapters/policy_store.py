@@ -27,6 +27,7 @@ from confluent_kafka import (
 )
 
 from fairstream.adapters.admin import AuthWatch, KafkaAuthenticationError
+from fairstream.adapters.clients import assigned_consumer_config, producer_config
 from fairstream.config import Connection, KafkaConnection
 from fairstream.errors import Error
 from fairstream.wire.policy import (
@@ -98,16 +99,11 @@ def read_policies(
     connection = KafkaConnection.of(kafka)
     watch = AuthWatch(connection)
     consumer = Consumer(
-        {
-            **connection.librdkafka(),
-            "error_cb": watch,
-            # Required by librdkafka; assign() never joins it and nothing is committed.
-            "group.id": f"fairstream-policy-reader-{uuid.uuid4().hex[:12]}",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
+        assigned_consumer_config(
+            {**connection.librdkafka(), "error_cb": watch},
+            f"fairstream-policy-reader-{uuid.uuid4().hex[:12]}",
+            {"enable.partition.eof": True, "auto.offset.reset": "earliest"},
+        )
     )
     deadline = time.monotonic() + timeout
     policies: dict[bytes, PolicyRecord] = {}
@@ -190,15 +186,10 @@ def write_policy(
     connection = KafkaConnection.of(kafka)
     watch = AuthWatch(connection)
     producer = Producer(
-        {
-            **connection.librdkafka(),
-            "error_cb": watch,
-            "acks": "all",
-            "enable.idempotence": True,
-            # Agrees with Java producers should the topic ever have several partitions.
-            "partitioner": "murmur2_random",
-            "message.timeout.ms": max(1000, int(timeout * 1000)),
-        }
+        producer_config(
+            {**connection.librdkafka(), "error_cb": watch},
+            overrides={"message.timeout.ms": max(1000, int(timeout * 1000))},
+        )
     )
     # Check first: producing to a missing topic could have the broker auto-create it
     # with the delete cleanup policy, which would lose policies to retention.

@@ -18,6 +18,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from fairstream.adapters.clients import assigned_consumer_config
+
 log = logging.getLogger("fairstream.fetch")
 
 WINDOW_BYTES = 32 * 1024 * 1024  # records read ahead and kept for the next turns
@@ -36,17 +38,17 @@ class PayloadFetcher:
     def _reader(self) -> Consumer:
         if self._consumer is None:
             self._consumer = Consumer(
-                {
-                    **self._config,
-                    "group.id": f"{self.topic}.payloads",  # never joins: assigned by hand
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    "isolation.level": "read_committed",
-                    "auto.offset.reset": "earliest",
-                    "enable.partition.eof": True,
-                    "fetch.wait.max.ms": 10,
-                    "max.partition.fetch.bytes": 1024 * 1024,
-                }
+                assigned_consumer_config(
+                    self._config,
+                    f"{self.topic}.payloads",
+                    {
+                        "isolation.level": "read_committed",
+                        "auto.offset.reset": "earliest",
+                        "enable.partition.eof": True,
+                        "fetch.wait.max.ms": 10,
+                        "max.partition.fetch.bytes": 1024 * 1024,
+                    },
+                )
             )
         return self._consumer
 

@@ -37,6 +37,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from fairstream.adapters.clients import assigned_consumer_config, producer_config
 from fairstream.core.shares import ClassDemand, Demand, instance_rate
 from fairstream.metrics import Metrics
 from fairstream.scheduler.handoff import Handoff
@@ -132,16 +133,9 @@ class GroupShares:
         self._demand = demand  # () -> (dict[int, ClassDemand], partitions), on the emitter
         self.reports: dict[str, Report] = {}
         self._stopping = threading.Event()
-        self._producer = Producer(
-            {**config, "acks": "all", "linger.ms": 0, "enable.idempotence": True}
-        )
+        self._producer = Producer(producer_config(config, linger_ms=0))
         self._consumer = Consumer(
-            {
-                **config,
-                "group.id": f"{self.topic}.reader",  # never joins: assigned by hand
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": 20,
-            }
+            assigned_consumer_config(config, f"{self.topic}.reader", {"fetch.wait.max.ms": 20})
         )
         self._acked_at = -1e9  # monotonic time the last acknowledged report was sent
         self._applied: ShareChange | None = None

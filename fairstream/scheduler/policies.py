@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from fairstream.adapters.clients import assigned_consumer_config
 from fairstream.config import Settings
 from fairstream.core import Clock, FairScheduler, TenantPolicy
 from fairstream.metrics import Metrics
@@ -90,13 +91,9 @@ class PolicyReader:
         self.handoff = handoff
         self._stopping = threading.Event()
         self.consumer = Consumer(
-            {
-                **settings.kafka.librdkafka(),
-                "group.id": f"{settings.app_id}.policy",  # never joins: assigned by hand
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "fetch.wait.max.ms": 100,
-            }
+            assigned_consumer_config(
+                settings.kafka.librdkafka(), f"{settings.app_id}.policy", {"fetch.wait.max.ms": 100}
+            )
         )
 
     def stop(self) -> None:

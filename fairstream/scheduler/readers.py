@@ -19,6 +19,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from fairstream.adapters.clients import assigned_consumer_config
+
 log = logging.getLogger("fairstream.readers")
 
 SLICE = 1000  # records taken from one reader before the next one's turn
@@ -26,20 +28,20 @@ SLICE = 1000  # records taken from one reader before the next one's turn
 
 def reader_config(connection: dict[str, Any], app_id: str) -> dict[str, Any]:
     """A reader's settings: no group duties, read_committed, a bounded queue of its own."""
-    return {
-        **connection,
-        "group.id": f"{app_id}.reader",  # never joins: partitions are assigned by hand
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest",
-        # Only committed ingest records are requests; aborted ones never reach egress.
-        "isolation.level": "read_committed",
-        "enable.partition.eof": True,  # tells the warm-up a partition has nothing more
-        "max.partition.fetch.bytes": 1024 * 1024,
-        "queued.max.messages.kbytes": 4096,
-        "fetch.queue.backoff.ms": 5,
-        "fetch.wait.max.ms": 20,
-    }
+    return assigned_consumer_config(
+        connection,
+        f"{app_id}.reader",
+        {
+            "auto.offset.reset": "earliest",
+            # Only committed ingest records are requests; aborted ones never reach egress.
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,  # tells the warm-up a partition has nothing more
+            "max.partition.fetch.bytes": 1024 * 1024,
+            "queued.max.messages.kbytes": 4096,
+            "fetch.queue.backoff.ms": 5,
+            "fetch.wait.max.ms": 20,
+        },
+    )
 
 
 class Readers:

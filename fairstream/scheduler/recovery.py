@@ -22,6 +22,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from fairstream.adapters.clients import assigned_consumer_config
 from fairstream.errors import Error
 from fairstream.scheduler import progress as codec
 from fairstream.scheduler.progress import PartitionProgress
@@ -52,15 +53,15 @@ class Recovery:
     def _progress_reader(self) -> Consumer:
         if self._reader is None:
             self._reader = Consumer(
-                {
-                    **self._config,
-                    "group.id": f"{self.topic}.reader",  # never joins: partitions are assigned
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    "isolation.level": "read_committed",
-                    "enable.partition.eof": True,
-                    "fetch.wait.max.ms": 10,
-                }
+                assigned_consumer_config(
+                    self._config,
+                    f"{self.topic}.reader",
+                    {
+                        "isolation.level": "read_committed",
+                        "enable.partition.eof": True,
+                        "fetch.wait.max.ms": 10,
+                    },
+                )
             )
         return self._reader
 

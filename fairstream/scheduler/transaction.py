@@ -19,6 +19,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
+from fairstream.adapters.clients import producer_config
 from fairstream.errors import Error
 
 log = logging.getLogger("fairstream.transaction")
@@ -73,19 +74,17 @@ class Aborted(Error):
 class Transaction:
     def __init__(self, config: dict[str, Any], transactional_id: str, timeout: float) -> None:
         self.producer = Producer(
-            {
-                **config,
-                "transactional.id": transactional_id,
-                "transaction.timeout.ms": int(timeout * 1000),
-                "acks": "all",
-                "linger.ms": 5,
-                "batch.num.messages": 10_000,
-                "queue.buffering.max.messages": 1_000_000,
-                "queue.buffering.max.kbytes": 1_048_576,
-                # Agrees with Java clients on which egress partition a tenant's records use.
-                "partitioner": "murmur2_random",
-                "error_cb": self._error,
-            }
+            producer_config(
+                config,
+                overrides={
+                    "transactional.id": transactional_id,
+                    "transaction.timeout.ms": int(timeout * 1000),
+                    "batch.num.messages": 10_000,
+                    "queue.buffering.max.messages": 1_000_000,
+                    "queue.buffering.max.kbytes": 1_048_576,
+                    "error_cb": self._error,
+                },
+            )
         )
         self.fatal_reason: str | None = None  # librdkafka's words for a fatal error
         self.transactional_id = transactional_id

@@ -23,6 +23,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from fairstream.adapters.clients import assigned_consumer_config
 from fairstream.metrics import Metrics
 
 log = logging.getLogger("fairstream.trim")
@@ -130,13 +131,11 @@ class Trimmer:
     def _watcher(self) -> Consumer:
         if self._reader is None:
             self._reader = Consumer(
-                {
-                    **self._config,
-                    "group.id": f"{self.topic}.watch",
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,
-                    "auto.offset.reset": "earliest",
-                }
+                assigned_consumer_config(
+                    self._config,
+                    f"{self.topic}.watch",
+                    {"enable.partition.eof": True, "auto.offset.reset": "earliest"},
+                )
             )
         return self._reader
 
