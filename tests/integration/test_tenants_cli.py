@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from fairstream.adapters.policy_store import read_policies
 from fairstream.core.tenant import TenantPolicy
-from fairstream.policy.codec import DEFAULT_POLICY_KEY, decode_policy
-from fairstream.policy.store import read_policies
+from fairstream.wire.policy import DEFAULT_POLICY_KEY, decode_policy
 from fairstream_dev.harness.kafka import consume, create_topics, unique
 
 pytestmark = pytest.mark.integration
