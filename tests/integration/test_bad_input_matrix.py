@@ -30,7 +30,7 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from fairstream import contract
+from fairstream import wire
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 
@@ -69,35 +69,35 @@ def matrix(now_ms: int) -> list[Case]:
         Case("10000-headers", b"headers", EGRESS, many),
         Case("key-255-ascii", b"k" * 255, EGRESS),
         Case("key-255-utf8", ("\u00e9" * 127 + "k").encode(), EGRESS),  # 2 x 127 + 1 bytes
-        Case("key-256-ascii", b"k" * 256, contract.INVALID_KEY),
-        Case("key-256-utf8", ("\u20ac" * 85 + "k").encode(), contract.INVALID_KEY),  # 3 x 85 + 1
-        Case("key-binary-ff", b"\xff\xfe\xfd", contract.INVALID_KEY),
-        Case("key-binary-lone-continuation", b"\x80tenant", contract.INVALID_KEY),
-        Case("key-binary-truncated", b"tenant\xc3", contract.INVALID_KEY),
-        Case("key-binary-surrogate", b"\xed\xa0\x80", contract.INVALID_KEY),
+        Case("key-256-ascii", b"k" * 256, wire.INVALID_KEY),
+        Case("key-256-utf8", ("\u20ac" * 85 + "k").encode(), wire.INVALID_KEY),  # 3 x 85 + 1
+        Case("key-binary-ff", b"\xff\xfe\xfd", wire.INVALID_KEY),
+        Case("key-binary-lone-continuation", b"\x80tenant", wire.INVALID_KEY),
+        Case("key-binary-truncated", b"tenant\xc3", wire.INVALID_KEY),
+        Case("key-binary-surrogate", b"\xed\xa0\x80", wire.INVALID_KEY),
         Case("key-nul-and-control-bytes", b"\x00\x01\x1f", EGRESS),
         Case("timestamp-far-past", b"old", EGRESS, timestamp=FAR_PAST_MS),
         Case("timestamp-far-future", b"future", EGRESS, timestamp=FAR_FUTURE_MS),
         Case(
             "deadline-passed",
             b"late",
-            contract.EXPIRED,
-            [(contract.DEADLINE_MS, b"%d" % (now_ms - 60_000))],
+            wire.EXPIRED,
+            [(wire.DEADLINE_MS, b"%d" % (now_ms - 60_000))],
         ),
         Case(
             "deadline-largest",
             b"patient",
             EGRESS,
-            [(contract.DEADLINE_MS, b"%d" % contract.MAX_EPOCH_MS)],
+            [(wire.DEADLINE_MS, b"%d" % wire.MAX_EPOCH_MS)],
         ),
         Case(
             "deadline-2^63",
             b"patient",
-            contract.INVALID_HEADER,
-            [(contract.DEADLINE_MS, b"%d" % 2**63)],
+            wire.INVALID_HEADER,
+            [(wire.DEADLINE_MS, b"%d" % 2**63)],
         ),
-        Case("cost-2^63", b"costly", contract.INVALID_HEADER, [(contract.COST, b"%d" % 2**63)]),
-        Case("cost-largest", b"costly", EGRESS, [(contract.COST, b"%d" % contract.MAX_COST)]),
+        Case("cost-2^63", b"costly", wire.INVALID_HEADER, [(wire.COST, b"%d" % 2**63)]),
+        Case("cost-largest", b"costly", EGRESS, [(wire.COST, b"%d" % wire.MAX_COST)]),
     ]
 
 
@@ -285,7 +285,7 @@ def test_bad_input_matrix(kafka_bootstrap: str, tmp_path: Path) -> None:
         for msg in tally.cases:
             name = msg.value()[len(CASE) :].decode()
             assert name not in outcome, f"{name} came out twice"
-            reason = dict(msg.headers() or []).get(contract.DLQ_REASON)
+            reason = dict(msg.headers() or []).get(wire.DLQ_REASON)
             outcome[name] = (EGRESS if where == EGRESS else (reason or b"?").decode(), msg)
     for case in cases:
         found, _ = outcome[case.name]
@@ -299,9 +299,9 @@ def test_bad_input_matrix(kafka_bootstrap: str, tmp_path: Path) -> None:
         found_headers = dict(headers)
         if case.expect == EGRESS:
             if case.timestamp is not None:  # the ingest timestamp, whatever it is
-                assert found_headers[contract.ENQUEUED_MS] == b"%d" % case.timestamp
+                assert found_headers[wire.ENQUEUED_MS] == b"%d" % case.timestamp
         else:
-            assert found_headers[contract.DLQ_DETAIL], f"{case.name}: a sentence says why"
+            assert found_headers[wire.DLQ_DETAIL], f"{case.name}: a sentence says why"
     assert egress.tenants.keys() == {tenant_key(i) for i in range(TENANTS)}
     assert tenant_duplicates == 0
     assert not dlq.tenants, f"tenant records dead-lettered: {list(dlq.tenants)[:5]}"

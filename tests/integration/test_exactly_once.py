@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from fairstream import contract
+from fairstream import wire
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 
@@ -455,18 +455,18 @@ def test_oversized_records_are_dead_lettered_and_the_rest_flows(
         headers = dict(letter.headers() or [])
         value = letter.value()
         assert letter.key() == b"big"
-        assert headers[contract.DLQ_REASON] == contract.TOO_LARGE.encode()
-        assert headers[contract.DLQ_DETAIL]
-        assert headers[contract.DLQ_TOPIC] == topics.ingest.encode()
-        assert headers[contract.DLQ_PARTITION] == b"1"
-        assert headers[contract.DLQ_OFFSET] == b"%d" % offsets[original[:9]]
-        assert headers[contract.DLQ_VALUE_BYTES] == b"%d" % len(original)
+        assert headers[wire.DLQ_REASON] == wire.TOO_LARGE.encode()
+        assert headers[wire.DLQ_DETAIL]
+        assert headers[wire.DLQ_TOPIC] == topics.ingest.encode()
+        assert headers[wire.DLQ_PARTITION] == b"1"
+        assert headers[wire.DLQ_OFFSET] == b"%d" % offsets[original[:9]]
+        assert headers[wire.DLQ_VALUE_BYTES] == b"%d" % len(original)
         assert value is None or (len(value) < len(original) and original.startswith(value))
         for name, raw in original_headers:
             assert headers.get(name) == raw, f"original header {name} not carried"
         report.append(
             f"offset {offsets[original[:9]]}: value {len(original)} -> "
-            f"{len(value) if value else 0} B, detail {headers[contract.DLQ_DETAIL].decode()!r}"
+            f"{len(value) if value else 0} B, detail {headers[wire.DLQ_DETAIL].decode()!r}"
         )
     print(
         f"\noversized: {len(messages)} records on egress (one of {len(fits)} B) in per-tenant "

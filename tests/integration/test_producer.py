@@ -12,7 +12,7 @@ import pytest
 from aiokafka.partitioner import DefaultPartitioner
 from confluent_kafka import KafkaError, Message
 
-from fairstream import DeliveryError, Producer, contract
+from fairstream import DeliveryError, Producer, wire
 from fairstream_dev.harness.kafka import consume, create_topics, unique
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,15 +39,15 @@ def test_submit_writes_key_value_and_contract_headers(kafka_bootstrap: str) -> N
     assert first.value() == b"\x00payload\xff"
     assert first.headers() == [
         ("trace", b"abc"),
-        (contract.COST, b"350"),
-        (contract.REQUEST_ID, b"req-1"),
-        (contract.DEADLINE_MS, b"1900000000000"),
+        (wire.COST, b"350"),
+        (wire.REQUEST_ID, b"req-1"),
+        (wire.DEADLINE_MS, b"1900000000000"),
     ]
     assert second.value() == b""
-    assert second.headers() == [(contract.COST, b"1")]
+    assert second.headers() == [(wire.COST, b"1")]
     # What the scheduler's ingest validation makes of it.
-    valid = contract.validate_ingest(first.key(), first.value(), first.headers())
-    assert valid == contract.Valid("acme", 350, 1_900_000_000_000, "req-1")
+    valid = wire.validate_ingest(first.key(), first.value(), first.headers())
+    assert valid == wire.Valid("acme", 350, 1_900_000_000_000, "req-1")
 
 
 def test_partitions_agree_with_murmur2_of_java_clients(kafka_bootstrap: str) -> None:
@@ -136,9 +136,9 @@ def test_submit_command_end_to_end(kafka_bootstrap: str, tmp_path: Path) -> None
         by_tenant.setdefault(msg.key(), []).append(msg)
     acme, beta = by_tenant[b"acme"], by_tenant[b"beta"]
     assert [m.value() for m in acme] == [payload.read_bytes()] * 2
-    assert acme[0].headers() == [("trace", b"t-1"), (contract.COST, b"5")]
+    assert acme[0].headers() == [("trace", b"t-1"), (wire.COST, b"5")]
     assert [m.value() for m in beta] == [b"first", b"second", b"", b"fourth"]
-    assert all(dict(m.headers())[contract.REQUEST_ID] == b"same" for m in beta)
+    assert all(dict(m.headers())[wire.REQUEST_ID] == b"same" for m in beta)
     murmur2 = DefaultPartitioner()
     assert {m.partition() for m in acme} == {murmur2(b"acme", [0, 1, 2], [0, 1, 2])}
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fairstream import Producer, Worker, contract
+from fairstream import Producer, Worker, wire
 from fairstream.adapters.admin import create_topics
 from fairstream.config import KafkaConnection
 from fairstream.worker import Request
@@ -157,7 +157,7 @@ def test_reference_scenario_with_sasl(
     assert ("B", b"B1") in order[:4]
     assert ("C", b"C1") in order[:4]
     assert [p for t, p in order if t == "A"] == [b"A%d" % i for i in range(100)]
-    assert all(r.header(contract.TENANT) == r.tenant.encode() for r in records)
+    assert all(r.header(wire.TENANT) == r.tenant.encode() for r in records)
     # The password never reaches the scheduler's log.
     assert PASSWORD not in scheduler.log_path.read_text(errors="replace")
 

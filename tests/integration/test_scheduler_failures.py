@@ -7,7 +7,7 @@ from pathlib import Path
 
 from confluent_kafka import Message, Producer
 
-from fairstream import contract
+from fairstream import wire
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 
@@ -69,7 +69,7 @@ def test_kill_9_loses_nothing(kafka_bootstrap: str, tmp_path: Path) -> None:
     per_tenant_order_holds(messages)
     request_ids: dict[bytes, set[bytes]] = defaultdict(set)
     for msg in messages:
-        request_ids[msg.value()].add(dict(msg.headers())[contract.REQUEST_ID])
+        request_ids[msg.value()].add(dict(msg.headers())[wire.REQUEST_ID])
     duplicates = len(values) - len(set(values))
     print(f"\nkill -9 after {emitted_before} of 3000 emitted: {duplicates} duplicates")
     assert duplicates <= 100, "duplicates exceed the in-flight window (--max-in-flight 100)"
@@ -132,19 +132,19 @@ def test_bad_input_goes_to_the_dead_letter_topic(kafka_bootstrap: str, tmp_path:
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     topic = deployment.topics.ingest
     bad = [
-        (None, b"no key", [], contract.INVALID_KEY),
-        (b"", b"empty key", [], contract.INVALID_KEY),
-        (b"k" * 1024, b"1 KB key", [], contract.INVALID_KEY),
-        (b"good", b"cost abc", [(contract.COST, b"abc")], contract.INVALID_HEADER),
-        (b"good", b"cost -5", [(contract.COST, b"-5")], contract.INVALID_HEADER),
-        (b"good", None, [], contract.INVALID_VALUE),
+        (None, b"no key", [], wire.INVALID_KEY),
+        (b"", b"empty key", [], wire.INVALID_KEY),
+        (b"k" * 1024, b"1 KB key", [], wire.INVALID_KEY),
+        (b"good", b"cost abc", [(wire.COST, b"abc")], wire.INVALID_HEADER),
+        (b"good", b"cost -5", [(wire.COST, b"-5")], wire.INVALID_HEADER),
+        (b"good", None, [], wire.INVALID_VALUE),
     ]
     try:
         for i in range(5):
             producer.produce(topic, key=b"steady", value=b"before-%d" % i)
         for key, value, headers, _ in bad:
             producer.produce(topic, key=key, value=value, headers=[*headers, ("x-case", b"1")])
-        producer.produce(topic, key=b"good", value=b"", headers=[(contract.COST, b"3")])
+        producer.produce(topic, key=b"good", value=b"", headers=[(wire.COST, b"3")])
         for i in range(5):
             producer.produce(topic, key=b"steady", value=b"after-%d" % i)
         assert producer.flush(30) == 0
@@ -163,8 +163,8 @@ def test_bad_input_goes_to_the_dead_letter_topic(kafka_bootstrap: str, tmp_path:
     for key, value, headers, reason in bad:
         letter = by_value[value]
         found = dict(letter.headers())
-        assert found[contract.DLQ_REASON] == reason.encode(), value
-        assert found[contract.DLQ_DETAIL], "a human sentence says why"
+        assert found[wire.DLQ_REASON] == reason.encode(), value
+        assert found[wire.DLQ_DETAIL], "a human sentence says why"
         assert letter.key() == key
         assert found["x-case"] == b"1", "original headers are kept"
         for name, raw in headers:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from fairstream import contract
+from fairstream import wire
 from fairstream.core import percentile
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 
@@ -17,7 +17,7 @@ NOISY, QUIET = b"A", [b"B", b"C", b"D", b"E", b"F"]
 
 
 def dwell_ms(msg) -> int:  # type: ignore[no-untyped-def]
-    return msg.timestamp()[1] - int(dict(msg.headers())[contract.ENQUEUED_MS])
+    return msg.timestamp()[1] - int(dict(msg.headers())[wire.ENQUEUED_MS])
 
 
 def test_quiet_tenants_do_not_wait_behind_a_burst(kafka_bootstrap: str, tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from fairstream import contract
+from fairstream import wire
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 
 
@@ -39,7 +39,7 @@ def test_reference_scenario(kafka_bootstrap: str, tmp_path: Path) -> None:
     # Departure order: egress has several partitions, so a reader interleaves them; the
     # scheduler stamps each record with the time it scheduled it (stable sort keeps the
     # per-partition order of records scheduled in the same millisecond).
-    records = sorted(records, key=lambda m: int(dict(m.headers())[contract.SCHEDULED_MS]))
+    records = sorted(records, key=lambda m: int(dict(m.headers())[wire.SCHEDULED_MS]))
     order = [(m.key(), m.value()) for m in records]
     print("\nfirst departures:", order[:5])
     assert len(order) == 102, f"expected each record exactly once, got {len(order)}"
@@ -51,10 +51,10 @@ def test_reference_scenario(kafka_bootstrap: str, tmp_path: Path) -> None:
         assert headers[:2] == custom, "original headers come first, byte-identical"
         names = [name for name, _ in headers]
         for added in (
-            contract.TENANT,
-            contract.REQUEST_ID,
-            contract.ENQUEUED_MS,
-            contract.SCHEDULED_MS,
+            wire.TENANT,
+            wire.REQUEST_ID,
+            wire.ENQUEUED_MS,
+            wire.SCHEDULED_MS,
         ):
             assert names.count(added) == 1
-        assert dict(headers)[contract.TENANT] == msg.key()
+        assert dict(headers)[wire.TENANT] == msg.key()

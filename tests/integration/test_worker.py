@@ -17,7 +17,7 @@ import time
 import zlib
 from pathlib import Path
 
-from fairstream import contract
+from fairstream import wire
 from fairstream.worker import Request
 from fairstream_dev.harness.kafka import consume, wait_until
 from tests.integration.workers import (
@@ -81,8 +81,8 @@ def test_always_failing_handler_dead_letters_after_max_attempts(kafka_bootstrap:
     headers = dead.headers()
     assert headers[: len(bad["headers"])] == bad["headers"]  # the original ones, in order
     extra = dict(headers[len(bad["headers"]) :])
-    assert extra[contract.DLQ_REASON] == contract.HANDLER_FAILED.encode()
-    detail = extra[contract.DLQ_DETAIL].decode()
+    assert extra[wire.DLQ_REASON] == wire.HANDLER_FAILED.encode()
+    detail = extra[wire.DLQ_DETAIL].decode()
     assert "ValueError: upstream said 422: prompt too long" in detail
     assert "3 time" in detail
 

@@ -20,8 +20,8 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from fairstream import Usage, contract
-from fairstream.feedback import (
+from fairstream import Usage, wire
+from fairstream.wire.feedback import (
     Feedback,
     FeedbackError,
     Outcome,
@@ -116,7 +116,7 @@ def test_rate_limited_past_the_deadline_is_dead_lettered_as_expired(
     s = FeedbackSetup(kafka_bootstrap)
     deadline_ms = int(time.time() * 1000) + 1500
     record = egress_record("acme", "r-late", b"x")
-    record["headers"].append((contract.DEADLINE_MS, str(deadline_ms).encode()))
+    record["headers"].append((wire.DEADLINE_MS, str(deadline_ms).encode()))
     feed(kafka_bootstrap, s.egress, [record, egress_record("acme", "r-next", b"y")])
     calls: list[str] = []
 
@@ -134,14 +134,14 @@ def test_rate_limited_past_the_deadline_is_dead_lettered_as_expired(
     assert worker.stats.dead_lettered == 1
     assert (
         worker.metrics.registry.get_sample_value(
-            "fairstream_worker_dead_letters_total", {"reason": contract.EXPIRED}
+            "fairstream_worker_dead_letters_total", {"reason": wire.EXPIRED}
         )
         == 1
     )
     [dead] = consume(kafka_bootstrap, s.dlq, 1)
     headers = dict(dead.headers())
-    assert headers[contract.DLQ_REASON] == contract.EXPIRED.encode()
-    assert b"after the deadline" in headers[contract.DLQ_DETAIL]
+    assert headers[wire.DLQ_REASON] == wire.EXPIRED.encode()
+    assert b"after the deadline" in headers[wire.DLQ_DETAIL]
     records = s.read_feedback(limited + 2)
     late = [r for r in records if r.request_id == "r-late"]
     assert [r.outcome for r in late] == [Outcome.RATE_LIMITED] * limited + [Outcome.DEAD_LETTERED]
