@@ -29,9 +29,8 @@ from typing import Any
 
 from confluent_kafka import Message, Producer
 
-from fairstream import RateLimited, Usage, contract
+from fairstream import RateLimited, Request, Usage, Worker, wire
 from fairstream.adapters.admin import create_topics
-from fairstream.worker import Request, Worker
 from fairstream_dev.harness.kafka import unique, wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 
@@ -201,7 +200,7 @@ class FeedbackLoop:
         )
         headers: list[tuple[str, str | bytes | None]] = []
         if cost is not None:
-            headers.append((contract.COST, str(cost).encode()))
+            headers.append((wire.COST, str(cost).encode()))
         for i in range(max(per_tenant.values())):
             for tenant, count in per_tenant.items():
                 if i < count:
@@ -248,7 +247,7 @@ class FeedbackLoop:
 
 
 def _stamp(msg: Message) -> int:
-    raw = dict(msg.headers() or [])[contract.SCHEDULED_MS]
+    raw = dict(msg.headers() or [])[wire.SCHEDULED_MS]
     assert isinstance(raw, bytes)
     return int(raw)
 
