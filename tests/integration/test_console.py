@@ -25,15 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import websocket
 from confluent_kafka import Producer
 
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import REPO, Deployment, SchedulerProcess
 from fairstream_dev.kafka import free_port
-from tests.integration.test_scheduler_policies import set_policy
-from tests.unit.deploy.test_dashboard import METRIC, dashboard, queries
-
-websocket = pytest.importorskip("websocket")
+from tests.dashboard import METRIC, dashboard, queries
+from tests.integration.policies import set_policy
 
 # What the machine notes say headless Chromium needs here: no sandbox as root, no GPU, and
 # none of the background connections a closed network refuses.

@@ -21,6 +21,7 @@ from fairstream import contract
 from fairstream.core import jain_index
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
+from tests.integration.policies import set_policy
 
 pytestmark = pytest.mark.integration
 
@@ -145,8 +146,6 @@ def test_tenants_split_over_instances_get_equal_shares(
 
 
 def test_weights_hold_across_instances(kafka_bootstrap: str, tmp_path: Path) -> None:
-    from tests.integration.test_scheduler_policies import set_policy
-
     deployment, procs = start_group(kafka_bootstrap, tmp_path, 2, 4)
     set_policy(kafka_bootstrap, deployment.topics.policy, b"heavy", weight=3)
     egress = TopicReader(kafka_bootstrap, deployment.topics.egress)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
-from tests.integration.test_scheduler_policies import produce, set_policy
+from tests.integration.policies import produce, set_policy
 
 
 def test_top_shows_shares_against_entitlements(kafka_bootstrap: str, tmp_path: Path) -> None:
