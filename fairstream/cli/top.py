@@ -3,7 +3,10 @@
 It polls each scheduler's ``/tenants`` endpoint, merges the instances (each tenant lives on
 exactly one), and derives rates from the difference between two snapshots: records emitted
 per second, each tenant's share of the egress against its entitlement (its weight over the
-weights of the backlogged tenants of its priority class), dwell p99 and state.
+weights of the backlogged tenants of its priority class), dwell p99 and state. With a
+feedback topic (issue 12) it also shows the adaptive rate against ``--rate``, the 429s the
+workers reported per second, and each tenant's cost as the workers measured it against the
+cost its requests declared.
 """
 
 from __future__ import annotations
@@ -30,6 +33,18 @@ class Row:
     dwell_p99: float | None
     weight: float
     state: str
+    cost_declared: float | None = None  # total declared by its requests with feedback
+    cost_reported: float | None = None  # what the workers measured for the same requests
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """The group's adaptive rate, as the instances report it (each reads all feedback)."""
+
+    rate: float
+    ceiling: float
+    held_for_s: float
+    rate_limited_per_s: float | None  # api-scope 429s reported per second
 
 
 def fetch(url: str, limit: int, timeout: float = 3.0) -> Snapshot | None:
@@ -91,10 +106,46 @@ def compute_rows(
                 dwell_p99=row.get("dwell_p99"),
                 weight=row["weight"],
                 state=state,
+                cost_declared=row.get("cost_declared"),
+                cost_reported=row.get("cost_reported"),
             )
         )
     rows.sort(key=lambda r: (-r.emitted_per_s, -r.backlog, r.tenant))
     return rows
+
+
+def feedback_of(
+    before: list[Snapshot | None], after: list[Snapshot | None], seconds: float
+) -> Feedback | None:
+    """The adaptive rate and the 429 rate, or None without a feedback topic. Pure.
+
+    Every instance reads the whole feedback topic, so each counts every 429: the instance
+    with the freshest rate is taken, not the sum; the rate of 429s is that instance's
+    count over the interval.
+    """
+    for old, new in zip(before, after, strict=True):
+        adaptive = (new or {}).get("adaptive")
+        if not adaptive:
+            continue
+        previous = (old or {}).get("adaptive") or {}
+        per_s = None
+        if "rate_limited_total" in previous and seconds > 0:
+            per_s = max(0.0, adaptive["rate_limited_total"] - previous["rate_limited_total"])
+            per_s /= seconds
+        return Feedback(
+            rate=adaptive["rate"],
+            ceiling=adaptive["ceiling"],
+            held_for_s=adaptive.get("held_for_s", 0.0),
+            rate_limited_per_s=per_s,
+        )
+    return None
+
+
+def _cost(row: Row) -> str:
+    if not row.cost_declared or row.cost_reported is None:
+        return "-"
+    ratio = row.cost_reported / row.cost_declared
+    return f"{row.cost_reported:g}/{row.cost_declared:g} ({ratio:.2f}x)"
 
 
 def instances_of(snapshots: list[Snapshot | None]) -> list[dict[str, Any]]:
@@ -109,7 +160,12 @@ def instances_of(snapshots: list[Snapshot | None]) -> list[dict[str, Any]]:
     return [merged[i] for i in sorted(merged)]
 
 
-def render(rows: list[Row], snapshots: list[Snapshot | None], urls: list[str]) -> Any:
+def render(
+    rows: list[Row],
+    snapshots: list[Snapshot | None],
+    urls: list[str],
+    feedback: Feedback | None = None,
+) -> Any:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -120,14 +176,26 @@ def render(rows: list[Row], snapshots: list[Snapshot | None], urls: list[str]) -
         f"fairstream top: {up}/{len(urls)} schedulers answering, "
         f"{backlog} records buffered, {sum(r.emitted_per_s for r in rows):.1f} records/s out"
     )
+    if feedback is not None:
+        limited = (
+            "-" if feedback.rate_limited_per_s is None else f"{feedback.rate_limited_per_s:.1f}"
+        )
+        held = f", held {feedback.held_for_s:.1f} s" if feedback.held_for_s > 0 else ""
+        header.append(
+            f"\nadaptive rate {feedback.rate:.1f}/s of --rate {feedback.ceiling:g}{held}, "
+            f"{limited} 429s/s reported"
+        )
+    costs = any(r.cost_declared is not None for r in rows)
     table = Table(box=None, header_style="bold")
     for name, justify in (
         ("tenant", "left"), ("state", "left"), ("weight", "right"), ("backlog", "right"),
         ("out/s", "right"), ("share", "right"), ("entitled", "right"), ("dwell p99", "right"),
     ):  # fmt: skip
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    if costs:
+        table.add_column("cost measured/declared", justify="right")
     for r in rows:
-        table.add_row(
+        cells = (
             r.tenant,
             r.state,
             f"{r.weight:g}",
@@ -137,6 +205,7 @@ def render(rows: list[Row], snapshots: list[Snapshot | None], urls: list[str]) -
             "-" if r.entitlement is None else f"{r.entitlement:.0%}",
             "-" if r.dwell_p99 is None else f"{r.dwell_p99 * 1000:.0f} ms",
         )
+        table.add_row(*cells, *((_cost(r),) if costs else ()))
     instances = instances_of(snapshots)
     if not instances:
         return Group(header, table)
@@ -198,11 +267,13 @@ def top(urls: tuple[str, ...], interval: float, limit: int, once: bool, as_json:
     if once:
         time.sleep(interval)  # a rate needs two snapshots an interval apart
         after = [fetch(u, limit) for u in targets]
-        rows = compute_rows(before, after, time.monotonic() - started)
+        seconds = time.monotonic() - started
+        rows = compute_rows(before, after, seconds)
+        feedback = feedback_of(before, after, seconds)
         if as_json:
             click.echo(json.dumps([asdict(r) for r in rows]))
         else:
-            Console().print(render(rows, after, targets))
+            Console().print(render(rows, after, targets, feedback))
         return
     with Live(render([], before, targets), refresh_per_second=4, screen=False) as live:
         try:
@@ -210,7 +281,9 @@ def top(urls: tuple[str, ...], interval: float, limit: int, once: bool, as_json:
                 time.sleep(interval)
                 after = [fetch(u, limit) for u in targets]
                 now = time.monotonic()
-                live.update(render(compute_rows(before, after, now - started), after, targets))
+                rows = compute_rows(before, after, now - started)
+                feedback = feedback_of(before, after, now - started)
+                live.update(render(rows, after, targets, feedback))
                 before, started = after, now
         except KeyboardInterrupt:
             pass

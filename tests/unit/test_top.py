@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fairstream.cli.top import compute_rows, instances_of, render
+from fairstream.cli.top import compute_rows, feedback_of, instances_of, render
 
 
 def snap(*tenants: dict[str, object]) -> dict[str, object]:
@@ -71,3 +71,44 @@ def test_instances_merge_the_freshest_report_of_each() -> None:
     assert merged[1]["rate_share"] == 100.0
     assert instances_of([{"tenants": []}, None]) == []
     render([], snapshots, ["u1", "u2", "u3"])  # renders the instances table without error
+
+
+def adaptive(rate: float, limited: int, held: float = 0.0) -> dict[str, float]:
+    return {"rate": rate, "ceiling": 1000.0, "floor": 10.0, "held_for_s": held,
+            "rate_limited_total": limited}  # fmt: skip
+
+
+def test_the_adaptive_rate_and_429s_per_second() -> None:
+    before = [None, {**snap(), "adaptive": adaptive(900.0, 10)}]
+    after = [snap(), {**snap(), "adaptive": adaptive(310.0, 50, held=0.4)}]
+    feedback = feedback_of(before, after, 2.0)
+    assert feedback is not None
+    assert feedback.rate == 310.0
+    assert feedback.rate_limited_per_s == 20.0
+    header = str(render([], after, ["http://x:1", "http://y:2"], feedback).renderables[0])
+    assert "adaptive rate 310.0/s of --rate 1000, held 0.4 s, 20.0 429s/s reported" in header
+
+
+def test_no_feedback_topic_no_feedback_line() -> None:
+    assert feedback_of([snap()], [snap()], 1.0) is None
+    header = str(render([], [snap()], ["http://x:1"]).renderables[0])
+    assert "adaptive" not in header
+
+
+def test_measured_against_declared_cost_per_tenant() -> None:
+    before = [snap(tenant("heavy", 0, 5), tenant("light", 0, 5))]
+    after = [
+        snap(
+            tenant("heavy", 10, 5, cost_declared=10, cost_reported=100),
+            tenant("light", 10, 5, cost_declared=10, cost_reported=10),
+            tenant("nofeedback", 3, 0),
+        )
+    ]
+    rows = compute_rows(before, after, 1.0)
+    by = {r.tenant: r for r in rows}
+    assert (by["heavy"].cost_declared, by["heavy"].cost_reported) == (10, 100)
+    assert by["nofeedback"].cost_reported is None
+    table = render(rows, after, ["http://x:1"]).renderables[1]
+    columns = {c.header: list(c.cells) for c in table.columns}
+    costs = dict(zip(columns["tenant"], columns["cost measured/declared"], strict=True))
+    assert costs == {"heavy": "100/10 (10.00x)", "light": "10/10 (1.00x)", "nofeedback": "-"}
