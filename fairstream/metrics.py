@@ -238,7 +238,7 @@ class Metrics:
         )
         self.feedback_errors = Counter(
             "fairstream_feedback_errors",
-            "Feedback records ignored, by reason (malformed, absurd-cost).",
+            "Feedback records ignored, by reason (malformed, absurd-cost, unknown-request).",
             ["reason"],
             registry=r,
         )

@@ -12,7 +12,10 @@ skipped: bad feedback never stops anything.
   shares (``group``) or, alone, the emitter's buckets; a hold stops all egress.
 - tenant-scope rate limits pause that tenant alone (on the instance that owns it).
 - a reported cost charges the tenant's deficit with its difference from the declared cost,
-  so that shares follow real usage.
+  so that shares follow real usage: only for a request this instance emitted (``recent``);
+  one about a request of a tenant this instance owns that it did not emit lately is
+  counted as ``unknown-request`` and ignored; one about another instance's tenant is that
+  instance's business.
 
 Without feedback records nothing changes: the rate stays at ``--rate``.
 Caller: ``SchedulerService`` runs ``run`` on a thread. Affects: the emitter, through the
@@ -24,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +39,8 @@ from fairstream.core.usage import cost_correction
 from fairstream.feedback import FeedbackError, Outcome, Scope, decode_feedback
 from fairstream.metrics import Metrics
 from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.recent import RecentRequests
+from fairstream.wire.partition import partition_of
 
 log = logging.getLogger("fairstream.feedback")
 
@@ -87,8 +92,15 @@ class FeedbackReader:
         ceiling: float | None,
         floor: float | None,
         on_rate: Callable[[float], None],
+        recent: RecentRequests | None = None,
+        ownership: Callable[[], tuple[int, Collection[int]]] | None = None,
     ) -> None:
+        """``recent``: the request ids the emitter sent lately; ``ownership``: the ingest
+        topic's partition count and the partitions this instance owns. Without them every
+        reported cost is charged."""
         self.topic = topic
+        self.recent = recent
+        self._ownership = ownership
         self.handoff = handoff
         self.metrics = metrics
         self.ceiling = ceiling
@@ -174,8 +186,22 @@ class FeedbackReader:
         if fb.outcome in (Outcome.OK, Outcome.DEAD_LETTERED) and fb.cost is not None:
             if cost_correction(fb.declared_cost, fb.cost, max_ratio=MAX_COST_RATIO) is None:
                 self.metrics.feedback_errors.labels("absurd-cost").inc()
-            else:
+            elif self._emitted_here(fb.request_id, fb.tenant):
                 batch.charges.append((fb.tenant, fb.declared_cost, fb.cost))
+
+    def _emitted_here(self, request_id: str, tenant: str) -> bool:
+        """Whether a cost reported for ``request_id`` is this instance's to charge; counts
+        the requests nobody here emitted of the tenants this instance owns."""
+        recent = self.recent
+        if recent is None or request_id in recent:
+            return True
+        if self._ownership is not None:
+            partitions, owned = self._ownership()
+            if partitions and partition_of(tenant, partitions) not in owned:
+                return False  # another instance's tenant: its feedback is that one's
+        self.metrics.feedback_errors.labels("unknown-request").inc()
+        log.debug("ignoring the cost reported for %r: not a request emitted here", request_id)
+        return False
 
     def _publish(self, now: float) -> None:
         assert self.adaptive is not None

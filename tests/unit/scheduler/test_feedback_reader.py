@@ -1,0 +1,122 @@
+"""The feedback reader's decisions on single records: which reported costs are charged,
+which are counted as unknown and ignored. No broker: records are decoded from bytes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from fairstream.metrics import Metrics
+from fairstream.scheduler.feedback import FeedbackBatch, FeedbackReader
+from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.recent import RecentRequests
+from fairstream.wire.feedback import Feedback, Outcome, encode_feedback, feedback_key
+from fairstream.wire.partition import murmur2, partition_of
+
+PARTITIONS = 4
+
+
+def reader(
+    recent: RecentRequests | None, owned: set[int] | None = None
+) -> tuple[FeedbackReader, Metrics]:
+    metrics = Metrics()
+    ownership = None if owned is None else (lambda: (PARTITIONS, owned))
+    return (
+        FeedbackReader(
+            {"bootstrap.servers": "127.0.0.1:9"},  # never polled here
+            "feedback",
+            Handoff(),
+            metrics,
+            ceiling=100.0,
+            floor=None,
+            on_rate=lambda rate: None,
+            recent=recent,
+            ownership=ownership,
+        ),
+        metrics,
+    )
+
+
+def record(request_id: str, tenant: str = "acme", cost: int = 10) -> tuple[bytes, bytes]:
+    fb = Feedback(
+        request_id=request_id,
+        tenant=tenant,
+        outcome=Outcome.OK,
+        declared_cost=1,
+        reported_at_ms=int(time.time() * 1000),
+        cost=cost,
+    )
+    return feedback_key(fb), encode_feedback(fb)
+
+
+def unknown(metrics: Metrics) -> float:
+    return (
+        metrics.registry.get_sample_value(
+            "fairstream_feedback_errors_total", {"reason": "unknown-request"}
+        )
+        or 0.0
+    )
+
+
+def test_a_cost_for_a_request_emitted_here_is_charged() -> None:
+    recent = RecentRequests()
+    recent.add(b"ingest-0-17")
+    fr, metrics = reader(recent, owned={partition_of("acme", PARTITIONS)})
+    batch = FeedbackBatch()
+    fr._read(*record("ingest-0-17"), batch)
+    assert batch.charges == [("acme", 1, 10)]
+    assert unknown(metrics) == 0
+
+
+def test_a_cost_for_a_request_nobody_emitted_is_counted_and_ignored() -> None:
+    fr, metrics = reader(RecentRequests(), owned={partition_of("acme", PARTITIONS)})
+    batch = FeedbackBatch()
+    fr._read(*record("forged-1"), batch)
+    fr._read(*record("forged-2"), batch)
+    assert batch.charges == []
+    assert unknown(metrics) == 2
+
+
+def test_another_instances_tenant_is_left_to_that_instance() -> None:
+    mine = partition_of("acme", PARTITIONS)
+    fr, metrics = reader(RecentRequests(), owned=set(range(PARTITIONS)) - {mine})
+    batch = FeedbackBatch()
+    fr._read(*record("elsewhere-1"), batch)
+    assert batch.charges == []
+    assert unknown(metrics) == 0  # not ours to judge
+
+
+def test_without_a_memory_of_requests_every_cost_is_charged() -> None:
+    fr, _ = reader(None)
+    batch = FeedbackBatch()
+    fr._read(*record("anything"), batch)
+    assert batch.charges == [("acme", 1, 10)]
+
+
+def test_recent_requests_forget_the_oldest_beyond_capacity() -> None:
+    recent = RecentRequests(capacity=3)
+    for i in range(5):
+        recent.add(b"r%d" % i)
+    recent.add(b"r4")  # again: no second entry
+    assert [r in recent for r in ("r0", "r1", "r2", "r3", "r4")] == [
+        False, False, True, True, True,
+    ]  # fmt: skip
+    assert len(recent) == 3
+    with pytest.raises(ValueError, match="capacity"):
+        RecentRequests(capacity=0)
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [  # Kafka's own test vectors (clients/src/test/.../utils/UtilsTest.java)
+        (b"21", -973932308),
+        (b"foobar", -790332482),
+        (b"a-little-bit-long-string", -985981536),
+        (b"a-little-bit-longer-string", -1486304829),
+        (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+        (b"abc", 479470107),
+    ],
+)
+def test_murmur2_matches_kafka(key: bytes, expected: int) -> None:
+    assert murmur2(key) == expected
