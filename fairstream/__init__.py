@@ -29,20 +29,20 @@ __all__ = [
 # Client helpers, imported on first use so that `import fairstream` (and the CLI's start)
 # does not load confluent-kafka.
 _LAZY = {
-    "Producer": "fairstream.producer",
-    "DeliveryError": "fairstream.producer",
-    "KafkaAuthenticationError": "fairstream.producer",
-    "Worker": "fairstream.worker",
-    "Request": "fairstream.worker",
-    # What handlers raise and return: importable without loading confluent-kafka.
-    "RateLimited": "fairstream.worker_core",
-    "Usage": "fairstream.worker_core",
+    "Producer": "fairstream.sdk.producer",
+    "DeliveryError": "fairstream.sdk.producer",
+    "KafkaAuthenticationError": "fairstream.sdk.producer",
+    "Worker": "fairstream.sdk.worker.consumer",
+    # What handlers see, raise and return: importable without loading confluent-kafka.
+    "Request": "fairstream.sdk.worker.handler",
+    "RateLimited": "fairstream.sdk.worker.handler",
+    "Usage": "fairstream.sdk.worker.handler",
 }
 
 if TYPE_CHECKING:
-    from fairstream.producer import DeliveryError, KafkaAuthenticationError, Producer
-    from fairstream.worker import Request, Worker
-    from fairstream.worker_core import RateLimited, Usage
+    from fairstream.sdk.producer import DeliveryError, KafkaAuthenticationError, Producer
+    from fairstream.sdk.worker.consumer import Worker
+    from fairstream.sdk.worker.handler import RateLimited, Request, Usage
 
 
 def __getattr__(name: str) -> Any:

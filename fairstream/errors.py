@@ -6,9 +6,10 @@ its standard base too (``SchemaError`` and ``FeedbackError`` are ``ValueError``\
 
 Where they are:
 
-- SDK: ``DeliveryError`` (``fairstream.producer``), ``KafkaAuthenticationError`` and
-  ``TopicError`` (``fairstream.adapters.admin``), ``RateLimited`` (``fairstream.worker_core``,
-  raised by handlers), ``MetricsPortError`` (``fairstream.worker_metrics``);
+- SDK: ``DeliveryError`` (``fairstream.sdk.producer``), ``KafkaAuthenticationError`` and
+  ``TopicError`` (``fairstream.adapters.admin``), ``RateLimited``
+  (``fairstream.sdk.worker.handler``, raised by handlers), ``MetricsPortError``
+  (``fairstream.sdk.worker.metrics``);
 - contracts: ``SchemaError`` (``fairstream.wire.policy``), ``FeedbackError``
   (``fairstream.wire.feedback``); the policy topic: ``PolicyStoreError``
   (``fairstream.adapters.policy_store``);

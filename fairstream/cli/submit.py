@@ -120,7 +120,7 @@ def submit(
       fairstream submit -t acme --file prompt.json --cost 350 --count 10
       seq 100 | fairstream submit -t acme -
     """
-    from fairstream.producer import DeliveryError, KafkaAuthenticationError, Producer
+    from fairstream.sdk.producer import DeliveryError, KafkaAuthenticationError, Producer
 
     if sum(x is not None for x in (payload, file, source)) != 1:
         raise click.UsageError("give exactly one of --payload TEXT, --file PATH or -")

@@ -224,8 +224,9 @@ def worker(
     A handler may raise fairstream.RateLimited (retried without using up an attempt) and
     return fairstream.Usage(cost=N); outcomes go to --feedback-topic for the scheduler.
     """
-    from fairstream.worker import KafkaAuthenticationError, Worker
-    from fairstream.worker_metrics import MetricsPortError
+    from fairstream.adapters.admin import KafkaAuthenticationError
+    from fairstream.sdk.worker.consumer import Worker
+    from fairstream.sdk.worker.metrics import MetricsPortError
 
     if backoff_max < backoff_initial:
         raise click.UsageError("--backoff-max must be at least --backoff-initial")

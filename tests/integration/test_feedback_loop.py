@@ -23,9 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from fairstream import RateLimited
+from fairstream import RateLimited, Request
 from fairstream.core import jain_index
-from fairstream.worker import Request
 from fairstream_dev.harness.paid_api import (
     FEEDBACK,
     PaidApi,

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from fairstream import Producer, Worker, wire
+from fairstream import Producer, Request, Worker, wire
 from fairstream.adapters.admin import create_topics
 from fairstream.config import KafkaConnection
-from fairstream.worker import Request
 from fairstream_dev.harness.kafka import unique, wait_until
 from fairstream_dev.harness.scheduler import (
     REPO,

@@ -17,8 +17,7 @@ import time
 import zlib
 from pathlib import Path
 
-from fairstream import wire
-from fairstream.worker import Request
+from fairstream import Request, wire
 from fairstream_dev.harness.kafka import consume, wait_until
 from tests.integration.workers import (
     REPO,

@@ -20,7 +20,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from fairstream import Usage, wire
+from fairstream import RateLimited, Request, Usage, wire
 from fairstream.wire.feedback import (
     Feedback,
     FeedbackError,
@@ -29,7 +29,6 @@ from fairstream.wire.feedback import (
     decode_feedback,
     encode_feedback,
 )
-from fairstream.worker import RateLimited, Request
 from fairstream_dev.harness.kafka import consume, create_topics, unique
 from tests.integration.workers import REPO, Setup, egress_record, feed, running
 

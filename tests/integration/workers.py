@@ -13,8 +13,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from fairstream import wire
-from fairstream.worker import Request, Worker
+from fairstream import Request, Worker, wire
 from fairstream_dev.harness.kafka import create_topics, unique, wait_until
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,14 +7,14 @@ import pytest
 import fairstream
 from fairstream.adapters.admin import KafkaAuthenticationError, TopicError
 from fairstream.adapters.policy_store import PolicyStoreError
-from fairstream.producer import DeliveryError
 from fairstream.scheduler.progress import ProgressFormatError
 from fairstream.scheduler.recovery import RecoveryError
 from fairstream.scheduler.transaction import Aborted, FatalError
+from fairstream.sdk.producer import DeliveryError
+from fairstream.sdk.worker.handler import RateLimited
+from fairstream.sdk.worker.metrics import MetricsPortError
 from fairstream.wire.feedback import FeedbackError
 from fairstream.wire.policy import SchemaError
-from fairstream.worker_core import RateLimited
-from fairstream.worker_metrics import MetricsPortError
 
 
 @pytest.mark.parametrize(

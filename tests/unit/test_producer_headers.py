@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from fairstream import wire
-from fairstream.producer import Producer
+from fairstream.sdk.producer import Producer
 from fairstream.wire import deadline_ms, ingest_headers, tenant_key
 
 
@@ -118,6 +118,6 @@ def test_import_fairstream_stays_light() -> None:
     code = (
         "import sys, fairstream; assert 'confluent_kafka' not in sys.modules; "
         "fairstream.Producer; assert 'confluent_kafka' in sys.modules; "
-        "assert fairstream.Worker.__module__ == 'fairstream.worker'"
+        "assert fairstream.Worker.__module__ == 'fairstream.sdk.worker.consumer'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

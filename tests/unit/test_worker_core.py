@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from fairstream.worker_core import PartitionProgress, RecentIds, TenantQueues, backoff_delay
+from fairstream.sdk.worker.retry import backoff_delay
+from fairstream.sdk.worker.tracking import PartitionProgress, RecentIds, TenantQueues
 
 
 def test_backoff_doubles_from_initial_and_caps() -> None:

@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fairstream.metrics import OTHER
-from fairstream.worker_metrics import WorkerMetrics, top_tenants
+from fairstream.sdk.worker.metrics import WorkerMetrics, top_tenants
 
 
 def samples(metrics: WorkerMetrics) -> dict[str, dict[str, float]]:

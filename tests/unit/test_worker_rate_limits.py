@@ -10,14 +10,9 @@ import sys
 import pytest
 
 import fairstream
+from fairstream.sdk.worker.handler import RateLimited, Usage
+from fairstream.sdk.worker.retry import backoff_delay, expires_before, rate_limited_delay
 from fairstream.wire import MAX_COST
-from fairstream.worker_core import (
-    RateLimited,
-    Usage,
-    backoff_delay,
-    expires_before,
-    rate_limited_delay,
-)
 
 
 def test_exported_from_the_package_without_loading_kafka() -> None:

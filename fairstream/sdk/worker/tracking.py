@@ -1,107 +1,18 @@
-"""The pure parts of the worker SDK: what a handler may raise or return (``RateLimited``,
-``Usage``), retry schedule, commit positions, per-tenant ordering, and the bounded memory of
-recently seen request ids.
-
-No Kafka and no asyncio here: ``fairstream.worker`` wires these to a confluent-kafka consumer
-and an event loop, and the unit tests drive them directly.
+"""What the worker's consumer thread keeps track of: commit positions of its partitions,
+per-tenant ordering of the records it hands out, and the bounded memory of recently seen
+request ids. Pure: the unit tests drive these directly.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from fairstream.errors import Error
-from fairstream.wire import MAX_COST
-from fairstream.wire.feedback import Scope
+__all__ = ["PartitionProgress", "RecentIds", "TenantQueues"]
 
 T = TypeVar("T")
-
-
-class RateLimited(Error):
-    """Raised by a handler when the paid API refused the call as rate-limited (HTTP 429).
-
-    The worker calls the handler again for the same request after ``retry_after`` seconds
-    (the API's Retry-After), or after the usual backoff when it is None or 0. A rate-limited
-    call does not use up one of ``max_attempts``; the request is retried until its deadline
-    (``fairstream-deadline-ms``), if it has one, and then dead-lettered as ``expired``.
-    Each one is reported on the feedback topic at once, with ``scope``:
-
-    - ``"api"``: the whole API pushed back (the scheduler slows the egress down);
-    - ``"tenant"``: only this tenant's upstream quota did (the scheduler pauses the tenant).
-    """
-
-    def __init__(self, retry_after: float | None = None, scope: str = "api") -> None:
-        if retry_after is not None:
-            if isinstance(retry_after, bool) or not isinstance(retry_after, int | float):
-                raise TypeError(f"retry_after must be seconds or None, got {retry_after!r}")
-            if not math.isfinite(retry_after) or retry_after < 0:
-                raise ValueError(f"retry_after must be finite and at least 0, got {retry_after!r}")
-        try:
-            checked = Scope(scope)
-        except ValueError:
-            raise ValueError(f"scope must be 'api' or 'tenant', got {scope!r}") from None
-        self.retry_after: float | None = None if retry_after is None else float(retry_after)
-        self.scope: str = checked.value
-        after = "" if retry_after is None else f", retry after {retry_after:g} s"
-        super().__init__(f"rate-limited ({self.scope}{after})")
-
-    def __repr__(self) -> str:
-        return f"RateLimited(retry_after={self.retry_after!r}, scope={self.scope!r})"
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """What a handler may return to report the real cost of its request.
-
-    ``cost`` is a positive integer in the unit the requests declare theirs in
-    (``fairstream-cost``), e.g. tokens used or milliseconds of API time. It goes to the
-    feedback topic with the declared cost, so the scheduler can charge the difference.
-    """
-
-    cost: int
-
-    def __post_init__(self) -> None:
-        if type(self.cost) is not int or not 1 <= self.cost <= MAX_COST:
-            raise ValueError(
-                f"Usage.cost must be an integer from 1 to {MAX_COST}, got {self.cost!r}"
-            )
-
-
-def rate_limited_delay(
-    retry_after: float | None, consecutive: int, initial: float, maximum: float
-) -> float:
-    """Seconds to wait after the ``consecutive``-th rate-limited call in a row (1-based).
-
-    The API's ``retry_after`` when it gave one above 0; otherwise the usual backoff. A
-    Retry-After of 0 (or an HTTP date already past, as clock skew makes it) counts as none,
-    so that an API answering "0" cannot make the worker call it in a tight loop.
-    """
-    if retry_after is not None and retry_after > 0:
-        return retry_after
-    return backoff_delay(consecutive, initial, maximum)
-
-
-def expires_before(deadline_ms: int | None, now_ms: float, delay: float) -> bool:
-    """True when a request with ``deadline_ms`` would be past it once ``delay`` s passed."""
-    return deadline_ms is not None and now_ms + delay * 1000.0 >= deadline_ms
-
-
-def backoff_delay(attempt: int, initial: float, maximum: float) -> float:
-    """Seconds to wait after failed attempt number ``attempt`` (1-based) before the next one.
-
-    Exponential: ``initial``, ``2 x initial``, ``4 x initial``... capped at ``maximum``.
-    Deterministic on purpose (one worker retries one record at a time per tenant, so there is
-    no herd to spread).
-    """
-    if attempt < 1:
-        raise ValueError(f"attempt counts from 1, got {attempt}")
-    # The exponent is capped so that huge attempt numbers cannot overflow a float.
-    return min(maximum, initial * 2.0 ** min(attempt - 1, 60))
 
 
 class PartitionProgress:

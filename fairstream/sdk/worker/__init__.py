@@ -1,0 +1,108 @@
+"""``fairstream.Worker``: consume the egress topic and call a handler for every request.
+
+Modules, by job: ``consumer`` (``Worker``: the consumer thread, commits, rebalances),
+``handling`` (the event loop: handler calls, retries, rate limits, dead letters),
+``handler`` (``Request``, ``RateLimited``, ``Usage``: what a handler sees, raises, returns),
+``jobs``, ``tracking`` and ``retry`` (pure bookkeeping), ``feedback`` (the worker's end of
+the feedback topic), ``metrics`` (Prometheus).
+
+Threads: the thread that calls ``run`` owns the confluent-kafka consumer (poll, commit,
+pause, rebalance callbacks) and the dead-letter producer; an event loop in a second thread
+runs the handlers (coroutine functions on the loop, plain functions on a thread pool of
+``concurrency`` threads). Records cross over through ``call_soon_threadsafe``; outcomes come
+back through a queue the consumer thread drains.
+
+Guarantees:
+
+- at-least-once: an offset is committed only once every record before it succeeded, was
+  dead-lettered (after the broker acknowledged the dead letter) or was skipped as a
+  duplicate. A crash re-delivers at most the uncommitted records.
+- order: records of one tenant run one at a time, in offset order (``TenantQueues``); up
+  to ``concurrency`` tenants run side by side; otherwise records start in the egress order
+  the scheduler chose (with ``concurrency=1``, exactly that order per partition).
+- retries: a failing handler is called again after ``backoff_initial``, ``2 x``... up to
+  ``backoff_max`` seconds, ``max_attempts`` times in all; then the record goes to the
+  dead-letter topic with reason ``handler-failed`` and the last error in
+  ``fairstream-dlq-detail``. The tenant's later records wait meanwhile (order).
+- rate limits: a handler that raises ``RateLimited`` is called again after its
+  ``retry_after`` (or the backoff) without using up an attempt, for as long as the record's
+  deadline (``fairstream-deadline-ms``) allows; a retry that would come after the deadline
+  dead-letters the record as ``expired`` instead.
+- feedback (``feedback_topic``, default ``fairstream.feedback``; None turns it off): one
+  record per settled request (ok, dead-lettered) and one per rate-limited or failed call,
+  with the cost the handler reported (``Usage``), written without waiting (best effort: a
+  full queue or a missing topic loses records, counted in ``feedback_errors``). The
+  contract is ``fairstream.wire.feedback``.
+- de-duplication (``dedup_window``): a record whose request id is among the last N ids
+  handled (or is being handled) is skipped and committed, and counted.
+- shutdown (``stop``): no new records start; queued ones are left for the next owner;
+  handlers running finish (up to ``drain_timeout``); the done prefix is committed; the
+  consumer leaves the group.
+- revocation (a rebalance takes partitions away): the rebalance callback returns at once,
+  so a slow handler never holds the group past ``max.poll.interval.ms``: queued records of
+  those partitions are dropped, the done prefix is committed, and handlers still running
+  finish on their own path (or stop retrying) without committing anything. The next owner
+  handles them again, so they may run twice; if the partition comes back to this worker,
+  a record still running from before runs no second time.
+- refused credentials: ``run`` raises ``KafkaAuthenticationError`` with the broker's
+  reason as soon as librdkafka reports it, instead of retrying forever.
+- metrics: ``metrics`` (a ``WorkerMetrics``) counts handled, retried, rate-limited,
+  dead-lettered and in-flight requests, handler latency, and bounded per-tenant series;
+  ``metrics_port`` serves them as ``/metrics`` over HTTP while ``run`` runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__all__ = [
+    "Handler",
+    "KafkaAuthenticationError",
+    "RateLimited",
+    "Request",
+    "Usage",
+    "Worker",
+    "WorkerMetrics",
+    "WorkerStats",
+    "request_from_message",
+]
+
+# Imported on first use: what handlers raise and return must import without confluent-kafka.
+_LAZY = {
+    "Handler": "fairstream.sdk.worker.handler",
+    "RateLimited": "fairstream.sdk.worker.handler",
+    "Request": "fairstream.sdk.worker.handler",
+    "Usage": "fairstream.sdk.worker.handler",
+    "request_from_message": "fairstream.sdk.worker.handler",
+    "Worker": "fairstream.sdk.worker.consumer",
+    "WorkerMetrics": "fairstream.sdk.worker.metrics",
+    "WorkerStats": "fairstream.sdk.worker.jobs",
+    "KafkaAuthenticationError": "fairstream.adapters.admin",
+}
+
+if TYPE_CHECKING:
+    from fairstream.adapters.admin import KafkaAuthenticationError
+    from fairstream.sdk.worker.consumer import Worker
+    from fairstream.sdk.worker.handler import (
+        Handler,
+        RateLimited,
+        Request,
+        Usage,
+        request_from_message,
+    )
+    from fairstream.sdk.worker.jobs import WorkerStats
+    from fairstream.sdk.worker.metrics import WorkerMetrics
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fairstream.sdk.worker' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -1,0 +1,467 @@
+"""``fairstream.Worker``: the consumer-thread side and the public face of the worker.
+
+``Worker`` owns the confluent-kafka consumer (poll, dispatch, commit, pause, rebalance
+callbacks) and the dead-letter producer; the handler-running half it inherits from
+``Handling`` (``handling.py``) runs on an event loop of its own. The guarantees are in the
+package's docstring (``fairstream.sdk.worker``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Producer as _KafkaProducer
+from prometheus_client import CollectorRegistry
+
+from fairstream.adapters import clients
+from fairstream.adapters.admin import AuthWatch
+from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS, Connection, KafkaConnection
+from fairstream.sdk.worker.feedback import FeedbackWriter, feedback_settings
+from fairstream.sdk.worker.handler import Handler, coordinates, request_from_message, where
+from fairstream.sdk.worker.handling import Handling
+from fairstream.sdk.worker.jobs import Job, Outcome, WorkerStats
+from fairstream.sdk.worker.metrics import MetricsServer, WorkerMetrics
+from fairstream.sdk.worker.tracking import PartitionProgress, RecentIds, TenantQueues
+from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC
+
+__all__ = ["DEFAULT_GROUP", "Worker"]
+
+log = logging.getLogger("fairstream.worker")
+
+DEFAULT_GROUP = "fairstream-workers"
+
+
+class Worker(Handling):
+    """Consume the egress topic and call ``handler(request)`` for each record.
+
+    ``run()`` blocks until ``stop()`` (from another thread or a signal handler).
+    ``bootstrap``: a ``KafkaConnection`` (servers and authentication) or a bare bootstrap
+    string (PLAINTEXT).
+    ``consumer_config`` / ``producer_config`` are extra librdkafka settings for the egress
+    consumer and for the producers (dead letters, feedback).
+    ``feedback_topic``: where outcomes are reported for the scheduler (the contract is
+    ``fairstream.wire.feedback``); None reports nothing.
+    ``metrics_port``: serve ``/metrics`` (Prometheus text format) on this port of
+    ``metrics_host`` while ``run`` runs; 0 picks a free port (``metrics_url`` tells which);
+    None (the default) serves nothing. ``metrics_registry``: where the metrics are
+    registered, e.g. ``prometheus_client.REGISTRY`` to add them to an application's own
+    endpoint; default a registry of their own, ``worker.metrics.registry``.
+    ``drain_timeout``: how long ``stop`` waits for running handlers.
+    """
+
+    def __init__(  # noqa: PLR0915 (one statement per setting)
+        self,
+        handler: Handler,
+        *,
+        bootstrap: Connection,
+        egress_topic: str = DEFAULT_EGRESS,
+        dlq_topic: str = DEFAULT_DLQ,
+        group_id: str = DEFAULT_GROUP,
+        max_attempts: int = 5,
+        backoff_initial: float = 0.1,
+        backoff_max: float = 10.0,
+        dedup_window: int | None = 10_000,
+        concurrency: int = 1,
+        max_pending: int = 1000,
+        commit_interval: float = 1.0,
+        session_timeout: float = 10.0,
+        drain_timeout: float = 30.0,
+        consumer_config: dict[str, Any] | None = None,
+        producer_config: dict[str, Any] | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = "0.0.0.0",
+        metrics_registry: CollectorRegistry | None = None,
+        feedback_topic: str | None = DEFAULT_FEEDBACK_TOPIC,
+    ) -> None:
+        if not callable(handler):
+            raise TypeError("handler must be callable")
+        if feedback_topic is not None and (
+            not isinstance(feedback_topic, str) or not feedback_topic
+        ):
+            raise ValueError(f"feedback_topic must be a topic name or None, got {feedback_topic!r}")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if backoff_initial < 0 or backoff_max < backoff_initial:
+            raise ValueError("need 0 <= backoff_initial <= backoff_max")
+        if dedup_window is not None and dedup_window < 1:
+            raise ValueError("dedup_window must be at least 1, or None to turn it off")
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be at least 1, got {max_pending}")
+        if metrics_port is not None and not 0 <= metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be 0 to 65535, got {metrics_port}")
+        self.handler = handler
+        self.kafka = KafkaConnection.of(bootstrap)
+        self.bootstrap = self.kafka.bootstrap
+        self.egress_topic = egress_topic
+        self.dlq_topic = dlq_topic
+        self.group_id = group_id
+        self.max_attempts = max_attempts
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.concurrency = concurrency
+        self.max_pending = max_pending
+        self.commit_interval = commit_interval
+        self.drain_timeout = drain_timeout
+        self.stats = WorkerStats()
+        self.metrics = WorkerMetrics(metrics_registry)
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
+        self._metrics_server: MetricsServer | None = None
+        # Both clients report a refused login here; the consumer thread checks it.
+        self._auth = AuthWatch(self.kafka)
+        self._consumer_config = self._watching(
+            {
+                **self.kafka.librdkafka(),
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": int(session_timeout * 1000),
+                **(consumer_config or {}),
+            }
+        )
+        self._producer_config = self._watching(
+            clients.producer_config(self.kafka.librdkafka(), linger_ms=1, overrides=producer_config)
+        )
+        self._feedback = (
+            None
+            if feedback_topic is None
+            else FeedbackWriter(
+                feedback_topic,
+                self._watching(feedback_settings(self.kafka, producer_config)),
+                self.metrics,
+            )
+        )
+        # A coroutine function, or an object whose __call__ is one.
+        self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+            type(handler).__call__
+        )
+        # Consumer-thread state.
+        self._recent = RecentIds(dedup_window) if dedup_window is not None else None
+        self._in_flight_ids: Counter[str] = Counter()
+        self._progress: dict[tuple[str, int], PartitionProgress] = {}
+        # Records handed to the loop whose outcome is not back, by (topic, partition, offset).
+        self._jobs: dict[tuple[str, int, int], Job] = {}
+        self._outstanding = 0  # handed to the loop, outcome not back yet
+        self._paused = False
+        self._completions: queue.SimpleQueue[tuple[Job, Outcome]] = queue.SimpleQueue()
+        self._stopping = threading.Event()
+        self._running = threading.Event()
+        # Event-loop state (created in run).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queues: TenantQueues[Job] = TenantQueues()
+        self._wakeup: asyncio.Event | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._dlq: _KafkaProducer | None = None
+
+    # ----------------------------------------------------------------- public
+
+    def stop(self) -> None:
+        """Ask ``run`` to finish: safe from any thread and from signal handlers."""
+        self._stopping.set()
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._interrupt)
+
+    @property
+    def assignment(self) -> list[tuple[str, int]]:
+        """The (topic, partition) pairs this worker owns now."""
+        return list(self._progress)
+
+    @property
+    def running(self) -> bool:
+        """True once ``run`` has subscribed, until it returns."""
+        return self._running.is_set()
+
+    @property
+    def feedback_topic(self) -> str | None:
+        """Where outcomes are reported, or None when feedback is off."""
+        return None if self._feedback is None else self._feedback.topic
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where ``/metrics`` is served while ``run`` runs (with ``metrics_port``), else None."""
+        server = self._metrics_server
+        return server.url if server is not None else None
+
+    def _watching(self, config: dict[str, Any]) -> dict[str, Any]:
+        """``config`` with an ``error_cb`` that feeds the AuthWatch, then the caller's own."""
+        own = config.get("error_cb")
+
+        def on_error(err: KafkaError) -> None:
+            self._auth(err)
+            if own is not None:
+                own(err)
+
+        return {**config, "error_cb": on_error}
+
+    def run(self) -> None:
+        """Consume until ``stop()``; then finish running handlers, commit and close.
+
+        Caller: the application (or ``fairstream worker``), on one thread.
+        Affects: the group's committed offsets of the egress topic; the dead-letter topic.
+        """
+        if self.metrics_port is not None:
+            self._metrics_server = MetricsServer(
+                self.metrics.registry, self.metrics_host, self.metrics_port
+            )
+            log.info("metrics on %s", self._metrics_server.url)
+        loop = asyncio.new_event_loop()
+        loop_thread = threading.Thread(
+            target=loop.run_forever, name="fairstream-worker-loop", daemon=True
+        )
+        self._loop = loop
+        self._wakeup = asyncio.Event()
+        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="fairstream-handler")
+        self._dlq = _KafkaProducer(self._producer_config)
+        if self._feedback is not None:
+            self._feedback.open()
+        consumer = Consumer(self._consumer_config)
+        loop_thread.start()
+        try:
+            consumer.subscribe(
+                [self.egress_topic],
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
+            self._running.set()
+            if self._stopping.is_set():  # stop() came before the loop existed
+                self.stop()
+            self._consume(consumer)
+        finally:
+            try:
+                self._release(consumer, list(self._progress), commit=True, drain=True)
+                consumer.close()
+            finally:
+                # A dead letter cannot be delivered with refused credentials: do not wait.
+                refused = self._auth.failure is not None
+                self._dlq.flush(0 if refused else 30)
+                if self._feedback is not None:
+                    self._feedback.close(0 if refused else 5)
+                loop.call_soon_threadsafe(loop.stop)
+                loop_thread.join(10)
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                if self._metrics_server is not None:
+                    self._metrics_server.close()
+                    self._metrics_server = None
+                self._running.clear()
+                log.info(
+                    "worker stopped: %d processed, %d dead-lettered, %d duplicates skipped",
+                    self.stats.processed,
+                    self.stats.dead_lettered,
+                    self.stats.duplicates_skipped,
+                )
+
+    # --------------------------------------------------------- consumer thread
+
+    def _consume(self, consumer: Consumer) -> None:
+        next_commit = time.monotonic() + self.commit_interval
+        while not self._stopping.is_set():
+            self._serve()
+            self._apply_backpressure(consumer)
+            for msg in consumer.consume(num_messages=500, timeout=0.1):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    if err.fatal():
+                        raise KafkaException(err)
+                    log.warning("consumer error: %s", err)
+                    continue
+                self._dispatch(msg)
+            self._auth.check()  # librdkafka retries a refused login forever: fail now
+            if time.monotonic() >= next_commit:
+                self._serve()
+                self._commit(consumer, list(self._progress), asynchronous=True)
+                next_commit = time.monotonic() + self.commit_interval
+
+    def _dispatch(self, msg: Message) -> None:
+        """Hand one record to the loop, or resolve it at once as a duplicate."""
+        topic, partition, offset = coordinates(msg)
+        progress = self._progress.get((topic, partition))
+        if progress is None:
+            log.debug("record from unassigned partition %s[%d] ignored", topic, partition)
+            return
+        if not progress.add(offset):
+            return  # fetched again after a pause/resume: already handed out
+        request = request_from_message(msg)
+        job = Job(request, msg.key(), msg.value(), progress)
+        rid = request.request_id
+        self._outstanding += 1
+        self.metrics.fetched(request.tenant)
+        earlier = self._jobs.get((topic, partition, offset))
+        if earlier is not None:
+            # The same record, still running from before its partition was revoked: not a
+            # duplicate yet (that run may fail); the loop decides once it ended.
+            job.predecessor = earlier
+        elif self._recent is not None and (rid in self._recent or rid in self._in_flight_ids):
+            self._resolve(job, Outcome.DUPLICATE)
+            return
+        self._jobs[(topic, partition, offset)] = job
+        self._in_flight_ids[rid] += 1
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._enqueue, job)
+
+    def _serve(self, timeout: float = 0.0) -> None:
+        """Serve dead-letter delivery reports and apply the outcomes the loop sent back;
+        wait up to ``timeout`` s for the first one."""
+        assert self._dlq is not None
+        self._dlq.poll(0)
+        if self._feedback is not None:
+            self._feedback.poll()
+        block = timeout > 0
+        while True:
+            try:
+                if block:
+                    job, outcome = self._completions.get(timeout=timeout)
+                else:
+                    job, outcome = self._completions.get_nowait()
+            except queue.Empty:
+                return
+            block = False
+            self._resolve(job, outcome)
+
+    def _resolve(self, job: Job, outcome: Outcome) -> None:
+        """Apply the outcome of one fetched record: counters, dedup memory, commit position.
+
+        Caller: the consumer thread. Affects: stats, metrics, _jobs, the job's progress.
+        """
+        self._outstanding -= 1
+        request = job.request
+        rid = request.request_id
+        self.metrics.finished(request.tenant)
+        if outcome is not Outcome.DUPLICATE:
+            coordinates = (request.topic, request.partition, request.offset)
+            if self._jobs.get(coordinates) is job:
+                del self._jobs[coordinates]
+            self._in_flight_ids[rid] -= 1
+            if self._in_flight_ids[rid] <= 0:
+                del self._in_flight_ids[rid]
+        stats = self.stats
+        if outcome is Outcome.ABANDONED:
+            stats.abandoned += 1
+            self.metrics.abandoned.inc()
+            job.progress.resolve(request.offset, done=False)
+            return
+        if outcome is Outcome.DONE:
+            stats.processed += 1
+            self.metrics.handled(request.tenant)
+        elif outcome is Outcome.DEAD_LETTERED:
+            stats.dead_lettered += 1
+            self.metrics.dead_lettered(request.tenant, job.reason)
+        else:
+            stats.duplicates_skipped += 1
+            self.metrics.duplicates.inc()
+            if outcome is Outcome.REPEATED:
+                log.info("skipped %s: finished before its partition came back", where(request))
+            else:
+                log.info("skipped duplicate request id %s (%s)", rid, where(request))
+        if self._recent is not None:
+            self._recent.add(rid)
+        job.progress.resolve(job.request.offset, done=True)
+
+    def _apply_backpressure(self, consumer: Consumer) -> None:
+        if self._outstanding >= self.max_pending:
+            # Re-applied every round while over the limit: partitions assigned meanwhile
+            # start unpaused.
+            consumer.pause(consumer.assignment())
+            self._paused = True
+        elif self._paused and self._outstanding <= self.max_pending // 2:
+            consumer.resume(consumer.assignment())
+            self._paused = False
+
+    def _commit(
+        self, consumer: Consumer, tps: Iterable[tuple[str, int]], *, asynchronous: bool
+    ) -> None:
+        offsets: list[TopicPartition] = []
+        for tp in tps:
+            progress = self._progress.get(tp)
+            if progress is None:
+                continue
+            position = progress.commit_position()
+            if position is not None and position != progress.committed:
+                offsets.append(TopicPartition(tp[0], tp[1], position))
+                progress.committed = position
+        if not offsets:
+            return
+        try:
+            # The stubs overload on literal True/False; librdkafka takes any bool.
+            consumer.commit(offsets=offsets, asynchronous=asynchronous)  # type: ignore[call-overload]
+            self.stats.commits += 1
+        except KafkaException as exc:
+            log.warning("commit of %s failed: %s", offsets, exc)
+            for tp_offset in offsets:  # try again next round
+                progress = self._progress.get((tp_offset.topic, tp_offset.partition))
+                if progress is not None:
+                    progress.committed = None
+
+    def _release(
+        self, consumer: Consumer, tps: list[tuple[str, int]], *, commit: bool, drain: bool
+    ) -> None:
+        """Give up partitions: drop their queued records, with ``drain`` wait for their
+        running handlers (up to ``drain_timeout``), commit their done prefix, forget them.
+
+        Without ``drain`` (the rebalance callbacks) nothing waits: handlers still running
+        end on the event loop, their outcomes are applied by ``_serve`` later and commit
+        nothing (the partition is no longer in ``_progress``).
+        Caller: the rebalance callbacks (no drain) and shutdown (drain), on the consumer
+        thread. Affects: _progress, the committed offsets.
+        """
+        releasing = {tp: self._progress[tp] for tp in tps if tp in self._progress}
+        if not releasing:
+            return
+        dropping = set(releasing.values())
+        for progress in releasing.values():
+            progress.live = False
+        assert self._loop is not None
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._purge, dropping)
+        deadline = time.monotonic() + self.drain_timeout
+        while drain and any(p.unresolved for p in releasing.values()):
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "handlers still running after %.0f s; leaving their records to the "
+                    "next owner of %s",
+                    self.drain_timeout,
+                    sorted(releasing),
+                )
+                break
+            self._serve(timeout=0.05)
+        self._serve()  # what finished meanwhile still counts towards the commit
+        if commit:  # a failure (e.g. the group moved on already) is logged by _commit
+            self._commit(consumer, releasing, asynchronous=False)
+        for tp in releasing:
+            del self._progress[tp]
+        self.metrics.assigned.set(len(self._progress))
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for p in partitions:
+            self._progress[(p.topic, p.partition)] = PartitionProgress()
+        self.metrics.assigned.set(len(self._progress))
+        log.info("assigned %s", [(p.topic, p.partition) for p in partitions])
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Returns at once: a callback that waited for slow handlers would hold the whole
+        # group's rebalance, and past max.poll.interval.ms get this member evicted.
+        log.info("revoked %s", [(p.topic, p.partition) for p in partitions])
+        tps = [(p.topic, p.partition) for p in partitions]
+        self._release(consumer, tps, commit=True, drain=False)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.warning("lost %s", [(p.topic, p.partition) for p in partitions])
+        tps = [(p.topic, p.partition) for p in partitions]
+        self._release(consumer, tps, commit=False, drain=False)

@@ -1,0 +1,39 @@
+"""When the worker calls a handler again: exponential backoff after a failure, the API's
+Retry-After after a rate limit, and whether a retry would come after the deadline. Pure.
+"""
+
+from __future__ import annotations
+
+__all__ = ["backoff_delay", "expires_before", "rate_limited_delay"]
+
+
+def rate_limited_delay(
+    retry_after: float | None, consecutive: int, initial: float, maximum: float
+) -> float:
+    """Seconds to wait after the ``consecutive``-th rate-limited call in a row (1-based).
+
+    The API's ``retry_after`` when it gave one above 0; otherwise the usual backoff. A
+    Retry-After of 0 (or an HTTP date already past, as clock skew makes it) counts as none,
+    so that an API answering "0" cannot make the worker call it in a tight loop.
+    """
+    if retry_after is not None and retry_after > 0:
+        return retry_after
+    return backoff_delay(consecutive, initial, maximum)
+
+
+def expires_before(deadline_ms: int | None, now_ms: float, delay: float) -> bool:
+    """True when a request with ``deadline_ms`` would be past it once ``delay`` s passed."""
+    return deadline_ms is not None and now_ms + delay * 1000.0 >= deadline_ms
+
+
+def backoff_delay(attempt: int, initial: float, maximum: float) -> float:
+    """Seconds to wait after failed attempt number ``attempt`` (1-based) before the next one.
+
+    Exponential: ``initial``, ``2 x initial``, ``4 x initial``... capped at ``maximum``.
+    Deterministic on purpose (one worker retries one record at a time per tenant, so there is
+    no herd to spread).
+    """
+    if attempt < 1:
+        raise ValueError(f"attempt counts from 1, got {attempt}")
+    # The exponent is capped so that huge attempt numbers cannot overflow a float.
+    return min(maximum, initial * 2.0 ** min(attempt - 1, 60))
