@@ -38,7 +38,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from fairstream import contract
 from fairstream.cli.demo import p99_by_tenant, plot_dwell, summary_table
 from fairstream.cli.simulate import parse_weights
-from fairstream.config import DEFAULT_EGRESS, KafkaConnection, kafka_options
+from fairstream.config import KafkaConnection, Topics, kafka_options, option_of
 from fairstream.core import backlogged_throughout, busy_periods, percentile, window_fairness
 from fairstream.reference import Arrival, Verdict, fifo_starts, gps_starts, judge
 
@@ -294,14 +294,7 @@ def window_table(windows: list[Window]) -> str:
 
 @click.command("audit")
 @kafka_options
-@click.option(
-    "--egress-topic",
-    envvar="FAIRSTREAM_EGRESS_TOPIC",
-    show_envvar=True,
-    default=DEFAULT_EGRESS,
-    show_default=True,
-    help="The egress topic to audit.",
-)
+@option_of(Topics, "egress", help="The egress topic to audit.")
 @click.option(
     "--since",
     default="1h",

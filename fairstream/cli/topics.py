@@ -5,8 +5,14 @@ from __future__ import annotations
 import click
 
 from fairstream.adapters.admin import TopicError, create_topics
-from fairstream.config import DEFAULT_APP_ID, KafkaConnection, Topics, kafka_options, topic_options
-from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC
+from fairstream.config import (
+    KafkaConnection,
+    Settings,
+    Topics,
+    kafka_options,
+    option_of,
+    topic_options,
+)
 
 
 @click.group("topics")
@@ -35,13 +41,8 @@ def topics() -> None:
     envvar="FAIRSTREAM_REPLICATION_FACTOR",
     show_envvar=True,
 )
-@click.option(
-    "--app-id",
-    default=DEFAULT_APP_ID,
-    show_default=True,
-    envvar="FAIRSTREAM_APP_ID",
-    show_envvar=True,
-    help="The scheduler's app id: names its progress topic <app-id>-progress.",
+@option_of(
+    Settings, "app_id", help="The scheduler's app id: names its progress topic <app-id>-progress."
 )
 @click.option(
     "--ingest-retention-ms",
@@ -54,12 +55,9 @@ def topics() -> None:
     "with -1 nothing buffered expires, and the scheduler deletes what it settled (--trim). "
     "A finite value loses records still buffered when they outlive it.",
 )
-@click.option(
-    "--feedback-topic",
-    default=DEFAULT_FEEDBACK_TOPIC,
-    show_default=True,
-    envvar="FAIRSTREAM_FEEDBACK_TOPIC",
-    show_envvar=True,
+@option_of(
+    Settings,
+    "feedback_topic",
     help="Topic the workers report outcomes to (rate limits, measured cost), with as many "
     "partitions as the egress topic; an empty name creates none.",
 )

@@ -20,6 +20,7 @@ from fairstream.config.kafka import (
 )
 from fairstream.config.options import (
     kafka_options,
+    option_of,
     policy_topic_option,
     scheduler_options,
     settings_from_options,
@@ -56,6 +57,7 @@ __all__ = [
     "Topics",
     "default_data_dir",
     "kafka_options",
+    "option_of",
     "policy_topic_option",
     "scheduler_options",
     "settings_from_options",

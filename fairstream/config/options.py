@@ -101,10 +101,16 @@ def topic_options(f: F) -> F:
     return options_of(Topics)(f)
 
 
+def option_of(cls: type, name: str, help: str | None = None) -> Callable[[F], F]:
+    """The option of setting ``name`` of ``cls`` alone, for a command that takes only it
+    (``help``, when given, says what that command does with it)."""
+    (setting,) = [setting for setting in declared(cls) if setting.field.name == name]
+    return click_option(setting, help)
+
+
 def policy_topic_option(f: F) -> F:
     """``--policy-topic`` alone, for commands that touch only the policy topic."""
-    (policy,) = [setting for setting in declared(Topics) if setting.field.name == "policy"]
-    return click_option(policy, help="Compacted topic of tenant policies.")(f)
+    return option_of(Topics, "policy", help="Compacted topic of tenant policies.")(f)
 
 
 def scheduler_options(f: F) -> F:

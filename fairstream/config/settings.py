@@ -13,6 +13,7 @@ from pathlib import Path
 
 from fairstream.config.kafka import KafkaConnection
 from fairstream.config.setting import SettingsError, check, setting
+from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC
 
 DEFAULT_INGEST = "fairstream.ingest"
 DEFAULT_EGRESS = "fairstream.egress"
@@ -130,7 +131,7 @@ class Settings:
         "reported on the feedback topic). [default: 1% of --rate]",
     )
     feedback_topic: str | None = setting(
-        "fairstream.feedback",
+        DEFAULT_FEEDBACK_TOPIC,
         empty_is_none=True,
         help="Topic the workers report outcomes to: 429s adapt the rate between "
         "--min-rate and --rate, measured costs correct the tenants' shares. An empty "
