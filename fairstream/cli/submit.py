@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 from fairstream import wire
-from fairstream.config import DEFAULT_INGEST, KafkaConnection, kafka_options
+from fairstream.config import KafkaConnection, Topics, kafka_options, option_of
 
 
 def _payloads(payload: str | None, file: Path | None, stdin: bool) -> Iterator[bytes]:
@@ -41,14 +41,7 @@ def _parse_header(text: str) -> tuple[str, str]:
 
 @click.command("submit")
 @kafka_options
-@click.option(
-    "--ingest-topic",
-    envvar="FAIRSTREAM_INGEST_TOPIC",
-    show_envvar=True,
-    default=DEFAULT_INGEST,
-    show_default=True,
-    help="Topic producers write, keyed by tenant.",
-)
+@option_of(Topics, "ingest")
 @click.option("--tenant", "-t", required=True, help="Tenant id (the record key), 1-255 bytes.")
 @click.option(
     "--cost",

@@ -19,8 +19,7 @@ from typing import Any
 
 import click
 
-from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS, KafkaConnection, kafka_options
-from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC
+from fairstream.config import KafkaConnection, Settings, Topics, kafka_options, option_of
 
 
 def load_handler(spec: str) -> Any:
@@ -81,27 +80,13 @@ def _env(name: str) -> dict[str, Any]:
     **_env("WORKER_HANDLER"),
 )
 @kafka_options
-@click.option(
-    "--egress-topic",
-    default=DEFAULT_EGRESS,
-    show_default=True,
-    help="Topic the scheduler emits and the workers read.",
-    **_env("EGRESS_TOPIC"),
-)
-@click.option(
-    "--dlq-topic",
-    default=DEFAULT_DLQ,
-    show_default=True,
-    help="Dead-letter topic for requests whose handler kept failing.",
-    **_env("DLQ_TOPIC"),
-)
-@click.option(
-    "--feedback-topic",
-    default=DEFAULT_FEEDBACK_TOPIC,
-    show_default=True,
+@option_of(Topics, "egress", help="Topic the scheduler emits and the workers read.")
+@option_of(Topics, "dlq", help="Dead-letter topic for requests whose handler kept failing.")
+@option_of(
+    Settings,
+    "feedback_topic",
     help="Topic the worker reports outcomes to (rate limits, reported cost) for the "
     "scheduler; an empty name turns feedback off, as --no-feedback does.",
-    **_env("FEEDBACK_TOPIC"),
 )
 @click.option(
     "--no-feedback",
