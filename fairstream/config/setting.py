@@ -100,9 +100,15 @@ def _is_settings(kind: Any) -> bool:
     return isinstance(kind, type) and dataclasses.is_dataclass(kind)
 
 
+_FIELDS: dict[type, tuple[tuple[dataclasses.Field[Any], Any], ...]] = {}
+
+
 def _fields(cls: type) -> tuple[tuple[dataclasses.Field[Any], Any], ...]:
-    hints = typing.get_type_hints(cls)
-    return tuple((f, hints[f.name]) for f in dataclasses.fields(cls))
+    """The fields of ``cls`` with their resolved types (checked at every construction)."""
+    if cls not in _FIELDS:
+        hints = typing.get_type_hints(cls)
+        _FIELDS[cls] = tuple((f, hints[f.name]) for f in dataclasses.fields(cls))
+    return _FIELDS[cls]
 
 
 def _plain(kind: Any) -> type:
