@@ -21,13 +21,15 @@ from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from fairstream.errors import Error
+
 T = TypeVar("T")
 
 OPTION = "fairstream.option"  # the key of a field's Option in its metadata
 ENV_PREFIX = "FAIRSTREAM_"
 
 
-class SettingsError(ValueError):
+class SettingsError(Error, ValueError):
     """A setting outside its limits, or settings that contradict each other."""
 
 

@@ -15,12 +15,14 @@ import click
 import pytest
 from click.testing import CliRunner
 
+import fairstream
 from fairstream.cli import main
 from fairstream.config import (
     DEFAULT_APP_ID,
     DEFAULT_BOOTSTRAP,
     DEFAULT_WEB_PORT,
     KafkaConnection,
+    KafkaConnectionError,
     Settings,
     SettingsError,
     Topics,
@@ -310,6 +312,12 @@ def test_settings_made_in_python_are_checked_the_same_way(
 ) -> None:
     with pytest.raises(SettingsError, match=message):
         Settings(**fields)
+
+
+def test_settings_errors_are_fairstream_errors_and_value_errors() -> None:
+    assert issubclass(SettingsError, fairstream.Error)
+    assert issubclass(SettingsError, ValueError)
+    assert issubclass(KafkaConnectionError, SettingsError)
 
 
 def test_max_backlog_may_be_unlimited_from_python() -> None:
