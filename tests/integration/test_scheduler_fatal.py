@@ -19,7 +19,7 @@ import pytest
 from fairstream.scheduler.run import SHUTDOWN_TIMEOUT
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
-from tests.integration.test_exactly_once import (
+from tests.integration.exactly_once import (
     LoadProducer,
     all_seen,
     exactly_once_report,
@@ -92,7 +92,7 @@ def test_a_fenced_scheduler_exits_non_zero_with_the_reason(
         wait_until(
             lambda: health() == 503 or not first.alive(),
             90,
-            f"the first scheduler is fenced; its log:\n{first.tail()}",
+            lambda: f"the first scheduler is fenced; its log:\n{first.tail()}",
             interval=0,
         )
         fenced_at = time.monotonic()
@@ -104,7 +104,7 @@ def test_a_fenced_scheduler_exits_non_zero_with_the_reason(
         wait_until(
             first_exited,
             SHUTDOWN_TIMEOUT + EXIT_MARGIN,
-            f"the fenced scheduler exits within its shutdown timeout; log:\n{first.tail()}",
+            lambda: f"the fenced scheduler exits within its shutdown timeout; log:\n{first.tail()}",
             interval=0,
         )
         exit_after = time.monotonic() - fenced_at
@@ -115,7 +115,9 @@ def test_a_fenced_scheduler_exits_non_zero_with_the_reason(
         wait_until(
             lambda: all_seen(egress, expected),
             120,
-            f"every record reaches egress through the second scheduler; log:\n{second.tail()}",
+            lambda: (
+                f"every record reaches egress through the second scheduler; log:\n{second.tail()}"
+            ),
             interval=0,
         )
         assert second.terminate() == 0, second.tail()

@@ -1,0 +1,134 @@
+"""Load and its exactly-once check, shared by the scheduler tests that kill, fence or stop
+schedulers under load (test_exactly_once, test_scheduler_fatal): a paced load producer, a
+backlog, reading a topic to its end once no scheduler writes it, and what egress holds of the
+load (duplicates, missing, unexpected, per-tenant order).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+from confluent_kafka import Message, Producer
+
+from fairstream_dev.harness.kafka import wait_until
+from fairstream_dev.harness.scheduler import TopicReader
+
+END = b"__end-of-test__"  # key of the markers written after the schedulers stopped
+
+
+class LoadProducer:
+    """Writes records for ``tenants`` tenants on a thread until stopped.
+
+    Value ``b"t07:000123"``: tenant t07's 124th record. Idempotent, so a retried send never
+    puts a record twice on the ingest topic. ``expected`` holds what the broker acknowledged.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, tenants: int, per_second: int) -> None:
+        self.topic = topic
+        self.tenants = [b"t%02d" % t for t in range(tenants)]
+        self.ticks_per_second = max(1, per_second // tenants)
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
+        )
+        self.sent: dict[bytes, int] = dict.fromkeys(self.tenants, 0)
+        self.expected: set[bytes] = set()
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="load", daemon=True)
+
+    def _delivered(self, err: object, msg: Message) -> None:
+        if err is not None:
+            self.failed.append(str(err))
+        else:
+            self.expected.add(msg.value())
+
+    def _run(self) -> None:
+        # Paces the load (one record per tenant per tick); not a wait for the system.
+        while not self._stop.wait(1 / self.ticks_per_second):
+            for tenant in self.tenants:
+                value = b"%s:%06d" % (tenant, self.sent[tenant])
+                self.producer.produce(self.topic, value, tenant, on_delivery=self._delivered)
+                self.sent[tenant] += 1
+            self.producer.poll(0)
+
+    def start(self) -> LoadProducer:
+        self._thread.start()
+        return self
+
+    def halt(self) -> None:
+        """Stop writing, without waiting (clean-up after a failure)."""
+        self._stop.set()
+
+    def stop(self) -> set[bytes]:
+        """Stop writing; every record sent is acknowledged. Returns the acknowledged values."""
+        self._stop.set()
+        self._thread.join(30)
+        assert self.producer.flush(60) == 0, "the load producer could not deliver everything"
+        assert not self.failed, f"ingest writes failed: {self.failed[:3]}"
+        assert len(self.expected) == sum(self.sent.values())
+        return self.expected
+
+
+def produce_backlog(bootstrap: str, topic: str, tenants: int, per_tenant: int) -> set[bytes]:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    values: set[bytes] = set()
+    for i in range(per_tenant):
+        for t in range(tenants):
+            value = b"t%02d:%06d" % (t, i)
+            producer.produce(topic, value, b"t%02d" % t)
+            values.add(value)
+    assert producer.flush(60) == 0
+    return values
+
+
+def read_to_end(
+    bootstrap: str, reader: TopicReader, topic: str, partitions: int, timeout: float = 90
+) -> list[Message]:
+    """Everything ``reader`` will ever see of ``topic``, once no scheduler writes it any more.
+
+    Writes a marker to every partition with a plain producer and reads until each marker
+    arrived: a partition is read in order, so whatever was committed before is read too (an
+    open transaction holds the read_committed reader back until it ends). Returns the
+    records without the markers.
+    """
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for partition in range(partitions):
+        producer.produce(topic, b"", END, partition=partition)
+    assert producer.flush(30) == 0
+
+    def all_markers() -> bool:
+        reader.poll()
+        return len({m.partition() for m in reader.messages if m.key() == END}) == partitions
+
+    wait_until(all_markers, timeout, f"end markers read from every partition of {topic}")
+    return [m for m in reader.messages if m.key() != END]
+
+
+def all_seen(reader: TopicReader, expected: set[bytes]) -> bool:
+    reader.poll()
+    return {m.value() for m in reader.messages} >= expected
+
+
+def tenant_sequences(messages: list[Message]) -> dict[bytes, list[int]]:
+    """Each tenant's sequence numbers in the order egress holds them (repeats included)."""
+    sequences: dict[bytes, list[int]] = defaultdict(list)
+    for msg in messages:  # a tenant's records share one egress partition: read in order
+        sequences[msg.key()].append(int(msg.value().split(b":")[1]))
+    return sequences
+
+
+def exactly_once_report(
+    messages: list[Message], expected: set[bytes], sent: dict[bytes, int]
+) -> tuple[int, int, int, list[str]]:
+    """(duplicates, missing, unexpected, tenants out of order)."""
+    values = [m.value() for m in messages]
+    duplicates = len(values) - len(set(values))
+    missing = len(expected - set(values))
+    unexpected = len(set(values) - expected)
+    disorder = [
+        f"{tenant!r}: {sequence[:10]}..."
+        for tenant, sequence in tenant_sequences(messages).items()
+        if sequence != list(range(sent[tenant]))
+    ]
+    return duplicates, missing, unexpected, disorder
