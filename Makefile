@@ -89,7 +89,7 @@ SOAK_ARGS ?=
 
 .PHONY: soak
 soak: install broker-jars
-	$(BIN)/python benchmarks/soak.py --markdown docs/soak.md $(SOAK_ARGS)
+	$(BIN)/python -m benchmarks.soak --markdown docs/soak.md $(SOAK_ARGS)
 
 # Static checks of the Dockerfile, docker-compose.yml and the Helm chart, with no Docker engine
 # or cluster (deploy/check.sh). Builds helm once from the Go module proxy into ~/.cache/fairstream.
