@@ -241,8 +241,10 @@ def test_bad_input_matrix(kafka_bootstrap: str, tmp_path: Path) -> None:
         wait_until(
             all_arrived,
             max(120.0, TENANTS / 1000),
-            f"egress {egress.count} of {to_egress}, dead letters {dlq.count} of {to_dlq}; "
-            f"log:\n{scheduler.tail()}",
+            lambda: (
+                f"egress {egress.count} of {to_egress}, dead letters {dlq.count} of {to_dlq}; "
+                f"log:\n{scheduler.tail()}"
+            ),
             interval=0,
         )
         drained_in = time.monotonic() - started
