@@ -1,5 +1,5 @@
 """Issue 12, "What it must show", on the real broker: the scheduler follows what the paid
-API tells the workers (``tests/integration/paid_api.py`` simulates the API inside the
+API tells the workers (``fairstream_dev.harness.paid_api`` simulates the API inside the
 workers' handlers).
 
 1. A hidden capacity of 300 calls/s behind ``--rate 1000``: goodput reaches 90% of it with
@@ -9,8 +9,9 @@ workers' handlers).
    cost are equal; without (scheduler or worker side off), shares follow record counts.
 3. A tenant-scope rate limit pauses that tenant alone; it resumes afterwards.
 
-Windows are in seconds after the API's first call (the API's own clock); counts are of
-calls the API recorded, or of egress records by their ``fairstream-scheduled-ms``.
+A capacity is per second, so its windows are in seconds after the API's first call (the
+API's own clock); cost shares are over a window of calls counted in the order the API took
+them; a pause is per second too, counted on egress records by ``fairstream-scheduled-ms``.
 """
 
 from __future__ import annotations
@@ -101,7 +102,9 @@ def test_adaptive_rate_finds_a_hidden_capacity_and_follows_its_changes(
 
 COST_RATE = 200
 COSTS = {"light": 1, "heavy": 10}
-COST_WINDOW = (6.0, 18.0)
+# Judged on calls, not seconds: after the first 1,000 (measured costs reach the scheduler and
+# its books settle), the next 1,500.
+COST_CALLS = (1000, 2500)
 
 
 @pytest.mark.parametrize("feedback", ["on", "scheduler-off", "worker-off"])
@@ -118,13 +121,17 @@ def test_measured_cost_makes_shares_follow_real_usage(
         "--rate", str(COST_RATE), "--feedback-topic", topic,
         worker_feedback=feedback != "worker-off",
     ) as loop:  # fmt: skip
-        loop.produce(dict.fromkeys(COSTS, int(COST_RATE * COST_WINDOW[1])))
-        loop.run_until(lambda: api.elapsed() >= COST_WINDOW[1], 60, "the cost window")
+        loop.produce(dict.fromkeys(COSTS, COST_CALLS[1]))  # enough for either to take all
+        loop.run_until(
+            lambda: len(api.calls) >= COST_CALLS[1],
+            60,
+            lambda: f"{COST_CALLS[1]} calls (have {len(api.calls)})",
+        )
         _, body = loop.scheduler.get("/tenants")
     seen = {
         r["tenant"]: (r["cost_declared"], r["cost_reported"]) for r in json.loads(body)["tenants"]
     }
-    calls = [c for c in api.window(*COST_WINDOW) if c.ok]
+    calls = [c for c in api.calls[COST_CALLS[0] : COST_CALLS[1]] if c.ok]
     records = {t: sum(c.tenant == t for c in calls) for t in COSTS}
     cost = {t: records[t] * COSTS[t] for t in COSTS}
     total = sum(cost.values())
@@ -134,7 +141,7 @@ def test_measured_cost_makes_shares_follow_real_usage(
         f"\nmeasured cost, feedback {feedback}: calls {records}, reported cost {cost} "
         f"(shares {', '.join(f'{t} {c / total:.3f}' for t, c in cost.items())}), "
         f"Jain on cost {jain_cost:.3f}, on records {jain_records:.3f} "
-        f"(window {COST_WINDOW[0]:g}-{COST_WINDOW[1]:g} s after the first call); "
+        f"(calls {COST_CALLS[0]} to {COST_CALLS[1]}); "
         f"/tenants declared, reported: {seen}"
     )
     if feedback == "on":
@@ -198,9 +205,13 @@ def test_a_tenant_scope_limit_pauses_that_tenant_alone(
             )
 
         loop.run_until(resumed, 60, "tenant 'limited' limited, then emitted again")
-        # A little more egress after the resumption, to count it.
-        until = time.time() + 1.5
-        loop.run_until(lambda: time.time() >= until, 10, "egress after the resumption")
+        # Egress past the window counted after the resumption (up to +RETRY_AFTER + 1.5 s).
+        counted_until = limited_at[0] + RETRY_AFTER + 1.5
+        loop.run_until(
+            lambda: any(at >= counted_until for at, _ in loop.scheduled()),
+            10,
+            "egress scheduled past the window counted after the resumption",
+        )
     at = limited_at[0]
     # While paused: from when the feedback surely arrived to before the pause can end.
     paused = scheduled_counts(loop, at + 0.5, at + RETRY_AFTER - 0.2)
