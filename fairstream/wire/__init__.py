@@ -69,6 +69,7 @@ from fairstream.wire.rules import (
     request_id_problem,
     tenant_key,
     tenant_problem,
+    utf8_bytes,
 )
 
 __all__ = [
@@ -120,5 +121,6 @@ __all__ = [
     "request_id_problem",
     "tenant_key",
     "tenant_problem",
+    "utf8_bytes",
     "validate_ingest",
 ]

@@ -9,16 +9,8 @@ are left out, counted in ``fairstream-dlq-value-bytes`` and
 
 from __future__ import annotations
 
-from fairstream.wire.records import (
-    DLQ_DETAIL,
-    DLQ_HEADERS_DROPPED,
-    DLQ_OFFSET,
-    DLQ_PARTITION,
-    DLQ_REASON,
-    DLQ_TOPIC,
-    DLQ_VALUE_BYTES,
-    Headers,
-)
+from fairstream.wire import records
+from fairstream.wire.records import Headers
 
 __all__ = [
     "RECORD_OVERHEAD",
@@ -45,13 +37,13 @@ def dead_letter_headers(
     """The original headers, as they were (null values too), plus reason and sentence, and
     the ingest coordinates ``(topic, partition, offset)`` when the record came from there."""
     out: HeaderList = list(headers)
-    out.append((DLQ_REASON, reason.encode()))
-    out.append((DLQ_DETAIL, detail.encode("utf-8")))
+    out.append((records.DLQ_REASON, reason.encode()))
+    out.append((records.DLQ_DETAIL, detail.encode("utf-8")))
     if source is not None:
         topic, partition, offset = source
-        out.append((DLQ_TOPIC, topic.encode("utf-8")))
-        out.append((DLQ_PARTITION, str(partition).encode()))
-        out.append((DLQ_OFFSET, str(offset).encode()))
+        out.append((records.DLQ_TOPIC, topic.encode("utf-8")))
+        out.append((records.DLQ_PARTITION, str(partition).encode()))
+        out.append((records.DLQ_OFFSET, str(offset).encode()))
     return out
 
 
@@ -79,11 +71,11 @@ def fit(
             room -= header_bytes(h)
             kept.append(h)
         dropped = len(headers) - len(ours) - len(kept)
-        headers = [*kept, *ours, (DLQ_HEADERS_DROPPED, str(dropped).encode())]
+        headers = [*kept, *ours, (records.DLQ_HEADERS_DROPPED, str(dropped).encode())]
         total = limit - room + 40
     if value is not None and total + len(value) > limit:
         room = max(0, limit - total - 40)
-        headers = [*headers, (DLQ_VALUE_BYTES, str(len(value)).encode())]
+        headers = [*headers, (records.DLQ_VALUE_BYTES, str(len(value)).encode())]
         value = value[:room] if room else None
     return headers, value
 

@@ -30,6 +30,7 @@ from typing import Final
 
 from fairstream.errors import Error
 from fairstream.wire.records import MAX_COST, MAX_EPOCH_MS, MAX_REQUEST_ID_BYTES, MAX_TENANT_BYTES
+from fairstream.wire.rules import utf8_bytes
 
 __all__ = [
     "DEFAULT_FEEDBACK_TOPIC",
@@ -105,11 +106,9 @@ def _check_text(name: str, value: object, limit: int) -> bytes:
     if not isinstance(value, str):
         raise FeedbackError(f"{name} must be a string, got {type(value).__name__}")
     try:
-        raw = value.encode("utf-8")
-    except UnicodeEncodeError as exc:  # lone surrogates
-        raise FeedbackError(f"{name} is not encodable as UTF-8: {exc}") from None
-    if not 1 <= len(raw) <= limit:
-        raise FeedbackError(f"{name} must be 1 to {limit} UTF-8 bytes, got {len(raw)}")
+        raw = utf8_bytes(name, value, limit)
+    except ValueError as exc:
+        raise FeedbackError(str(exc)) from None
     return raw
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "request_id_problem",
     "tenant_key",
     "tenant_problem",
+    "utf8_bytes",
 ]
 
 
@@ -45,18 +46,22 @@ def tenant_problem(key: bytes) -> str | None:
     return None
 
 
+def utf8_bytes(name: str, text: str, limit: int) -> bytes:
+    """``text`` in UTF-8 when that is 1 to ``limit`` bytes; ValueError (naming it) else."""
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates
+        raise ValueError(f"{name} is not encodable as UTF-8: {exc}") from None
+    if not 1 <= len(raw) <= limit:
+        raise ValueError(f"{name} must be 1 to {limit} UTF-8 bytes, got {len(raw)}")
+    return raw
+
+
 def tenant_key(tenant: str) -> bytes:
     """The record key of ``tenant``; ValueError when the contract refuses it."""
     if not isinstance(tenant, str):
         raise TypeError(f"tenant must be a str, got {type(tenant).__name__}")
-    try:
-        key = tenant.encode("utf-8")
-    except UnicodeEncodeError as exc:  # lone surrogates
-        raise ValueError(f"the tenant id is not encodable as UTF-8: {exc}") from None
-    problem = tenant_problem(key)
-    if problem is not None:
-        raise ValueError(problem)
-    return key
+    return utf8_bytes("the tenant id", tenant, MAX_TENANT_BYTES)
 
 
 # -- costs and request ids ---------------------------------------------------------------

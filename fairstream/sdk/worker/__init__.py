@@ -4,7 +4,8 @@ Modules, by job: ``consumer`` (``Worker``: the consumer thread, commits, rebalan
 ``handling`` (the event loop: handler calls, retries, rate limits, dead letters),
 ``handler`` (``Request``, ``RateLimited``, ``Usage``: what a handler sees, raises, returns),
 ``jobs``, ``tracking`` and ``retry`` (pure bookkeeping), ``feedback`` (the worker's end of
-the feedback topic), ``metrics`` (Prometheus).
+the feedback topic), ``metrics`` (Prometheus). Users import ``Worker``, ``Request``,
+``RateLimited`` and ``Usage`` from ``fairstream``.
 
 Threads: the thread that calls ``run`` owns the confluent-kafka consumer (poll, commit,
 pause, rebalance callbacks) and the dead-letter producer; an event loop in a second thread
@@ -50,59 +51,3 @@ Guarantees:
   dead-lettered and in-flight requests, handler latency, and bounded per-tenant series;
   ``metrics_port`` serves them as ``/metrics`` over HTTP while ``run`` runs.
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
-
-__all__ = [
-    "Handler",
-    "KafkaAuthenticationError",
-    "RateLimited",
-    "Request",
-    "Usage",
-    "Worker",
-    "WorkerMetrics",
-    "WorkerStats",
-    "request_from_message",
-]
-
-# Imported on first use: what handlers raise and return must import without confluent-kafka.
-_LAZY = {
-    "Handler": "fairstream.sdk.worker.handler",
-    "RateLimited": "fairstream.sdk.worker.handler",
-    "Request": "fairstream.sdk.worker.handler",
-    "Usage": "fairstream.sdk.worker.handler",
-    "request_from_message": "fairstream.sdk.worker.handler",
-    "Worker": "fairstream.sdk.worker.consumer",
-    "WorkerMetrics": "fairstream.sdk.worker.metrics",
-    "WorkerStats": "fairstream.sdk.worker.jobs",
-    "KafkaAuthenticationError": "fairstream.adapters.admin",
-}
-
-if TYPE_CHECKING:
-    from fairstream.adapters.admin import KafkaAuthenticationError
-    from fairstream.sdk.worker.consumer import Worker
-    from fairstream.sdk.worker.handler import (
-        Handler,
-        RateLimited,
-        Request,
-        Usage,
-        request_from_message,
-    )
-    from fairstream.sdk.worker.jobs import WorkerStats
-    from fairstream.sdk.worker.metrics import WorkerMetrics
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fairstream.sdk.worker' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])

@@ -246,20 +246,12 @@ class Handling:
                 return Outcome.ABANDONED
 
     def _report(
-        self,
-        request: Request,
-        outcome: Reported,
-        attempt: int,
-        latency: float,
-        *,
-        cost: int | None = None,
-        scope: Scope | None = None,
-        retry_after: float | None = None,
+        self, request: Request, outcome: Reported, attempt: int, latency: float, **details: Any
     ) -> None:
+        """``FeedbackWriter.report`` (``details``: cost, scope, retry_after), when feedback
+        is on."""
         if self._feedback is not None:
-            self._feedback.report(
-                request, outcome, attempt, latency, cost=cost, scope=scope, retry_after=retry_after
-            )
+            self._feedback.report(request, outcome, attempt, latency, **details)
 
     def _produce_dead_letter(self, job: Job, headers: RawHeaders) -> Awaitable[Any]:
         assert self._loop is not None
