@@ -8,6 +8,7 @@ from confluent_kafka import Producer
 
 from fairstream import wire
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
+from tests.integration.exactly_once import read_to_end
 
 
 def test_reference_scenario(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -29,12 +30,16 @@ def test_reference_scenario(kafka_bootstrap: str, tmp_path: Path) -> None:
     scheduler = SchedulerProcess(deployment, tmp_path, *args).start().wait_ready()
     egress = TopicReader(kafka_bootstrap, deployment.topics.egress)
     try:
-        records = egress.read_until(102, timeout=60)
-        egress.poll(1.0)  # anything beyond 102 would be a duplicate
-        records = egress.messages
+        egress.read_until(102, timeout=60)
+        assert scheduler.terminate() == 0, scheduler.tail()
+        # Everything egress will ever hold: anything beyond 102 would be a duplicate.
+        records = read_to_end(
+            kafka_bootstrap, egress, deployment.topics.egress, deployment.partitions
+        )
     finally:
         egress.close()
-        scheduler.terminate()
+        if scheduler.alive():
+            scheduler.kill()
 
     # Departure order: egress has several partitions, so a reader interleaves them; the
     # scheduler stamps each record with the time it scheduled it (stable sort keeps the
