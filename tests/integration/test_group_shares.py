@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Message, Producer
 
-from fairstream import contract
+from fairstream import wire
 from fairstream.core import jain_index
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
@@ -30,7 +30,7 @@ BURST = 20
 
 
 def scheduled_ms(msg: Message) -> int:
-    return int(dict(msg.headers())[contract.SCHEDULED_MS])
+    return int(dict(msg.headers())[wire.SCHEDULED_MS])
 
 
 def start_group(
