@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
 
 from confluent_kafka import Message, Producer
 
@@ -83,16 +85,21 @@ def produce_backlog(bootstrap: str, topic: str, tenants: int, per_tenant: int) -
 
 
 def read_to_end(
-    bootstrap: str, reader: TopicReader, topic: str, partitions: int, timeout: float = 90
+    bootstrap: str,
+    reader: TopicReader,
+    topic: str,
+    partitions: int,
+    timeout: float = 90,
+    config: Mapping[str, Any] | None = None,
 ) -> list[Message]:
     """Everything ``reader`` will ever see of ``topic``, once no scheduler writes it any more.
 
     Writes a marker to every partition with a plain producer and reads until each marker
     arrived: a partition is read in order, so whatever was committed before is read too (an
     open transaction holds the read_committed reader back until it ends). Returns the
-    records without the markers.
+    records without the markers. ``config``: more client settings (e.g. SASL's).
     """
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = Producer({"bootstrap.servers": bootstrap, **(config or {})})
     for partition in range(partitions):
         producer.produce(topic, b"", END, partition=partition)
     assert producer.flush(30) == 0

@@ -30,6 +30,7 @@ from fairstream_dev.harness.scheduler import (
     unique_topics,
 )
 from fairstream_dev.kafka import SCRAM_MECHANISM, BrokerError, DevBroker
+from tests.integration.exactly_once import read_to_end
 
 USER = "fairstream-test"
 PASSWORD = "pw-" + secrets.token_urlsafe(12)
@@ -139,15 +140,26 @@ def test_reference_scenario_with_sasl(
         thread.start()
         wait_until(lambda: len(handled) >= 102, 60, lambda: f"102 handled (have {len(handled)})")
         egress.read_until(102, timeout=30)
-        egress.poll(1.0)  # anything beyond 102 would be a duplicate
+        worker.stop()
+        thread.join(60)
+        assert not thread.is_alive(), "worker did not stop"
+        assert scheduler.terminate() == 0, scheduler.tail()
+        # Everything egress will ever hold: anything beyond 102 would be a duplicate.
+        messages = read_to_end(
+            kafka.bootstrap,
+            egress,
+            deployment.topics.egress,
+            deployment.partitions,
+            config=kafka.librdkafka(),
+        )
     finally:
         worker.stop()
         thread.join(60)
         egress.close()
-        scheduler.terminate()
-    assert not thread.is_alive(), "worker did not stop"
+        if scheduler.alive():
+            scheduler.kill()
 
-    assert len(egress.messages) == 102, f"egress holds {len(egress.messages)} records, not 102"
+    assert len(messages) == 102, f"egress holds {len(messages)} records, not 102"
     records = sorted(handled, key=lambda r: r.scheduled_ms or 0)
     order = [(r.tenant, r.payload) for r in records]
     print("\nfirst departures over SASL:", order[:5])
