@@ -1,9 +1,10 @@
 """``fairstream simulate``: replay an arrival trace through the real scheduling core.
 
 The what-if tool: given who sent what when, how long would each tenant's records wait at a
-given egress rate, burst, weights and quantum? It drives ``FairScheduler`` and
-``EgressLimiter`` with a ``ManualClock``, so a day of traffic replays in seconds and the
-same trace always gives the same answer.
+given egress rate, burst, weights and quantum? It drives the service's own emission rule
+(``fairstream.core.emission``: pacing, ``FairScheduler``'s pick, cost tokens) with a
+``ManualClock``, so a day of traffic replays in seconds and the same trace always gives the
+same answer.
 
 Input, one JSON object per line, sorted by ``t`` (seconds)::
 
@@ -25,7 +26,6 @@ from typing import IO
 import click
 
 from fairstream.core import (
-    EgressLimiter,
     FairScheduler,
     FairShareTracker,
     ManualClock,
@@ -33,6 +33,7 @@ from fairstream.core import (
     jain_index,
     percentile,
 )
+from fairstream.core.emission import EmissionRule, Expire, Wait
 
 __all__ = ["Arrival", "Departure", "parse_trace", "parse_weights", "replay", "simulate"]
 
@@ -190,18 +191,20 @@ def replay(
 ) -> Iterable[Departure]:
     """Yield the departures of ``arrivals`` through the core at ``rate`` records/s.
 
-    Time jumps from event to event: the next arrival, or the moment the egress limiter has a
-    token. Arrivals at or before a departure's time compete for it. ``tracker``, if given,
+    A record departs only when the emission rule answers a pick; when it answers wait, time
+    jumps to the next event: the next arrival, or the end of the wait. Arrivals at or before
+    a departure's time compete for it. ``tracker``, if given,
     is fed backlog and service events for the fairness summary.
     """
     weights = weights or {}
     clock = ManualClock(arrivals[0].t if arrivals else 0.0)
-    limiter = EgressLimiter(clock, rate=rate, burst=burst)
     scheduler: FairScheduler[Arrival] = FairScheduler(clock, quantum=quantum)
     for tenant, weight in weights.items():
         scheduler.set_policy(tenant, TenantPolicy(weight=weight))
+    # The service's rule, with the simulated clock: a record goes only when it says so.
+    rule = EmissionRule(scheduler, clock, rate=rate, burst=burst)
     pending = 0
-    while pending < len(arrivals) or len(scheduler):
+    while pending < len(arrivals) or len(scheduler) or rule.pending is not None:
         now = clock.now()
         while pending < len(arrivals) and arrivals[pending].t <= now:
             arrival = arrivals[pending]
@@ -209,31 +212,24 @@ def replay(
             if tracker is not None:
                 tracker.backlogged(arrival.tenant, weights.get(arrival.tenant, 1.0))
             pending += 1
-        if not len(scheduler):
-            clock.set(arrivals[pending].t)
-            continue
-        wait = limiter.wait_time(1, 1)
-        if wait > 0:
-            due = now + wait
+        step = rule.next()
+        if isinstance(step, Wait):
+            due = now + step.seconds
             if pending < len(arrivals) and arrivals[pending].t < due:
                 clock.set(arrivals[pending].t)  # it may arrive in time to compete
+            elif due == math.inf:
+                break  # nothing will change any more (caps or pause, which the CLI never sets)
             else:
                 # Never stand still: a wait below the clock's resolution still moves it.
                 clock.set(due if due > now else math.nextafter(now, math.inf))
             continue
-        picked = scheduler.pick(now)
-        if picked is None:  # only with caps or pause, which the CLI does not set
-            later = scheduler.next_eligible_in(now)
-            if later is None:
-                break
-            clock.set(now + later if later > 0 else math.nextafter(now, math.inf))
-            continue
-        limiter.try_acquire(1, picked.cost)
+        if isinstance(step, Expire):
+            continue  # trace records have no deadline
         if tracker is not None:
-            tracker.served(picked.tenant, picked.cost)
-            if picked.tenant not in scheduler:
-                tracker.idle(picked.tenant)
-        arrival = picked.item
+            tracker.served(step.tenant, step.cost)
+            if step.tenant not in scheduler:
+                tracker.idle(step.tenant)
+        arrival = step.item
         yield Departure(arrival.id, arrival.tenant, arrival.cost, arrival.t, now)
 
 

@@ -312,6 +312,10 @@ class FairScheduler(Generic[T]):
         """The policy in force for ``tenant``: its own, else the default."""
         return self._policies.get(tenant, self._default)
 
+    def own_policy(self, tenant: str) -> TenantPolicy | None:
+        """``tenant``'s own policy, or None when it follows the default."""
+        return self._policies.get(tenant)
+
     @property
     def default_policy(self) -> TenantPolicy:
         """The policy of every tenant without one of its own."""

@@ -124,9 +124,9 @@ class EgressLimiter:
     send is allowed only when every configured bucket has enough tokens, and then takes
     from all of them together.
 
-    Intended use by the service loop: ``pick`` the next record from the scheduler, then
-    wait ``wait_time(1, pick.cost)`` seconds (on the injected clock) and ``try_acquire``
-    before producing it. Waiting after the pick is what lets the cost limit see the cost.
+    ``fairstream.core.emission.EmissionRule`` is its user: it waits for a record token
+    before picking, then for the picked record's cost tokens. Waiting after the pick is what
+    lets the cost limit see the cost.
     """
 
     __slots__ = ("_clock", "_cost", "_records")
@@ -179,13 +179,15 @@ class EgressLimiter:
         """Cost units that may go back to back, or None when cost is not limited."""
         return None if self._cost is None else self._cost.burst
 
-    def try_acquire(self, records: int = 1, cost: int = 1) -> bool:
-        """Take tokens for ``records`` records of total ``cost`` if all limits allow it now.
+    def try_acquire(self, records: int = 1, cost: int = 1, now: float | None = None) -> bool:
+        """Take tokens for ``records`` records of total ``cost`` if all limits allow it at
+        ``now`` (default: the clock's time).
 
-        Caller: the service loop, before producing a picked record to the egress topic.
+        Caller: the emission rule (``fairstream.core.emission``), before a picked record goes.
         Affects: the tokens of every configured bucket (all or none).
         """
-        now = self._clock.now()
+        if now is None:
+            now = self._clock.now()
         records_bucket, cost_bucket = self._records, self._cost
         if records_bucket is not None and records_bucket.wait_time(records, now) > 0:
             return False
@@ -197,9 +199,11 @@ class EgressLimiter:
             cost_bucket.try_take(cost, now)
         return True
 
-    def wait_time(self, records: int = 1, cost: int = 1) -> float:
-        """Seconds until ``try_acquire(records, cost)`` would succeed; 0.0 if it would now."""
-        now = self._clock.now()
+    def wait_time(self, records: int = 1, cost: int = 1, now: float | None = None) -> float:
+        """Seconds from ``now`` (default: the clock's time) until ``try_acquire(records,
+        cost)`` would succeed; 0.0 if it would now."""
+        if now is None:
+            now = self._clock.now()
         wait = 0.0
         if self._records is not None:
             wait = self._records.wait_time(records, now)

@@ -26,14 +26,15 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, cast
 
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from fairstream import contract
 from fairstream.config import Settings
-from fairstream.core import EgressLimiter, FairScheduler, MonotonicClock, Pick, TenantPolicy
-from fairstream.core.adaptive import TenantPauses
+from fairstream.core import FairScheduler, MonotonicClock, Pick, TenantPolicy
+from fairstream.core.emission import EmissionRule, Expire, Wait
 from fairstream.core.shares import ClassDemand, summarize
 from fairstream.metrics import Metrics
 from fairstream.scheduler import progress as progress_codec
@@ -134,7 +135,17 @@ class Emitter:
         self.clock = MonotonicClock()
         self.policies = Policies(settings, metrics)
         self.core: FairScheduler[Entry] = self.policies.new_core(self.clock)
-        self.limiter = EgressLimiter(self.clock, rate=None)
+        # Pacing, cost tokens, expiry, the hold, tenant pauses and the rate share.
+        self.rule: EmissionRule[Entry] = EmissionRule(
+            self.core,
+            self.clock,
+            rate=settings.rate,
+            burst=settings.effective_burst,
+            cost_rate=settings.cost_rate,
+            deadline=itemgetter(3),
+            on_resume=_resumed,
+        )
+        self._wait = 0.0  # seconds the rule last said to wait
         self.observed = Observed()
         self.progress: dict[int, PartitionProgress] = {}
         self.queues: dict[int, deque[Parsed]] = {}  # the handoff queues of owned partitions
@@ -161,13 +172,11 @@ class Emitter:
             settings.rate is not None or settings.cost_rate is not None
         )
         self._fraction: float | None = None
-        self._lease_until = 0.0
+        if self.group_shares:
+            self.rule.lease(0.0)  # nothing goes before the group has heard our demand
         # Feedback from the paid API (``feedback``): the adapted rate as a fraction of
-        # --rate (applied here when the group does not share by demand), a hold, and
-        # tenants paused by their own upstream quota.
+        # --rate, applied here when the group does not share by demand.
         self._adaptive = 1.0
-        self._hold_until = 0.0
-        self.pauses = TenantPauses()
         self._txn_emitted: dict[str, int] = {}
         self._txn_cost = 0
         self._txn_letters: dict[str, int] = {}
@@ -219,14 +228,10 @@ class Emitter:
             if not self._may_emit(now):
                 self._idle(0.01)
                 continue
-            if self._emit_some(now) == 0 and not handoff.pending(self.queues):
-                # Nothing went out: wait for a token, for a capped tenant's next token, or
-                # for news from the ingest thread, and never past the next commit.
-                wait = self.limiter.wait_time(1, 1)
-                if wait <= 0:
-                    delay = self.core.next_eligible_in() if len(self.core) else None
-                    wait = 0.1 if delay is None else delay
-                self._idle(min(wait, self._next_commit - now, 0.1))
+            if self._emit_some() == 0 and not handoff.pending(self.queues):
+                # Nothing went out: wait as the emission rule says (a token, a capped
+                # tenant's token, a hold) or for news, and never past the next commit.
+                self._idle(min(self._wait, self._next_commit - now, 0.1))
 
     def _idle(self, seconds: float) -> None:
         wake = self.handoff.wake
@@ -235,15 +240,9 @@ class Emitter:
             wake.wait(seconds)
 
     def _may_emit(self, now: float) -> bool:
+        # The hold, the lease of the group share and tenant pauses are the rule's (next).
         if not self.joined or self.rewinding or not self.progress:
             return False
-        if self.group_shares and now >= self._lease_until:
-            return False  # no acknowledged demand report for a while: others may take over
-        if now < self._hold_until:
-            return False  # the paid API asked for a pause (Retry-After)
-        if self.pauses and self.pauses.next_expiry() is not None:
-            for tenant in self.pauses.expire(now):
-                self._restore_policy(tenant)
         return not self._warming or now >= self._warm_until
 
     # -- applying what the ingest thread handed over -----------------------------------------
@@ -345,12 +344,12 @@ class Emitter:
             self._feedback(item)
         elif isinstance(item, AdaptiveChange):
             self._adaptive = item.factor
-            self._hold_until = item.hold_until
+            self.rule.hold(item.hold_until)
             if not self.group_shares:
                 self._apply_rate_share()
         elif isinstance(item, ShareChange):
             self._fraction = item.fraction
-            self._lease_until = item.lease_until
+            self.rule.lease(item.lease_until)
             self._apply_rate_share()
         elif isinstance(item, Heard):
             self._warming.discard(item.partition)
@@ -435,6 +434,11 @@ class Emitter:
                         self.cached -= footprint(entry[4])
                 else:
                     core.push(tenant, entry, entry[5])
+        held = self.rule.pending
+        if held is not None and held.item[0] in gone:
+            self.rule.cancel()
+            if held.item[4] is not None:
+                self.cached -= footprint(held.item[4])
         self.letters = deque(letter for letter in self.letters if letter[1][0] not in gone)
         self._apply_rate_share()
         self.metrics.assigned.set(len(self.progress))
@@ -442,34 +446,15 @@ class Emitter:
     def _apply_rate_share(self) -> None:
         """Take this instance's share of the group rate: by demand, the fraction the group
         thread computed (``group``); with ``--share-by partitions``, in proportion to the
-        ingest partitions owned.
-
-        The buckets are retuned, never replaced, so tokens spent before a change stay
-        spent: repeated rebalances cannot hand out a fresh burst each time.
-        """
+        ingest partitions owned, times the adapted rate. The rule retunes its buckets."""
         if self.group_shares:
             share = self._fraction or 0.0
         else:
             share = len(self.progress) / self.partitions if self.partitions else 0.0
             share *= self._adaptive  # the group shares include the adapted rate already
+        self.rule.set_share(share)
         self.metrics.group_share.set(share)
-        rate, cost_rate = self.settings.rate, self.settings.cost_rate
-        if share == 0:
-            self.metrics.rate_share.set(0)
-            if self.group_shares:
-                # Nothing may go out; the lease check stops emission, the buckets keep
-                # what they had (their rate can only be positive).
-                self.limiter.set_rate(
-                    None if rate is None else rate * 1e-6,
-                    burst=1.0,
-                    cost_rate=None if cost_rate is None else cost_rate * 1e-6,
-                )
-            return
-        self.limiter.set_rate(
-            None if rate is None else rate * share,
-            burst=max(1.0, self.settings.effective_burst * share),
-            cost_rate=None if cost_rate is None else cost_rate * share,
-        )
+        rate = self.settings.rate
         self.metrics.rate_share.set(0 if rate is None else rate * share)
 
     def _feedback(self, batch: FeedbackBatch) -> None:
@@ -481,22 +466,13 @@ class Emitter:
                 core.charge(tenant, cost - declared)
         now = time.monotonic()
         for tenant, seconds in batch.pauses:
-            if self.pauses.pause(tenant, seconds, now):
-                self.set_policy(tenant, self.policies.by_tenant.get(tenant))
+            if self.rule.pause(tenant, seconds, now):
                 log.info("tenant %r paused for %.1f s (its upstream quota)", tenant, seconds)
 
     def set_policy(self, tenant: str, policy: TenantPolicy | None) -> None:
         """Set ``tenant``'s policy in the core, paused while its upstream quota says so.
-        Caller: ``Policies.apply`` and the feedback."""
-        if tenant in self.pauses:
-            base = policy if policy is not None else self.core.default_policy
-            self.core.set_policy(tenant, base.replace(paused=True))
-        else:
-            self.core.set_policy(tenant, policy)
-
-    def _restore_policy(self, tenant: str) -> None:
-        self.set_policy(tenant, self.policies.by_tenant.get(tenant))
-        log.info("tenant %r resumed after its upstream quota's pause", tenant)
+        Caller: ``Policies.apply``."""
+        self.rule.set_policy(tenant, policy)
 
     def demand(self) -> tuple[dict[int, ClassDemand], tuple[int, ...]]:
         """This instance's demand for the group thread: per class, the backlogged unpaused
@@ -511,29 +487,40 @@ class Emitter:
 
     # -- emission ----------------------------------------------------------------------------
 
-    def _emit_some(self, now: float) -> int:
-        """Pick and produce up to EMIT_BATCH records the rate allows; how many were picked."""
-        core, limiter = self.core, self.limiter
+    def _emit_some(self) -> int:
+        """Send up to EMIT_BATCH records as the emission rule decides; how many it picked
+        (sent or expired). When it says wait, ``self._wait`` tells how long."""
+        decide, emit = self.rule.next, self._emit
+        max_records = self.settings.max_in_flight
         picked = 0
         for _ in range(EMIT_BATCH):
-            # Wait for a record token before deciding who goes: a decision taken early would
-            # pass over tenants that become active while it waits.
-            if limiter.wait_time(1, 1) > 0:
-                break
-            pick = core.pick()
-            if pick is None:
-                break
+            stamp = time.time_ns() // 1_000_000  # for the deadline, and the scheduled-ms header
+            step = decide(stamp)
+            if type(step) is not Pick:
+                if type(step) is Wait:
+                    self._wait = step.seconds
+                    break
+                picked += 1
+                self._expire(step, stamp)  # type: ignore[arg-type]  # an Expire here
+                continue
             picked += 1
-            self._emit(pick)
+            emit(step, stamp)
             if picked % 128 == 0:
                 self.txn.producer.poll(0)  # serve delivery reports: a short librdkafka queue
-            if self.txn.records >= self.settings.max_in_flight:
+            if self.txn.records >= max_records:
                 break
         return picked
 
-    def _emit(self, pick: Pick[Entry]) -> None:
+    def _expire(self, step: Expire[Entry], stamp: int) -> None:
+        tenant, entry, _ = step
+        if entry[4] is not None:
+            self.cached -= footprint(entry[4])
+        detail = expired_detail(tenant, entry[3] or 0, stamp, buffered=True)
+        self.letters.append((tenant, entry, contract.EXPIRED, detail))
+
+    def _emit(self, pick: Pick[Entry], stamp: int) -> None:
         tenant, entry, cost = pick
-        partition, offset, enqueued, deadline, msg, _ = entry
+        partition, offset, enqueued, _, msg, _ = entry
         if msg is not None:
             self.cached -= footprint(msg)
         else:
@@ -542,15 +529,6 @@ class Emitter:
             if msg is None:
                 self.letters.append((tenant, entry, contract.LOST, lost_detail(partition, offset)))
                 return
-        stamp = time.time_ns() // 1_000_000
-        if deadline is not None and stamp > deadline:
-            detail = expired_detail(tenant, deadline, stamp, buffered=True)
-            self.letters.append((tenant, _held(entry, msg), contract.EXPIRED, detail))
-            return
-        # A cost limit can only be checked once the record (its cost) is known.
-        limiter = self.limiter
-        while not limiter.try_acquire(1, cost):
-            time.sleep(max(limiter.wait_time(1, cost), 0.0005))
         key, value, original = msg.key(), msg.value(), msg.headers()
         headers: HeaderList
         size = len(key or b"") + len(value or b"") + RECORD_OVERHEAD
@@ -705,6 +683,7 @@ class Emitter:
         self._committed_marks = {}
         self.letters = deque()
         self.core = self.policies.new_core(self.clock)
+        self.rule.replace_core(self.core)
         self.cached = 0
         self._warming = set()
         self._request_rewind()
@@ -713,6 +692,10 @@ class Emitter:
         """Dead-letter ``tenant``'s buffered records enqueued up to ``before_ms``.
         Caller: ``Policies.apply``; records read later are checked in ``_apply``."""
         kept = 0
+        held = self.rule.pending
+        if held is not None and held.tenant == tenant and held.item[2] <= before_ms:
+            self.rule.cancel()
+            self.core.push(tenant, held.item, held.cost)  # dead-lettered just below
         for entry in self.core.remove_tenant(tenant):
             if entry[2] > before_ms:
                 self.core.push(tenant, entry, entry[5])
@@ -734,11 +717,15 @@ class Emitter:
             limit,
             ready=self.ready,
             partitions=sorted(self.progress),
-            rate_limit=self.limiter.rate,
+            rate_limit=self.rule.rate,
         )
 
     def policy_of(self, tenant: str) -> TenantPolicy:
         return self.core.policy(tenant)
+
+
+def _resumed(tenant: str) -> None:
+    log.info("tenant %r resumed after its upstream quota's pause", tenant)
 
 
 def _held(entry: Entry, msg: Message) -> Entry:

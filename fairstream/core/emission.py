@@ -1,0 +1,322 @@
+"""The emission rule: when the next record may go, which one, and what it costs.
+
+``EmissionRule`` answers one question, "what next?", for whoever drives it (the service's
+emitter thread, the ``simulate`` command, tests):
+
+- a ``Pick`` (tenant, item, cost): send ``item`` now; its record and cost tokens are taken;
+- an ``Expire`` (tenant, item, cost): ``item`` was picked but its deadline has passed: do
+  not send it (the service dead-letters it), no tokens are taken;
+- a ``Wait`` (seconds): nothing may go for that long; ``math.inf`` when nothing will until
+  something changes (a push, a policy, a share, a lease).
+
+How the answer is made, in order:
+
+1. Hold: after the paid API asked for a pause (Retry-After, ``hold``), nothing goes.
+2. Lease: a rule given a lease (``lease``) sends nothing once it has run out (the group's
+   demand exchange has not confirmed this instance's share for a while).
+3. Tenant pauses whose time is up end: the tenant gets its own policy back.
+4. Pacing: wait for a record token *before* deciding who goes. A decision taken early
+   would pass over tenants that become backlogged while it waits.
+5. Pick: ``FairScheduler.pick`` (weighted DRR, classes, per-tenant caps).
+6. Expiry at emit time: a picked item whose deadline (``deadline(item)``, epoch ms) is
+   before ``now_ms`` is answered ``Expire``.
+7. Cost tokens: only a picked record's cost is known, so its cost tokens are taken after
+   the pick. When they are short, the pick is held and the answer is ``Wait``; the next
+   calls answer for the held pick first (no other tenant overtakes it).
+
+The rate share: an instance sends its ``share`` of the group rate (``set_share``). The
+limiter's buckets are retuned, never replaced, so tokens spent before a change stay spent:
+repeated rebalances cannot hand out a fresh burst each time.
+
+Pure: no Kafka, no threads, no I/O; time comes from the injected ``Clock`` (buckets, holds,
+pauses) and from the caller (``now_ms``, the wall clock deadlines are written in).
+Not thread-safe: one owner calls every method.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Final, Generic, NamedTuple, TypeVar
+
+from fairstream.core.adaptive import TenantPauses
+from fairstream.core.clock import Clock
+from fairstream.core.deficit import FairScheduler
+from fairstream.core.ratelimit import EgressLimiter
+from fairstream.core.rings import Pick
+from fairstream.core.tenant import TenantPolicy
+
+__all__ = ["EmissionRule", "Expire", "Wait"]
+
+T = TypeVar("T")
+
+# A share of zero still needs a positive rate for the buckets: this fraction of the group
+# rate, which in practice sends nothing and keeps the tokens the buckets hold.
+_NO_SHARE: Final = 1e-6
+
+
+class Expire(NamedTuple, Generic[T]):
+    """``item`` of ``tenant`` was picked after its deadline: it must not be sent."""
+
+    tenant: str
+    item: T
+    cost: int
+
+
+class Wait(NamedTuple):
+    """Nothing may be sent for ``seconds`` (``math.inf``: until something changes)."""
+
+    seconds: float
+
+
+WAIT_FOR_NEWS: Final = Wait(math.inf)
+
+
+class EmissionRule(Generic[T]):
+    """Pace, pick, expire, cost tokens, hold, tenant pauses and the rate share, over one
+    ``FairScheduler`` (see the module docstring for the order of the checks).
+
+    ``rate`` and ``cost_rate`` are the rates of the whole group (None: unlimited), ``burst``
+    and ``cost_burst`` its bursts (``cost_burst`` defaults to one second of ``cost_rate``);
+    this rule sends ``share`` of them (1 until ``set_share``). ``deadline`` tells an item's
+    deadline in epoch ms (None: it has none); without it nothing expires. ``on_resume`` is
+    told each tenant whose pause has ended (for a log line).
+    """
+
+    __slots__ = (
+        "_alarm",
+        "_base",
+        "_burst",
+        "_clock",
+        "_cost_burst",
+        "_cost_rate",
+        "_deadline",
+        "_hold_until",
+        "_lease_until",
+        "_limited",
+        "_limiter",
+        "_next_resume",
+        "_now",
+        "_on_resume",
+        "_pending",
+        "_rate",
+        "_share",
+        "core",
+        "pauses",
+    )
+
+    def __init__(
+        self,
+        core: FairScheduler[T],
+        clock: Clock,
+        *,
+        rate: float | None = None,
+        burst: float = 1.0,
+        cost_rate: float | None = None,
+        cost_burst: float | None = None,
+        deadline: Callable[[T], int | None] | None = None,
+        max_pause: float = 300.0,
+        on_resume: Callable[[str], None] | None = None,
+    ) -> None:
+        self.core = core
+        self._clock = clock
+        self._now = clock.now
+        self._rate = rate
+        self._burst = float(burst)
+        self._cost_rate = cost_rate
+        if cost_burst is None:
+            cost_burst = max(1.0, float(cost_rate)) if cost_rate is not None else 1.0
+        self._cost_burst = float(cost_burst)
+        self._limiter = EgressLimiter(clock, rate, burst, cost_rate, cost_burst)
+        self._limited = rate is not None or cost_rate is not None
+        self._share = 1.0
+        self._deadline = deadline
+        self._hold_until = -math.inf
+        self._lease_until = math.inf
+        self.pauses = TenantPauses(max_pause)
+        self._next_resume = math.inf  # when the earliest tenant pause ends
+        self._alarm = math.inf  # the earlier of the lease's end and the next resume
+        self._base: dict[str, TenantPolicy | None] = {}  # paused tenants' own policies
+        self._pending: Pick[T] | None = None  # picked, waiting for its cost tokens
+        self._on_resume = on_resume
+
+    # -- the decision ------------------------------------------------------------------------
+
+    def next(self, now_ms: int = 0) -> Pick[T] | Expire[T] | Wait:
+        """What to do now: send a ``Pick``, drop an ``Expire``, or ``Wait``.
+
+        ``now_ms`` is the wall-clock time in epoch ms that deadlines are compared with
+        (the caller stamps the record it sends with the same value).
+
+        Caller: the emitter loop, and ``simulate``, once per record.
+        Affects: the core (a pick), the limiter's tokens, the held pick, ended pauses.
+        """
+        # The per-record path of the service: flat, local names, no allocation on a send.
+        now = self._now()
+        if now < self._hold_until:
+            return Wait(self._hold_until - now)
+        if now >= self._alarm:  # a lease ran out, or a tenant pause ended
+            if now >= self._lease_until:
+                return WAIT_FOR_NEWS
+            self._resume(now)
+        pick = self._pending
+        limiter = self._limiter if self._limited else None
+        if pick is None:
+            if limiter is not None:
+                wait = limiter.wait_time(1, 1, now)
+                if wait > 0:
+                    return Wait(wait)
+            core = self.core
+            pick = core.pick(now)
+            if pick is None:
+                later = core.next_eligible_in(now) if len(core) else None
+                return WAIT_FOR_NEWS if later is None else Wait(later)
+        else:
+            self._pending = None
+        deadline_of = self._deadline
+        if deadline_of is not None:
+            deadline = deadline_of(pick[1])
+            if deadline is not None and now_ms > deadline:
+                return Expire(*pick)
+        if limiter is None or limiter.try_acquire(1, pick[2], now):
+            return pick
+        self._pending = pick
+        return Wait(limiter.wait_time(1, pick[2], now))
+
+    @property
+    def pending(self) -> Pick[T] | None:
+        """The pick held for its cost tokens, if any: no longer in the core, not yet sent."""
+        return self._pending
+
+    def cancel(self) -> Pick[T] | None:
+        """Forget the held pick (its partition went away, it was purged) and return it.
+
+        Caller: the service, when the records a pick stands for are no longer its own.
+        Affects: the held pick.
+        """
+        pick, self._pending = self._pending, None
+        return pick
+
+    def replace_core(self, core: FairScheduler[T]) -> None:
+        """Drive ``core`` from now on (the service rebuilt it): the held pick is forgotten,
+        tenants still paused are paused in the new core too.
+
+        Caller: the service, after a rewind. Affects: the core, the held pick.
+        """
+        self.core = core
+        self._pending = None
+        for tenant in self._base:
+            self._base[tenant] = core.own_policy(tenant)
+            self._set_paused(tenant)
+
+    # -- hold, lease and the rate share --------------------------------------------------------
+
+    def hold(self, until: float) -> None:
+        """Send nothing before ``until`` (clock time): the paid API asked for a pause.
+
+        Caller: the service, on the adaptive rate's Retry-After hold. Affects: the hold.
+        """
+        self._hold_until = until
+
+    def lease(self, until: float) -> None:
+        """Send nothing from ``until`` (clock time) on, unless the lease is renewed.
+
+        Caller: the service, each time the group acknowledges this instance's demand.
+        Affects: the lease.
+        """
+        self._lease_until = until
+        self._alarm = min(until, self._next_resume)
+
+    @property
+    def rate(self) -> float | None:
+        """Records per second this rule sends at most now (its share of the group's), or
+        None when records are not limited."""
+        return self._limiter.rate
+
+    @property
+    def cost_rate(self) -> float | None:
+        """Cost units per second this rule sends at most now, or None when not limited."""
+        return self._limiter.cost_rate
+
+    @property
+    def share(self) -> float:
+        """The fraction of the group's rate this rule sends."""
+        return self._share
+
+    def set_share(self, share: float) -> None:
+        """Send ``share`` (0 to 1, or above for an over-committed instance) of the group rate
+        and burst from now on. Tokens spent stay spent; a smaller burst trims the buckets.
+
+        Caller: the service, on a rebalance, a new group share or a new adaptive rate.
+        Affects: the limiter's rates and bursts.
+        """
+        if isinstance(share, bool) or not isinstance(share, int | float):
+            raise ValueError(f"share must be a number, got {share!r}")
+        if not math.isfinite(share) or share < 0:
+            raise ValueError(f"share must be a finite number >= 0, got {share!r}")
+        self._share = float(share)
+        rate, cost_rate = self._rate, self._cost_rate
+        if share == 0:
+            scale, burst, cost_burst = _NO_SHARE, 1.0, 1.0
+        else:
+            scale = share
+            burst = max(1.0, self._burst * share)
+            cost_burst = max(1.0, self._cost_burst * share)
+        self._limiter.set_rate(
+            None if rate is None else rate * scale,
+            burst=burst,
+            cost_rate=None if cost_rate is None else cost_rate * scale,
+            cost_burst=cost_burst,
+        )
+
+    # -- tenant pauses -------------------------------------------------------------------------
+
+    def pause(self, tenant: str, seconds: float, now: float | None = None) -> bool:
+        """Pause ``tenant`` for ``seconds`` (its own upstream quota pushed back); True when
+        that pauses it longer than before. Its backlog stays; its policy comes back after.
+
+        Caller: the service, on the feedback's tenant-scope rate limits.
+        Affects: the pauses; the tenant's policy in the core (paused).
+        """
+        if now is None:
+            now = self._clock.now()
+        if not self.pauses.pause(tenant, seconds, now):
+            return False
+        if tenant not in self._base:
+            self._base[tenant] = self.core.own_policy(tenant)
+            self._set_paused(tenant)
+        self._next_resume = self._earliest_resume()
+        self._alarm = min(self._lease_until, self._next_resume)
+        return True
+
+    def set_policy(self, tenant: str, policy: TenantPolicy | None) -> None:
+        """Give ``tenant`` its own ``policy`` (None: the default) in the core; a tenant
+        paused by its upstream quota stays paused and gets ``policy`` when the pause ends.
+
+        Caller: the service, for each policy record. Affects: the core's policy of tenant.
+        """
+        if tenant in self._base:
+            self._base[tenant] = policy
+            self._set_paused(tenant)
+        else:
+            self.core.set_policy(tenant, policy)
+
+    def _set_paused(self, tenant: str) -> None:
+        core = self.core
+        base = self._base[tenant]
+        core.set_policy(
+            tenant, (core.default_policy if base is None else base).replace(paused=True)
+        )
+
+    def _resume(self, now: float) -> None:
+        for tenant in self.pauses.expire(now):
+            if tenant in self._base:
+                self.core.set_policy(tenant, self._base.pop(tenant))
+                if self._on_resume is not None:
+                    self._on_resume(tenant)
+        self._next_resume = self._earliest_resume()
+        self._alarm = min(self._lease_until, self._next_resume)
+
+    def _earliest_resume(self) -> float:
+        expiry = self.pauses.next_expiry()
+        return math.inf if expiry is None else expiry
