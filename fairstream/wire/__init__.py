@@ -5,6 +5,7 @@ egress, dead-letter, feedback and policy records. No Kafka client, no I/O.
 - ``rules``: the tenant-id, cost, request-id, integer-header and deadline rules, ``now_ms``;
 - ``ingest``: validating an ingest record, building one's headers;
 - ``dead_letter``: a dead letter's headers, cut to fit the topic, its sentences;
+- ``partition``: which ingest partition a tenant lands on (Kafka's murmur2; by name);
 - ``feedback``: the workers' feedback records and their Avro codec (import it by name);
 - ``policy`` and ``canonical``: the policy topic's Avro codec and schema fingerprints
   (import them by name: they load the ``avro`` library).

@@ -1,6 +1,6 @@
 """The worker's side of issue 12 on a real broker: RateLimited retries without using up
 attempts, Usage is reported, and every outcome lands on the feedback topic as the contract
-says (``fairstream.feedback``); feedback_topic=None publishes nothing; garbage on the
+says (``fairstream.wire.feedback``); feedback_topic=None publishes nothing; garbage on the
 feedback topic decodes to FeedbackError; ``fairstream topics create`` makes the topic.
 
 Records are written straight to a fresh egress topic with a plain producer (no scheduler).
