@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from fairstream.core.deficit import FairScheduler
 
 MAX_CAPPED = 64  # capped tenants reported one by one per class; the rest are summed
 
@@ -42,6 +45,16 @@ class ClassDemand:
 
 
 Demand = Mapping[int, ClassDemand]  # priority class -> demand
+
+
+def backlogged_demand(core: FairScheduler[Any]) -> dict[int, ClassDemand]:
+    """The demand of ``core``'s backlogged, unpaused tenants (O(backlogged tenants))."""
+    tenants = []
+    for tenant in core.tenants():
+        policy = core.policy(tenant)
+        if not policy.paused:
+            tenants.append((policy.priority, policy.weight, policy.rate_cap))
+    return summarize(tenants)
 
 
 def summarize(tenants: list[tuple[int, float, float | None]]) -> dict[int, ClassDemand]:

@@ -5,8 +5,10 @@ transactional producer, so none of them needs a lock. Its loop:
 
 1. applies what the ingest thread handed over, in order: parsed records (indexed in the
    core, or dead-lettered), assignments, revocations, policy changes;
-2. paces with the token buckets, asks the core which tenant goes next, and produces that
-   record to egress inside the open transaction (dead letters likewise to the DLQ);
+2. asks the emission rule (``fairstream.core.emission``: pacing, the fair pick, cost
+   tokens, expiry, the hold and the rate share) what next, and produces the record it picks
+   to egress inside the open transaction (``egress`` builds it; dead letters likewise to
+   the DLQ); ``backlog`` indexes what is handed over;
 3. every ``--commit-interval`` (or after ``--max-in-flight`` records) commits: the egress
    records, a progress record for each partition with settled ranges above its mark, and
    the marks as the group's offsets, with the group metadata of the member that owns them.
@@ -21,23 +23,23 @@ from the committed marks (``rewind``). Payloads are held in memory up to
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any
 
 from confluent_kafka import KafkaException, Message, TopicPartition
 
-from fairstream import contract
+from fairstream import wire
 from fairstream.config import Settings
 from fairstream.core import FairScheduler, MonotonicClock, Pick, TenantPolicy
 from fairstream.core.emission import EmissionRule, Expire, Wait
-from fairstream.core.shares import ClassDemand, summarize
+from fairstream.core.shares import ClassDemand, backlogged_demand
 from fairstream.metrics import Metrics
+from fairstream.scheduler import backlog
 from fairstream.scheduler import progress as progress_codec
+from fairstream.scheduler.egress import Limits, Stamper, dead_letter, footprint
 from fairstream.scheduler.feedback import AdaptiveChange, FeedbackBatch
 from fairstream.scheduler.fetch import PayloadFetcher
 from fairstream.scheduler.group import ShareChange
@@ -51,57 +53,24 @@ from fairstream.scheduler.handoff import (
     Revoke,
     Stop,
 )
-from fairstream.scheduler.letters import (
-    RECORD_OVERHEAD,
-    HeaderList,
-    expired_detail,
-    fit,
-    lost_detail,
-    purge_detail,
-)
 from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.policies import Policies
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recovery import progress_topic
 from fairstream.scheduler.transaction import Aborted, FatalError, Transaction
+from fairstream.wire.dead_letter import expired_detail, lost_detail
+
+__all__ = ["Emitter", "Entry", "Limits"]  # Limits: fairstream.scheduler.egress's
 
 log = logging.getLogger("fairstream.emitter")
 
 # (partition, offset, enqueued_ms, deadline_ms, message or None (read back), cost)
 Entry = tuple[int, int, int, int | None, Message | None, int]
 
-STAMPED = frozenset({contract.TENANT, contract.ENQUEUED_MS, contract.SCHEDULED_MS})
 APPLY_BATCH = 4096  # handed-over items applied between two rounds of emission
 EMIT_BATCH = 256  # picks between two looks at the handoff queue
 WARM_UP = 1.0  # seconds emission may wait for every new partition's first fetch
 RENEW_EVERY = 60.0  # seconds: a broken producer is replaced at most this often
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Bytes a record may have on the egress and dead-letter topics (max.message.bytes)."""
-
-    egress: int = 1_048_588
-    dlq: int = 1_048_588
-
-
-def footprint(msg: Message) -> int:
-    """Memory a held payload costs, roughly: the value (``len(msg)``), the key (at most 255
-    bytes), the objects, and the headers when there are some."""
-    headers = msg.headers()
-    size = 456 + len(msg)
-    if headers:
-        size += 64 * len(headers) + sum(len(v) for _, v in _headers(msg) if v)
-    return size
-
-
-def _headers(msg: Message) -> list[tuple[str, bytes | None]]:
-    # confluent-kafka gives a record's headers as a list of (str, bytes | None) pairs.
-    return cast("HeaderList", msg.headers() or [])
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Emitter:
@@ -165,7 +134,7 @@ class Emitter:
         self.joined = False
         self.rewinding = False
         self.stopped = False
-        self._warming: set[int] = set()
+        self.warming: set[int] = set()
         self._warm_until = 0.0
         # Group-wide shares (--share-by demand): set by ShareChange from the group thread.
         self.group_shares = settings.share_by == "demand" and (
@@ -185,7 +154,7 @@ class Emitter:
         self._seq = 0
         self._token_prefix = transactional_id
         self._next_commit = 0.0
-        self._id_prefixes: dict[int, bytes] = {}
+        self.stamper = Stamper(self.ingest_topic, limits.egress)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -243,97 +212,13 @@ class Emitter:
         # The hold, the lease of the group share and tenant pauses are the rule's (next).
         if not self.joined or self.rewinding or not self.progress:
             return False
-        return not self._warming or now >= self._warm_until
+        return not self.warming or now >= self._warm_until
 
     # -- applying what the ingest thread handed over -----------------------------------------
 
-    def _apply(self, records: list[Parsed]) -> None:  # noqa: PLR0915 (flat hot path)
+    def _apply(self, records: list[Parsed]) -> None:
         """Index handed-over records in the core, or turn them into dead letters."""
-        progress = self.progress
-        core = self.core
-        letters = self.letters
-        budget = self.budget
-        warming = self._warming
-        pushed = 0
-        now = now_ms()
-        purges = self.policies.purges
-        if self.rewinding:
-            return
-        # Room left in each tenant's backlog (records, cost) under its policy: worked out
-        # once per batch, then counted down, instead of an admission decision per record.
-        room: dict[str, list[float]] = {}
-        cached = self.cached
-        for item in records:
-            partition, offset, tenant, cost, deadline, enqueued, msg, invalid = item
-            prog = progress.get(partition)
-            if prog is None or offset < prog.next:
-                continue  # not ours (any more), or already seen
-            if warming:
-                warming.discard(partition)
-            if offset < prog.replay_end and prog.recovered(offset):
-                prog.observe(offset)  # settled before the restart
-                continue
-            if offset == prog.next:
-                prog.next = offset + 1
-            else:
-                prog.observe(offset)  # a gap first (transaction markers, aborted records)
-            if invalid is not None or tenant is None:  # the ingest thread sets one of them
-                entry: Entry = (partition, offset, enqueued, None, msg, 1)
-                reason = invalid.reason if invalid else contract.INVALID_KEY
-                letters.append((None, entry, reason, invalid.detail if invalid else ""))
-                continue
-            if deadline is not None or purges:
-                refused = self._refused(tenant, deadline, enqueued, now)
-                if refused is not None:
-                    entry = (partition, offset, enqueued, deadline, msg, cost)
-                    letters.append((tenant, entry, *refused))
-                    continue
-            left = room.get(tenant)
-            if left is None:
-                left = room[tenant] = self._room(tenant)
-            if left[0] < 1 or left[1] < cost:
-                decision = core.admit(tenant, cost)  # the exact reason and sentence
-                letters.append(
-                    (
-                        tenant,
-                        (partition, offset, enqueued, deadline, msg, cost),
-                        decision.reason or contract.BACKLOG_FULL,
-                        decision.detail or "",
-                    )
-                )
-                continue
-            left[0] -= 1
-            left[1] -= cost
-            size = footprint(msg)
-            if cached + size <= budget:
-                cached += size
-                core.push(tenant, (partition, offset, enqueued, deadline, msg, cost), cost)
-            else:
-                core.push(tenant, (partition, offset, enqueued, deadline, None, cost), cost)
-            pushed += 1
-        self.cached = cached
-        if pushed:
-            self.metrics.ingested.inc(pushed)
-
-    def _refused(
-        self, tenant: str, deadline: int | None, enqueued: int, now: int
-    ) -> tuple[str, str] | None:
-        """Why a record is dead-lettered as it is read (expired, purged), if it is."""
-        if deadline is not None and now > deadline:
-            return contract.EXPIRED, expired_detail(tenant, deadline, now, buffered=False)
-        before = self.policies.purges.get(tenant)
-        if before is not None and enqueued <= before:
-            return contract.PURGED, purge_detail(tenant, before)
-        return None
-
-    def _room(self, tenant: str) -> list[float]:
-        """Records and cost ``tenant`` may still add to its backlog under its policy."""
-        policy = self.core.policy(tenant)
-        records, cost = self.core.backlog(tenant)
-        return [
-            math.inf if policy.max_backlog is None else policy.max_backlog - records,
-            math.inf if policy.max_backlog_cost is None else policy.max_backlog_cost - cost,
-        ]
+        backlog.index(self, records)
 
     def _control(self, item: Any) -> bool:
         if isinstance(item, Assign):
@@ -352,7 +237,7 @@ class Emitter:
             self.rule.lease(item.lease_until)
             self._apply_rate_share()
         elif isinstance(item, Heard):
-            self._warming.discard(item.partition)
+            self.warming.discard(item.partition)
         elif isinstance(item, PolicyChange):
             self.policies.apply(self, item.key, item.value)
         elif isinstance(item, Call):
@@ -387,7 +272,7 @@ class Emitter:
             self._committed_changes[partition] = prog.changes
             self._committed_marks[partition] = prog.lwm
         if assign.progress:
-            self._warming.update(assign.progress)
+            self.warming.update(assign.progress)
             self._warm_until = time.monotonic() + WARM_UP
         self._apply_rate_share()
         self.metrics.assigned.set(len(self.progress))
@@ -423,23 +308,9 @@ class Emitter:
             self.queues.pop(partition, None)
             self._committed_changes.pop(partition, None)
             self._committed_marks.pop(partition, None)
-            self._warming.discard(partition)
+            self.warming.discard(partition)
             self.fetcher.forget(partition)
-        core = self.core
-        for tenant in list(core.tenants()):
-            entries = core.remove_tenant(tenant)
-            for entry in entries:
-                if entry[0] in gone:
-                    if entry[4] is not None:
-                        self.cached -= footprint(entry[4])
-                else:
-                    core.push(tenant, entry, entry[5])
-        held = self.rule.pending
-        if held is not None and held.item[0] in gone:
-            self.rule.cancel()
-            if held.item[4] is not None:
-                self.cached -= footprint(held.item[4])
-        self.letters = deque(letter for letter in self.letters if letter[1][0] not in gone)
+        backlog.drop(self, gone)
         self._apply_rate_share()
         self.metrics.assigned.set(len(self.progress))
 
@@ -477,13 +348,7 @@ class Emitter:
     def demand(self) -> tuple[dict[int, ClassDemand], tuple[int, ...]]:
         """This instance's demand for the group thread: per class, the backlogged unpaused
         tenants' weights and caps (O(backlogged tenants)), and the partitions owned."""
-        core = self.core
-        tenants = []
-        for tenant in core.tenants():
-            policy = core.policy(tenant)
-            if not policy.paused:
-                tenants.append((policy.priority, policy.weight, policy.rate_cap))
-        return summarize(tenants), tuple(sorted(self.progress))
+        return backlogged_demand(self.core), tuple(sorted(self.progress))
 
     # -- emission ----------------------------------------------------------------------------
 
@@ -516,7 +381,7 @@ class Emitter:
         if entry[4] is not None:
             self.cached -= footprint(entry[4])
         detail = expired_detail(tenant, entry[3] or 0, stamp, buffered=True)
-        self.letters.append((tenant, entry, contract.EXPIRED, detail))
+        self.letters.append((tenant, entry, wire.EXPIRED, detail))
 
     def _emit(self, pick: Pick[Entry], stamp: int) -> None:
         tenant, entry, cost = pick
@@ -527,29 +392,14 @@ class Emitter:
             msg = self.fetcher.get(partition, offset)
             self.metrics.refetches.inc()
             if msg is None:
-                self.letters.append((tenant, entry, contract.LOST, lost_detail(partition, offset)))
+                self.letters.append((tenant, entry, wire.LOST, lost_detail(partition, offset)))
                 return
-        key, value, original = msg.key(), msg.value(), msg.headers()
-        headers: HeaderList
-        size = len(key or b"") + len(value or b"") + RECORD_OVERHEAD
-        if original:
-            # The headers fairstream stamps replace any a producer set under the same names.
-            headers = [(n, v) for n, v in cast("HeaderList", original) if n not in STAMPED]
-            size += sum(len(n) + (len(v) if v else 0) for n, v in headers)
-            if all(n != contract.REQUEST_ID for n, _ in headers):
-                headers.append((contract.REQUEST_ID, self._default_id(partition, offset)))
-        else:
-            headers = [(contract.REQUEST_ID, self._default_id(partition, offset))]
-        if size > self.limits.egress:
-            detail = (
-                f"the egress record would be about {size} bytes; {self.egress_topic} takes at "
-                f"most {self.limits.egress} (max.message.bytes)"
-            )
-            self.letters.append((tenant, _held(entry, msg), contract.TOO_LARGE, detail))
+        key, value = msg.key(), msg.value()
+        headers = self.stamper.headers(msg, key, value, partition, offset, enqueued, stamp)
+        if headers is None:
+            detail = self.stamper.too_large(self.egress_topic)
+            self.letters.append((tenant, _held(entry, msg), wire.TOO_LARGE, detail))
             return
-        headers.append((contract.TENANT, key))
-        headers.append((contract.ENQUEUED_MS, b"%d" % enqueued))
-        headers.append((contract.SCHEDULED_MS, b"%d" % stamp))
         txn = self.txn
         if txn.open:
             try:  # the common case, inline: this runs once per egress record
@@ -567,13 +417,6 @@ class Emitter:
         self.metrics.dwell.observe(dwell)
         self.observed.dwell(tenant, dwell)
 
-    def _default_id(self, partition: int, offset: int) -> bytes:
-        # contract.default_request_id, built from a cached prefix (once per record).
-        prefix = self._id_prefixes.get(partition)
-        if prefix is None:
-            prefix = self._id_prefixes[partition] = f"{self.ingest_topic}-{partition}-".encode()
-        return prefix + b"%d" % offset
-
     def _send_letters(self, limit: int) -> None:
         for _ in range(min(limit, len(self.letters))):
             tenant, entry, reason, detail = self.letters.popleft()
@@ -581,20 +424,12 @@ class Emitter:
 
     def _send_letter(self, tenant: str | None, entry: Entry, reason: str, detail: str) -> None:
         partition, offset, _enqueued, _deadline, msg, _cost = entry
-        if msg is None and reason != contract.LOST:
+        if msg is None and reason != wire.LOST:
             msg = self.fetcher.get(partition, offset)
             if msg is None:
-                reason, detail = contract.LOST, lost_detail(partition, offset)
-        key: bytes | None
-        original: list[tuple[str, bytes | None]]
-        if msg is None:
-            key, value, original = (tenant.encode() if tenant else None), None, []
-        else:
-            key, value, original = msg.key(), msg.value(), _headers(msg)
-        headers = contract.dead_letter_headers(
-            original, reason, detail, (self.ingest_topic, partition, offset)
-        )
-        headers, value = fit(key, value, headers, self.limits.dlq)
+                reason, detail = wire.LOST, lost_detail(partition, offset)
+        source = (self.ingest_topic, partition, offset)
+        key, value, headers = dead_letter(tenant, msg, reason, detail, source, self.limits.dlq)
         self.txn.produce(self.dlq_topic, value, key, headers)
         prog = self.progress.get(partition)
         if prog is not None:
@@ -685,25 +520,13 @@ class Emitter:
         self.core = self.policies.new_core(self.clock)
         self.rule.replace_core(self.core)
         self.cached = 0
-        self._warming = set()
+        self.warming = set()
         self._request_rewind()
 
     def purge(self, tenant: str, before_ms: int) -> None:
         """Dead-letter ``tenant``'s buffered records enqueued up to ``before_ms``.
         Caller: ``Policies.apply``; records read later are checked in ``_apply``."""
-        kept = 0
-        held = self.rule.pending
-        if held is not None and held.tenant == tenant and held.item[2] <= before_ms:
-            self.rule.cancel()
-            self.core.push(tenant, held.item, held.cost)  # dead-lettered just below
-        for entry in self.core.remove_tenant(tenant):
-            if entry[2] > before_ms:
-                self.core.push(tenant, entry, entry[5])
-                kept += 1
-                continue
-            if entry[4] is not None:
-                self.cached -= footprint(entry[4])
-            self.letters.append((tenant, entry, contract.PURGED, purge_detail(tenant, before_ms)))
+        kept = backlog.purge(self, tenant, before_ms)
         log.info("purge of tenant %r up to %d: %d records kept", tenant, before_ms, kept)
 
     # -- reads for the web endpoints (run on this thread through Handoff.call) -----------------

@@ -1,0 +1,125 @@
+"""The records the emitter writes: egress headers stamped and sized, dead letters fitted to
+their topic, and what a held payload costs in memory.
+
+The egress record keeps the ingest record's key, value and headers, drops any header a
+producer set under a name fairstream stamps, adds a default request id when it has none,
+then ``fairstream-tenant``, ``fairstream-enqueued-ms`` and ``fairstream-scheduled-ms``
+(``fairstream.wire`` holds the names). Caller: the emitter thread, once per record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+from confluent_kafka import Message
+
+from fairstream import wire
+from fairstream.wire.dead_letter import RECORD_OVERHEAD, HeaderList, fit
+
+__all__ = ["STAMPED", "Limits", "Stamper", "dead_letter", "footprint", "message_headers"]
+
+STAMPED = frozenset({wire.TENANT, wire.ENQUEUED_MS, wire.SCHEDULED_MS})
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bytes a record may have on the egress and dead-letter topics (max.message.bytes)."""
+
+    egress: int = 1_048_588
+    dlq: int = 1_048_588
+
+
+def footprint(msg: Message) -> int:
+    """Memory a held payload costs, roughly: the value (``len(msg)``), the key (at most 255
+    bytes), the objects, and the headers when there are some."""
+    headers = msg.headers()
+    size = 456 + len(msg)
+    if headers:
+        size += 64 * len(headers) + sum(len(v) for _, v in message_headers(msg) if v)
+    return size
+
+
+def message_headers(msg: Message) -> HeaderList:
+    # confluent-kafka gives a record's headers as a list of (str, bytes | None) pairs.
+    return cast("HeaderList", msg.headers() or [])
+
+
+class Stamper:
+    """Builds the headers of egress records read from ``ingest_topic``, within ``limit``
+    bytes (the egress topic's max.message.bytes)."""
+
+    __slots__ = ("_prefixes", "ingest_topic", "limit", "size")
+
+    def __init__(self, ingest_topic: str, limit: int) -> None:
+        self.ingest_topic = ingest_topic
+        self.limit = limit
+        self.size = 0  # of the last record found too large
+        self._prefixes: dict[int, bytes] = {}  # "<topic>-<partition>-" of default request ids
+
+    def headers(
+        self,
+        msg: Message,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int,
+        offset: int,
+        enqueued: int,
+        stamp: int,
+    ) -> HeaderList | None:
+        """The egress headers of ``msg`` (at ``partition``/``offset`` of the ingest topic),
+        or None when the record would be larger than ``limit`` (``size`` says how large)."""
+        original = msg.headers()
+        size = len(key or b"") + len(value or b"") + RECORD_OVERHEAD
+        headers: HeaderList
+        if original:
+            # The headers fairstream stamps replace any a producer set under the same names.
+            headers = [(n, v) for n, v in cast("HeaderList", original) if n not in STAMPED]
+            size += sum(len(n) + (len(v) if v else 0) for n, v in headers)
+            if all(n != wire.REQUEST_ID for n, _ in headers):
+                headers.append((wire.REQUEST_ID, self._default_id(partition, offset)))
+        else:
+            headers = [(wire.REQUEST_ID, self._default_id(partition, offset))]
+        if size > self.limit:
+            self.size = size
+            return None
+        headers.append((wire.TENANT, key))
+        headers.append((wire.ENQUEUED_MS, b"%d" % enqueued))
+        headers.append((wire.SCHEDULED_MS, b"%d" % stamp))
+        return headers
+
+    def too_large(self, egress_topic: str) -> str:
+        """The dead letter's detail for the last record ``headers`` refused."""
+        return (
+            f"the egress record would be about {self.size} bytes; {egress_topic} takes at "
+            f"most {self.limit} (max.message.bytes)"
+        )
+
+    def _default_id(self, partition: int, offset: int) -> bytes:
+        # wire.default_request_id, built from a cached prefix (once per record).
+        prefix = self._prefixes.get(partition)
+        if prefix is None:
+            prefix = self._prefixes[partition] = f"{self.ingest_topic}-{partition}-".encode()
+        return prefix + b"%d" % offset
+
+
+def dead_letter(
+    tenant: str | None,
+    msg: Message | None,
+    reason: str,
+    detail: str,
+    source: tuple[str, int, int],
+    limit: int,
+) -> tuple[bytes | None, bytes | None, HeaderList]:
+    """Key, value and headers of the dead letter of ``msg`` (None: lost, only the tenant is
+    known) read at ``source`` (topic, partition, offset), fitted within ``limit`` bytes."""
+    key: bytes | None
+    value: bytes | None
+    original: HeaderList
+    if msg is None:
+        key, value, original = (tenant.encode() if tenant else None), None, []
+    else:
+        key, value, original = msg.key(), msg.value(), message_headers(msg)
+    headers = wire.dead_letter_headers(original, reason, detail, source)
+    headers, value = fit(key, value, headers, limit)
+    return key, value, headers
