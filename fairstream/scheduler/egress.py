@@ -15,6 +15,7 @@ from typing import cast
 from confluent_kafka import Message
 
 from fairstream import wire
+from fairstream.scheduler.recent import RecentRequests
 from fairstream.wire.dead_letter import RECORD_OVERHEAD, HeaderList, fit
 
 __all__ = ["STAMPED", "Limits", "Stamper", "dead_letter", "footprint", "message_headers"]
@@ -49,11 +50,12 @@ class Stamper:
     """Builds the headers of egress records read from ``ingest_topic``, within ``limit``
     bytes (the egress topic's max.message.bytes)."""
 
-    __slots__ = ("_prefixes", "ingest_topic", "limit", "size")
+    __slots__ = ("_prefixes", "ingest_topic", "limit", "recent", "size")
 
-    def __init__(self, ingest_topic: str, limit: int) -> None:
+    def __init__(self, ingest_topic: str, limit: int, recent: RecentRequests | None = None) -> None:
         self.ingest_topic = ingest_topic
         self.limit = limit
+        self.recent = recent  # request ids stamped, for the feedback reader (``recent``)
         self.size = 0  # of the last record found too large
         self._prefixes: dict[int, bytes] = {}  # "<topic>-<partition>-" of default request ids
 
@@ -76,13 +78,22 @@ class Stamper:
             # The headers fairstream stamps replace any a producer set under the same names.
             headers = [(n, v) for n, v in cast("HeaderList", original) if n not in STAMPED]
             size += sum(len(n) + (len(v) if v else 0) for n, v in headers)
-            if all(n != wire.REQUEST_ID for n, _ in headers):
-                headers.append((wire.REQUEST_ID, self._default_id(partition, offset)))
+            request_id: bytes | None
+            for name, given in headers:
+                if name == wire.REQUEST_ID:
+                    request_id = given
+                    break
+            else:
+                request_id = self._default_id(partition, offset)
+                headers.append((wire.REQUEST_ID, request_id))
         else:
-            headers = [(wire.REQUEST_ID, self._default_id(partition, offset))]
+            request_id = self._default_id(partition, offset)
+            headers = [(wire.REQUEST_ID, request_id)]
         if size > self.limit:
             self.size = size
             return None
+        if self.recent is not None and request_id is not None:
+            self.recent.add(request_id)
         headers.append((wire.TENANT, key))
         headers.append((wire.ENQUEUED_MS, b"%d" % enqueued))
         headers.append((wire.SCHEDULED_MS, b"%d" % stamp))

@@ -56,6 +56,7 @@ from fairstream.scheduler.handoff import (
 from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.policies import Policies
 from fairstream.scheduler.progress import PartitionProgress
+from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.recovery import progress_topic
 from fairstream.scheduler.transaction import Aborted, FatalError, Transaction
 from fairstream.wire.dead_letter import expired_detail, lost_detail
@@ -88,6 +89,7 @@ class Emitter:
         group_metadata: Callable[[], Any],
         request_rewind: Callable[[], None],
         on_committed: Callable[[dict[int, int]], None],
+        recent: RecentRequests | None = None,
     ) -> None:
         self.settings = settings
         self.partitions = partitions
@@ -154,7 +156,7 @@ class Emitter:
         self._seq = 0
         self._token_prefix = transactional_id
         self._next_commit = 0.0
-        self.stamper = Stamper(self.ingest_topic, limits.egress)
+        self.stamper = Stamper(self.ingest_topic, limits.egress, recent)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest import Ingest
 from fairstream.scheduler.observe import Probe
 from fairstream.scheduler.policies import PolicyReader
+from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.recovery import Recovery
 from fairstream.scheduler.transaction import FatalError
 from fairstream.scheduler.trim import Trimmer
@@ -61,7 +62,7 @@ def transactional_id(settings: Settings) -> str:
 
 
 class SchedulerService:
-    """Caller: ``fairstream scheduler`` (``fairstream.scheduler.cli.run``)."""
+    """Caller: ``fairstream scheduler`` (``fairstream.scheduler.run.run``)."""
 
     def __init__(
         self,
@@ -92,6 +93,8 @@ class SchedulerService:
             on_lost_records=self.metrics.lost.inc,
             on_fatal=self.fail,
         )
+        # The request ids emitted lately: a reported cost is charged only for one of them.
+        recent = RecentRequests() if settings.feedback_topic else None
         self.emitter = Emitter(
             settings,
             partitions,
@@ -102,6 +105,7 @@ class SchedulerService:
             group_metadata=self.ingest.group_metadata,
             request_rewind=self.ingest.request_rewind,
             on_committed=self.trimmer.committed,
+            recent=recent,
         )
         self.policies = PolicyReader(settings, self.handoff)
         self.group: GroupShares | None = None
@@ -127,6 +131,8 @@ class SchedulerService:
                 ceiling=settings.rate,
                 floor=settings.min_rate,
                 on_rate=(lambda rate: setattr(group, "rate", rate)) if group else _ignore,
+                recent=recent,
+                ownership=lambda: (partitions, set(self.emitter.progress)),
             )
         self.auditor = Auditor(self._probe, self.metrics, settings.fairness_window)
         self._emitter_thread = threading.Thread(target=self._emit, name="emitter", daemon=True)

@@ -23,9 +23,11 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from fairstream import RateLimited, Request
 from fairstream.core import jain_index
+from fairstream.wire.feedback import Feedback, Outcome, encode_feedback, feedback_key
 from fairstream_dev.harness.paid_api import (
     FEEDBACK,
     PaidApi,
@@ -232,3 +234,62 @@ def test_a_tenant_scope_limit_pauses_that_tenant_alone(
         # The others keep flowing, and take what the limited tenant does not use.
         assert paused[tenant] >= 0.4 * PAUSE_RATE * window, tenant
     assert after["limited"] > 0
+
+
+# -- 4. bad feedback --------------------------------------------------------------------------
+
+
+def test_bad_feedback_is_counted_and_ignored_and_the_scheduler_goes_on(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Garbage, an absurd cost and a cost for a request nobody emitted land on the feedback
+    topic among the workers' real records: each is counted under its reason, none is
+    charged, and egress goes on."""
+    api = PaidApi(1e9, latency=0.0)
+    with feedback_loop(
+        kafka_bootstrap,
+        tmp_path,
+        api_handler(api),
+        "--rate", "100", "--feedback-topic", FEEDBACK,
+    ) as loop:  # fmt: skip
+        loop.produce({"acme": 3000})
+        loop.run_until(lambda: len(loop.scheduled()) >= 100, 60, "egress under way")
+
+        def forged(request_id: str, cost: int) -> Feedback:
+            return Feedback(
+                request_id=request_id,
+                tenant="acme",
+                outcome=Outcome.OK,
+                declared_cost=1,
+                reported_at_ms=int(time.time() * 1000),
+                cost=cost,
+            )
+
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        producer.produce(loop.feedback_topic, b"\x00not avro at all", b"acme")
+        for record in (forged("nobody-sent-this", 10), forged("nor-this", 1_000_000)):
+            producer.produce(loop.feedback_topic, encode_feedback(record), feedback_key(record))
+        assert producer.flush(10) == 0
+
+        def errors(reason: str) -> float:
+            return loop.metric("fairstream_feedback_errors_total", f'reason="{reason}"') or 0.0
+
+        loop.run_until(
+            lambda: all(errors(r) >= 1 for r in ("malformed", "absurd-cost", "unknown-request")),
+            30,
+            lambda: (
+                "each bad record counted: "
+                + ", ".join(
+                    f"{r} {errors(r)}" for r in ("malformed", "absurd-cost", "unknown-request")
+                )
+            ),
+        )
+        emitted = len(loop.scheduled())
+        loop.run_until(lambda: len(loop.scheduled()) >= emitted + 100, 30, "egress goes on")
+        counts = {r: errors(r) for r in ("malformed", "absurd-cost", "unknown-request")}
+        _, body = loop.scheduler.get("/tenants")
+        assert loop.scheduler.alive()
+    # The workers' own feedback (real requests, cost 1) is never counted as bad.
+    assert counts == {"malformed": 1, "absurd-cost": 1, "unknown-request": 1}, counts
+    row = next(r for r in json.loads(body)["tenants"] if r["tenant"] == "acme")
+    assert row["cost_reported"] == row["cost_declared"], row  # nothing forged was charged
