@@ -1,7 +1,7 @@
 """Old name of ``fairstream.wire``: every name it had is ``fairstream.wire``'s now.
 
-Kept only while modules of other owners still import it (``scheduler/emit.py``, ``demo.py``,
-``audit.py``, the benchmarks and the test harness); new code imports ``fairstream.wire``.
+Kept only while ``fairstream/cli/demo.py`` and ``fairstream/cli/audit.py`` still import it;
+new code imports ``fairstream.wire``.
 """
 
 from fairstream.wire import *  # noqa: F403
