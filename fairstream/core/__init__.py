@@ -1,25 +1,25 @@
 """The pure scheduling core: which tenant's record goes next, and when.
 
-Weighted deficit round robin with priority classes (``FairScheduler``), token-bucket rate
-limits (``EgressLimiter``, ``TokenBucket``), the rate adapted to the API's feedback
-(``AdaptiveRate``, ``TenantPauses``), measured-cost corrections (``cost_correction``),
-admission and deadline decisions, tenant policies and an injected clock. No Kafka, no
-Faust, no asyncio, no threads: the service drives this from its loop, the ``simulate``
-command from a trace, tests from a ManualClock.
+The emission rule (``EmissionRule``: pace, pick, expire at emit time, cost tokens, the
+Retry-After hold, tenant pauses and the rate share; it answers a ``Pick``, an ``Expire`` or
+a ``Wait``) over weighted deficit round robin with priority classes (``FairScheduler``) and
+token-bucket rate limits (``EgressLimiter``, ``TokenBucket``); the rate adapted to the
+API's feedback (``AdaptiveRate``, ``TenantPauses``), measured-cost corrections
+(``cost_correction``), admission decisions, tenant policies and an injected clock. No Kafka,
+no Faust, no asyncio, no threads: the service's emitter and the ``simulate`` command drive
+the same ``EmissionRule``, tests drive it from a ManualClock.
 """
 
 from fairstream.core.adaptive import AdaptiveRate, TenantPauses
 from fairstream.core.admission import (
     ACCEPT,
     BACKLOG_FULL,
-    EXPIRED,
     Decision,
     admit,
-    check_deadline,
-    is_expired,
 )
 from fairstream.core.clock import Clock, ManualClock, MonotonicClock
 from fairstream.core.deficit import FairScheduler, Pick
+from fairstream.core.emission import EmissionRule, Expire, Wait
 from fairstream.core.ratelimit import EgressLimiter, TokenBucket
 from fairstream.core.stats import (
     FairShareTracker,
@@ -37,11 +37,12 @@ __all__ = [
     "ACCEPT",
     "BACKLOG_FULL",
     "DEFAULT_POLICY",
-    "EXPIRED",
     "AdaptiveRate",
     "Clock",
     "Decision",
     "EgressLimiter",
+    "EmissionRule",
+    "Expire",
     "FairScheduler",
     "FairShareTracker",
     "ManualClock",
@@ -50,13 +51,12 @@ __all__ = [
     "TenantPauses",
     "TenantPolicy",
     "TokenBucket",
+    "Wait",
     "WindowFairness",
     "admit",
     "backlogged_throughout",
     "busy_periods",
-    "check_deadline",
     "cost_correction",
-    "is_expired",
     "jain_index",
     "percentile",
     "window_fairness",

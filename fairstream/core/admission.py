@@ -1,4 +1,4 @@
-"""Admission control: whether a new record may join its tenant's backlog, and deadlines.
+"""Admission control: whether a new record may join its tenant's backlog.
 
 Decisions are values, not exceptions: the service turns a rejection into a dead-letter
 record carrying ``reason`` (a short machine word) and ``detail`` (a human sentence).
@@ -15,18 +15,12 @@ from fairstream.core.tenant import TenantPolicy
 __all__ = [
     "ACCEPT",
     "BACKLOG_FULL",
-    "EXPIRED",
     "Decision",
     "admit",
-    "check_deadline",
-    "is_expired",
 ]
 
 BACKLOG_FULL: Final = "backlog-full"
 """Reason: the tenant already holds as many records, or as much cost, as its policy allows."""
-
-EXPIRED: Final = "expired"
-"""Reason: the record's deadline passed before it could be sent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,18 +76,3 @@ def admit(
             )
         return Decision.reject(BACKLOG_FULL, detail)
     return ACCEPT
-
-
-def is_expired(deadline: float | None, now: float) -> bool:
-    """True when ``deadline`` has passed at ``now`` (same time base); None never expires."""
-    return deadline is not None and now > deadline
-
-
-def check_deadline(deadline: float | None, now: float) -> Decision:
-    """Accept a record still within its deadline; reject an expired one with ``EXPIRED``."""
-    if deadline is None or now <= deadline:
-        return ACCEPT
-    return Decision.reject(
-        EXPIRED,
-        f"the deadline passed {now - deadline:.3f} s before the record could be sent",
-    )

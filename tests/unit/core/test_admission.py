@@ -1,4 +1,4 @@
-"""Admission decisions and deadline checks."""
+"""Admission decisions."""
 
 from __future__ import annotations
 
@@ -6,11 +6,8 @@ from fairstream.core import (
     ACCEPT,
     BACKLOG_FULL,
     DEFAULT_POLICY,
-    EXPIRED,
     TenantPolicy,
     admit,
-    check_deadline,
-    is_expired,
 )
 
 
@@ -42,15 +39,3 @@ def test_max_backlog_cost():
 
 def test_paused_tenant_still_buffers():
     assert admit("acme", TenantPolicy(paused=True), 0, 0)
-
-
-def test_deadlines():
-    assert not is_expired(None, 1e12)
-    assert not is_expired(10.0, 10.0)  # at the deadline it has not passed yet
-    assert is_expired(10.0, 10.001)
-    assert check_deadline(None, 5) is ACCEPT
-    assert check_deadline(10.0, 9.0) is ACCEPT
-    decision = check_deadline(10.0, 12.5)
-    assert not decision
-    assert decision.reason == EXPIRED == "expired"
-    assert decision.detail == "the deadline passed 2.500 s before the record could be sent"
