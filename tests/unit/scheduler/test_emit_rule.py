@@ -1,0 +1,203 @@
+"""The emitter drives the core's emission rule: what it produces, dead-letters and holds,
+with a no-op producer and no broker; and the egress records it builds (``egress``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Message
+
+import fairstream.scheduler.emit as emit_module
+from fairstream import wire
+from fairstream.config import Settings
+from fairstream.metrics import Metrics
+from fairstream.scheduler.egress import Limits, Stamper, dead_letter, footprint
+from fairstream.scheduler.emit import Emitter
+from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.progress import PartitionProgress
+
+
+class Producer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None, bytes | None, list[Any]]] = []
+
+    def produce(self, topic: str, value: Any, key: Any, headers: Any = None) -> None:
+        self.sent.append((topic, key, value, headers))
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+class Txn:
+    def __init__(self, *args: Any) -> None:
+        self.open = True
+        self.records = 0
+        self.producer = Producer()
+
+    def produce(
+        self, topic: str, value: Any, key: Any, headers: Any, partition: Any = None
+    ) -> None:
+        self.producer.produce(topic, value, key, headers)
+        self.records += 1
+
+
+class Fetcher:
+    def __init__(self, *args: Any) -> None:
+        pass
+
+    def get(self, partition: int, offset: int) -> None:
+        return None
+
+    def forget(self, partition: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def make(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(emit_module, "Transaction", Txn)
+    monkeypatch.setattr(emit_module, "PayloadFetcher", Fetcher)
+
+    def make(**settings: Any) -> Emitter:
+        emitter = Emitter(
+            Settings(share_by="partitions", **settings),
+            4,  # partitions; two of them owned: half the group's rate
+            Handoff(),
+            Metrics(),
+            transactional_id="test",
+            limits=Limits(),
+            group_metadata=lambda: None,
+            request_rewind=lambda: None,
+            on_committed=lambda marks: None,
+        )
+        for partition in (0, 1):
+            emitter.progress[partition] = PartitionProgress(0)
+        emitter.joined = True
+        emitter._apply_rate_share()
+        return emitter
+
+    return make
+
+
+def message(offset: int, tenant: str = "A", value: bytes = b"v", headers: Any = None) -> Message:
+    return Message(
+        topic="ingest",
+        partition=0,
+        offset=offset,
+        key=tenant.encode(),
+        value=value,
+        headers=headers,
+    )
+
+
+def push(emitter: Emitter, tenant: str, offset: int, *, partition: int = 0, cost: int = 1,
+         deadline: int | None = None) -> None:  # fmt: skip
+    msg = message(offset, tenant)
+    emitter.cached += footprint(msg)
+    emitter.core.push(tenant, (partition, offset, 1, deadline, msg, cost), cost)
+
+
+def sent(emitter: Emitter) -> list[tuple[bytes | None, bytes | None]]:
+    producer = emitter.txn.producer
+    return [(key, dict(headers)[wire.REQUEST_ID]) for _, key, _, headers in producer.sent]  # type: ignore[attr-defined]
+
+
+def test_emits_in_fair_order_and_settles(make):
+    emitter = make()
+    for offset in range(4):
+        push(emitter, "A" if offset % 2 else "B", offset)
+    assert emitter._emit_some() == 4
+    assert sorted(sent(emitter)) == [
+        (b"A", b"fairstream.ingest-0-1"),
+        (b"A", b"fairstream.ingest-0-3"),
+        (b"B", b"fairstream.ingest-0-0"),
+        (b"B", b"fairstream.ingest-0-2"),
+    ]
+    assert emitter.cached == 0
+    assert emitter.progress[0].lwm == 4
+
+
+def test_expired_at_emit_time_is_dead_lettered(make):
+    emitter = make()
+    push(emitter, "A", 0, deadline=1)
+    push(emitter, "A", 1, deadline=time.time_ns() // 1_000_000 + 3_600_000)
+    assert emitter._emit_some() == 2
+    assert [key for key, _ in sent(emitter)] == [b"A"]
+    [(tenant, entry, reason, _)] = emitter.letters
+    assert (tenant, entry[1], reason) == ("A", 0, wire.EXPIRED)
+
+
+def test_the_rule_paces_and_says_how_long_to_wait(make):
+    emitter = make(rate=10, burst=2)  # half the rate and burst: 5/s, 1
+    for offset in range(3):
+        push(emitter, "A", offset)
+    assert emitter._emit_some() == 1
+    assert emitter._wait == pytest.approx(0.2, rel=0.05)
+
+
+def test_a_pick_held_for_cost_tokens_is_dropped_with_its_partition(make):
+    emitter = make(cost_rate=10)  # half of it: 5/s, a burst of 5
+    push(emitter, "A", 0, cost=3)
+    push(emitter, "A", 1, partition=1, cost=5)
+    assert emitter._emit_some() == 1
+    held = emitter.rule.pending
+    assert held is not None
+    assert held.item[0] == 1
+    assert emitter._wait == pytest.approx(0.6, rel=0.05)
+    before = emitter.cached
+    emitter._drop({1})
+    assert emitter.rule.pending is None
+    assert emitter.cached == before - footprint(held.item[4])
+
+
+def test_a_pick_held_for_cost_tokens_is_purged(make):
+    emitter = make(cost_rate=10)
+    push(emitter, "A", 0, cost=3)
+    push(emitter, "A", 1, cost=5)
+    assert emitter._emit_some() == 1
+    assert emitter.rule.pending is not None
+    emitter.purge("A", before_ms=10)
+    assert emitter.rule.pending is None
+    assert [(t, e[1], r) for t, e, r, _ in emitter.letters] == [("A", 1, wire.PURGED)]
+    assert emitter.cached == 0
+
+
+def test_feedback_pause_is_the_rules(make):
+    emitter = make()
+    push(emitter, "A", 0)
+    push(emitter, "B", 1)
+    assert emitter.rule.pause("A", 60.0)
+    assert emitter.core.policy("A").paused
+    assert emitter._emit_some() == 1
+    assert [key for key, _ in sent(emitter)] == [b"B"]
+
+
+def test_stamper_adds_fairstream_headers_and_replaces_stamped_ones():
+    stamper = Stamper("ingest", 10_000)
+    msg = message(7, headers=[("trace", b"t"), (wire.TENANT, b"forged")])
+    headers = stamper.headers(msg, b"A", b"v", 0, 7, 1000, 2000)
+    assert headers == [
+        ("trace", b"t"),
+        (wire.REQUEST_ID, b"ingest-0-7"),
+        (wire.TENANT, b"A"),
+        (wire.ENQUEUED_MS, b"1000"),
+        (wire.SCHEDULED_MS, b"2000"),
+    ]
+    own = message(8, headers=[(wire.REQUEST_ID, b"mine")])
+    assert dict(stamper.headers(own, b"A", b"v", 0, 8, 1, 2) or [])[wire.REQUEST_ID] == b"mine"
+
+
+def test_stamper_refuses_a_record_too_large():
+    stamper = Stamper("ingest", 600)
+    assert stamper.headers(message(0, value=b"x" * 100), b"A", b"x" * 100, 0, 0, 1, 2) is None
+    assert "would be about 613 bytes; egress takes at most 600" in stamper.too_large("egress")
+
+
+def test_dead_letter_of_a_lost_record_keeps_the_tenant():
+    key, value, headers = dead_letter("A", None, wire.LOST, "gone", ("ingest", 0, 5), 10_000)
+    assert (key, value) == (b"A", None)
+    assert dict(headers)["fairstream-dlq-reason"] == b"lost"
