@@ -156,6 +156,8 @@ class Emitter:
         self._seq = 0
         self._token_prefix = transactional_id
         self._next_commit = 0.0
+        self._soonest_commit = 0.0  # when a waiting emitter may commit (see _run)
+        self._paced = False  # the last round of emission ended waiting (on the rule)
         self.stamper = Stamper(self.ingest_topic, limits.egress, recent)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -181,6 +183,11 @@ class Emitter:
     def _run(self) -> None:
         handoff = self.handoff
         interval = self.settings.commit_interval
+        # While emission waits (on the rate, a hold, or for records), the emitter has time
+        # to spare: a transaction holding records commits after a fifth of the interval,
+        # so what went out becomes visible sooner, at no cost to throughput (an emitter
+        # that never waits commits every interval, or at --max-in-flight records).
+        soonest = interval / 5
         max_records = self.settings.max_in_flight
         while True:
             while handoff.controls:
@@ -190,9 +197,16 @@ class Emitter:
             if records:
                 self._apply(records)
             now = time.monotonic()
-            if now >= self._next_commit or self.txn.records >= max_records:
+            txn_records = self.txn.records
+            if (
+                now >= self._next_commit
+                or txn_records >= max_records
+                or (self._paced and txn_records and now >= self._soonest_commit)
+            ):
                 self._commit()
-                self._next_commit = time.monotonic() + interval
+                done = time.monotonic()
+                self._next_commit = done + interval
+                self._soonest_commit = done + soonest
             if self.letters:
                 self._send_letters(EMIT_BATCH)
                 continue
@@ -202,7 +216,8 @@ class Emitter:
             if self._emit_some() == 0 and not handoff.pending(self.queues):
                 # Nothing went out: wait as the emission rule says (a token, a capped
                 # tenant's token, a hold) or for news, and never past the next commit.
-                self._idle(min(self._wait, self._next_commit - now, 0.1))
+                until = self._soonest_commit if self.txn.records else self._next_commit
+                self._idle(min(self._wait, until - now, 0.1))
 
     def _idle(self, seconds: float) -> None:
         wake = self.handoff.wake
@@ -360,12 +375,14 @@ class Emitter:
         decide, emit = self.rule.next, self._emit
         max_records = self.settings.max_in_flight
         picked = 0
+        self._paced = False
         for _ in range(EMIT_BATCH):
             stamp = time.time_ns() // 1_000_000  # for the deadline, and the scheduled-ms header
             step = decide(stamp)
             if type(step) is not Pick:
                 if type(step) is Wait:
                     self._wait = step.seconds
+                    self._paced = True
                     break
                 picked += 1
                 self._expire(step, stamp)  # type: ignore[arg-type]  # an Expire here
