@@ -5,27 +5,31 @@ partition's progress on, then joins its tenant's backlog in the core (its payloa
 memory while ``--buffer-memory`` allows, else read back when it goes), or becomes a dead
 letter (invalid, expired, purged, over its tenant's backlog limits). ``drop``: the records
 of revoked partitions are forgotten. ``purge``: a tenant's records enqueued up to a time
-become dead letters.
+become dead letters. ``send_letters``: dead letters go to the dead-letter topic, in the
+open transaction, and settle their offsets.
 
 Caller: the emitter thread (``Emitter``), the only owner of the core.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 from typing import TYPE_CHECKING
 
 from fairstream import wire
 from fairstream.core import FairScheduler
-from fairstream.scheduler.egress import footprint
+from fairstream.scheduler.egress import dead_letter, footprint
 from fairstream.scheduler.handoff import Parsed
-from fairstream.wire.dead_letter import expired_detail, purge_detail
+from fairstream.wire.dead_letter import expired_detail, lost_detail, purge_detail
 
 if TYPE_CHECKING:
     from fairstream.scheduler.emit import Emitter, Entry
 
-__all__ = ["drop", "index", "purge"]
+__all__ = ["drop", "index", "purge", "send_letters"]
+
+log = logging.getLogger("fairstream.emitter")
 
 
 def index(em: Emitter, records: list[Parsed]) -> None:  # noqa: PLR0915 (flat hot path)
@@ -161,3 +165,26 @@ def purge(em: Emitter, tenant: str, before_ms: int) -> int:
             em.cached -= footprint(entry[4])
         em.letters.append((tenant, entry, wire.PURGED, purge_detail(tenant, before_ms)))
     return kept
+
+
+def send_letters(em: Emitter, limit: int) -> None:
+    """Produce up to ``limit`` of ``em``'s pending dead letters in its open transaction; a
+    payload not held is read back first (gone from the log: the letter says ``lost``).
+
+    Affects: ``em``'s letters, progress (settled) and dead letters counted per reason.
+    """
+    for _ in range(min(limit, len(em.letters))):
+        tenant, entry, reason, detail = em.letters.popleft()
+        partition, offset, _enqueued, _deadline, msg, _cost = entry
+        if msg is None and reason != wire.LOST:
+            msg = em.fetcher.get(partition, offset)
+            if msg is None:
+                reason, detail = wire.LOST, lost_detail(partition, offset)
+        source = (em.ingest_topic, partition, offset)
+        key, value, headers = dead_letter(tenant, msg, reason, detail, source, em.limits.dlq)
+        em.txn.produce(em.dlq_topic, value, key, headers)
+        prog = em.progress.get(partition)
+        if prog is not None:
+            prog.settle(offset)
+        em._txn_letters[reason] = em._txn_letters.get(reason, 0) + 1
+        log.debug("dead letter %d@%d: %s: %s", partition, offset, reason, detail)

@@ -7,8 +7,8 @@ transactional producer, so none of them needs a lock. Its loop:
    core, or dead-lettered), assignments, revocations, policy changes;
 2. asks the emission rule (``fairstream.core.emission``: pacing, the fair pick, cost
    tokens, expiry, the hold and the rate share) what next, and produces the record it picks
-   to egress inside the open transaction (``egress`` builds it; dead letters likewise to
-   the DLQ); ``backlog`` indexes what is handed over;
+   to egress inside the open transaction (``egress`` builds it); ``backlog`` indexes what
+   is handed over and sends dead letters to the DLQ in the same transaction;
 3. every ``--commit-interval`` (or after ``--max-in-flight`` records) commits: the egress
    records, a progress record for each partition with settled ranges above its mark, and
    the marks as the group's offsets, with the group metadata of the member that owns them.
@@ -39,7 +39,7 @@ from fairstream.core.shares import ClassDemand, backlogged_demand
 from fairstream.metrics import Metrics
 from fairstream.scheduler import backlog
 from fairstream.scheduler import progress as progress_codec
-from fairstream.scheduler.egress import Limits, Stamper, dead_letter, footprint
+from fairstream.scheduler.egress import Limits, Stamper, footprint
 from fairstream.scheduler.feedback import AdaptiveChange, FeedbackBatch
 from fairstream.scheduler.fetch import PayloadFetcher
 from fairstream.scheduler.group import ShareChange
@@ -437,24 +437,7 @@ class Emitter:
         self.observed.dwell(tenant, dwell)
 
     def _send_letters(self, limit: int) -> None:
-        for _ in range(min(limit, len(self.letters))):
-            tenant, entry, reason, detail = self.letters.popleft()
-            self._send_letter(tenant, entry, reason, detail)
-
-    def _send_letter(self, tenant: str | None, entry: Entry, reason: str, detail: str) -> None:
-        partition, offset, _enqueued, _deadline, msg, _cost = entry
-        if msg is None and reason != wire.LOST:
-            msg = self.fetcher.get(partition, offset)
-            if msg is None:
-                reason, detail = wire.LOST, lost_detail(partition, offset)
-        source = (self.ingest_topic, partition, offset)
-        key, value, headers = dead_letter(tenant, msg, reason, detail, source, self.limits.dlq)
-        self.txn.produce(self.dlq_topic, value, key, headers)
-        prog = self.progress.get(partition)
-        if prog is not None:
-            prog.settle(offset)
-        self._txn_letters[reason] = self._txn_letters.get(reason, 0) + 1
-        log.debug("dead letter %d@%d: %s: %s", partition, offset, reason, detail)
+        backlog.send_letters(self, limit)
 
     # -- transactions ------------------------------------------------------------------------
 
