@@ -6,8 +6,8 @@
 # virtualenv at /opt/fairstream; the runtime stage copies only that virtualenv. The wheel is the
 # fairstream package alone: the development broker and the test harness are the separate
 # fairstream-dev distribution (dev/), which neither the build context nor the image holds.
-# Every dependency ships a manylinux wheel for CPython 3.11 (rocksdict, confluent-kafka with
-# librdkafka bundled, faust-streaming, aiokafka, aiohttp), so no compiler is needed;
+# Every dependency ships a manylinux wheel for CPython 3.11 (confluent-kafka with librdkafka
+# bundled, aiohttp, avro), so no compiler is needed;
 # --only-binary makes a dependency that would need one fail the build instead of silently
 # compiling.
 # Both stages use the same base image, so the virtualenv's interpreter path stays valid. pip stays
@@ -45,16 +45,16 @@ ENV PATH=/opt/fairstream/bin:$PATH \
     FAIRSTREAM_DATA_DIR=/var/lib/fairstream \
     FAIRSTREAM_WEB_HOST=0.0.0.0 \
     FAIRSTREAM_WEB_PORT=6066
-# Fail the build here, not at the first rebalance, if a native library is missing: rocksdict
-# links libstdc++/libgcc_s (in every Debian image, apt needs them), confluent-kafka its bundled
-# librdkafka.
-RUN python -c "import rocksdict, confluent_kafka, faust; print('rocksdict', rocksdict.__name__, 'librdkafka', confluent_kafka.libversion()[0])" \
+# Fail the build here, not at the first connection, if a native library is missing:
+# confluent-kafka links its bundled librdkafka.
+RUN python -c "import confluent_kafka; print('librdkafka', confluent_kafka.libversion()[0])" \
     && fairstream --version
 # `fairstream worker` puts the working directory on sys.path: an image built FROM this one
 # copies its handler module into /app and runs `worker --handler module:function`.
 WORKDIR /app
 USER ${FAIRSTREAM_UID}:${FAIRSTREAM_UID}
-# RocksDB state of the scheduler's per-tenant buffers (rebuilt from the changelog if lost).
+# The scheduler's identity (its transactional and group instance ids), kept across restarts
+# so that a restart fences what its previous run left open at once; buffers live in Kafka.
 VOLUME ["/var/lib/fairstream"]
 EXPOSE 6066
 # Liveness of the scheduler's web endpoint (commands without one, like worker, disable it).

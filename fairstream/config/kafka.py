@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,9 +21,9 @@ class KafkaConnectionError(SettingsError):
 class KafkaConnection:
     """How every fairstream client reaches Kafka: bootstrap servers and authentication.
 
-    One value feeds both client stacks: ``librdkafka()`` configures the confluent-kafka
-    clients (ingest reader, writer, admin, policy store, producer, worker) and
-    ``faust_credentials()`` the Faust app (aiokafka). The password is left out of ``repr``
+    ``librdkafka()`` configures every confluent-kafka client (ingest readers, the
+    transactional producer, admin, policy store, producer, worker). The password is left out
+    of ``repr``
     (so out of ``Settings``' too) and out of ``describe()``, which is what logs may show.
     """
 
@@ -132,39 +131,6 @@ class KafkaConnection:
         if self.ssl_ca_location is not None:
             config["ssl.ca.location"] = self.ssl_ca_location
         return config
-
-    def faust_brokers(self) -> list[str]:
-        """The Faust ``broker`` URLs (``kafka://host:port``, one per bootstrap server)."""
-        return [f"kafka://{host.strip()}" for host in self.bootstrap.split(",") if host.strip()]
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        """The TLS context aiokafka needs for SSL and SASL_SSL (verifying the broker)."""
-        if not self.tls:
-            return None
-        return ssl.create_default_context(cafile=self.ssl_ca_location)
-
-    def faust_credentials(self) -> Any:
-        """Faust's ``broker_credentials`` (None for PLAINTEXT).
-
-        faust-streaming turns these into aiokafka's ``security_protocol``, ``sasl_mechanism``,
-        ``sasl_plain_username``/``_password`` and ``ssl_context`` for its consumer, producer
-        and admin client (``credentials_to_aiokafka_auth``); aiokafka implements PLAIN and
-        SCRAM-SHA-256/512 itself.
-        """
-        import faust
-
-        if self.sasl:
-            return faust.SASLCredentials(
-                username=self.sasl_username,
-                password=self.sasl_password,
-                mechanism=self.sasl_mechanism,
-                # With a context Faust picks SASL_SSL, without one SASL_PLAINTEXT.
-                ssl_context=self.ssl_context(),
-            )
-        context = self.ssl_context()
-        if context is not None:
-            return faust.SSLCredentials(context)
-        return None
 
     @classmethod
     def of(cls, kafka: KafkaConnection | str) -> KafkaConnection:

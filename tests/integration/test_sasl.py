@@ -1,5 +1,5 @@
 """Authenticated Kafka: a SASL_PLAINTEXT / SCRAM-SHA-256 development broker of its own, and
-the scheduler (Faust + librdkafka), fairstream.Producer and fairstream.Worker logging in to
+the scheduler (librdkafka), fairstream.Producer and fairstream.Worker logging in to
 it; wrong credentials fail fast with the broker's reason.
 """
 
@@ -187,7 +187,7 @@ def test_wrong_credentials_fail_fast(
     assert elapsed < 30, f"took {elapsed:.1f} s"
     assert "not-the-password" not in result.stdout + result.stderr
 
-    # Valid topics, wrong password: the scheduler exits before Faust starts.
+    # Valid topics, wrong password: the scheduler exits before it starts emitting.
     topics = unique_topics()
     create_topics(kafka, topics, partitions=1, app_id=unique("app"))
     started = time.monotonic()

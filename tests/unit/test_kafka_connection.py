@@ -3,15 +3,12 @@ password never shows (help, repr, Settings)."""
 
 from __future__ import annotations
 
-import ssl
 from pathlib import Path
 from typing import Any
 
 import click
-import faust
 import pytest
 from click.testing import CliRunner
-from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
 from fairstream.cli import main
 from fairstream.config import (
@@ -57,7 +54,6 @@ def test_plaintext_is_the_default_and_a_bare_string_means_it() -> None:
     assert KafkaConnection.of("h:1") == KafkaConnection(bootstrap="h:1")
     connection = scram()
     assert KafkaConnection.of(connection) is connection
-    assert KafkaConnection().faust_credentials() is None
 
 
 def test_librdkafka_settings_for_sasl() -> None:
@@ -78,33 +74,6 @@ def test_librdkafka_settings_for_sasl_ssl_with_a_ca_file(tmp_path: Path) -> None
     assert config["security.protocol"] == "SASL_SSL"
     assert config["sasl.mechanisms"] == "SCRAM-SHA-512"
     assert config["ssl.ca.location"] == str(ca)
-
-
-def test_faust_credentials_become_aiokafka_sasl_settings() -> None:
-    credentials = scram().faust_credentials()
-    assert isinstance(credentials, faust.SASLCredentials)
-    auth = credentials_to_aiokafka_auth(credentials)
-    assert auth == {
-        "security_protocol": "SASL_PLAINTEXT",
-        "sasl_mechanism": "SCRAM-SHA-256",
-        "sasl_plain_username": "alice",
-        "sasl_plain_password": SECRET,
-        "ssl_context": None,
-    }
-    assert SECRET not in repr(credentials)
-    assert scram().faust_brokers() == ["kafka://k1:9092", "kafka://k2:9092"]
-
-
-def test_faust_credentials_for_tls() -> None:
-    sasl_ssl = credentials_to_aiokafka_auth(
-        scram(security_protocol="SASL_SSL", sasl_mechanism="PLAIN").faust_credentials()
-    )
-    assert sasl_ssl["security_protocol"] == "SASL_SSL"
-    assert sasl_ssl["sasl_mechanism"] == "PLAIN"
-    assert isinstance(sasl_ssl["ssl_context"], ssl.SSLContext)
-    tls = credentials_to_aiokafka_auth(KafkaConnection(security_protocol="SSL").faust_credentials())
-    assert tls["security_protocol"] == "SSL"
-    assert isinstance(tls["ssl_context"], ssl.SSLContext)
 
 
 @pytest.mark.parametrize(

@@ -1,1 +1,0 @@
-"""Small programs the integration tests run as separate processes."""
