@@ -35,7 +35,7 @@ from typing import cast
 import click
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from fairstream import contract
+from fairstream import wire
 from fairstream.cli.demo import p99_by_tenant, plot_dwell, summary_table
 from fairstream.cli.simulate import parse_weights
 from fairstream.config import KafkaConnection, Topics, kafka_options, option_of
@@ -136,9 +136,9 @@ def read_egress(
                     continue
                 headers = dict(cast("list[tuple[str, bytes | None]]", msg.headers() or []))
                 try:
-                    tenant = (headers[contract.TENANT] or b"").decode()
-                    enqueued = int(headers[contract.ENQUEUED_MS] or b"") / 1000
-                    scheduled = int(headers[contract.SCHEDULED_MS] or b"") / 1000
+                    tenant = (headers[wire.TENANT] or b"").decode()
+                    enqueued = int(headers[wire.ENQUEUED_MS] or b"") / 1000
+                    scheduled = int(headers[wire.SCHEDULED_MS] or b"") / 1000
                 except (KeyError, ValueError, UnicodeDecodeError):
                     skipped += 1
                     continue

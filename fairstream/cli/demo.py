@@ -33,7 +33,7 @@ from typing import Any, cast
 import click
 from confluent_kafka import Consumer, KafkaError, Producer
 
-from fairstream import contract
+from fairstream import wire
 from fairstream.adapters.admin import admin_client, create_topics
 from fairstream.config import KafkaConnection, Topics, kafka_options
 from fairstream.core import percentile
@@ -118,7 +118,7 @@ def _api_worker(
             next_slot = max(next_slot, started) + 1.0 / rate
             raw_headers = cast(list[tuple[str, bytes | None]], msg.headers() or [])
             headers = {name: v or b"" for name, v in raw_headers}
-            rid = headers.get(contract.REQUEST_ID, b"").decode()
+            rid = headers.get(wire.REQUEST_ID, b"").decode()
             arrival = int(headers[ARRIVAL_HEADER]) / 1000
             tenant = (msg.key() or b"").decode()
             with served.lock:
@@ -138,7 +138,7 @@ def _produce(
             producer.poll(0)
             time.sleep(delay)
         headers: list[tuple[str, str | bytes | None]] = [
-            (contract.REQUEST_ID, a.id.encode()),
+            (wire.REQUEST_ID, a.id.encode()),
             (ARRIVAL_HEADER, str(int(time.time() * 1000)).encode()),
         ]
         key = a.tenant.encode()

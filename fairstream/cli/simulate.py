@@ -34,18 +34,9 @@ from fairstream.core import (
     percentile,
 )
 from fairstream.core.emission import EmissionRule, Expire, Wait
+from fairstream.reference import Arrival
 
 __all__ = ["Arrival", "Departure", "parse_trace", "parse_weights", "replay", "simulate"]
-
-
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    """One record of the trace."""
-
-    t: float
-    tenant: str
-    id: str
-    cost: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from fairstream.config import KafkaConnection, Settings, Topics, kafka_options, option_of
+from fairstream.sdk.worker.consumer import DEFAULT_GROUP
 
 
 def load_handler(spec: str) -> Any:
@@ -97,7 +98,7 @@ def _env(name: str) -> dict[str, Any]:
 )
 @click.option(
     "--group-id",
-    default="fairstream-workers",
+    default=DEFAULT_GROUP,
     show_default=True,
     help="Consumer group of the workers (workers of one group share the egress partitions).",
     **_env("WORKER_GROUP_ID"),

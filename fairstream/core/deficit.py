@@ -445,7 +445,7 @@ class FairScheduler(Generic[T]):
         """The round number of a priority class (0 once the class has no backlogged tenant).
 
         Rounds only grow while the class has tenants in its ring; the counter restarts
-        when the class empties. For metrics and tests of the fairness bound.
+        when the class empties. For tests of the fairness bound.
         """
         cls = self._classes.get(priority)
         return 0 if cls is None else cls.round

@@ -14,7 +14,7 @@ from typing import Final
 
 __all__ = ["MAX_COST", "cost_correction"]
 
-MAX_COST: Final = 2**31 - 1  # the contract's largest cost (core imports nothing outside core)
+MAX_COST: Final = 2**31 - 1  # the contract's largest cost (fairstream.wire names it too)
 
 
 def _is_cost(value: object) -> bool:

@@ -2,7 +2,7 @@
 
 A reader thread follows every partition of the feedback topic from its end (what workers
 report from now on; every instance reads all of it, so the group adapts as one) and
-decodes each record (``fairstream.feedback``). Malformed records, unknown outcomes and
+decodes each record (``fairstream.wire.feedback``). Malformed records, unknown outcomes and
 costs nobody should believe are counted in ``fairstream_feedback_errors_total`` and
 skipped: bad feedback never stops anything.
 
@@ -36,10 +36,10 @@ from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 from fairstream.core import MonotonicClock
 from fairstream.core.adaptive import AdaptiveRate
 from fairstream.core.usage import cost_correction
-from fairstream.feedback import FeedbackError, Outcome, Scope, decode_feedback
 from fairstream.metrics import Metrics
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.recent import RecentRequests
+from fairstream.wire.feedback import FeedbackError, Outcome, Scope, decode_feedback
 from fairstream.wire.partition import partition_of
 
 log = logging.getLogger("fairstream.feedback")

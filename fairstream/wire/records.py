@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+# Defined by the core (which imports nothing outside itself), named here with the contract.
+from fairstream.core.admission import BACKLOG_FULL as _BACKLOG_FULL
+from fairstream.core.usage import MAX_COST as _MAX_COST
+
 # Ingest headers (all optional).
 REQUEST_ID = "fairstream-request-id"
 COST = "fairstream-cost"
@@ -37,7 +41,7 @@ RESERVED_PREFIX = "fairstream-"
 INVALID_KEY = "invalid-key"
 INVALID_HEADER = "invalid-header"
 INVALID_VALUE = "invalid-value"
-BACKLOG_FULL = "backlog-full"
+BACKLOG_FULL = _BACKLOG_FULL  # the core refuses admission with it
 EXPIRED = "expired"
 PURGED = "purged"
 HANDLER_FAILED = "handler-failed"
@@ -46,7 +50,7 @@ LOST = "lost"  # deleted from the ingest log (retention) before it could be emit
 
 MAX_TENANT_BYTES = 255
 MAX_REQUEST_ID_BYTES = 1024
-MAX_COST = 2**31 - 1
+MAX_COST = _MAX_COST  # the core bounds measured costs with it
 MAX_EPOCH_MS = 2**63 - 1  # the largest deadline or timestamp, in epoch milliseconds
 
 Headers = Sequence[tuple[str, bytes | None]]

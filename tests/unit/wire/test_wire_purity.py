@@ -1,5 +1,6 @@
 """fairstream.wire stays sans-IO: no Kafka client, no asyncio, no network or file writing,
-and nothing from fairstream outside wire, errors and the core's TenantPolicy."""
+and nothing from fairstream outside wire, errors and the core's TenantPolicy and the
+admission and cost constants it defines."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ import pytest
 import fairstream.wire
 
 FORBIDDEN = ("faust", "confluent_kafka", "aiokafka", "asyncio", "socket", "threading")
-ALLOWED_FAIRSTREAM = ("fairstream.wire", "fairstream.errors", "fairstream.core.tenant")
+ALLOWED_FAIRSTREAM = (
+    "fairstream.wire",
+    "fairstream.errors",
+    "fairstream.core.tenant",
+    "fairstream.core.admission",
+    "fairstream.core.usage",
+)
 WIRE = Path(fairstream.wire.__file__).parent
 MODULES = sorted(WIRE.glob("*.py"))
 
