@@ -12,15 +12,18 @@ cost its requests declared.
 from __future__ import annotations
 
 import json
+import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import click
 
 Snapshot = dict[str, Any]
+CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear the screen
 
 
 @dataclass(frozen=True)
@@ -160,42 +163,50 @@ def instances_of(snapshots: list[Snapshot | None]) -> list[dict[str, Any]]:
     return [merged[i] for i in sorted(merged)]
 
 
+def table(columns: list[tuple[str, str]], rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """Lines of a plain table: ``columns`` are (name, "<" or ">") for left or right
+    alignment, each column as wide as its widest cell. Pure."""
+    widths = [max([len(name), *(len(r[i]) for r in rows)]) for i, (name, _) in enumerate(columns)]
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(
+            f"{c:{align}{w}}" for c, (_, align), w in zip(cells, columns, widths, strict=True)
+        ).rstrip()
+
+    return [line(tuple(name for name, _ in columns)), *(line(r) for r in rows)]
+
+
 def render(
     rows: list[Row],
     snapshots: list[Snapshot | None],
     urls: list[str],
     feedback: Feedback | None = None,
-) -> Any:
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
+) -> str:
+    """The view as text: a header, the tenants, and the group's instances if any. Pure."""
     up = sum(1 for s in snapshots if s is not None)
     backlog = sum(s["backlog"] for s in snapshots if s)
-    header = Text(
+    lines = [
         f"fairstream top: {up}/{len(urls)} schedulers answering, "
         f"{backlog} records buffered, {sum(r.emitted_per_s for r in rows):.1f} records/s out"
-    )
+    ]
     if feedback is not None:
         limited = (
             "-" if feedback.rate_limited_per_s is None else f"{feedback.rate_limited_per_s:.1f}"
         )
         held = f", held {feedback.held_for_s:.1f} s" if feedback.held_for_s > 0 else ""
-        header.append(
-            f"\nadaptive rate {feedback.rate:.1f}/s of --rate {feedback.ceiling:g}{held}, "
+        lines.append(
+            f"adaptive rate {feedback.rate:.1f}/s of --rate {feedback.ceiling:g}{held}, "
             f"{limited} 429s/s reported"
         )
     costs = any(r.cost_declared is not None for r in rows)
-    table = Table(box=None, header_style="bold")
-    for name, justify in (
-        ("tenant", "left"), ("state", "left"), ("weight", "right"), ("backlog", "right"),
-        ("out/s", "right"), ("share", "right"), ("entitled", "right"), ("dwell p99", "right"),
-    ):  # fmt: skip
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    columns = [
+        ("tenant", "<"), ("state", "<"), ("weight", ">"), ("backlog", ">"), ("out/s", ">"),
+        ("share", ">"), ("entitled", ">"), ("dwell p99", ">"),
+    ]  # fmt: skip
     if costs:
-        table.add_column("cost measured/declared", justify="right")
-    for r in rows:
-        cells = (
+        columns.append(("cost measured/declared", ">"))
+    cells = [
+        (
             r.tenant,
             r.state,
             f"{r.weight:g}",
@@ -204,24 +215,27 @@ def render(
             "-" if r.share is None else f"{r.share:.0%}",
             "-" if r.entitlement is None else f"{r.entitlement:.0%}",
             "-" if r.dwell_p99 is None else f"{r.dwell_p99 * 1000:.0f} ms",
+            *((_cost(r),) if costs else ()),
         )
-        table.add_row(*cells, *((_cost(r),) if costs else ()))
+        for r in rows
+    ]
+    lines += ["", *table(columns, cells)]
     instances = instances_of(snapshots)
-    if not instances:
-        return Group(header, table)
-    group = Table(box=None, header_style="bold")
-    for name in ("instance", "partitions", "demand (weight)", "rate share", "report age"):
-        group.add_column(name, justify="left" if name == "instance" else "right")
-    for i in instances:
-        group.add_row(
-            i["instance"],
-            ",".join(str(p) for p in i["partitions"]) or "-",
-            f"{i['demand_weight']:g}"
-            + (f" +{i['capped_tenants']} capped" if i["capped_tenants"] else ""),
-            f"{i['rate_share']:.1f}/s",
-            f"{i['report_age_s']:.1f} s",
-        )
-    return Group(header, table, Text(""), group)
+    if instances:
+        group = [
+            (
+                i["instance"],
+                ",".join(str(p) for p in i["partitions"]) or "-",
+                f"{i['demand_weight']:g}"
+                + (f" +{i['capped_tenants']} capped" if i["capped_tenants"] else ""),
+                f"{i['rate_share']:.1f}/s",
+                f"{i['report_age_s']:.1f} s",
+            )
+            for i in instances
+        ]
+        names = ("instance", "partitions", "demand (weight)", "rate share", "report age")
+        lines += ["", *table([(n, "<" if n == "instance" else ">") for n in names], group)]
+    return "\n".join(lines)
 
 
 @click.command("top")
@@ -254,9 +268,6 @@ def render(
 @click.option("--json", "as_json", is_flag=True, help="With --once: print JSON rows.")
 def top(urls: tuple[str, ...], interval: float, limit: int, once: bool, as_json: bool) -> None:
     """A live view of tenants: backlog, records/s, share against entitlement, dwell p99."""
-    from rich.console import Console
-    from rich.live import Live
-
     targets = list(urls)
     before = [fetch(u, limit) for u in targets]
     if all(s is None for s in before):
@@ -273,17 +284,19 @@ def top(urls: tuple[str, ...], interval: float, limit: int, once: bool, as_json:
         if as_json:
             click.echo(json.dumps([asdict(r) for r in rows]))
         else:
-            Console().print(render(rows, after, targets, feedback))
+            click.echo(render(rows, after, targets, feedback))
         return
-    with Live(render([], before, targets), refresh_per_second=4, screen=False) as live:
-        try:
-            while True:
-                time.sleep(interval)
-                after = [fetch(u, limit) for u in targets]
-                now = time.monotonic()
-                rows = compute_rows(before, after, now - started)
-                feedback = feedback_of(before, after, now - started)
-                live.update(render(rows, after, targets, feedback))
-                before, started = after, now
-        except KeyboardInterrupt:
-            pass
+    # A terminal gets the view redrawn in place; a pipe gets one view after another.
+    redraw = CLEAR if sys.stdout.isatty() else "\n"
+    click.echo(render([], before, targets))
+    try:
+        while True:
+            time.sleep(interval)
+            after = [fetch(u, limit) for u in targets]
+            now = time.monotonic()
+            rows = compute_rows(before, after, now - started)
+            feedback = feedback_of(before, after, now - started)
+            click.echo(redraw + render(rows, after, targets, feedback))
+            before, started = after, now
+    except KeyboardInterrupt:
+        pass
