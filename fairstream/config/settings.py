@@ -106,8 +106,8 @@ class Settings:
         0.1,
         low=0.01,
         high=60,
-        help="Seconds between transaction commits at most; while emission waits (on the "
-        "rate, or for records) a transaction with records commits after a fifth of it. "
+        help="Seconds between transaction commits at most; while emission is paced (waits "
+        "on the rate, a cap or a hold) a transaction with records commits after a fifth of it. "
         "Egress records become visible to read_committed consumers when their "
         "transaction commits.",
     )

@@ -23,6 +23,7 @@ from the committed marks (``rewind``). Payloads are held in memory up to
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -183,10 +184,11 @@ class Emitter:
     def _run(self) -> None:
         handoff = self.handoff
         interval = self.settings.commit_interval
-        # While emission waits (on the rate, a hold, or for records), the emitter has time
-        # to spare: a transaction holding records commits after a fifth of the interval,
-        # so what went out becomes visible sooner, at no cost to throughput (an emitter
-        # that never waits commits every interval, or at --max-in-flight records).
+        # While emission is paced (it waits on the rate, a cap or a hold), the emitter has
+        # time to spare: a transaction holding records commits after a fifth of the
+        # interval, so what went out becomes visible sooner. Unpaced (no rate limit, or
+        # waiting for records), it commits every interval or at --max-in-flight records:
+        # there, more commits would cost throughput (measured: about 10% end to end).
         soonest = interval / 5
         max_records = self.settings.max_in_flight
         while True:
@@ -382,7 +384,8 @@ class Emitter:
             if type(step) is not Pick:
                 if type(step) is Wait:
                     self._wait = step.seconds
-                    self._paced = True
+                    # Paced: waiting on the rate, a cap or a hold (not for records to come).
+                    self._paced = step.seconds != math.inf
                     break
                 picked += 1
                 self._expire(step, stamp)  # type: ignore[arg-type]  # an Expire here
