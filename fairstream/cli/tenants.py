@@ -40,7 +40,7 @@ class _Unset:
 UNSET = _Unset()
 
 
-class _OptionalNumber(click.ParamType):
+class _OptionalNumber(click.ParamType[int | float | None]):
     """A number, or ``none`` / ``unlimited`` / ``off`` to remove the limit."""
 
     def __init__(self, kind: type[int] | type[float]) -> None:

@@ -22,7 +22,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-def _param_type(setting: Declared) -> click.ParamType | None:
+def _param_type(setting: Declared) -> click.ParamType[Any] | None:
     option = setting.option
     if option.choices:
         return click.Choice(option.choices, case_sensitive=option.case_sensitive)
@@ -31,8 +31,13 @@ def _param_type(setting: Declared) -> click.ParamType | None:
     if option.path == "directory":
         return click.Path(file_okay=False, path_type=Path)
     if setting.type in (int, float) and (option.low is not None or option.high is not None):
-        kind = click.IntRange if setting.type is int else click.FloatRange
-        return kind(min=option.low, max=option.high, min_open=option.low_open)
+        if setting.type is int:
+            return click.IntRange(
+                min=None if option.low is None else int(option.low),
+                max=None if option.high is None else int(option.high),
+                min_open=option.low_open,
+            )
+        return click.FloatRange(min=option.low, max=option.high, min_open=option.low_open)
     if setting.type in (int, float):
         return click.INT if setting.type is int else click.FLOAT
     return None  # str, or a bool flag
