@@ -23,6 +23,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from fairstream.config import Topics
+from fairstream.wire.partition import partition_of
 from fairstream_dev.harness.kafka import unique
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess
 from fairstream_dev.kafka import DevBroker
@@ -299,34 +300,13 @@ def fill(bootstrap: str, topic: str, records: int, tenants: int) -> float:
     return time.monotonic() - started
 
 
-def murmur2_partition(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default (murmur2) partitioner gives ``key``: Java clients,
-    aiokafka, and librdkafka's ``murmur2_random`` agree on it."""
-    m, h = 0x5BD1E995, (0x9747B28C ^ len(key)) & 0xFFFFFFFF
-    whole = len(key) & ~3
-    for i in range(0, whole, 4):
-        k = (int.from_bytes(key[i : i + 4], "little") * m) & 0xFFFFFFFF
-        k = ((k ^ (k >> 24)) * m) & 0xFFFFFFFF
-        h = ((h * m) & 0xFFFFFFFF) ^ k
-    rest = len(key) - whole
-    if rest == 3:
-        h ^= key[whole + 2] << 16
-    if rest >= 2:
-        h ^= key[whole + 1] << 8
-    if rest >= 1:
-        h = ((h ^ key[whole]) * m) & 0xFFFFFFFF
-    h = ((h ^ (h >> 13)) * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return (h & 0x7FFFFFFF) % partitions
-
-
 def keys_for(prefix: str, partition: int, count: int, partitions: int) -> list[str]:
     """The first ``count`` keys ``<prefix>-<n>`` that murmur2 puts on ``partition``."""
     out: list[str] = []
     n = 0
     while len(out) < count:
         key = f"{prefix}-{n}"
-        if murmur2_partition(key.encode(), partitions) == partition:
+        if partition_of(key, partitions) == partition:
             out.append(key)
         n += 1
     return out
