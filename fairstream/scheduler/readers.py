@@ -39,7 +39,7 @@ def reader_config(connection: dict[str, Any], app_id: str) -> dict[str, Any]:
             "max.partition.fetch.bytes": 1024 * 1024,
             "queued.max.messages.kbytes": 4096,
             "fetch.queue.backoff.ms": 5,
-            "fetch.wait.max.ms": 20,
+            "fetch.wait.max.ms": 500,
         },
     )
 

@@ -134,7 +134,15 @@ class Trimmer:
                 assigned_consumer_config(
                     self._config,
                     f"{self.topic}.watch",
-                    {"enable.partition.eof": True, "auto.offset.reset": "earliest"},
+                    {
+                        "enable.partition.eof": True,
+                        "auto.offset.reset": "earliest",
+                        # One record is read (its timestamp): fetch one batch, not a
+                        # megabyte, and prefetch no more behind it.
+                        "max.partition.fetch.bytes": 1024,
+                        "queued.max.messages.kbytes": 64,
+                        "queued.min.messages": 1,
+                    },
                 )
             )
         return self._reader
