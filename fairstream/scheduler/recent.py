@@ -6,47 +6,48 @@ request nobody emitted (a replayed topic, a worker of another deployment, a forg
 is counted as ``unknown-request`` and ignored, and feedback about another instance's
 request is left to that instance.
 
-Memory is bounded: the last ``capacity`` ids (default 200,000, about 20 MB). A request
-whose feedback comes after that many later requests went out counts as unknown too; at a
-paid API's pace (hundreds to thousands of requests a second) that is minutes.
+Memory is bounded, in two generations of ``capacity`` ids each (default 200,000, about 20
+MB a generation): the newest ids go into the young one; when it is full it becomes the old
+one and the previous old one is forgotten. So the last ``capacity`` ids are always
+remembered, and at most twice as many. A request whose feedback comes after that many later
+requests went out counts as unknown; at a paid API's pace (hundreds to thousands of
+requests a second) that is minutes.
 
-Thread-safety: the emitter adds, the feedback reader asks; each call is a few operations
-on a deque and a set, atomic under the GIL.
+Two sets, not a set and a deque of arrival order: ``add`` runs once per egress record, and
+one set insertion is half the work of the ordered variant (measured on the emitter).
+
+Thread-safety: the emitter adds, the feedback reader asks; each call reads or swaps a
+reference and touches one set, atomic under the GIL.
 """
 
 from __future__ import annotations
-
-from collections import deque
 
 CAPACITY = 200_000
 
 
 class RecentRequests:
-    __slots__ = ("_ids", "_order", "capacity")
+    __slots__ = ("_old", "_young", "capacity")
 
     def __init__(self, capacity: int = CAPACITY) -> None:
         if capacity <= 0:
             raise ValueError(f"capacity must be positive, got {capacity!r}")
         self.capacity = capacity
-        self._ids: set[bytes] = set()
-        self._order: deque[bytes] = deque()
+        self._young: set[bytes] = set()
+        self._old: frozenset[bytes] | set[bytes] = frozenset()
 
     def add(self, request_id: bytes) -> None:
-        """Remember ``request_id``; forget the oldest beyond ``capacity``. Caller: the
-        emitter, once per egress record."""
-        ids = self._ids
-        if request_id in ids:
-            return
-        ids.add(request_id)
-        order = self._order
-        order.append(request_id)
-        if len(order) > self.capacity:
-            ids.discard(order.popleft())
+        """Remember ``request_id``; forget the old generation once the young one is full.
+        Caller: the emitter, once per egress record."""
+        young = self._young
+        young.add(request_id)
+        if len(young) >= self.capacity:
+            self._old = young
+            self._young = set()
 
     def __contains__(self, request_id: object) -> bool:
         if isinstance(request_id, str):
             request_id = request_id.encode()
-        return request_id in self._ids
+        return request_id in self._young or request_id in self._old
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return len(self._young | self._old)

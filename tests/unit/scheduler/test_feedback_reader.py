@@ -94,15 +94,20 @@ def test_without_a_memory_of_requests_every_cost_is_charged() -> None:
     assert batch.charges == [("acme", 1, 10)]
 
 
-def test_recent_requests_forget_the_oldest_beyond_capacity() -> None:
+def test_recent_requests_remember_the_last_capacity_and_at_most_twice_as_many() -> None:
     recent = RecentRequests(capacity=3)
     for i in range(5):
         recent.add(b"r%d" % i)
     recent.add(b"r4")  # again: no second entry
-    assert [r in recent for r in ("r0", "r1", "r2", "r3", "r4")] == [
-        False, False, True, True, True,
-    ]  # fmt: skip
-    assert len(recent) == 3
+    # r0-r2 filled the first generation; r3 and r4 are in the second: the last 3 are known.
+    assert [r in recent for r in ("r0", "r1", "r2", "r3", "r4")] == [True] * 5
+    assert len(recent) == 5
+    recent.add(b"r5")  # the second generation is full: the first (r0-r2) is forgotten
+    assert [r in recent for r in ("r0", "r2", "r3", "r5")] == [False, False, True, True]
+    for i in range(6, 100):
+        recent.add(b"r%d" % i)
+        assert all(b"r%d" % j in recent for j in range(i - 2, i + 1))  # the last 3, always
+        assert len(recent) <= 6
     with pytest.raises(ValueError, match="capacity"):
         RecentRequests(capacity=0)
 
