@@ -91,8 +91,26 @@ class PartitionProgress:
     # -- settling -------------------------------------------------------------------------
 
     def settle(self, offset: int) -> None:
-        """Mark one offset settled. Caller: the emitter, once its record is in a transaction."""
-        self.settle_range(offset, offset + 1)
+        """Mark one offset settled. Caller: the emitter, once its record is in a transaction
+        (once per egress record: ``settle_range``'s one-offset case, inline)."""
+        if offset < self.lwm:
+            return
+        self.changes += 1
+        start, end = offset, offset + 1
+        starts, ends = self._starts, self._ends
+        left = ends.pop(start, None)
+        if left is not None:
+            del starts[left]
+            start = left
+        right = starts.pop(end, None)
+        if right is not None:
+            del ends[right]
+            end = right
+        if start == self.lwm:
+            self.lwm = end
+            return
+        starts[start] = end
+        ends[end] = start
 
     def settle_range(self, start: int, end: int) -> None:
         """Mark ``[start, end)`` settled. Each offset is settled once (the emitter's rule);

@@ -83,6 +83,30 @@ def test_settling_any_order_ends_at_next() -> None:
     assert prog.ranges() == []
 
 
+@given(
+    st.integers(0, 5),
+    st.lists(st.tuples(st.integers(0, 40), st.integers(1, 4)), max_size=8),
+    st.permutations(list(range(40))),
+)
+@settings(max_examples=200, deadline=None)
+def test_settle_is_settle_range_of_one(
+    lwm: int, ranges: list[tuple[int, int]], order: list[int]
+) -> None:
+    # settle inlines settle_range's one-offset case (the emitter's per-record path). Each
+    # offset is settled once (the emitter's rule): none already in a settled range.
+    one, other = PartitionProgress(lwm), PartitionProgress(lwm)
+    done: set[int] = set()
+    for start, length in ranges:
+        if done.isdisjoint(range(start, start + length)):
+            one.settle_range(start, start + length)
+            other.settle_range(start, start + length)
+            done.update(range(start, start + length))
+    for offset in (o for o in order if o not in done):
+        one.settle(offset)
+        other.settle_range(offset, offset + 1)
+        assert (one.lwm, one.ranges(), one.changes) == (other.lwm, other.ranges(), other.changes)
+
+
 def test_skipped_offsets_are_gaps() -> None:
     prog = PartitionProgress(0)
     prog.observe(0)
