@@ -183,6 +183,21 @@ class EmissionRule(Generic[T]):
         self._pending = pick
         return Wait(limiter.wait_time(1, pick[2], now))
 
+    def direct(self) -> bool:
+        """Whether ``next`` comes down, for now, to the fair pick and expiry at emit time:
+        no rate or cost limit, no hold, no lease ending, no pause ending, no pick held for
+        its cost tokens. Then the caller may call ``core.pick()`` itself and compare the
+        item's deadline with its ``now_ms`` (``Expire`` when past it): the same answers as
+        ``next``, without its checks per record. Valid until something changes (a hold, a
+        lease, a pause, a share) or time passes; the service asks again before each batch.
+
+        Caller: the emitter loop, once per batch. Affects: nothing.
+        """
+        if self._limited or self._pending is not None:
+            return False
+        now = self._now()
+        return self._hold_until <= now < self._alarm
+
     @property
     def pending(self) -> Pick[T] | None:
         """The pick held for its cost tokens, if any: no longer in the core, not yet sent."""

@@ -289,3 +289,63 @@ def test_cancel_and_replace_core_forget_the_held_pick():
     push(fresh, "B", "b0")
     assert sent(rule.next()) == "b0"
     assert not fresh.policy("B").paused
+
+
+def test_direct_only_without_limits_holds_leases_pauses_or_held_picks():
+    rule, core, clock = make()
+    assert rule.direct()
+    rule.hold(clock.now() + 1)
+    assert not rule.direct()
+    clock.advance(1)
+    assert rule.direct()
+    rule.lease(clock.now() + 5)
+    assert rule.direct()  # the lease runs, nothing is due yet
+    clock.advance(5)
+    assert not rule.direct()  # its end is due: next must stop emission
+    rule.lease(math.inf)
+    push(core, "A", "a0")
+    rule.pause("A", 2)
+    assert rule.direct()
+    clock.advance(2)
+    assert not rule.direct()  # the pause's end is due: next resumes the tenant
+    assert make(rate=10)[0].direct() is False
+    assert make(cost_rate=10)[0].direct() is False
+
+
+def _drive(rule: EmissionRule[Item], core: FairScheduler[Item], now_ms: int, direct: bool):
+    """Every answer until nothing is left, the emitter's way (``direct``: its fast path)."""
+    out = []
+    while True:
+        if direct and rule.direct():
+            pick = core.pick()
+            if pick is None:
+                step = rule.next(now_ms)
+            else:
+                deadline = pick.item[1]
+                step = Expire(*pick) if deadline is not None and now_ms > deadline else pick
+        else:
+            step = rule.next(now_ms)
+        if type(step) is Wait:
+            return out, step
+        out.append((type(step).__name__, step[0], step[1][0]))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_direct_path_answers_what_next_answers(seed):
+    import random
+
+    rng = random.Random(seed)
+    runs = []
+    for direct in (False, True):
+        rng.seed(seed)
+        rule, core, _ = make()
+        for t in range(rng.randint(1, 6)):
+            core.set_policy(
+                f"t{t}", TenantPolicy(weight=rng.choice((1, 2, 3)), priority=rng.randint(0, 1))
+            )
+        for i in range(rng.randint(0, 60)):
+            tenant = f"t{rng.randint(0, 5)}"
+            deadline = rng.choice((None, None, 50, 150))
+            push(core, tenant, f"r{i}", cost=rng.randint(1, 3), deadline=deadline)
+        runs.append(_drive(rule, core, 100, direct))
+    assert runs[0] == runs[1]
