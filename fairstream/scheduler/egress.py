@@ -18,9 +18,21 @@ from fairstream import wire
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.wire.dead_letter import RECORD_OVERHEAD, HeaderList, fit
 
-__all__ = ["STAMPED", "Limits", "Stamper", "dead_letter", "footprint", "message_headers"]
+__all__ = [
+    "FOOTPRINT",
+    "STAMPED",
+    "Limits",
+    "Stamper",
+    "dead_letter",
+    "footprint",
+    "message_headers",
+]
 
 STAMPED = frozenset({wire.TENANT, wire.ENQUEUED_MS, wire.SCHEDULED_MS})
+FOOTPRINT = 456  # bytes a held payload costs besides its value, when it has no headers
+# The stamped header names as module constants: read once per egress record.
+_REQUEST_ID, _TENANT = wire.REQUEST_ID, wire.TENANT
+_ENQUEUED_MS, _SCHEDULED_MS = wire.ENQUEUED_MS, wire.SCHEDULED_MS
 
 
 @dataclass(frozen=True)
@@ -35,7 +47,7 @@ def footprint(msg: Message) -> int:
     """Memory a held payload costs, roughly: the value (``len(msg)``), the key (at most 255
     bytes), the objects, and the headers when there are some."""
     headers = msg.headers()
-    size = 456 + len(msg)
+    size = FOOTPRINT + len(msg)
     if headers:
         size += 64 * len(headers) + sum(len(v) for _, v in message_headers(msg) if v)
     return size
@@ -73,22 +85,35 @@ class Stamper:
         or None when the record would be larger than ``limit`` (``size`` says how large)."""
         original = msg.headers()
         size = len(key or b"") + len(value or b"") + RECORD_OVERHEAD
-        headers: HeaderList
-        if original:
-            # The headers fairstream stamps replace any a producer set under the same names.
-            headers = [(n, v) for n, v in cast("HeaderList", original) if n not in STAMPED]
-            size += sum(len(n) + (len(v) if v else 0) for n, v in headers)
-            request_id: bytes | None
-            for name, given in headers:
-                if name == wire.REQUEST_ID:
-                    request_id = given
-                    break
-            else:
-                request_id = self._default_id(partition, offset)
-                headers.append((wire.REQUEST_ID, request_id))
+        if not original:
+            # The common case, once per egress record: only the stamped headers.
+            if size > self.limit:
+                self.size = size
+                return None
+            prefix = self._prefixes.get(partition)
+            if prefix is None:
+                prefix = self._prefix(partition)
+            default_id = prefix + b"%d" % offset
+            if self.recent is not None:
+                self.recent.add(default_id)
+            return [
+                (_REQUEST_ID, default_id),
+                (_TENANT, key),
+                (_ENQUEUED_MS, b"%d" % enqueued),
+                (_SCHEDULED_MS, b"%d" % stamp),
+            ]
+        # The headers fairstream stamps replace any a producer set under the same names.
+        headers = [(n, v) for n, v in cast("HeaderList", original) if n not in STAMPED]
+        size += sum(len(n) + (len(v) if v else 0) for n, v in headers)
+        request_id: bytes | None
+        for name, given in headers:
+            if name == wire.REQUEST_ID:
+                request_id = given
+                break
         else:
-            request_id = self._default_id(partition, offset)
-            headers = [(wire.REQUEST_ID, request_id)]
+            request_id = self._prefixes.get(partition) or self._prefix(partition)
+            request_id += b"%d" % offset
+            headers.append((wire.REQUEST_ID, request_id))
         if size > self.limit:
             self.size = size
             return None
@@ -106,12 +131,10 @@ class Stamper:
             f"most {self.limit} (max.message.bytes)"
         )
 
-    def _default_id(self, partition: int, offset: int) -> bytes:
-        # wire.default_request_id, built from a cached prefix (once per record).
-        prefix = self._prefixes.get(partition)
-        if prefix is None:
-            prefix = self._prefixes[partition] = f"{self.ingest_topic}-{partition}-".encode()
-        return prefix + b"%d" % offset
+    def _prefix(self, partition: int) -> bytes:
+        # wire.default_request_id is "<topic>-<partition>-<offset>": the prefix is cached.
+        prefix = self._prefixes[partition] = f"{self.ingest_topic}-{partition}-".encode()
+        return prefix
 
 
 def dead_letter(

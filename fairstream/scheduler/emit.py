@@ -7,12 +7,14 @@ transactional producer, so none of them needs a lock. Its loop:
    core, or dead-lettered), assignments, revocations, policy changes;
 2. asks the emission rule (``fairstream.core.emission``: pacing, the fair pick, cost
    tokens, expiry, the hold and the rate share) what next, and produces the record it picks
-   to egress inside the open transaction (``egress`` builds it); ``backlog`` indexes what
-   is handed over and sends dead letters to the DLQ in the same transaction;
+   to egress inside the open transaction (``send``; ``egress`` builds the record);
+   ``backlog`` indexes what is handed over and sends dead letters to the DLQ in the same
+   transaction;
 3. every ``--commit-interval`` (or after ``--max-in-flight`` records) commits: the egress
    records, a progress record for each partition with settled ranges above its mark, and
    the marks as the group's offsets, with the group metadata of the member that owns them.
-   A member fenced out of its generation cannot commit, so a zombie adds nothing.
+   A member fenced out of its generation cannot commit, so a zombie adds nothing. While
+   the broker commits, the next records are picked and stamped (``send.prepare``).
 
 An aborted transaction (a failed send, a lost generation) leaves the instance's state ahead
 of what is committed: it forgets everything and asks the ingest thread to recover again
@@ -23,24 +25,22 @@ from the committed marks (``rewind``). Payloads are held in memory up to
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
 
-from confluent_kafka import KafkaException, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
-from fairstream import wire
 from fairstream.config import Settings
-from fairstream.core import FairScheduler, MonotonicClock, Pick, TenantPolicy
-from fairstream.core.emission import EmissionRule, Expire, Wait
+from fairstream.core import FairScheduler, MonotonicClock, TenantPolicy
+from fairstream.core.emission import EmissionRule
 from fairstream.core.shares import ClassDemand, backlogged_demand
 from fairstream.metrics import Metrics
-from fairstream.scheduler import backlog
+from fairstream.scheduler import backlog, send
 from fairstream.scheduler import progress as progress_codec
-from fairstream.scheduler.egress import Limits, Stamper, footprint
+from fairstream.scheduler.egress import Limits, Stamper
 from fairstream.scheduler.feedback import AdaptiveChange, FeedbackBatch
 from fairstream.scheduler.fetch import PayloadFetcher
 from fairstream.scheduler.group import ShareChange
@@ -60,7 +60,6 @@ from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.recovery import progress_topic
 from fairstream.scheduler.transaction import Aborted, FatalError, Transaction
-from fairstream.wire.dead_letter import expired_detail, lost_detail
 
 __all__ = ["Emitter", "Entry", "Limits"]  # Limits: fairstream.scheduler.egress's
 
@@ -70,7 +69,6 @@ log = logging.getLogger("fairstream.emitter")
 Entry = tuple[int, int, int, int | None, Message | None, int]
 
 APPLY_BATCH = 4096  # handed-over items applied between two rounds of emission
-EMIT_BATCH = 256  # picks between two looks at the handoff queue
 WARM_UP = 1.0  # seconds emission may wait for every new partition's first fetch
 RENEW_EVERY = 60.0  # seconds: a broken producer is replaced at most this often
 
@@ -122,6 +120,8 @@ class Emitter:
         self.progress: dict[int, PartitionProgress] = {}
         self.queues: dict[int, deque[Parsed]] = {}  # the handoff queues of owned partitions
         self.letters: deque[tuple[str | None, Entry, str, str]] = deque()
+        # Picked and stamped while a commit was in flight, sent right after it (``send``).
+        self.prepared: deque[send.Prepared] = deque()
         self.fetcher = PayloadFetcher(settings.kafka.librdkafka(), self.ingest_topic)
         config = {
             **settings.kafka.librdkafka(),
@@ -149,7 +149,8 @@ class Emitter:
         # Feedback from the paid API (``feedback``): the adapted rate as a fraction of
         # --rate, applied here when the group does not share by demand.
         self._adaptive = 1.0
-        self._txn_emitted: dict[str, int] = {}
+        # Per tenant, the dwell (seconds) of each record of the open transaction.
+        self._txn_dwell: dict[str, list[float]] = {}
         self._txn_cost = 0
         self._txn_letters: dict[str, int] = {}
         self._committed_changes: dict[int, int] = {}
@@ -205,12 +206,13 @@ class Emitter:
                 or txn_records >= max_records
                 or (self._paced and txn_records and now >= self._soonest_commit)
             ):
-                self._commit()
+                # Unpaced, the next records are picked while the broker commits.
+                self._commit(prepare=not self._paced and self._may_emit(now))
                 done = time.monotonic()
                 self._next_commit = done + interval
                 self._soonest_commit = done + soonest
             if self.letters:
-                self._send_letters(EMIT_BATCH)
+                self._send_letters(send.EMIT_BATCH)
                 continue
             if not self._may_emit(now):
                 self._idle(0.01)
@@ -372,84 +374,21 @@ class Emitter:
     # -- emission ----------------------------------------------------------------------------
 
     def _emit_some(self) -> int:
-        """Send up to EMIT_BATCH records as the emission rule decides; how many it picked
-        (sent or expired). When it says wait, ``self._wait`` tells how long."""
-        decide, emit = self.rule.next, self._emit
-        max_records = self.settings.max_in_flight
-        picked = 0
-        self._paced = False
-        for _ in range(EMIT_BATCH):
-            stamp = time.time_ns() // 1_000_000  # for the deadline, and the scheduled-ms header
-            step = decide(stamp)
-            if type(step) is not Pick:
-                if type(step) is Wait:
-                    self._wait = step.seconds
-                    # Paced: waiting on the rate, a cap or a hold (not for records to come).
-                    self._paced = step.seconds != math.inf
-                    break
-                picked += 1
-                self._expire(step, stamp)  # type: ignore[arg-type]  # an Expire here
-                continue
-            picked += 1
-            emit(step, stamp)
-            if picked % 128 == 0:
-                self.txn.producer.poll(0)  # serve delivery reports: a short librdkafka queue
-            if self.txn.records >= max_records:
-                break
-        return picked
-
-    def _expire(self, step: Expire[Entry], stamp: int) -> None:
-        tenant, entry, _ = step
-        if entry[4] is not None:
-            self.cached -= footprint(entry[4])
-        detail = expired_detail(tenant, entry[3] or 0, stamp, buffered=True)
-        self.letters.append((tenant, entry, wire.EXPIRED, detail))
-
-    def _emit(self, pick: Pick[Entry], stamp: int) -> None:
-        tenant, entry, cost = pick
-        partition, offset, enqueued, _, msg, _ = entry
-        if msg is not None:
-            self.cached -= footprint(msg)
-        else:
-            msg = self.fetcher.get(partition, offset)
-            self.metrics.refetches.inc()
-            if msg is None:
-                self.letters.append((tenant, entry, wire.LOST, lost_detail(partition, offset)))
-                return
-        key, value = msg.key(), msg.value()
-        headers = self.stamper.headers(msg, key, value, partition, offset, enqueued, stamp)
-        if headers is None:
-            detail = self.stamper.too_large(self.egress_topic)
-            self.letters.append((tenant, _held(entry, msg), wire.TOO_LARGE, detail))
-            return
-        txn = self.txn
-        if txn.open:
-            try:  # the common case, inline: this runs once per egress record
-                txn.producer.produce(self.egress_topic, value, key, headers=headers)  # type: ignore[arg-type]
-                txn.records += 1
-            except (BufferError, KafkaException):
-                txn.produce(self.egress_topic, value, key, headers)  # retries, or says why
-        else:
-            txn.produce(self.egress_topic, value, key, headers)
-        self.progress[partition].settle(offset)
-        emitted = self._txn_emitted
-        emitted[tenant] = emitted.get(tenant, 0) + 1
-        self._txn_cost += cost
-        dwell = (stamp - enqueued) / 1000 if stamp > enqueued else 0.0
-        self.metrics.dwell.observe(dwell)
-        self.observed.dwell(tenant, dwell)
+        return send.emit_batch(self)
 
     def _send_letters(self, limit: int) -> None:
         backlog.send_letters(self, limit)
 
     # -- transactions ------------------------------------------------------------------------
 
-    def _commit(self) -> None:
+    def _commit(self, *, prepare: bool = False) -> None:
         """Commit the open transaction with the progress it implies (or just new progress).
 
         Each partition whose progress changed gets its mark committed as the group's offset;
         one with settled ranges above the mark also gets a progress record, tied to the
-        offset by a commit token (the offset's metadata).
+        offset by a commit token (the offset's metadata). With ``prepare``, the next records
+        are picked and stamped while the broker works, and sent as soon as it is done
+        (``send.prepare``), before anything else can change what this instance owns.
         """
         if self.rewinding:
             return
@@ -472,8 +411,9 @@ class Emitter:
                 TopicPartition(self.ingest_topic, partition, prog.lwm, token if ranges else "")
             )
         started = time.monotonic()
+        meanwhile = (lambda: send.prepare(self)) if prepare else None
         try:
-            self.txn.commit(offsets, self._group_metadata())
+            self.txn.commit(offsets, self._group_metadata(), meanwhile)
         except Aborted:
             self._rewind()
             return
@@ -486,15 +426,18 @@ class Emitter:
         for partition, prog in changed:
             self._committed_changes[partition] = prog.changes
             self._committed_marks[partition] = prog.lwm
-        emitted = sum(self._txn_emitted.values())
-        if emitted:
-            self.metrics.emitted.inc(emitted)
+        dwells = self._txn_dwell
+        if dwells:
+            self.metrics.emitted.inc(sum(len(seconds) for seconds in dwells.values()))
             self.metrics.emitted_cost.inc(self._txn_cost)
-            self.observed.emitted(self._txn_emitted)
+            self.metrics.dwell.observe_many(d for seconds in dwells.values() for d in seconds)
+            self.observed.committed(dwells)
         for reason, count in self._txn_letters.items():
             self.metrics.dead_letters.labels(reason).inc(count)
-        self._txn_emitted, self._txn_cost, self._txn_letters = {}, 0, {}
+        self._txn_dwell, self._txn_cost, self._txn_letters = {}, 0, {}
         self._on_committed(dict(self._committed_marks))
+        while self.prepared and not self.rewinding:
+            send.emit_batch(self)
 
     def _renew_transaction(self, exc: FatalError) -> None:
         """A producer that cannot go on (say, after a broker restart its abort is refused):
@@ -515,13 +458,14 @@ class Emitter:
         """After an abort: forget everything and recover again from what is committed."""
         log.warning("rewinding to the committed progress")
         self.metrics.transactions.labels("aborted").inc()
-        self._txn_emitted, self._txn_cost, self._txn_letters = {}, 0, {}
+        self._txn_dwell, self._txn_cost, self._txn_letters = {}, 0, {}
         self.rewinding = True
         self.progress = {}
         self.queues = {}
         self._committed_changes = {}
         self._committed_marks = {}
         self.letters = deque()
+        self.prepared.clear()  # picks of the old core, read again from the committed marks
         self.core = self.policies.new_core(self.clock)
         self.rule.replace_core(self.core)
         self.cached = 0
@@ -554,8 +498,3 @@ class Emitter:
 
 def _resumed(tenant: str) -> None:
     log.info("tenant %r resumed after its upstream quota's pause", tenant)
-
-
-def _held(entry: Entry, msg: Message) -> Entry:
-    """``entry`` with its payload (read back if it was not held), for a dead letter."""
-    return (entry[0], entry[1], entry[2], entry[3], msg, entry[5])

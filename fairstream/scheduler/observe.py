@@ -3,7 +3,7 @@
 Bounded: the last ``DWELL_SAMPLES`` dwell times of the ``DWELL_TENANTS`` latest emitters.
 Caller: the emitter thread (the only writer); read for ``/tenants`` and by the audit thread
 (``fairstream.scheduler.audit``) through the same thread (``Handoff.call``). Everything here
-is derived when it is read, never per record: ``emitted`` runs once per committed
+is derived when it is read, never per record: ``committed`` runs once per committed
 transaction, the rest when ``/tenants`` or the auditor asks.
 """
 
@@ -77,15 +77,20 @@ class Observed:
     def _costs(self, tenant: str) -> list[int] | None:
         return self.cost_by_tenant.get(tenant)
 
-    def dwell(self, tenant: str, seconds: float) -> None:
-        samples = self.dwell_by_tenant.get(tenant)
-        if samples is None:
-            samples = self.dwell_by_tenant[tenant] = deque(maxlen=DWELL_SAMPLES)
-            if len(self.dwell_by_tenant) > DWELL_TENANTS:
-                self.dwell_by_tenant.popitem(last=False)
-        else:
-            self.dwell_by_tenant.move_to_end(tenant)
-        samples.append(seconds)
+    def committed(self, dwells: dict[str, list[float]]) -> None:
+        """A committed transaction: per tenant, the dwell times (seconds) of its egress
+        records, in emission order. Counts them (``emitted``) and keeps the newest."""
+        self.emitted({tenant: len(seconds) for tenant, seconds in dwells.items()})
+        by_tenant = self.dwell_by_tenant
+        for tenant, seconds in dwells.items():
+            samples = by_tenant.get(tenant)
+            if samples is None:
+                samples = by_tenant[tenant] = deque(maxlen=DWELL_SAMPLES)
+                if len(by_tenant) > DWELL_TENANTS:
+                    by_tenant.popitem(last=False)
+            else:
+                by_tenant.move_to_end(tenant)
+            samples.extend(seconds)
 
     def probe(self, core: FairScheduler[Any], top: int, *, backlogged: bool) -> Probe:
         """What was committed since the last probe, per tenant, and the dwell p99 of the

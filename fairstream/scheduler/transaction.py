@@ -44,11 +44,19 @@ class FatalError(Error):
         self.fenced = fenced
 
 
-def _bounded(call: Callable[[], None], timeout: float, name: str) -> None:
+def _bounded(
+    call: Callable[[], None],
+    timeout: float,
+    name: str,
+    meanwhile: Callable[[], bool] | None = None,
+) -> None:
     """Run a librdkafka call that takes a timeout, but do not trust it to return: after a
     broker restart, send_offsets_to_transaction was seen blocked for minutes past its own
     timeout. Past ``timeout`` the producer counts as broken (``FatalError``): the emitter
-    replaces it (the new one fences it) and reads again what was open."""
+    replaces it (the new one fences it) and reads again what was open.
+
+    ``meanwhile`` is called again and again while the call runs, until it returns False
+    (the emitter prepares its next records while the broker commits)."""
     failure: list[BaseException] = []
     done = threading.Event()
 
@@ -61,6 +69,9 @@ def _bounded(call: Callable[[], None], timeout: float, name: str) -> None:
             done.set()
 
     threading.Thread(target=run, name=name, daemon=True).start()
+    if meanwhile is not None:
+        while not done.is_set() and meanwhile():
+            time.sleep(0)  # lets the call's thread take the interpreter lock when it returns
     if not done.wait(timeout):
         raise FatalError(f"{name} did not return within {timeout:.0f} s: the producer is stuck")
     if failure:
@@ -82,6 +93,9 @@ class Transaction:
                     "batch.num.messages": 10_000,
                     "queue.buffering.max.messages": 1_000_000,
                     "queue.buffering.max.kbytes": 1_048_576,
+                    # Nothing here waits on a record's delivery (the commit flushes and says
+                    # whether all went): a report per record would be work for nothing.
+                    "delivery.report.only.error": True,
                     "error_cb": self._error,
                 },
             )
@@ -167,8 +181,14 @@ class Transaction:
         if self._produced % 1000 == 0:
             self.producer.poll(0)  # serve delivery reports: librdkafka's queue stays short
 
-    def commit(self, offsets: list[TopicPartition], group_metadata: Any) -> None:
-        """Send the offsets with the member's group metadata and commit."""
+    def commit(
+        self,
+        offsets: list[TopicPartition],
+        group_metadata: Any,
+        meanwhile: Callable[[], bool] | None = None,
+    ) -> None:
+        """Send the offsets with the member's group metadata and commit. ``meanwhile`` is
+        called while the broker works, until it returns False (see ``_bounded``)."""
         self.begin()
         try:
             _bounded(
@@ -177,6 +197,7 @@ class Transaction:
                 ),
                 OFFSETS_TIMEOUT + 5,
                 "send_offsets_to_transaction",
+                meanwhile,
             )
         except KafkaException as exc:
             err = exc.args[0]
@@ -198,6 +219,7 @@ class Transaction:
                     lambda: self.producer.commit_transaction(API_TIMEOUT),
                     API_TIMEOUT + 5,
                     "commit_transaction",
+                    meanwhile,
                 ),
                 "commit_transaction",
             )

@@ -16,6 +16,7 @@ from fairstream.metrics import Metrics
 from fairstream.scheduler.egress import Limits, Stamper, dead_letter, footprint
 from fairstream.scheduler.emit import Emitter
 from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler import send
 from fairstream.scheduler.progress import PartitionProgress
 
 
@@ -35,6 +36,18 @@ class Txn:
         self.open = True
         self.records = 0
         self.producer = Producer()
+        self.commits: list[tuple[list[Any], int]] = []  # (offsets, records) per commit
+
+    def begin(self) -> None:
+        self.open = True
+
+    def commit(self, offsets: list[Any], metadata: Any, meanwhile: Any = None) -> None:
+        # The broker's work: the emitter may prepare meanwhile, until it has nothing to do.
+        while meanwhile is not None and meanwhile():
+            pass
+        self.commits.append((offsets, self.records))
+        self.open = False
+        self.records = 0
 
     def produce(
         self, topic: str, value: Any, key: Any, headers: Any, partition: Any = None
@@ -201,3 +214,61 @@ def test_dead_letter_of_a_lost_record_keeps_the_tenant():
     key, value, headers = dead_letter("A", None, wire.LOST, "gone", ("ingest", 0, 5), 10_000)
     assert (key, value) == (b"A", None)
     assert dict(headers)["fairstream-dlq-reason"] == b"lost"
+
+
+def test_records_prepared_during_a_commit_go_right_after_it_in_order(make):
+    emitter = make()
+    for offset in range(6):
+        push(emitter, "AB"[offset % 2], offset)
+    assert emitter._emit_some() == 6
+    emitter.txn.producer.sent.clear()
+    for offset in range(6, 12):
+        push(emitter, "AB"[offset % 2], offset)
+    emitter._commit(prepare=True)
+    [(offsets, records)] = emitter.txn.commits
+    # The commit holds the first six, and the mark after them: nothing prepared is in it.
+    assert records == 6
+    assert [(tp.partition, tp.offset) for tp in offsets] == [(0, 6), (1, 0)]
+    # The six prepared while it ran were sent right after it, in the next transaction.
+    assert sorted(sent(emitter)) == sorted(
+        (b"AB"[o % 2 : o % 2 + 1], b"fairstream.ingest-0-%d" % o) for o in range(6, 12)
+    )
+    assert emitter.txn.records == 6 and not emitter.prepared
+    assert emitter.progress[0].lwm == 12
+    assert emitter.cached == 0
+
+
+def test_nothing_is_prepared_under_a_rate_limit_or_without_prepare(make):
+    emitter = make(rate=1000)
+    push(emitter, "A", 0)
+    assert emitter._emit_some() == 1
+    push(emitter, "A", 1)
+    emitter._commit(prepare=True)
+    assert emitter.txn.records == 0 and emitter.core.backlog("A")[0] == 1
+    emitter = make()
+    push(emitter, "A", 0)
+    assert emitter._emit_some() == 1
+    push(emitter, "A", 1)
+    emitter._commit()
+    assert emitter.txn.records == 0 and emitter.core.backlog("A")[0] == 1
+
+
+def test_a_prepared_record_past_its_deadline_is_dead_lettered(make):
+    emitter = make()
+    push(emitter, "A", 0, deadline=time.time_ns() // 1_000_000 + 50)
+    assert send.prepare(emitter) is False  # one record: prepared, nothing more to pick
+    assert len(emitter.prepared) == 1
+    time.sleep(0.06)  # the commit took longer than the record had left
+    assert emitter._emit_some() == 1
+    assert sent(emitter) == []
+    assert [(t, e[1], r) for t, e, r, _ in emitter.letters] == [("A", 0, wire.EXPIRED)]
+    assert emitter.cached == 0
+
+
+def test_a_rewind_forgets_what_was_prepared(make):
+    emitter = make()
+    push(emitter, "A", 0)
+    send.prepare(emitter)
+    assert emitter.prepared
+    emitter._rewind()
+    assert not emitter.prepared

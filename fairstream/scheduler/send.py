@@ -1,0 +1,202 @@
+"""Sending picked records to egress: the emitter's per-record path.
+
+``emit_batch`` asks the emission rule (``fairstream.core.emission``) for up to
+``EMIT_BATCH`` records and produces each into the open transaction, settling its offset:
+the common case (payload held, transaction open, record fits) inline, with local names, as
+it runs once per egress record; anything else (a payload to read back from the log, a
+transaction to begin, a record too large, a lost one) through ``emit_one``.
+
+``prepare`` runs while a commit is in flight (the emitter thread would otherwise only wait
+for the broker): without a rate limit it picks and stamps the next records of the next
+transaction. Nothing it does is visible to the commit: the picks leave the core, but no
+offset is settled until ``emit_batch`` produces them, right after the commit and before
+anything else (a revocation, a purge) is applied. An aborted commit forgets them with the
+rest (the emitter rewinds).
+
+Caller: the emitter thread (``Emitter``), the only owner of the core and the producer.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import KafkaException
+
+from fairstream import wire
+from fairstream.core import Pick
+from fairstream.core.emission import Expire, Wait
+from fairstream.scheduler.egress import FOOTPRINT, footprint
+from fairstream.wire.dead_letter import HeaderList, expired_detail, lost_detail
+
+if TYPE_CHECKING:
+    from fairstream.scheduler.emit import Emitter, Entry
+
+__all__ = ["EMIT_BATCH", "Prepared", "emit_batch", "emit_one", "expire", "prepare"]
+
+EMIT_BATCH = 256  # picks between two looks at the handoff queue
+PREPARE_CHUNK = 64  # picks prepared between two looks at the commit in flight
+PREPARE_MAX = 4096  # records prepared during one commit at most
+
+# (pick, stamp, key, value, egress headers): headers None when ``emit_one`` must decide
+# (a payload to read back, a record too large).
+Prepared = tuple[Pick["Entry"], int, bytes | None, bytes | None, HeaderList | None]
+
+
+def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
+    """Send up to EMIT_BATCH records, those prepared during the last commit first; how many
+    it picked (sent or expired). When the rule says wait, ``em._wait`` tells how long and
+    ``em._paced`` whether the wait is on the rate, a cap or a hold (not for records)."""
+    rule, txn, core = em.rule, em.txn, em.core
+    prepared = em.prepared
+    if prepared and not txn.open:
+        txn.begin()
+    direct = rule.direct()  # no limits: the core is asked directly (``EmissionRule.direct``)
+    decide, pick_next = rule.next, core.pick
+    stamp_headers = em.stamper.headers
+    produce = txn.producer.produce
+    topic = em.egress_topic
+    progress = em.progress
+    dwells = em._txn_dwell
+    max_records = em.settings.max_in_flight
+    picked = freed = cost_sum = 0
+    em._paced = False
+    for _ in range(EMIT_BATCH):
+        step: Any
+        if prepared:
+            step, stamp, key, value, headers = prepared.popleft()
+            deadline = step[1][3]
+            if deadline is not None and time.time_ns() // 1_000_000 > deadline:
+                picked += 1
+                expire(em, Expire(*step), time.time_ns() // 1_000_000)  # the commit was long
+                continue
+            if headers is None:
+                picked += 1
+                emit_one(em, step, stamp)
+                continue
+        else:
+            stamp = time.time_ns() // 1_000_000  # for the deadline, and the scheduled-ms header
+            step = pick_next() if direct else None
+            if step is not None:
+                deadline = step[1][3]
+                if deadline is not None and stamp > deadline:
+                    step = Expire(*step)
+            else:
+                step = decide(stamp)
+            if type(step) is not Pick:
+                if type(step) is Wait:
+                    em._wait = step.seconds
+                    em._paced = step.seconds != math.inf
+                    break
+                picked += 1
+                expire(em, step, stamp)
+                continue
+            msg = step[1][4]
+            if msg is None or not txn.open:
+                picked += 1
+                emit_one(em, step, stamp)  # read back, or a transaction to begin
+                continue
+            entry = step[1]
+            key, value = msg.key(), msg.value()
+            headers = stamp_headers(msg, key, value, entry[0], entry[1], entry[2], stamp)
+            if headers is None:
+                picked += 1
+                emit_one(em, step, stamp)  # too large: a dead letter
+                continue
+        picked += 1
+        tenant, entry, cost = step
+        partition, offset, enqueued, _, msg, _ = entry
+        try:
+            produce(topic, value, key, headers=headers)  # type: ignore[arg-type]
+            txn.records += 1
+        except (BufferError, KafkaException):
+            txn.produce(topic, value, key, headers)  # retries, or says why
+        freed += footprint(msg) if msg.headers() else FOOTPRINT + len(msg)
+        progress[partition].settle(offset)
+        cost_sum += cost
+        dwell = (stamp - enqueued) / 1000 if stamp > enqueued else 0.0
+        seconds = dwells.get(tenant)
+        if seconds is None:
+            dwells[tenant] = [dwell]
+        else:
+            seconds.append(dwell)
+        if picked % 1024 == 0:
+            txn.producer.poll(0)  # serve callbacks (errors; reports only of failures)
+        if txn.records >= max_records:
+            break
+    em.cached -= freed
+    em._txn_cost += cost_sum
+    return picked
+
+
+def prepare(em: Emitter) -> bool:
+    """Pick and stamp up to PREPARE_CHUNK more records for the next transaction; whether
+    more may be prepared. Only while the rule comes down to the fair pick (no rate limit,
+    hold or pause to end) and no dead letter waits. Caller: the emitter, while its commit
+    is in flight (``Transaction.commit``'s ``meanwhile``)."""
+    prepared = em.prepared
+    if len(prepared) >= min(PREPARE_MAX, em.settings.max_in_flight) or em.letters:
+        return False
+    if not em.rule.direct():
+        return False
+    pick_next, stamp_headers = em.core.pick, em.stamper.headers
+    for _ in range(PREPARE_CHUNK):
+        stamp = time.time_ns() // 1_000_000
+        step = pick_next()
+        if step is None:
+            return False
+        entry = step[1]
+        deadline = entry[3]
+        if deadline is not None and stamp > deadline:
+            expire(em, Expire(*step), stamp)
+            continue
+        msg = entry[4]
+        if msg is None:
+            prepared.append((step, stamp, None, None, None))  # read back after the commit
+            return False
+        key, value = msg.key(), msg.value()
+        headers = stamp_headers(msg, key, value, entry[0], entry[1], entry[2], stamp)
+        prepared.append((step, stamp, key, value, headers))
+    return True
+
+
+def expire(em: Emitter, step: Expire[Entry], stamp: int) -> None:
+    """A pick past its deadline becomes a dead letter (``expired``)."""
+    tenant, entry, _ = step
+    if entry[4] is not None:
+        em.cached -= footprint(entry[4])
+    detail = expired_detail(tenant, entry[3] or 0, stamp, buffered=True)
+    em.letters.append((tenant, entry, wire.EXPIRED, detail))
+
+
+def emit_one(em: Emitter, pick: Pick[Entry], stamp: int) -> None:
+    """Send one picked record, whatever it takes: its payload read back from the log, a
+    transaction begun, or a dead letter when it is lost or too large."""
+    tenant, entry, cost = pick
+    partition, offset, enqueued, _, msg, _ = entry
+    if msg is not None:
+        em.cached -= footprint(msg)
+    else:
+        msg = em.fetcher.get(partition, offset)
+        em.metrics.refetches.inc()
+        if msg is None:
+            em.letters.append((tenant, entry, wire.LOST, lost_detail(partition, offset)))
+            return
+    key, value = msg.key(), msg.value()
+    headers = em.stamper.headers(msg, key, value, partition, offset, enqueued, stamp)
+    if headers is None:
+        detail = em.stamper.too_large(em.egress_topic)
+        held = (entry[0], entry[1], entry[2], entry[3], msg, entry[5])  # with its payload
+        em.letters.append((tenant, held, wire.TOO_LARGE, detail))
+        return
+    em.txn.produce(em.egress_topic, value, key, headers)
+    em.progress[partition].settle(offset)
+    em._txn_cost += cost
+    dwell = (stamp - enqueued) / 1000 if stamp > enqueued else 0.0
+    em._txn_dwell.setdefault(tenant, []).append(dwell)
+
+
+def new_prepared() -> deque[Prepared]:
+    return deque()
