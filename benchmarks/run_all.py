@@ -110,7 +110,7 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
                 "max_throughput",
                 lambda c: throughput.max_throughput(
                     bootstrap, workdir, shared, records, deadline, c,
-                    get(phases.results, "ceiling", "records_per_s"),
+                    get(phases.results, "ceiling", "records_per_s"), 1 if quick else 3,
                 ),
             )  # fmt: skip
             phases.run(
