@@ -13,10 +13,10 @@ import fairstream.scheduler.emit as emit_module
 from fairstream import wire
 from fairstream.config import Settings
 from fairstream.metrics import Metrics
+from fairstream.scheduler import send
 from fairstream.scheduler.egress import Limits, Stamper, dead_letter, footprint
 from fairstream.scheduler.emit import Emitter
 from fairstream.scheduler.handoff import Handoff
-from fairstream.scheduler import send
 from fairstream.scheduler.progress import PartitionProgress
 
 
@@ -233,7 +233,8 @@ def test_records_prepared_during_a_commit_go_right_after_it_in_order(make):
     assert sorted(sent(emitter)) == sorted(
         (b"AB"[o % 2 : o % 2 + 1], b"fairstream.ingest-0-%d" % o) for o in range(6, 12)
     )
-    assert emitter.txn.records == 6 and not emitter.prepared
+    assert emitter.txn.records == 6
+    assert not emitter.prepared
     assert emitter.progress[0].lwm == 12
     assert emitter.cached == 0
 
@@ -244,13 +245,15 @@ def test_nothing_is_prepared_under_a_rate_limit_or_without_prepare(make):
     assert emitter._emit_some() == 1
     push(emitter, "A", 1)
     emitter._commit(prepare=True)
-    assert emitter.txn.records == 0 and emitter.core.backlog("A")[0] == 1
+    assert emitter.txn.records == 0
+    assert emitter.core.backlog("A")[0] == 1
     emitter = make()
     push(emitter, "A", 0)
     assert emitter._emit_some() == 1
     push(emitter, "A", 1)
     emitter._commit()
-    assert emitter.txn.records == 0 and emitter.core.backlog("A")[0] == 1
+    assert emitter.txn.records == 0
+    assert emitter.core.backlog("A")[0] == 1
 
 
 def test_a_prepared_record_past_its_deadline_is_dead_lettered(make):
