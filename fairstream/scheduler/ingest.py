@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -31,6 +32,7 @@ from fairstream.scheduler.handoff import (
     Assign,
     Handoff,
     Heard,
+    Parsed,
     Revoke,
     Stop,
 )
@@ -142,24 +144,18 @@ class Ingest:
             self.consumer.consume(num_messages=1, timeout=0.005 if idle else 0)
             self._metadata = self.consumer.consumer_group_metadata()
             full = {p for p in self.assigned if handoff.backlog(p) >= HIGH_WATER}
-            messages = readers.take(full)
-            idle = not messages
-            if messages:
-                self._hand_over(messages)
+            slices = readers.take(full)
+            idle = not slices
+            if slices:
+                for partition, messages in slices:
+                    self._hand_over(partition, messages)
+                handoff.wake.set()
 
-    def _hand_over(self, messages: list[Message]) -> None:
-        records = self.handoff.records
-        wake = False
-        for item in self._parse(messages):
-            if type(item) is tuple:
-                queue = records.get(item[0])
-                if queue is not None:  # else revoked meanwhile
-                    queue.append(item)
-                    wake = True
-            else:
-                self.handoff.put(item)
-        if wake:
-            self.handoff.wake.set()
+    def _hand_over(self, partition: int, messages: list[Message]) -> None:
+        """Parse one reader's slice into its partition's handoff queue."""
+        queue = self.handoff.records.get(partition)
+        if queue is not None:  # else revoked meanwhile
+            self._parse(partition, messages, queue)
 
     def _await_emitter(self, done: threading.Event) -> bool:
         """Wait for the emitter to act on a control (at most REVOKE_WAIT seconds), or to die:
@@ -182,17 +178,18 @@ class Ingest:
             log.warning("closing the group consumer: %s", exc)
         self.recovery.close()
 
-    def _parse(self, messages: list[Message]) -> list[Any]:
-        """Records to ``Parsed`` tuples, end-of-partition events to ``Heard``."""
-        out: list[Any] = []
-        append = out.append
+    def _parse(self, partition: int, messages: list[Message], queue: deque[Parsed]) -> None:
+        """Records of ``partition`` to ``Parsed`` tuples at the end of ``queue``;
+        end-of-partition events to ``Heard`` controls. Once per ingest record: flat."""
+        # A record's offset is an int (confluent-kafka types it int | None for errors).
+        append: Callable[[Any], None] = queue.append
         tenants = self._tenants
         now_ms = wire.now_ms()
         for msg in messages:
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
-                    append(Heard(cast(int, msg.partition())))
+                    self.handoff.put(Heard(partition))
                 else:
                     self._consumer_error(err)
                 continue
@@ -203,17 +200,17 @@ class Ingest:
             enqueued = timestamp if kind != 0 and timestamp > 0 else now_ms
             if tenant is not None and headers is None and msg.value() is not None:
                 # The common case: a known tenant, no headers, a payload.
-                append((msg.partition(), msg.offset(), tenant, 1, None, enqueued, msg, None))
+                append((partition, msg.offset(), tenant, 1, None, enqueued, msg, None))
                 continue
             verdict = wire.validate_ingest(key, msg.value(), cast(wire.Headers, headers or []))
             if isinstance(verdict, wire.Invalid):
-                append((msg.partition(), msg.offset(), None, 1, None, enqueued, msg, verdict))
+                append((partition, msg.offset(), None, 1, None, enqueued, msg, verdict))
                 continue
             if key is not None and len(tenants) < TENANT_CACHE:
                 tenants[key] = verdict.tenant
             append(
                 (
-                    msg.partition(),
+                    partition,
                     msg.offset(),
                     verdict.tenant,
                     verdict.cost,
@@ -223,7 +220,6 @@ class Ingest:
                     None,
                 )
             )
-        return out
 
     def _consumer_error(self, err: KafkaError) -> None:
         if err.fatal():

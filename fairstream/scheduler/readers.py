@@ -68,17 +68,18 @@ class Readers:
         for partition in list(self._readers):
             self.close(partition)
 
-    def take(self, skip: set[int]) -> list[Message]:
-        """A slice from each reader not in ``skip``, starting at a different one each time."""
+    def take(self, skip: set[int]) -> list[tuple[int, list[Message]]]:
+        """A slice from each reader not in ``skip``, starting at a different one each time:
+        (partition, its records) for each reader that had some."""
         readers = [(p, r) for p, r in self._readers.items() if p not in skip]
         if not readers:
             return []
         self._turn = (self._turn + 1) % len(readers)
-        out: list[Message] = []
-        for _, reader in readers[self._turn :] + readers[: self._turn]:
+        out: list[tuple[int, list[Message]]] = []
+        for partition, reader in readers[self._turn :] + readers[: self._turn]:
             batch = reader.consume(num_messages=SLICE, timeout=0)
             if batch:
-                out.extend(batch)
+                out.append((partition, batch))
         return out
 
     def __len__(self) -> int:

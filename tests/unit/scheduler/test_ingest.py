@@ -1,0 +1,71 @@
+"""The ingest thread's parse (``fairstream.scheduler.ingest``): one reader's slice goes into
+its partition's handoff queue as ``Parsed`` tuples, end-of-partition events as controls."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError, Message
+
+from fairstream import wire
+from fairstream.config import Settings
+from fairstream.config.kafka import KafkaConnection
+from fairstream.scheduler.handoff import Handoff, Heard
+from fairstream.scheduler.ingest import Ingest
+from fairstream.scheduler.recovery import Recovery
+
+NOWHERE = "127.0.0.1:1"  # nothing is read: the consumers are made, never polled
+
+
+def ingest() -> Ingest:
+    settings = Settings(kafka=KafkaConnection(bootstrap=NOWHERE))
+    handoff = Handoff()
+    return Ingest(
+        settings,
+        handoff,
+        Recovery({"bootstrap.servers": NOWHERE}, settings.topics.ingest, settings.app_id),
+        emitter_alive=lambda: True,
+        on_lost_records=lambda n: None,
+        on_fatal=lambda why: None,
+    )
+
+
+def record(
+    offset: int, key: bytes | None, headers: list[tuple[str, bytes]] | None = None
+) -> Message:
+    return Message(
+        topic="ingest", partition=3, offset=offset, key=key, value=b"v", headers=headers,
+        timestamp=(1, 1_000 + offset),
+    )  # fmt: skip
+
+
+def test_a_slice_goes_to_its_partitions_queue_in_order() -> None:
+    ing = ingest()
+    try:
+        queue = ing.handoff.open(3)
+        eof = Message(
+            topic="ingest", partition=3, offset=4, error=KafkaError(KafkaError._PARTITION_EOF)
+        )
+        slice_ = [
+            record(0, b"acme"),
+            record(1, None),
+            record(2, b"acme", [(wire.COST, b"3"), (wire.DEADLINE_MS, b"9000")]),
+            record(3, b"acme"),  # known by now: the fast path
+            eof,
+        ]
+        ing._hand_over(3, slice_)
+        parsed = list(queue)
+        assert [(p[0], p[1], p[2], p[3], p[4], p[5]) for p in parsed] == [
+            (3, 0, "acme", 1, None, 1000),
+            (3, 1, None, 1, None, 1001),
+            (3, 2, "acme", 3, 9000, 1002),
+            (3, 3, "acme", 1, None, 1003),
+        ]
+        assert parsed[1][7] is not None
+        assert parsed[1][7].reason == wire.INVALID_KEY
+        assert all(p[7] is None for p in parsed[::2])
+        [control] = ing.handoff.controls
+        assert control == Heard(3)
+        ing._hand_over(5, [record(9, b"acme")])  # not (or no longer) owned: dropped
+        assert len(queue) == 4
+    finally:
+        ing.consumer.close()
+        ing.readers.close_all()
