@@ -38,7 +38,7 @@ __all__ = ["EMIT_BATCH", "Prepared", "emit_batch", "emit_one", "expire", "prepar
 
 EMIT_BATCH = 256  # picks between two looks at the handoff queue
 PREPARE_CHUNK = 64  # picks prepared between two looks at the commit in flight
-PREPARE_MAX = 4096  # records prepared during one commit at most
+PREPARE_MAX = 8192  # records prepared during one commit at most
 
 # (pick, stamp, key, value, egress headers): headers None when ``emit_one`` must decide
 # (a payload to read back, a record too large).

@@ -69,9 +69,10 @@ def _bounded(
             done.set()
 
     threading.Thread(target=run, name=name, daemon=True).start()
-    if meanwhile is not None:
-        while not done.is_set() and meanwhile():
-            time.sleep(0)  # lets the call's thread take the interpreter lock when it returns
+    # The call's thread takes the interpreter lock back when it returns (within the switch
+    # interval); until then, what ``meanwhile`` does is work the emitter has to do anyway.
+    while meanwhile is not None and not done.is_set() and meanwhile():
+        pass
     if not done.wait(timeout):
         raise FatalError(f"{name} did not return within {timeout:.0f} s: the producer is stuck")
     if failure:
