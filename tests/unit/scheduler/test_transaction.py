@@ -1,0 +1,48 @@
+"""``_bounded``: a librdkafka call run on a thread of its own, with a deadline and work for
+the caller meanwhile (``fairstream.scheduler.transaction``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from fairstream.scheduler.transaction import FatalError, _bounded
+
+
+def test_meanwhile_runs_until_the_call_returns_or_it_has_nothing_to_do() -> None:
+    release = threading.Event()
+    calls = []
+
+    def meanwhile() -> bool:  # 1 ms of work a call, holding the interpreter lock
+        calls.append(1)
+        if len(calls) == 5:
+            release.set()  # the broker answers while the caller works
+        until = time.perf_counter() + 0.001
+        while time.perf_counter() < until:
+            pass
+        return len(calls) < 2000
+
+    _bounded(lambda: release.wait(10) or None, 10, "test", meanwhile)
+    # It stopped asking soon after the call was done (the call's thread needs the lock back:
+    # a switch interval, 5 ms), long before it ran out of work.
+    assert 5 <= len(calls) < 500
+
+    calls.clear()
+    release.clear()
+    threading.Timer(0.2, release.set).start()
+    _bounded(lambda: release.wait(10) or None, 10, "test", lambda: bool(calls.append(1)))
+    assert calls == [1]  # nothing more to do: it just waits for the call
+
+
+def test_the_calls_failure_and_a_stuck_call_reach_the_caller() -> None:
+    def fail() -> None:
+        raise ValueError("refused")
+
+    with pytest.raises(ValueError, match="refused"):
+        _bounded(fail, 5, "test", lambda: False)
+    stuck = threading.Event()
+    with pytest.raises(FatalError, match="did not return within"):
+        _bounded(lambda: stuck.wait(5) or None, 0.2, "test", lambda: False)
+    stuck.set()
