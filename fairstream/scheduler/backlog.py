@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from fairstream import wire
 from fairstream.core import FairScheduler
-from fairstream.scheduler.egress import dead_letter, footprint
+from fairstream.scheduler.egress import FOOTPRINT, dead_letter, footprint
 from fairstream.scheduler.handoff import Parsed
 from fairstream.wire.dead_letter import expired_detail, lost_detail, purge_detail
 
@@ -92,7 +92,7 @@ def index(em: Emitter, records: list[Parsed]) -> None:  # noqa: PLR0915 (flat ho
             continue
         left[0] -= 1
         left[1] -= cost
-        size = footprint(msg)
+        size = FOOTPRINT + len(msg) if msg.headers() is None else footprint(msg)
         if cached + size <= budget:
             cached += size
             core.push(tenant, (partition, offset, enqueued, deadline, msg, cost), cost)
