@@ -89,7 +89,8 @@ def holding_back(r: dict[str, Any], profile: dict[str, Any]) -> list[str]:
             "Per record the passthrough copies a record it already holds; fairstream parses "
             "it against the contract, indexes it in its tenant's queue, picks it with the DRR "
             "core, stamps four headers and produces it inside a transaction, and settles its "
-            "offset; one transaction commits every 100 ms. Two Python threads (ingest, emit) "
+            "offset; a transaction commits every 100 ms or 10,000 records. Two Python threads "
+            "(ingest, emit) "
             "share one interpreter lock. "
             f"Absorption alone runs at {num(absorb)} records/s "
             f"({(absorb or 0) / ceiling:.2f}x the ceiling)."
@@ -105,8 +106,8 @@ def holding_back(r: dict[str, Any], profile: dict[str, Any]) -> list[str]:
     if profile.get("groups"):
         top = ", ".join(f"{k} {v:.0%}" for k, v in list(profile["groups"].items())[:5])
         lines.append(
-            f"- **Where the event-loop thread's time goes** (cProfile, above): {top}. No "
-            "single hot spot: the cost is spread over the per-record steps listed above."
+            f"- **Where the scheduler's threads' time goes** (cProfile of every thread, "
+            f"waits left out, above): {top}."
         )
     if absorb and quix and absorb < quix:
         lines.append(
@@ -128,9 +129,11 @@ def profile_notes(profile: dict[str, Any]) -> list[str]:
         "The scheduler under cProfile on the max-throughput workload (the same pre-filled "
         f"topic, 1,000 tenants, no rate limit, until {profile.get('records', 0):,} records "
         "are on egress; the profile covers the whole process, start-up included; profiling "
-        f"slows it to {num(profile.get('end_to_end_records_per_s'))} records/s). cProfile "
-        "sees the event-loop thread only (librdkafka's and RocksDB's threads are C). Top "
-        "functions by own time:",
+        f"slows it to {num(profile.get('end_to_end_records_per_s'))} records/s). Every "
+        "Python thread is profiled (emitter, ingest, web, readers of policies and feedback; "
+        "librdkafka's own threads are C); time spent waiting (epoll, locks, sleeps, and "
+        "librdkafka calls that take a timeout: consume, poll, commit, flush) is left out and "
+        "the shares are of the rest. Top functions by own time:",
         "",
         "| function | calls | own s | share | cumulative s |",
         "| --- | ---: | ---: | ---: | ---: |",
