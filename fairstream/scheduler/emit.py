@@ -155,7 +155,8 @@ class Emitter:
         self._txn_letters: dict[str, int] = {}
         self._committed_changes: dict[int, int] = {}
         self._committed_marks: dict[int, int] = {}
-        self._seq = 0
+        # Commits made (their tokens); records sent since the producer was last polled.
+        self._seq = self._unpolled = 0
         self._token_prefix = transactional_id
         self._next_commit = 0.0
         self._soonest_commit = 0.0  # when a waiting emitter may commit (see _run)
@@ -211,6 +212,7 @@ class Emitter:
                 done = time.monotonic()
                 self._next_commit = done + interval
                 self._soonest_commit = done + soonest
+                continue  # what arrived during the commit applies first
             if self.letters:
                 self._send_letters(send.EMIT_BATCH)
                 continue

@@ -10,8 +10,10 @@ transaction to begin, a record too large, a lost one) through ``emit_one``.
 for the broker): without a rate limit it picks and stamps the next records of the next
 transaction. Nothing it does is visible to the commit: the picks leave the core, but no
 offset is settled until ``emit_batch`` produces them, right after the commit and before
-anything else (a revocation, a purge) is applied. An aborted commit forgets them with the
-rest (the emitter rewinds).
+anything else (a revocation, a purge, a tenant's pause) is applied. So what arrives during
+a commit applies after at most one commit's worth of prepared records, ``PREPARE_MAX`` or
+``--max-in-flight``, went out: a few tens of milliseconds of emission. An aborted commit
+forgets them with the rest (the emitter rewinds).
 
 Caller: the emitter thread (``Emitter``), the only owner of the core and the producer.
 """
@@ -38,7 +40,9 @@ __all__ = ["EMIT_BATCH", "Prepared", "emit_batch", "emit_one", "expire", "prepar
 
 EMIT_BATCH = 256  # picks between two looks at the handoff queue
 PREPARE_CHUNK = 64  # picks prepared between two looks at the commit in flight
-PREPARE_MAX = 8192  # records prepared during one commit at most
+PREPARE_MAX = 8192  # records prepared during one commit at most (and --max-in-flight)
+POLL_EVERY = 1024  # records between two polls of the producer (its error callbacks)
+STALE_MS = 1000  # a prepared record older than this (a commit retried) is stamped again
 
 # (pick, stamp, key, value, egress headers): headers None when ``emit_one`` must decide
 # (a payload to read back, a record too large).
@@ -67,14 +71,17 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
         step: Any
         if prepared:
             step, stamp, key, value, headers = prepared.popleft()
+            now_ms = time.time_ns() // 1_000_000
             deadline = step[1][3]
-            if deadline is not None and time.time_ns() // 1_000_000 > deadline:
+            if deadline is not None and now_ms > deadline:
                 picked += 1
-                expire(em, Expire(*step), time.time_ns() // 1_000_000)  # the commit was long
+                expire(em, Expire(*step), now_ms)  # the commit took longer than it had left
                 continue
-            if headers is None:
+            if headers is None or now_ms - stamp > STALE_MS:
                 picked += 1
-                emit_one(em, step, stamp)
+                emit_one(em, step, now_ms)  # read back, too large, or stamped long ago
+                if txn.records >= max_records:
+                    break
                 continue
         else:
             stamp = time.time_ns() // 1_000_000  # for the deadline, and the scheduled-ms header
@@ -94,16 +101,16 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
                 expire(em, step, stamp)
                 continue
             msg = step[1][4]
-            if msg is None or not txn.open:
-                picked += 1
-                emit_one(em, step, stamp)  # read back, or a transaction to begin
-                continue
             entry = step[1]
-            key, value = msg.key(), msg.value()
-            headers = stamp_headers(msg, key, value, entry[0], entry[1], entry[2], stamp)
+            headers = None
+            if msg is not None and txn.open:
+                key, value = msg.key(), msg.value()
+                headers = stamp_headers(msg, key, value, entry[0], entry[1], entry[2], stamp)
             if headers is None:
                 picked += 1
-                emit_one(em, step, stamp)  # too large: a dead letter
+                emit_one(em, step, stamp)  # read back, a transaction to begin, or too large
+                if txn.records >= max_records:
+                    break
                 continue
         picked += 1
         tenant, entry, cost = step
@@ -122,12 +129,14 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
             dwells[tenant] = [dwell]
         else:
             seconds.append(dwell)
-        if picked % 1024 == 0:
-            txn.producer.poll(0)  # serve callbacks (errors; reports only of failures)
         if txn.records >= max_records:
             break
     em.cached -= freed
     em._txn_cost += cost_sum
+    em._unpolled += picked
+    if em._unpolled >= POLL_EVERY:
+        em._unpolled = 0
+        em.txn.producer.poll(0)  # serve callbacks (errors; reports only of failures)
     return picked
 
 
@@ -137,12 +146,11 @@ def prepare(em: Emitter) -> bool:
     hold or pause to end) and no dead letter waits. Caller: the emitter, while its commit
     is in flight (``Transaction.commit``'s ``meanwhile``)."""
     prepared = em.prepared
-    if len(prepared) >= min(PREPARE_MAX, em.settings.max_in_flight) or em.letters:
-        return False
-    if not em.rule.direct():
+    room = min(PREPARE_MAX, em.settings.max_in_flight) - len(prepared)
+    if room <= 0 or em.letters or not em.rule.direct():
         return False
     pick_next, stamp_headers = em.core.pick, em.stamper.headers
-    for _ in range(PREPARE_CHUNK):
+    for _ in range(min(PREPARE_CHUNK, room)):
         stamp = time.time_ns() // 1_000_000
         step = pick_next()
         if step is None:

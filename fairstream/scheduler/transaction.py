@@ -71,8 +71,12 @@ def _bounded(
     threading.Thread(target=run, name=name, daemon=True).start()
     # The call's thread takes the interpreter lock back when it returns (within the switch
     # interval); until then, what ``meanwhile`` does is work the emitter has to do anyway.
-    while meanwhile is not None and not done.is_set() and meanwhile():
-        pass
+    try:
+        while meanwhile is not None and not done.is_set() and meanwhile():
+            pass
+    except BaseException:
+        done.wait(timeout)  # the call's outcome is the producer's state: let it land first
+        raise
     if not done.wait(timeout):
         raise FatalError(f"{name} did not return within {timeout:.0f} s: the producer is stuck")
     if failure:

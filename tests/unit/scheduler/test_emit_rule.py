@@ -23,11 +23,13 @@ from fairstream.scheduler.progress import PartitionProgress
 class Producer:
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes | None, bytes | None, list[Any]]] = []
+        self.polls = 0
 
     def produce(self, topic: str, value: Any, key: Any, headers: Any = None) -> None:
         self.sent.append((topic, key, value, headers))
 
     def poll(self, timeout: float) -> int:
+        self.polls += 1
         return 0
 
 
@@ -275,3 +277,41 @@ def test_a_rewind_forgets_what_was_prepared(make):
     assert emitter.prepared
     emitter._rewind()
     assert not emitter.prepared
+
+
+def test_max_in_flight_bounds_what_is_prepared_and_what_is_read_back(make):
+    emitter = make(max_in_flight=5)
+    for offset in range(20):
+        push(emitter, "AB"[offset % 2], offset)
+    while send.prepare(emitter):
+        pass
+    assert len(emitter.prepared) == 5
+    emitter.prepared.clear()
+    # Payloads beyond --buffer-memory are read back one by one (emit_one): still 5 at most.
+    emitter = make(max_in_flight=3)
+    for offset in range(10):
+        emitter.core.push("A", (0, offset, 1, None, None, 1), 1)
+    emitter.fetcher.get = lambda partition, offset: message(offset)  # type: ignore[method-assign]
+    assert emitter._emit_some() == 3
+    assert emitter.txn.records == 3
+
+
+def test_the_producer_is_polled_across_batches(make):
+    emitter = make()
+    for offset in range(send.POLL_EVERY + 10):
+        push(emitter, f"t{offset % 7}", offset)
+    while emitter._emit_some():
+        pass
+    assert emitter.txn.producer.polls == 1
+
+
+def test_a_record_prepared_long_ago_is_stamped_again(make):
+    emitter = make()
+    push(emitter, "A", 0)
+    send.prepare(emitter)
+    step, stamp, key, value, headers = emitter.prepared[0]
+    emitter.prepared[0] = (step, stamp - send.STALE_MS - 1, key, value, headers)  # a long commit
+    assert emitter._emit_some() == 1
+    [(_, _, _, sent_headers)] = emitter.txn.producer.sent
+    scheduled = int(dict(sent_headers)[wire.SCHEDULED_MS])
+    assert scheduled >= stamp

@@ -46,3 +46,18 @@ def test_the_calls_failure_and_a_stuck_call_reach_the_caller() -> None:
     with pytest.raises(FatalError, match="did not return within"):
         _bounded(lambda: stuck.wait(5) or None, 0.2, "test", lambda: False)
     stuck.set()
+
+
+def test_a_failure_meanwhile_waits_for_the_call_to_land() -> None:
+    landed = threading.Event()
+
+    def call() -> None:
+        time.sleep(0.2)
+        landed.set()
+
+    def meanwhile() -> bool:
+        raise RuntimeError("a bug while preparing")
+
+    with pytest.raises(RuntimeError, match="preparing"):
+        _bounded(call, 5, "test", meanwhile)
+    assert landed.is_set()  # the producer's state is the call's outcome, not half of it
