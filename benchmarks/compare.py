@@ -1,0 +1,118 @@
+"""Compare the end-to-end throughput of two commits, alternating, on one broker.
+
+    .venv/bin/python -m benchmarks.compare REV_A REV_B [--rounds 4] [--records 200000]
+        [--bootstrap HOST:PORT]
+
+Each revision is checked out in a git worktree of its own (under a temporary directory,
+removed at the end). Each round runs, in turn: the plain consume->produce loop, then
+``max_throughput``'s drain (``throughput.drain``: a scheduler with no rate limit on a
+pre-filled topic) from each revision's worktree. The scheduler runs as ``python -m
+fairstream`` with the worktree as its working directory, which is what makes it import
+that revision: ``-m`` puts the working directory first on ``sys.path``, ahead of
+``PYTHONPATH`` (so setting ``PYTHONPATH`` alone compares a checkout with itself).
+
+Prints one line per drain (records/s, ratio to the loop run just before, µs of scheduler
+CPU per record, commits) and the medians. The shared machine's speed drifts within minutes:
+compare medians of alternating rounds, never two single runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import fairstream_dev.harness.scheduler as harness
+from benchmarks import sampling, throughput
+from benchmarks.common import REPO, Broker, delete_topics, log
+
+
+@contextlib.contextmanager
+def worktrees(revisions: list[str]) -> Iterator[list[Path]]:
+    """A detached worktree per revision (the same virtualenv: only the code differs)."""
+    root = Path(tempfile.mkdtemp(prefix="fairstream-compare-"))
+    trees = []
+    try:
+        for i, rev in enumerate(revisions):
+            tree = root / f"{i}"
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev],
+                check=True,
+                capture_output=True,
+            )
+            trees.append(tree)
+        yield trees
+    finally:
+        for tree in trees:
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
+                check=False,
+                capture_output=True,
+            )
+        with contextlib.suppress(OSError):
+            root.rmdir()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("revisions", nargs=2, metavar="REV")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--deadline", type=float, default=300.0)
+    parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
+    args = parser.parse_args()
+    broker = Broker.find(args.bootstrap)
+    sampling.broker_pid = broker.pid
+    results: dict[str, list[dict[str, float]]] = {rev: [] for rev in args.revisions}
+    workdir = Path(tempfile.mkdtemp(prefix="fairstream-compare-data-"))
+    topics = throughput.shared_topic(broker.bootstrap, args.records)
+    try:
+        with worktrees(args.revisions) as trees:
+            for round_ in range(args.rounds):
+                for rev, tree in zip(args.revisions, trees, strict=True):
+                    loop = throughput.ceiling(
+                        broker.bootstrap, topics, args.records, args.deadline
+                    )["records_per_s"]
+                    harness.REPO = tree  # the scheduler's working directory: its code
+                    cleanup: throughput.Cleanup = []
+                    try:
+                        out = throughput.drain(
+                            broker.bootstrap, workdir, topics[0], args.records,
+                            f"compare{round_}", args.deadline, cleanup,
+                        )  # fmt: skip
+                    finally:
+                        for undo in reversed(cleanup):
+                            with contextlib.suppress(Exception):
+                                undo()
+                    rate = out["end_to_end_records_per_s"]
+                    cores = out["cores_used"].get("scheduler") or 0.0
+                    row = {
+                        "records_per_s": rate,
+                        "ratio": rate / loop,
+                        "cpu_us": cores / rate * 1e6,
+                    }
+                    results[rev].append(row)
+                    log(
+                        f"round {round_ + 1} {rev}: {rate:,} records/s, {row['ratio']:.3f}x "
+                        f"the loop ({loop:,}/s), {row['cpu_us']:.1f} µs CPU/record"
+                    )
+    finally:
+        harness.REPO = REPO
+        delete_topics(broker.bootstrap, topics)
+        broker.stop()
+    for rev, rows in results.items():
+        print(
+            f"{rev}: median {statistics.median(r['records_per_s'] for r in rows):,.0f} "
+            f"records/s, {statistics.median(r['ratio'] for r in rows):.3f}x the loop, "
+            f"{statistics.median(r['cpu_us'] for r in rows):.1f} µs CPU/record "
+            f"({len(rows)} rounds)"
+        )
+
+
+if __name__ == "__main__":
+    main()
