@@ -92,12 +92,13 @@ class PartitionProgress:
 
     def settle(self, offset: int) -> None:
         """Mark one offset settled. Caller: the emitter, once its record is in a transaction
-        (once per egress record: ``settle_range``'s one-offset case, inline)."""
+        (once per egress record, hence its own flat code)."""
         if offset < self.lwm:
             return
         self.changes += 1
         start, end = offset, offset + 1
         starts, ends = self._starts, self._ends
+        # One offset can only touch the range ending at it and the one starting after it.
         left = ends.pop(start, None)
         if left is not None:
             del starts[left]
@@ -107,7 +108,7 @@ class PartitionProgress:
             del ends[right]
             end = right
         if start == self.lwm:
-            self.lwm = end
+            self.lwm = end  # the mark moves over everything settled behind it
             return
         starts[start] = end
         ends[end] = start
@@ -118,25 +119,17 @@ class PartitionProgress:
         start = max(start, self.lwm)
         if end <= start:
             return
+        if end - start == 1:
+            self.settle(start)
+            return
         self.changes += 1
         starts, ends = self._starts, self._ends
-        if end - start == 1:
-            # One offset: it can only touch the range ending at it and the one after it.
-            left = ends.pop(start, None)
-            if left is not None:
-                del starts[left]
-                start = left
-            right = starts.pop(end, None)
-            if right is not None:
-                del ends[right]
-                end = right
-        else:
-            for s in [s for s, e in starts.items() if s <= end and e >= start]:
-                e = starts.pop(s)
-                del ends[e]
-                start, end = min(start, s), max(end, e)
+        for s in [s for s, e in starts.items() if s <= end and e >= start]:
+            e = starts.pop(s)
+            del ends[e]
+            start, end = min(start, s), max(end, e)
         if start == self.lwm:
-            self.lwm = end  # the mark moves over everything settled behind it
+            self.lwm = end
             return
         starts[start] = end
         ends[end] = start

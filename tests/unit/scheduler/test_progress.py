@@ -83,28 +83,40 @@ def test_settling_any_order_ends_at_next() -> None:
     assert prog.ranges() == []
 
 
+def _model(lwm: int, settled: set[int]) -> tuple[int, list[tuple[int, int]]]:
+    """The mark and the ranges above it, from a plain set of settled offsets."""
+    while lwm in settled:
+        lwm += 1
+    ranges: list[tuple[int, int]] = []
+    for offset in sorted(o for o in settled if o > lwm):
+        if ranges and ranges[-1][1] == offset:
+            ranges[-1] = (ranges[-1][0], offset + 1)
+        else:
+            ranges.append((offset, offset + 1))
+    return lwm, ranges
+
+
 @given(
     st.integers(0, 5),
     st.lists(st.tuples(st.integers(0, 40), st.integers(1, 4)), max_size=8),
     st.permutations(list(range(40))),
 )
 @settings(max_examples=200, deadline=None)
-def test_settle_is_settle_range_of_one(
+def test_settling_in_any_order_matches_a_set_of_settled_offsets(
     lwm: int, ranges: list[tuple[int, int]], order: list[int]
 ) -> None:
-    # settle inlines settle_range's one-offset case (the emitter's per-record path). Each
-    # offset is settled once (the emitter's rule): none already in a settled range.
-    one, other = PartitionProgress(lwm), PartitionProgress(lwm)
-    done: set[int] = set()
+    # Each offset is settled once (the emitter's rule): none already in a settled range.
+    prog = PartitionProgress(lwm)
+    settled: set[int] = set()
     for start, length in ranges:
-        if done.isdisjoint(range(start, start + length)):
-            one.settle_range(start, start + length)
-            other.settle_range(start, start + length)
-            done.update(range(start, start + length))
-    for offset in (o for o in order if o not in done):
-        one.settle(offset)
-        other.settle_range(offset, offset + 1)
-        assert (one.lwm, one.ranges(), one.changes) == (other.lwm, other.ranges(), other.changes)
+        if settled.isdisjoint(range(start, start + length)):
+            prog.settle_range(start, start + length)
+            settled.update(range(start, start + length))
+    assert (prog.lwm, prog.ranges()) == _model(lwm, settled)
+    for offset in (o for o in order if o not in settled):
+        prog.settle(offset)
+        settled.add(offset)
+        assert (prog.lwm, prog.ranges()) == _model(lwm, settled)
 
 
 def test_skipped_offsets_are_gaps() -> None:
