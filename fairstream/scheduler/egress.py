@@ -90,10 +90,7 @@ class Stamper:
             if size > self.limit:
                 self.size = size
                 return None
-            prefix = self._prefixes.get(partition)
-            if prefix is None:
-                prefix = self._prefix(partition)
-            default_id = prefix + b"%d" % offset
+            default_id = self._default_id(partition, offset)
             if self.recent is not None:
                 self.recent.add(default_id)
             return [
@@ -111,8 +108,7 @@ class Stamper:
                 request_id = given
                 break
         else:
-            request_id = self._prefixes.get(partition) or self._prefix(partition)
-            request_id += b"%d" % offset
+            request_id = self._default_id(partition, offset)
             headers.append((wire.REQUEST_ID, request_id))
         if size > self.limit:
             self.size = size
@@ -131,10 +127,12 @@ class Stamper:
             f"most {self.limit} (max.message.bytes)"
         )
 
-    def _prefix(self, partition: int) -> bytes:
-        # wire.default_request_id is "<topic>-<partition>-<offset>": the prefix is cached.
-        prefix = self._prefixes[partition] = f"{self.ingest_topic}-{partition}-".encode()
-        return prefix
+    def _default_id(self, partition: int, offset: int) -> bytes:
+        # wire.default_request_id, "<topic>-<partition>-<offset>", from a cached prefix.
+        prefix = self._prefixes.get(partition)
+        if prefix is None:
+            prefix = self._prefixes[partition] = f"{self.ingest_topic}-{partition}-".encode()
+        return prefix + b"%d" % offset
 
 
 def dead_letter(

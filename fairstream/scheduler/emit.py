@@ -155,8 +155,7 @@ class Emitter:
         self._txn_letters: dict[str, int] = {}
         self._committed_changes: dict[int, int] = {}
         self._committed_marks: dict[int, int] = {}
-        # Commits made (their tokens); records sent since the producer was last polled.
-        self._seq = self._unpolled = 0
+        self._seq = 0
         self._token_prefix = transactional_id
         self._next_commit = 0.0
         self._soonest_commit = 0.0  # when a waiting emitter may commit (see _run)

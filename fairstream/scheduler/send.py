@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException
@@ -41,7 +40,6 @@ __all__ = ["EMIT_BATCH", "Prepared", "emit_batch", "emit_one", "expire", "prepar
 EMIT_BATCH = 256  # picks between two looks at the handoff queue
 PREPARE_CHUNK = 64  # picks prepared between two looks at the commit in flight
 PREPARE_MAX = 8192  # records prepared during one commit at most (and --max-in-flight)
-POLL_EVERY = 1024  # records between two polls of the producer (its error callbacks)
 STALE_MS = 1000  # a prepared record older than this (a commit retried) is stamped again
 
 # (pick, stamp, key, value, egress headers): headers None when ``emit_one`` must decide
@@ -65,7 +63,7 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
     progress = em.progress
     dwells = em._txn_dwell
     max_records = em.settings.max_in_flight
-    picked = freed = cost_sum = 0
+    picked = freed = cost_sum = inline = 0
     em._paced = False
     for _ in range(EMIT_BATCH):
         step: Any
@@ -118,6 +116,7 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
         try:
             produce(topic, value, key, headers=headers)  # type: ignore[arg-type]
             txn.records += 1
+            inline += 1
         except (BufferError, KafkaException):
             txn.produce(topic, value, key, headers)  # retries, or says why
         freed += footprint(msg) if msg.headers() else FOOTPRINT + len(msg)
@@ -133,10 +132,7 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
             break
     em.cached -= freed
     em._txn_cost += cost_sum
-    em._unpolled += picked
-    if em._unpolled >= POLL_EVERY:
-        em._unpolled = 0
-        em.txn.producer.poll(0)  # serve callbacks (errors; reports only of failures)
+    txn.tally(inline)  # produced past Transaction.produce: counted for its polls
     return picked
 
 
@@ -204,7 +200,3 @@ def emit_one(em: Emitter, pick: Pick[Entry], stamp: int) -> None:
     em._txn_cost += cost
     dwell = (stamp - enqueued) / 1000 if stamp > enqueued else 0.0
     em._txn_dwell.setdefault(tenant, []).append(dwell)
-
-
-def new_prepared() -> deque[Prepared]:
-    return deque()

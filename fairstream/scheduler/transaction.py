@@ -27,6 +27,7 @@ log = logging.getLogger("fairstream.transaction")
 API_TIMEOUT = 30.0  # seconds for a transactional call
 RETRY_FOR = 120.0  # seconds a retriable commit or abort is tried again (a broker restart)
 OFFSETS_TIMEOUT = 10.0  # seconds send_offsets_to_transaction may take before it is aborted
+POLL_EVERY = 1000  # records produced between two polls of the producer (its callbacks)
 
 
 # What a fenced producer is told: a newer one with its transactional id exists.
@@ -182,9 +183,16 @@ class Transaction:
                     raise fatal from exc
                 raise
         self.records += 1
-        self._produced += 1
-        if self._produced % 1000 == 0:
-            self.producer.poll(0)  # serve delivery reports: librdkafka's queue stays short
+        self.tally(1)
+
+    def tally(self, produced: int) -> None:
+        """Count ``produced`` records (the emitter's inline path produces on ``producer``
+        itself and counts ``records``); every ``POLL_EVERY`` the producer is polled, which
+        serves its callbacks (errors; delivery reports only of failures)."""
+        before = self._produced
+        self._produced += produced
+        if before // POLL_EVERY != self._produced // POLL_EVERY:
+            self.producer.poll(0)
 
     def commit(
         self,

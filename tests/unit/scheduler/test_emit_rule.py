@@ -13,7 +13,7 @@ import fairstream.scheduler.emit as emit_module
 from fairstream import wire
 from fairstream.config import Settings
 from fairstream.metrics import Metrics
-from fairstream.scheduler import send
+from fairstream.scheduler import send, transaction
 from fairstream.scheduler.egress import Limits, Stamper, dead_letter, footprint
 from fairstream.scheduler.emit import Emitter
 from fairstream.scheduler.handoff import Handoff
@@ -33,11 +33,14 @@ class Producer:
         return 0
 
 
-class Txn:
+class Txn(transaction.Transaction):
+    """The real one's counting and polling (``tally``), a producer that sends nowhere."""
+
     def __init__(self, *args: Any) -> None:
         self.open = True
         self.records = 0
-        self.producer = Producer()
+        self._produced = 0
+        self.producer = Producer()  # type: ignore[assignment]
         self.commits: list[tuple[list[Any], int]] = []  # (offsets, records) per commit
 
     def begin(self) -> None:
@@ -52,10 +55,11 @@ class Txn:
         self.records = 0
 
     def produce(
-        self, topic: str, value: Any, key: Any, headers: Any, partition: Any = None
+        self, topic: str, value: Any, key: Any, headers: Any = None, partition: Any = None
     ) -> None:
         self.producer.produce(topic, value, key, headers)
         self.records += 1
+        self.tally(1)
 
 
 class Fetcher:
@@ -298,7 +302,7 @@ def test_max_in_flight_bounds_what_is_prepared_and_what_is_read_back(make):
 
 def test_the_producer_is_polled_across_batches(make):
     emitter = make()
-    for offset in range(send.POLL_EVERY + 10):
+    for offset in range(transaction.POLL_EVERY + 10):
         push(emitter, f"t{offset % 7}", offset)
     while emitter._emit_some():
         pass
