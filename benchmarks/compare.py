@@ -4,11 +4,11 @@
         [--bootstrap HOST:PORT]
 
 Each revision is checked out in a git worktree of its own (under a temporary directory,
-removed at the end). Each round runs, in turn: the plain consume->produce loop, then
-``max_throughput``'s drain (``throughput.drain``: a scheduler with no rate limit on a
-pre-filled topic) from each revision's worktree. The scheduler runs as ``python -m
-fairstream`` with the worktree as its working directory, which is what makes it import
-that revision: ``-m`` puts the working directory first on ``sys.path``, ahead of
+removed at the end). Each round runs, for each revision in turn, one round of
+``throughput.max_throughput``: the plain consume->produce loop, then a scheduler with no
+rate limit draining a pre-filled topic, run from the revision's worktree. The scheduler
+runs as ``python -m fairstream`` with the worktree as its working directory, which is what
+makes it import that revision: ``-m`` puts the working directory first on ``sys.path``, ahead of
 ``PYTHONPATH`` (so setting ``PYTHONPATH`` alone compares a checkout with itself).
 
 Prints one line per drain (records/s, ratio to the loop run just before, µs of scheduler
@@ -74,16 +74,16 @@ def main() -> None:
     try:
         with worktrees(args.revisions) as trees:
             for round_ in range(args.rounds):
-                for rev, tree in zip(args.revisions, trees, strict=True):
-                    loop = throughput.ceiling(
-                        broker.bootstrap, topics, args.records, args.deadline
-                    )["records_per_s"]
+                for i, (rev, tree) in enumerate(zip(args.revisions, trees, strict=True)):
                     harness.REPO = tree  # the scheduler's working directory: its code
+                    data = workdir / f"round{round_}-{i}"  # a fresh scheduler identity
+                    data.mkdir()
                     cleanup: throughput.Cleanup = []
                     try:
-                        out = throughput.drain(
-                            broker.bootstrap, workdir, topics[0], args.records,
-                            f"compare{round_}", args.deadline, cleanup,
+                        # One round: a loop run, then the drain compared with it.
+                        out = throughput.max_throughput(
+                            broker.bootstrap, data, topics, args.records, args.deadline,
+                            cleanup, None, rounds=1,
                         )  # fmt: skip
                     finally:
                         for undo in reversed(cleanup):
@@ -93,13 +93,14 @@ def main() -> None:
                     cores = out["cores_used"].get("scheduler") or 0.0
                     row = {
                         "records_per_s": rate,
-                        "ratio": rate / loop,
+                        "ratio": out["ratio_to_ceiling"],
                         "cpu_us": cores / rate * 1e6,
                     }
                     results[rev].append(row)
                     log(
                         f"round {round_ + 1} {rev}: {rate:,} records/s, {row['ratio']:.3f}x "
-                        f"the loop ({loop:,}/s), {row['cpu_us']:.1f} µs CPU/record"
+                        f"the loop ({out['ceiling_records_per_s']:,}/s), "
+                        f"{row['cpu_us']:.1f} µs CPU/record"
                     )
     finally:
         harness.REPO = REPO

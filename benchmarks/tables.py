@@ -82,13 +82,13 @@ def loop_ratios(r: dict[str, Any]) -> list[str]:
     absorbed = get(r, "absorption", "fairstream", "records_per_s")
     e2e = get(r, "max_throughput", "ratio_to_ceiling")
     rounds = get(r, "max_throughput", "rounds") or []
-    spread = ", ".join(f"{x['ratio_to_ceiling']:.2f}x" for x in rounds)
     return [
         f"Against the plain consume->produce loop of this run ({loop:,} records/s): absorption "
         f"{num(absorbed and absorbed / loop, '.2f')}x (target 0.5x), end to end with no rate "
         f"limit {num(e2e, '.2f')}x (target 0.3x, goal 0.5x)"
         + (
-            f": the median of {len(rounds)} rounds ({spread}), each against a loop run just "
+            f": the median of {len(rounds)} rounds ({throughput.spread(get(r, 'max_throughput'))}),"
+            " each against a loop run just "
             "before it, as the machine's speed drifts."
             if len(rounds) > 1
             else "."

@@ -225,6 +225,12 @@ def max_throughput(
     return median
 
 
+def spread(result: dict[str, Any] | None) -> str:
+    """The ratios of ``max_throughput``'s rounds, as they ran: "0.35x, 0.31x, 0.28x"."""
+    rounds = (result or {}).get("rounds") or []
+    return ", ".join(f"{run['ratio_to_ceiling']:.2f}x" for run in rounds)
+
+
 def scale(
     bootstrap: str,
     workdir: Path,
