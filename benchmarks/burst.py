@@ -56,6 +56,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from benchmarks.common import (
+    DEAD_LETTERS,
     EGRESS,
     INGESTED,
     VALUE_SIZE,
@@ -282,6 +283,43 @@ class EgressReader:
             self.consumer.close()
 
 
+class Letters:
+    """The scheduler's dead letters written so far (``fairstream_dead_letters_total``, all
+    reasons), sampled: how many, and when the count first and last moved."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: float | None = None  # when the count first moved
+        self.last: float | None = None  # when it last moved
+        self.still = 0  # samples since it last moved
+
+    def sample(self, scheduler: SchedulerProcess) -> None:
+        status, body = scheduler.get("/metrics")
+        if status != 200:
+            return
+        count = 0
+        for line in body.splitlines():
+            if line.startswith(DEAD_LETTERS + "{"):
+                with contextlib.suppress(ValueError):
+                    count += int(float(line.rpartition(" ")[2]))
+        now = time.time()
+        if count > self.count:
+            self.first = self.first or now
+            self.last, self.count, self.still = now, count, 0
+        else:
+            self.still += 1
+
+    def settled(self) -> bool:
+        """Whether the count moved and then stood still for 2 s (10 samples)."""
+        return self.count > 0 and self.still >= 10
+
+    def per_second(self, since: float) -> float | None:
+        """Dead letters per second from ``since`` (the burst's start) to the last move."""
+        if self.last is None or self.last <= since:
+            return None
+        return round(self.count / (self.last - since), 1)
+
+
 # -- one run ------------------------------------------------------------------------------------
 
 
@@ -300,20 +338,28 @@ def run_once(
     warmup: float = 3.0,
     drain_timeout: float = 120.0,
     writers: int | None = None,
+    *,
+    raise_cap: bool = True,
+    partitions: int = PARTITIONS,
+    floods: tuple[int, ...] = (BURST_PARTITION,),
 ) -> dict[str, Any]:
-    """One burst of ``records`` records; the result as a JSON-able dict."""
+    """One burst of ``records`` records per flooding partition in ``floods`` (one tenant
+    each); the result as a JSON-able dict. ``raise_cap``: the scheduler's --max-backlog above
+    the burst, so nothing is dead-lettered; else the default cap holds and the burst's
+    overflow is dead-lettered ``backlog-full`` (issue 22)."""
     writers = writers or writers_for(records)
-    burst_key = keys_for("burst", BURST_PARTITION, 1, PARTITIONS)[0]
+    burst_keys = {p: keys_for(f"burst-p{p}", p, 1, partitions)[0] for p in floods}
     quiet_tenants = {
         key: p
-        for p in range(PARTITIONS)
-        for key in keys_for(f"quiet-p{p}", p, QUIET_PER_PARTITION, PARTITIONS)
+        for p in range(partitions)
+        for key in keys_for(f"quiet-p{p}", p, QUIET_PER_PARTITION, partitions)
     }
-    d = new_deployment(bootstrap, "burst", PARTITIONS)
+    d = new_deployment(bootstrap, "burst", partitions)
+    cap = backlog_option(records) if raise_cap else []
     with undoing() as undo:
         undo.append(functools.partial(delete_all, d))
         scheduler = SchedulerProcess(
-            d, workdir, "--rate", f"{rate:g}", *backlog_option(records), "--log-level", "warning",
+            d, workdir, "--rate", f"{rate:g}", *cap, "--log-level", "warning",
             name=f"burst-{records}",
         )  # fmt: skip
         scheduler.start()
@@ -333,8 +379,8 @@ def run_once(
                 args=(
                     bootstrap,
                     d.topics.ingest,
-                    BURST_PARTITION,
-                    burst_key.encode(),
+                    partition,
+                    burst_keys[partition].encode(),
                     n,
                     ready,
                     go,
@@ -342,6 +388,7 @@ def run_once(
                 ),
                 daemon=True,
             )
+            for partition in floods
             for n in share
         ]
         for proc in procs:
@@ -350,7 +397,7 @@ def run_once(
         for _ in procs:
             ready.get(timeout=60)
 
-        reader = EgressReader(bootstrap, d.topics.egress, PARTITIONS)
+        reader = EgressReader(bootstrap, d.topics.egress, partitions)
         undo.append(reader.close)
         quiet = Quiet(bootstrap, d.topics.ingest, quiet_tenants)
         sender = threading.Thread(target=quiet.run, daemon=True)
@@ -368,11 +415,15 @@ def run_once(
         )
         quiet.until = burst_start + after
 
-        # While the quiet tenants go on: when did the scheduler count the burst as ingested?
+        # While the quiet tenants go on: when did the scheduler count the burst as taken in
+        # (ingested, or dead-lettered over the cap), and how fast did it write dead letters?
+        total = records * len(floods)
         absorbed: float | None = None
+        letters = Letters()
         while sender.is_alive():
             m = metrics(scheduler)
-            if absorbed is None and m.get(INGESTED, 0) >= records + quiet.produced:
+            letters.sample(scheduler)
+            if absorbed is None and m.get(INGESTED, 0) + letters.count >= total + quiet.produced:
                 absorbed = time.time() - burst_start
             if not scheduler.alive():
                 raise RuntimeError(f"scheduler exited:\n{scheduler.tail()}")
@@ -382,9 +433,11 @@ def run_once(
 
         # Every quiet record on egress, or the drain timeout.
         while time.time() < quiet_done + drain_timeout:
-            if len(reader.received) >= len(quiet.sent):
+            letters.sample(scheduler)
+            if len(reader.received) >= len(quiet.sent) and (raise_cap or letters.settled()):
                 break
-            if absorbed is None and metrics(scheduler).get(INGESTED, 0) >= records + quiet.produced:
+            ingested = metrics(scheduler).get(INGESTED, 0)
+            if absorbed is None and ingested + letters.count >= total + quiet.produced:
                 absorbed = time.time() - burst_start
             time.sleep(0.2)
         waited = time.time() - quiet_done
@@ -398,9 +451,13 @@ def run_once(
             "status": "ok",
             "records": records,
             "rate": rate,
-            "partitions": PARTITIONS,
-            "burst_partition": BURST_PARTITION,
-            "burst_tenant": burst_key,
+            "partitions": partitions,
+            "burst_partition": floods[0],
+            "burst_partitions": list(floods),
+            "burst_tenant": burst_keys[floods[0]],
+            "cap": "raised" if raise_cap else "default",
+            "dead_letters": letters.count,
+            "dead_letters_per_s": letters.per_second(burst_start),
             "quiet_tenants": quiet_tenants,
             "scheduler_to_ready_seconds": round(to_ready, 2),
             "burst_write": {
@@ -422,7 +479,7 @@ def run_once(
             "scheduler_egress_total": egress.get(EGRESS),
         }
         result["dwell"] = dwell_table(
-            quiet, reader.received, burst_times(written), burst_start, rate, ended
+            quiet, reader.received, burst_times(written), burst_start, rate, ended, set(floods)
         )
         return result
 
@@ -448,8 +505,10 @@ def dwell_table(
     burst_start: float,
     rate: float,
     ended: float,
+    floods: set[int] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Quiet dwell (s) per group of partitions: measured, FIFO and GPS on the same arrivals."""
+    floods = floods if floods is not None else {BURST_PARTITION}
     quiet_arrivals = [Arrival(ct, tenant, rid) for rid, (tenant, _p, ct) in quiet.sent.items()]
     burst_arrivals = [Arrival(t, "burst", f"b{i}") for i, t in enumerate(burst)]
     fifo = fifo_starts([*quiet_arrivals, *burst_arrivals], rate)
@@ -463,7 +522,7 @@ def dwell_table(
         mine = [
             (rid, ct)
             for rid, (_t, p, ct) in quiet.sent.items()
-            if (p == BURST_PARTITION) == on_burst and ct >= burst_start
+            if (p in floods) == on_burst and ct >= burst_start
         ]
         seen = [received[rid] - ct for rid, ct in mine if rid in received]
         missing = [ended - ct for rid, ct in mine if rid not in received]

@@ -15,6 +15,8 @@ cleaning up its processes and topics):
 - ``burst`` (``benchmarks/burst.py``): 300,000 and 1,000,000 records written into one of 4
   ingest partitions in under 1 s, ``--rate 500``, 8 quiet tenants at 2/s on every partition:
   quiet dwell on the burst's partition and the others, beside FIFO and GPS.
+- ``overflow`` (``benchmarks/overflow.py``): the same with the default backlog cap, so the
+  flood's overflow is dead-lettered while the quiet tenants go on (one and two floods).
 - ``restart`` (``benchmarks/restart.py``): kill -9 and restart with static membership: time
   to ready on its own data directory (median and max of 10), and an empty data directory's
   time to have 1,000,000 buffered records indexed again.
@@ -54,7 +56,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import burst, feedback, group, noisy, rate, restart, sampling, throughput
+from benchmarks import (
+    burst,
+    feedback,
+    group,
+    noisy,
+    overflow,
+    rate,
+    restart,
+    sampling,
+    throughput,
+)
 from benchmarks.common import REPO, Broker, delete_topics, get, log
 from benchmarks.report import markdown
 from benchmarks.targets import targets
@@ -127,6 +139,7 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
         )
         for name, module in (
             ("burst", burst),
+            ("overflow", overflow),
             ("restart", restart),
             ("group", group),
             ("feedback", feedback),

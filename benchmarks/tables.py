@@ -10,6 +10,8 @@ from benchmarks.targets import (
     BURST_OTHER_P99,
     BURST_OWN_P99,
     BURST_OWN_P99_GOAL,
+    OVERFLOW_OTHER_P99,
+    OVERFLOW_OWN_P99,
     RESTART_EMPTY_DISK,
     RESTART_OWN_DISK_MEDIAN,
 )
@@ -22,6 +24,8 @@ def result_tables(r: dict[str, Any]) -> list[str]:
         *rate_line(r),
         *scale_table(r),
         *burst_table(r),
+        "",
+        *overflow_table(r),
         "",
         *restart_table(r),
         "",
@@ -231,6 +235,57 @@ def burst_table(results: dict[str, Any]) -> list[str]:
             '- ">=": quiet records still missing when the wait ended count with the dwell '
             "they had reached; the statistic is a lower bound."
         )
+    return lines
+
+
+def overflow_table(results: dict[str, Any]) -> list[str]:
+    """The "Overflow" table (issue 22): floods over the default backlog cap."""
+    o = get(results, "overflow") or {}
+    runs = o.get("runs") or []
+    if not runs:
+        return []
+    lines = [
+        f"**Overflow** (`--rate {get(o, 'rate') or 500:g}`, the default `--max-backlog` "
+        "(100,000): what a flooding tenant writes beyond it is dead-lettered `backlog-full` "
+        "while the quiet tenants (2 per partition, 2 records/s each) go on; the burst "
+        "scenario's dwell and references otherwise; `benchmarks/overflow.py`):",
+        "",
+        "| flood | quiet dwell | flood's partitions p50 / p99 / max s | other partitions "
+        "p50 / p99 / max s | taken in | dead letters |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for run in runs:
+        floods = run.get("burst_partitions") or [0]
+        n = (
+            f"{run.get('records', 0):,} x {len(floods)} into partition"
+            f"{'s' if len(floods) > 1 else ''} {', '.join(map(str, floods))} of "
+            f"{run.get('partitions', '-')}"
+        )
+        if run.get("status") != "ok":
+            lines.append(f"| {n} | failed: {cell(str(run.get('error')))[:160]} | - | - | - | - |")
+            continue
+        d = run["dwell"]
+        absorbed = run.get("burst_absorbed_seconds")
+        taken = "-" if absorbed is None else f"{absorbed:.1f} s"
+        rate = run.get("dead_letters_per_s")
+        letters = f"{run.get('dead_letters', 0):,} ({num(rate, ',.0f')}/s)"
+        for i, (key, label) in enumerate(
+            (("fairstream", "fairstream"), ("fifo", "FIFO"), ("gps", "ideal (GPS)"))
+        ):
+            lines.append(
+                f"| {n if i == 0 else ''} | {label} | {_three(d['burst_partition'][key])} | "
+                f"{_three(d['other_partitions'][key])} | {taken if i == 0 else ''} | "
+                f"{letters if i == 0 else ''} |"
+            )
+        lines.append(
+            f"| | target (p99) | <= {OVERFLOW_OWN_P99:g} | <= {OVERFLOW_OTHER_P99:g} | | |"
+        )
+    lines.append("")
+    lines.append(
+        "- taken in: from the flood's first record until the scheduler had ingested or "
+        "dead-lettered all of it; dead letters per second: from the flood's first record to "
+        "the last dead letter counted."
+    )
     return lines
 
 
