@@ -27,13 +27,35 @@ from fairstream.adapters.clients import producer_config
 from fairstream.config import DEFAULT_INGEST, Connection, KafkaConnection
 from fairstream.errors import Error
 
-__all__ = ["DeliveryError", "KafkaAuthenticationError", "Producer"]
+__all__ = ["DeliveryError", "KafkaAuthenticationError", "Producer", "ingest_record"]
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 # Failures kept for DeliveryError; the count goes on beyond this.
 KEPT_FAILURES = 100
 # flush waits in slices this long, to notice a refused login between them.
 FLUSH_SLICE = 0.2
+
+
+def ingest_record(
+    tenant: str,
+    payload: bytes,
+    *,
+    cost: int = 1,
+    request_id: str | None = None,
+    deadline: datetime | int | None = None,
+    headers: wire.HeaderInput | None = None,
+) -> tuple[bytes, bytes, list[tuple[str, str | bytes | None]]]:
+    """Key, value and headers of one ingest record, checked against the contract (raises
+    ValueError/TypeError for a record the scheduler would dead-letter as invalid). Shared by
+    ``Producer`` and ``fairstream.aio.Producer``."""
+    key = wire.tenant_key(tenant)
+    if not isinstance(payload, bytes | bytearray | memoryview):
+        raise TypeError(f"payload must be bytes, got {type(payload).__name__}; encode text first")
+    # The stubs want str | bytes | None values; ours are all bytes.
+    record_headers: list[tuple[str, str | bytes | None]] = list(
+        wire.ingest_headers(cost=cost, request_id=request_id, deadline=deadline, headers=headers)
+    )
+    return key, bytes(payload), record_headers
 
 
 class DeliveryError(Error):
@@ -120,18 +142,9 @@ class Producer:
         KafkaAuthenticationError once the broker refused the credentials.
         """
         self._auth.check()
-        key = wire.tenant_key(tenant)
-        if not isinstance(payload, bytes | bytearray | memoryview):
-            raise TypeError(
-                f"payload must be bytes, got {type(payload).__name__}; encode text first"
-            )
-        # The stubs want str | bytes | None values; ours are all bytes.
-        record_headers: list[tuple[str, str | bytes | None]] = list(
-            wire.ingest_headers(
-                cost=cost, request_id=request_id, deadline=deadline, headers=headers
-            )
+        key, value, record_headers = ingest_record(
+            tenant, payload, cost=cost, request_id=request_id, deadline=deadline, headers=headers
         )
-        value = bytes(payload)
         while True:
             try:
                 self._producer.produce(
