@@ -18,6 +18,7 @@ import sys
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -274,3 +275,99 @@ def test_stop_with_many_calls_in_flight_commits_exactly_what_finished(
     assert done == list(range(len(done)))  # a prefix: nothing below the commit unfinished
     assert s.committed() == [len(done)]
     assert worker.stats.abandoned > 0  # queued records were left for the next owner
+
+
+def in_flight(worker: Worker) -> float:
+    return worker.metrics.registry.get_sample_value("fairstream_worker_in_flight_records") or 0
+
+
+def test_revoke_with_many_calls_in_flight_runs_a_returning_record_once(
+    kafka_bootstrap: str,
+) -> None:
+    """ordering="start", 2 calls in flight, hanging, when a second worker joins: the records
+    running on the partition that moved are handled again by the new owner (at-least-once);
+    those on the partition that came back are fetched again and wait for their first run,
+    which may still be running beside them with "start", and are not run a second time.
+
+    The hanging calls are let go last-started first, so that a slot frees while the first
+    record still hangs: its copy, if on the partition that came back, starts meanwhile."""
+    from tests.integration.test_worker import group_members
+
+    s = Setup(kafka_bootstrap, partitions=2)
+    per_partition = 30
+
+    def records(p: int) -> list[dict[str, Any]]:
+        return [
+            {**egress_record(f"t{p}", f"p{p}-{i}", b"x"), "partition": p}
+            for i in range(per_partition)
+        ]
+
+    # Partition 0 first, so that both hanging calls are of one partition and one tenant:
+    # the range assignor gives it back to the first worker (client ids sort "first" before
+    # "second"), whose copies of the two records then run beside the first runs.
+    feed(kafka_bootstrap, s.egress, records(0))
+    lock = threading.Lock()
+    hanging: list[tuple[str, int]] = []  # the first two calls: (request id, partition)
+    gates: dict[str, threading.Event] = {}
+    others = threading.Event()
+    by_first: list[str] = []
+    handled: list[str] = []
+
+    def slow(request: Request) -> None:
+        rid = request.request_id
+        with lock:
+            if len(hanging) < 2 and rid not in gates:
+                hanging.append((rid, request.partition))
+                gates[rid] = threading.Event()
+            gate = gates.get(rid, others)
+        gate.wait(180)
+        with lock:
+            by_first.append(rid)
+            handled.append(rid)
+
+    def fast(request: Request) -> None:
+        with lock:
+            handled.append(request.request_id)
+
+    strict = {"max.poll.interval.ms": 7000}
+    first = s.worker(
+        slow, concurrency=2, session_timeout=6, consumer_config={**strict, "client.id": "first"}
+    )
+    second = s.worker(
+        fast, concurrency=2, session_timeout=6, consumer_config={**strict, "client.id": "second"}
+    )
+    assert first.ordering == "start"
+    try:
+        with running(first):
+            wait_until(lambda: len(hanging) == 2, 60, "the first worker's two slow calls")
+            feed(kafka_bootstrap, s.egress, records(1))
+            with running(second):
+                settled = wait_until(
+                    lambda: (m := group_members(kafka_bootstrap, s.group)) and len(m) == 2 and m,
+                    60,
+                    "a stable group of two",
+                )
+                by_client = {client: parts for _, client, parts in settled}
+                [kept] = by_client["first"]
+                [moved] = by_client["second"]
+                (early, _), (late, _) = hanging
+                # The kept partition's records fetched again (the hanging ones among them,
+                # when it is partition 0) beside the two first runs, before either ends.
+                wait_until(
+                    lambda: in_flight(first) == 2 + per_partition,
+                    60,
+                    lambda: f"the first worker fetched partition {kept} again",
+                )
+                gates[late].set()
+                wait_until(lambda: late in by_first, 60, "the later hanging call ended")
+                gates[early].set()
+                others.set()
+                s.wait_committed([per_partition, per_partition])
+    finally:
+        for gate in [*gates.values(), others]:
+            gate.set()
+    everything = {f"p{p}-{i}" for p in (0, 1) for i in range(per_partition)}
+    assert set(handled) == everything
+    repeated = {rid for rid in handled if handled.count(rid) > 1}
+    assert repeated == {rid for rid, p in hanging if p == moved}
+    assert first.stats.duplicates_skipped == sum(1 for _, p in hanging if p == kept)
