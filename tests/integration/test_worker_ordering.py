@@ -1,7 +1,9 @@
 """The worker's two orderings against a real broker (issue 20): with ``ordering="start"`` (the
 default) one backlogged tenant keeps every ``concurrency`` slot busy, its calls start in
 egress order and finish in any order, and offsets are still committed only below what is
-done, through a kill -9; with ``ordering="completion"`` a tenant runs one call at a time.
+done, through a kill -9, a stop and a rebalance, and a rate-limited record holds up
+nothing else of its tenant; with ``ordering="completion"`` a tenant runs one call at a time
+and a rate-limited record holds up the tenant's later ones.
 
 Records are written straight to a fresh egress topic with a plain producer (no scheduler).
 Every assertion is on counts and orders, none on durations: the handlers hold their calls
@@ -22,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from fairstream import Request, Worker
+from fairstream import RateLimited, Request, Worker
+from fairstream.sdk.worker.tracking import Ordering
 from fairstream_dev.harness.kafka import wait_until
 from tests.integration.workers import REPO, Setup, committed, egress_record, feed, running
 
@@ -371,3 +374,50 @@ def test_revoke_with_many_calls_in_flight_runs_a_returning_record_once(
     repeated = {rid for rid in handled if handled.count(rid) > 1}
     assert repeated == {rid for rid, p in hanging if p == moved}
     assert first.stats.duplicates_skipped == sum(1 for _, p in hanging if p == kept)
+
+
+@pytest.mark.parametrize("ordering", ["start", "completion"])
+def test_a_rate_limited_record_holds_up_its_tenant_only_in_completion_order(
+    kafka_bootstrap: str, ordering: Ordering
+) -> None:
+    """The tenant's first record is refused once (``RateLimited``). With "start" the
+    tenant's later records go on while it is in progress (its retry is held until all of
+    them finished; the commit does not pass it meanwhile). With "completion" none of them
+    starts before it succeeded."""
+    s = Setup(kafka_bootstrap)
+    total = 20
+    feed(kafka_bootstrap, s.egress, [egress_record("acme", f"r{i}", b"x") for i in range(total)])
+    lock = threading.Lock()
+    refused: list[int] = []
+    finished: list[str] = []
+    others_done = threading.Event()
+    at_retry: list[int] = []  # the tenant's other records finished when r0 was retried
+    held: list[bool] = []
+    committed_while_held: list[int] = []
+
+    def handler(request: Request) -> None:
+        if request.request_id == "r0":
+            if not refused:
+                refused.append(request.attempt)
+                raise RateLimited(retry_after=0.01, scope="tenant")
+            with lock:
+                at_retry.append(len(finished))
+            if ordering == "start":
+                held.append(others_done.wait(60))
+                committed_while_held.extend(s.committed())
+        with lock:
+            finished.append(request.request_id)
+            if len(finished) == total - 1 and "r0" not in finished:
+                others_done.set()
+
+    with running(s.worker(handler, concurrency=4, ordering=ordering)) as worker:
+        s.wait_committed([total])
+    assert refused == [1]
+    assert (worker.stats.rate_limited, worker.stats.processed) == (1, total)
+    if ordering == "start":
+        assert held == [True], "the tenant's other records waited for the rate-limited one"
+        assert finished[-1] == "r0"
+        assert committed_while_held[0] <= 0  # nothing committed past the unfinished r0
+    else:
+        assert at_retry == [0]  # nothing of the tenant ran meanwhile
+        assert finished == [f"r{i}" for i in range(total)]
