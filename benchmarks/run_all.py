@@ -25,6 +25,9 @@ cleaning up its processes and topics):
 - ``feedback`` (``benchmarks/feedback.py``): a simulated paid API of hidden capacity behind
   workers that report its 429s: the adaptive rate against a fixed ``--rate 1000`` and an
   oracle ``--rate 300``: goodput, refused share, convergence; docs/feedback-loop.png.
+- ``slow_api`` (``benchmarks/slow_api.py``): ``--rate 40``, two workers of 256 calls at
+  once, an API of 1 s and 0.2 s latency, one backlogged tenant and five quiet ones: calls
+  started per second and quiet start delay, with ``ordering="start"`` and ``"completion"``.
 
 When a target is missed, the scheduler is run once more under cProfile on the
 max-throughput workload (``benchmarks/profiling.py``) and the top of the profile goes into
@@ -65,6 +68,7 @@ from benchmarks import (
     rate,
     restart,
     sampling,
+    slow_api,
     throughput,
 )
 from benchmarks.common import REPO, Broker, delete_topics, get, log
@@ -143,6 +147,7 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
             ("restart", restart),
             ("group", group),
             ("feedback", feedback),
+            ("slow_api", slow_api),
         ):
             phases.run(name, lambda c, m=module: m.phase(bootstrap, workdir, quick, c))
 

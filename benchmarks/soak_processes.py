@@ -43,6 +43,9 @@ class WorkerProcess:
             "--dlq-topic", d.topics.dlq,
             "--group-id", self.setup.worker_group,
             "--concurrency", str(WORKER_CONCURRENCY),
+            # The soak checks the order the API served each tenant's requests in (a line
+            # per call that finished): completion order, which --ordering start does not keep.
+            "--ordering", "completion",
             "--backoff-initial", "0.05",
             "--backoff-max", "1",
             "--no-feedback",

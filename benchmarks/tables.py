@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import burst, feedback, group, noisy, restart, throughput
+from benchmarks import burst, feedback, group, noisy, restart, slow_api, throughput
 from benchmarks.common import VALUE_SIZE, cell, get, num
 from benchmarks.targets import (
     BURST_OTHER_P99,
@@ -32,6 +32,7 @@ def result_tables(r: dict[str, Any]) -> list[str]:
         *group_table(r),
         "",
         *feedback_table(r),
+        *slow_api.table(r),
     ]
 
 

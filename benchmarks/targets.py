@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import feedback, group
+from benchmarks import feedback, group, slow_api
 from benchmarks.common import Row, get
 from benchmarks.throughput import spread
 
@@ -35,6 +35,7 @@ def targets(r: dict[str, Any]) -> list[Row]:
         *restart_targets(r),
         *group_targets(r),
         *feedback_targets(r),
+        *slow_api.targets(r),
     ]
 
 

@@ -21,6 +21,7 @@ import click
 
 from fairstream.config import KafkaConnection, Settings, Topics, kafka_options, option_of
 from fairstream.sdk.worker.consumer import DEFAULT_GROUP
+from fairstream.sdk.worker.tracking import ORDERINGS, Ordering
 
 
 def load_handler(spec: str) -> Any:
@@ -108,8 +109,18 @@ def _env(name: str) -> dict[str, Any]:
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Handlers running at once (one tenant's requests never run side by side).",
+    help="Requests in progress at once (a handler call running, or waiting for its retry).",
     **_env("WORKER_CONCURRENCY"),
+)
+@click.option(
+    "--ordering",
+    type=click.Choice(ORDERINGS),
+    default="start",
+    show_default=True,
+    help="start: a tenant's requests start in egress order, many at once (up to "
+    "--concurrency), and finish in any order; completion: one at a time per tenant, each "
+    "after the previous one finished (a tenant gets at most 1/latency calls/s).",
+    **_env("WORKER_ORDERING"),
 )
 @click.option(
     "--max-attempts",
@@ -191,6 +202,7 @@ def worker(
     no_feedback: bool,
     group_id: str,
     concurrency: int,
+    ordering: Ordering,
     max_attempts: int,
     backoff_initial: float,
     backoff_max: float,
@@ -233,6 +245,7 @@ def worker(
         backoff_max=backoff_max,
         dedup_window=dedup_window or None,
         concurrency=concurrency,
+        ordering=ordering,
         max_pending=max_pending,
         session_timeout=session_timeout,
         metrics_port=metrics_port,

@@ -111,7 +111,7 @@ def test_dedup_off_handles_every_record(kafka_bootstrap: str) -> None:
     assert handled == ["r-1", "r-1"]
 
 
-def test_concurrency_keeps_per_tenant_order(kafka_bootstrap: str) -> None:
+def test_completion_ordering_runs_a_tenant_one_at_a_time_in_order(kafka_bootstrap: str) -> None:
     s = Setup(kafka_bootstrap, partitions=2)
     tenants = [f"t{i}" for i in range(6)]
     per_tenant = 15
@@ -140,7 +140,7 @@ def test_concurrency_keeps_per_tenant_order(kafka_bootstrap: str) -> None:
         with lock:
             active[request.tenant] -= 1
 
-    with running(s.worker(handler, concurrency=4)):
+    with running(s.worker(handler, concurrency=4, ordering="completion")):
         s.wait_committed([per_tenant * 3, per_tenant * 3])
     assert overlap["same_tenant"] == 0
     assert overlap["max"] > 1, "concurrency 4 never ran two handlers at once"
@@ -382,11 +382,21 @@ def test_revoke_with_a_slow_handler_returns_at_once_and_stays_in_the_group(
     # A revoke callback that drained the hanging handlers would outlast this (the group's
     # rebalance timeout too) and get the first worker evicted.
     strict = {"max.poll.interval.ms": 7000}
+    # One call per tenant, so one slow call per partition (ordering="start" could run both
+    # of one partition's first records).
     first = s.worker(
-        slow, concurrency=2, session_timeout=6, consumer_config={**strict, "client.id": "first"}
+        slow,
+        concurrency=2,
+        ordering="completion",
+        session_timeout=6,
+        consumer_config={**strict, "client.id": "first"},
     )
     second = s.worker(
-        fast, concurrency=2, session_timeout=6, consumer_config={**strict, "client.id": "second"}
+        fast,
+        concurrency=2,
+        ordering="completion",
+        session_timeout=6,
+        consumer_config={**strict, "client.id": "second"},
     )
     try:
         with running(first):

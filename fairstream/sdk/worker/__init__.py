@@ -18,17 +18,30 @@ Guarantees:
 - at-least-once: an offset is committed only once every record before it succeeded, was
   dead-lettered (after the broker acknowledged the dead letter) or was skipped as a
   duplicate. A crash re-delivers at most the uncommitted records.
-- order: records of one tenant run one at a time, in offset order (``TenantQueues``); up
-  to ``concurrency`` tenants run side by side; otherwise records start in the egress order
-  the scheduler chose (with ``concurrency=1``, exactly that order per partition).
+- order (``ordering``, ``TenantQueues``): up to ``concurrency`` records are in progress
+  at once (a handler call running, or waiting to be retried).
+  - ``"start"`` (the default): records start in the egress order the scheduler chose,
+    whatever their tenant, so a tenant's first calls start in offset order; many of one
+    tenant may be in flight at once and they finish in any order. A backlogged tenant gets
+    up to ``concurrency / latency`` calls/s, what an API with latency needs.
+  - ``"completion"``: records of one tenant run one at a time, in offset order, each
+    started after the previous one finished; up to ``concurrency`` tenants run side by
+    side; otherwise records start in egress order (with ``concurrency=1``, exactly that
+    order per partition). A tenant gets at most ``1 / latency`` calls/s.
+  Either way, one record never runs twice at once in one worker, and the commit position
+  is the contiguous done prefix of each partition (``PartitionProgress``).
 - retries: a failing handler is called again after ``backoff_initial``, ``2 x``... up to
   ``backoff_max`` seconds, ``max_attempts`` times in all; then the record goes to the
   dead-letter topic with reason ``handler-failed`` and the last error in
-  ``fairstream-dlq-detail``. The tenant's later records wait meanwhile (order).
+  ``fairstream-dlq-detail``. A record waiting for its retry keeps its ``concurrency``
+  slot. With ``"completion"`` the tenant's later records wait for it; with ``"start"``
+  they go on meanwhile (its retry starts after them), and the commit waits for it.
 - rate limits: a handler that raises ``RateLimited`` is called again after its
   ``retry_after`` (or the backoff) without using up an attempt, for as long as the record's
   deadline (``fairstream-deadline-ms``) allows; a retry that would come after the deadline
-  dead-letters the record as ``expired`` instead.
+  dead-letters the record as ``expired`` instead. As for failures, with ``"start"`` only
+  the refused record waits (in its slot); the tenant's other records are called meanwhile
+  and are told to wait by the API, each on its own, if the limit still holds.
 - feedback (``feedback_topic``, default ``fairstream.feedback``; None turns it off): one
   record per settled request (ok, dead-lettered) and one per rate-limited or failed call,
   with the cost the handler reported (``Usage``), written without waiting (best effort: a

@@ -32,7 +32,13 @@ from fairstream.sdk.worker.handler import Handler, coordinates, request_from_mes
 from fairstream.sdk.worker.handling import Handling
 from fairstream.sdk.worker.jobs import Job, Outcome, WorkerStats
 from fairstream.sdk.worker.metrics import MetricsServer, WorkerMetrics
-from fairstream.sdk.worker.tracking import PartitionProgress, RecentIds, TenantQueues
+from fairstream.sdk.worker.tracking import (
+    Ordering,
+    PartitionProgress,
+    RecentIds,
+    TenantQueues,
+    per_tenant,
+)
 from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC
 
 __all__ = ["DEFAULT_GROUP", "Worker"]
@@ -58,6 +64,13 @@ class Worker(Handling):
     registered, e.g. ``prometheus_client.REGISTRY`` to add them to an application's own
     endpoint; default a registry of their own, ``worker.metrics.registry``.
     ``drain_timeout``: how long ``stop`` waits for running handlers.
+    ``concurrency``: records in progress at once (a handler call running, or waiting to be
+    retried). ``ordering``: ``"start"`` (the default) starts a tenant's records in egress
+    order, as many at once as ``concurrency`` allows, and they finish in any order (what an
+    API with latency needs: a backlogged tenant gets ``concurrency / latency`` calls/s);
+    ``"completion"`` runs a tenant's records one at a time, each after the previous one
+    finished (a tenant gets ``1 / latency`` calls/s). Either way an offset is committed
+    only once every record before it is done.
     """
 
     def __init__(  # noqa: PLR0915 (one statement per setting)
@@ -73,6 +86,7 @@ class Worker(Handling):
         backoff_max: float = 10.0,
         dedup_window: int | None = 10_000,
         concurrency: int = 1,
+        ordering: Ordering = "start",
         max_pending: int = 1000,
         commit_interval: float = 1.0,
         session_timeout: float = 10.0,
@@ -94,6 +108,7 @@ class Worker(Handling):
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        limit = per_tenant(ordering)  # a clear ValueError for an unknown ordering
         if backoff_initial < 0 or backoff_max < backoff_initial:
             raise ValueError("need 0 <= backoff_initial <= backoff_max")
         if dedup_window is not None and dedup_window < 1:
@@ -112,6 +127,7 @@ class Worker(Handling):
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.concurrency = concurrency
+        self.ordering = ordering
         self.max_pending = max_pending
         self.commit_interval = commit_interval
         self.drain_timeout = drain_timeout
@@ -161,8 +177,9 @@ class Worker(Handling):
         self._running = threading.Event()
         # Event-loop state (created in run).
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queues: TenantQueues[Job] = TenantQueues()
+        self._queues: TenantQueues[Job] = TenantQueues(limit)
         self._wakeup: asyncio.Event | None = None
+        self._ended: asyncio.Event | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._dlq: _KafkaProducer | None = None
 
@@ -225,6 +242,7 @@ class Worker(Handling):
         )
         self._loop = loop
         self._wakeup = asyncio.Event()
+        self._ended = asyncio.Event()
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="fairstream-handler")
         self._dlq = _KafkaProducer(self._producer_config)
         if self._feedback is not None:

@@ -69,12 +69,13 @@ class Handling:
     # Set by Worker.run.
     _loop: asyncio.AbstractEventLoop | None
     _wakeup: asyncio.Event | None
+    _ended: asyncio.Event | None  # set (and replaced) whenever a run ends
     _pool: ThreadPoolExecutor | None
     _dlq: _KafkaProducer | None
 
     def _enqueue(self, job: Job) -> None:
         if not self._carry_on(job):  # revoked or stopping since it was dispatched
-            self._completions.put((job, Outcome.ABANDONED))
+            self._abandon(job)
             return
         self._queues.push(job.request.tenant, job)
         self._pump()
@@ -88,16 +89,23 @@ class Handling:
                 return
             self._loop.create_task(self._run_job(taken[1]))
 
+    def _abandon(self, job: Job) -> None:
+        """End a record that never ran: left to the partition's next owner."""
+        # Set on the loop like every outcome: a later run of the same record waits for
+        # the outcome of this one (_process), and must not wait forever.
+        job.outcome = Outcome.ABANDONED
+        self._completions.put((job, Outcome.ABANDONED))
+
     def _purge(self, progresses: set[PartitionProgress]) -> None:
         for job in self._queues.purge(lambda job: job.progress in progresses):
-            self._completions.put((job, Outcome.ABANDONED))
+            self._abandon(job)
         self._interrupt()
 
     def _interrupt(self) -> None:
         """Wake the records sleeping between attempts, to check whether to carry on."""
         if self._stopping.is_set():
             for job in self._queues.purge(lambda job: True):
-                self._completions.put((job, Outcome.ABANDONED))
+                self._abandon(job)
         assert self._wakeup is not None
         self._wakeup.set()
         self._wakeup = asyncio.Event()
@@ -107,11 +115,14 @@ class Handling:
         try:
             outcome = await self._process(job)
         finally:
-            # Set before the tenant's turn passes on: a later run of the same record (queued
-            # behind this one, same tenant) reads it.
+            # Set before the tenant's turn passes on: a later run of the same record (same
+            # tenant, waiting for this one in _process) reads it.
             job.outcome = outcome
             self._queues.done(job.request.tenant)
             self._completions.put((job, outcome))
+            assert self._ended is not None
+            self._ended.set()  # wake the runs waiting for an earlier run to end
+            self._ended = asyncio.Event()
         self._pump()
 
     def _carry_on(self, job: Job) -> bool:
@@ -151,6 +162,11 @@ class Handling:
         earlier = job.predecessor
         if earlier is not None:
             job.predecessor = None  # no chain of finished jobs kept alive
+            # With ordering="completion" the tenant's turn made it wait already; with
+            # "start" it may still run: one run of a record at a time, whatever the ordering.
+            while earlier.outcome is None:
+                assert self._ended is not None
+                await self._ended.wait()
             if earlier.outcome in FINISHED:
                 return Outcome.REPEATED
         if not self._carry_on(job):

@@ -30,8 +30,9 @@ def backoff_delay(attempt: int, initial: float, maximum: float) -> float:
     """Seconds to wait after failed attempt number ``attempt`` (1-based) before the next one.
 
     Exponential: ``initial``, ``2 x initial``, ``4 x initial``... capped at ``maximum``.
-    Deterministic on purpose (one worker retries one record at a time per tenant, so there is
-    no herd to spread).
+    Deterministic: records that failed at the same moment retry at the same moment. With
+    ``ordering="start"`` several records of a tenant may do so; they were released by the
+    scheduler at its rate, and retries of one record stay spaced by the schedule.
     """
     if attempt < 1:
         raise ValueError(f"attempt counts from 1, got {attempt}")

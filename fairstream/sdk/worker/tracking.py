@@ -1,6 +1,11 @@
-"""What the worker's consumer thread keeps track of: commit positions of its partitions,
-per-tenant ordering of the records it hands out, and the bounded memory of recently seen
-request ids. Pure: the unit tests drive these directly.
+"""What the worker keeps track of: commit positions of its partitions (consumer thread),
+the order in which it starts the records it fetched, per tenant and overall (event loop),
+and the bounded memory of recently seen request ids. Pure: the unit tests drive these
+directly.
+
+Offsets complete in any order (``PartitionProgress`` commits only the contiguous done
+prefix), so how many records of a tenant run at once (``TenantQueues``' ``per_tenant``)
+never changes what is committed.
 """
 
 from __future__ import annotations
@@ -8,11 +13,27 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar, get_args
 
-__all__ = ["PartitionProgress", "RecentIds", "TenantQueues"]
+__all__ = ["ORDERINGS", "Ordering", "PartitionProgress", "RecentIds", "TenantQueues", "per_tenant"]
 
 T = TypeVar("T")
+
+# How a worker orders one tenant's records (``Worker(ordering=...)``, ``--ordering``):
+# "start": calls start in egress order, many at once, finishing in any order;
+# "completion": one at a time, each started after the previous one finished.
+Ordering = Literal["start", "completion"]
+ORDERINGS: tuple[Ordering, ...] = get_args(Ordering)
+
+
+def per_tenant(ordering: str) -> int | None:
+    """The ``TenantQueues`` limit of an ordering: None (no limit) or 1; a clear error for a
+    name that is not one."""
+    if ordering == "start":
+        return None
+    if ordering == "completion":
+        return 1
+    raise ValueError(f"ordering must be one of {', '.join(ORDERINGS)}, got {ordering!r}")
 
 
 class PartitionProgress:
@@ -65,23 +86,33 @@ class PartitionProgress:
 
 
 class TenantQueues(Generic[T]):
-    """FIFO queues per tenant, at most one item of a tenant out at a time.
+    """FIFO queues per tenant, at most ``per_tenant`` items of a tenant out at a time.
 
-    ``take`` hands out the earliest-pushed item whose tenant has nothing out; ``done``
-    returns the tenant's turn. Records of one tenant therefore run one after another in
-    arrival order, records of different tenants run side by side, a slow tenant holds up no
-    one else, and otherwise the order is the arrival (egress) order the scheduler chose:
-    with one item out at a time it is exactly that order.
+    ``take`` hands out the earliest-pushed item whose tenant has fewer than ``per_tenant``
+    items out; ``done`` returns one of the tenant's turns. A tenant's items are therefore
+    handed out in arrival order, and otherwise in the arrival (egress) order the scheduler
+    chose, as far as the tenants' limits allow.
+
+    - ``per_tenant=1`` (the worker's ``ordering="completion"``): a tenant's records run one
+      after another, each after the previous one finished; a slow tenant holds up no one
+      else.
+    - ``per_tenant=None`` (``ordering="start"``): no limit per tenant: items are handed out
+      in exactly the arrival order, whatever their tenant, as fast as ``take`` is called.
 
     Caller: the worker's event loop. Affects: this object only.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, per_tenant: int | None = 1) -> None:
+        if per_tenant is not None and per_tenant < 1:
+            raise ValueError(f"per_tenant must be at least 1 or None, got {per_tenant}")
+        self.per_tenant = per_tenant
         self._queues: dict[str, deque[tuple[int, T]]] = {}  # tenants with queued items
-        # (sequence of the head item, tenant) of the tenants with queued items and nothing
-        # out: the heap order is the arrival order of their heads.
+        # (sequence of the head item, tenant) of the tenants with queued items and fewer
+        # than per_tenant out, each at most once: the heap order is the arrival order of
+        # their heads.
         self._ready: list[tuple[int, str]] = []
-        self._busy: set[str] = set()  # tenants with an item out
+        self._busy: dict[str, int] = {}  # tenants with items out -> how many
+        self._out = 0
         self._seq = 0
         self._size = 0
 
@@ -92,36 +123,56 @@ class TenantQueues(Generic[T]):
     @property
     def out(self) -> int:
         """Items taken and not yet done."""
-        return len(self._busy)
+        return self._out
+
+    def out_of(self, tenant: str) -> int:
+        """The tenant's items taken and not yet done."""
+        return self._busy.get(tenant, 0)
+
+    def _open(self, tenant: str) -> bool:
+        """True when the tenant may have one more item out."""
+        return self.per_tenant is None or self._busy.get(tenant, 0) < self.per_tenant
 
     def push(self, tenant: str, item: T) -> None:
         self._seq += 1
         queue = self._queues.get(tenant)
         if queue is None:
             queue = self._queues[tenant] = deque()
-            if tenant not in self._busy:
+            if self._open(tenant):
                 heapq.heappush(self._ready, (self._seq, tenant))
         queue.append((self._seq, item))
         self._size += 1
 
     def take(self) -> tuple[str, T] | None:
-        """The next item to run, or None when every queued tenant has an item out."""
+        """The next item to run, or None when no queued tenant may have one more out."""
         if not self._ready:
             return None
         _, tenant = heapq.heappop(self._ready)
         queue = self._queues[tenant]
         _, item = queue.popleft()
+        self._busy[tenant] = self._busy.get(tenant, 0) + 1
+        self._out += 1
+        self._size -= 1
         if not queue:
             del self._queues[tenant]
-        self._busy.add(tenant)
-        self._size -= 1
+        elif self._open(tenant):  # still below its limit: its next item is ready at once
+            heapq.heappush(self._ready, (queue[0][0], tenant))
         return tenant, item
 
     def done(self, tenant: str) -> None:
-        """The tenant's item out has finished; its next item (if any) becomes ready."""
-        self._busy.discard(tenant)
+        """One of the tenant's items out has finished; its next item (if any) may become
+        ready."""
+        count = self._busy.get(tenant, 0)
+        if count <= 0:
+            return  # nothing out: a stray report changes nothing
+        was_open = self._open(tenant)
+        self._out -= 1
+        if count == 1:
+            del self._busy[tenant]
+        else:
+            self._busy[tenant] = count - 1
         queue = self._queues.get(tenant)
-        if queue:
+        if queue and not was_open:  # it was at its limit, so not in the heap
             heapq.heappush(self._ready, (queue[0][0], tenant))
 
     def purge(self, predicate: Callable[[T], bool]) -> list[T]:
@@ -139,7 +190,7 @@ class TenantQueues(Generic[T]):
             else:
                 del self._queues[tenant]
         # Heads may have changed: rebuild the ready heap from what is left.
-        self._ready = [(q[0][0], t) for t, q in self._queues.items() if t not in self._busy]
+        self._ready = [(q[0][0], t) for t, q in self._queues.items() if self._open(t)]
         heapq.heapify(self._ready)
         self._size -= len(removed)
         return removed

@@ -7,7 +7,13 @@ import random
 import pytest
 
 from fairstream.sdk.worker.retry import backoff_delay
-from fairstream.sdk.worker.tracking import PartitionProgress, RecentIds, TenantQueues
+from fairstream.sdk.worker.tracking import (
+    ORDERINGS,
+    PartitionProgress,
+    RecentIds,
+    TenantQueues,
+    per_tenant,
+)
 
 
 def test_backoff_doubles_from_initial_and_caps() -> None:
@@ -182,3 +188,117 @@ def test_recent_ids_evict_the_least_recently_seen() -> None:
     assert len(ids) == 3
     with pytest.raises(ValueError, match="at least 1"):
         RecentIds(0)
+
+
+def test_unlimited_tenant_queues_hand_out_in_arrival_order_whatever_the_tenant() -> None:
+    q: TenantQueues[str] = TenantQueues(per_tenant=None)
+    for item in ("a1", "a2", "b1", "a3", "c1", "b2"):
+        q.push(item[0], item)
+    taken = [q.take() for _ in range(6)]
+    assert taken == [("a", "a1"), ("a", "a2"), ("b", "b1"), ("a", "a3"), ("c", "c1"), ("b", "b2")]
+    assert q.take() is None
+    assert (q.out, q.out_of("a"), q.out_of("b"), len(q)) == (6, 3, 2, 0)
+    q.done("a")
+    q.done("a")
+    assert (q.out, q.out_of("a")) == (4, 1)
+    q.push("a", "a4")
+    assert q.take() == ("a", "a4")  # nothing waits for a tenant's records still out
+
+
+def test_tenant_queues_limit_per_tenant_and_resume_in_arrival_order() -> None:
+    q: TenantQueues[str] = TenantQueues(per_tenant=2)
+    for item in ("a1", "a2", "a3", "b1", "a4"):
+        q.push(item[0], item)
+    assert [q.take(), q.take(), q.take()] == [("a", "a1"), ("a", "a2"), ("b", "b1")]
+    assert q.take() is None  # a has two out
+    q.done("a")
+    assert q.take() == ("a", "a3")
+    assert q.take() is None
+    q.done("b")
+    q.done("a")
+    assert q.take() == ("a", "a4")
+    q.done("x")  # a stray report for a tenant with nothing out changes nothing
+    assert q.out == 2
+
+
+def test_per_tenant_limit_of_each_ordering() -> None:
+    assert per_tenant("start") is None
+    assert per_tenant("completion") == 1
+    assert ORDERINGS == ("start", "completion")
+    with pytest.raises(ValueError, match="ordering must be one of start, completion"):
+        per_tenant("per-tenant")
+    with pytest.raises(ValueError, match="at least 1"):
+        TenantQueues(per_tenant=0)
+
+
+@pytest.mark.parametrize("limit", [None, 1, 3])
+def test_tenant_queues_keep_start_order_and_limits_under_random_completions(
+    limit: int | None,
+) -> None:
+    """Random pushes, takes and completions with 5 slots: each tenant's items start in
+    push order, never more than ``limit`` of a tenant out, and with no limit every item
+    starts in exactly the global push order."""
+    rng = random.Random(23)
+    q: TenantQueues[tuple[str, int]] = TenantQueues(per_tenant=limit)
+    pushed: list[tuple[str, int]] = []
+    started: list[tuple[str, int]] = []
+    running: list[tuple[str, int]] = []
+    seq: dict[str, int] = {}
+    for _ in range(5000):
+        action = rng.random()
+        if action < 0.45:
+            tenant = rng.choice("abcd")
+            seq[tenant] = seq.get(tenant, 0) + 1
+            pushed.append((tenant, seq[tenant]))
+            q.push(tenant, pushed[-1])
+        elif action < 0.75 and len(running) < 5:
+            taken = q.take()
+            if taken is not None:
+                running.append(taken[1])
+                started.append(taken[1])
+                out = sum(1 for t, _ in running if t == taken[0])
+                assert limit is None or out <= limit
+                assert q.out_of(taken[0]) == out
+        elif running:
+            item = running.pop(rng.randrange(len(running)))  # any order of completion
+            q.done(item[0])
+        assert q.out == len(running)
+    for tenant in seq:
+        numbers = [n for t, n in started if t == tenant]
+        assert numbers == list(range(1, len(numbers) + 1)), tenant
+    if limit is None:
+        assert started == pushed[: len(started)]
+
+
+def test_many_in_flight_per_tenant_never_commit_past_an_unfinished_record() -> None:
+    """The worker's two pieces together, with no limit per tenant: records of a few tenants
+    on two partitions start in arrival order, 8 at a time, and finish in random order; the
+    commit position of each partition never passes a record that is not done, and reaches
+    the end once all are."""
+    rng = random.Random(5)
+    progress = {0: PartitionProgress(), 1: PartitionProgress()}
+    q: TenantQueues[tuple[int, int]] = TenantQueues(per_tenant=None)
+    next_offset = {0: 0, 1: 0}
+    done: set[tuple[int, int]] = set()
+    running: list[tuple[str, tuple[int, int]]] = []
+    total = 0
+    while total < 600 or running or len(q):
+        if total < 600 and rng.random() < 0.5:
+            partition = rng.randrange(2)
+            offset = next_offset[partition]
+            next_offset[partition] += 1
+            assert progress[partition].add(offset)
+            q.push(rng.choice("xyz"), (partition, offset))
+            total += 1
+        while len(running) < 8 and (taken := q.take()) is not None:
+            running.append(taken)
+        if running and rng.random() < 0.6:
+            tenant, (partition, offset) = running.pop(rng.randrange(len(running)))
+            q.done(tenant)
+            progress[partition].resolve(offset, done=True)
+            done.add((partition, offset))
+        for partition, p in progress.items():
+            position = p.commit_position()
+            if position is not None:
+                assert all((partition, o) in done for o in range(position))
+    assert [progress[p].commit_position() for p in (0, 1)] == [next_offset[0], next_offset[1]]
