@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install test unit integration lint fmt broker-jars browser screenshot demo bench clean
+.PHONY: install test test-brokers unit integration lint fmt broker-jars browser screenshot demo bench clean
 
 install: $(STAMP)
 
@@ -39,6 +39,27 @@ browser:
 
 test: install broker-jars browser
 	$(BIN)/python -m pytest tests/unit tests/integration $(PYTEST_ARGS)
+
+# The tests that carry the guarantees (exactly once, group shares, the feedback loop, the
+# producer's contract), once more on each broker version of BROKER_VERSIONS: the oldest
+# supported and the newest released. Each runs on a development broker of its own, started
+# and stopped here (.cache/dev-kafka-<version>).
+BROKER_VERSIONS ?= 3.7.2 4.4.0
+BROKER_TESTS ?= tests/integration/test_exactly_once.py tests/integration/test_group_shares.py \
+	tests/integration/test_feedback_loop.py tests/integration/test_producer.py
+
+test-brokers: install
+	@set -e; for v in $(BROKER_VERSIONS); do \
+		dir="$(CURDIR)/.cache/dev-kafka-$$v"; \
+		echo "== Apache Kafka $$v: $(BROKER_TESTS)"; \
+		FAIRSTREAM_DEV_KAFKA_VERSION=$$v $(BIN)/fairstream-dev kafka fetch >/dev/null; \
+		bootstrap=$$(FAIRSTREAM_DEV_KAFKA_DIR="$$dir" FAIRSTREAM_DEV_KAFKA_VERSION=$$v \
+			$(BIN)/fairstream-dev kafka up); \
+		status=0; KAFKA_BOOTSTRAP_SERVERS="$$bootstrap" $(BIN)/python -m pytest $(BROKER_TESTS) \
+			$(PYTEST_ARGS) || status=$$?; \
+		FAIRSTREAM_DEV_KAFKA_DIR="$$dir" $(BIN)/fairstream-dev kafka down; \
+		test $$status = 0 || exit $$status; \
+	done
 
 unit: install
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fairstream_dev.kafka import BrokerError, BrokerState, DevBroker, java_command
+from fairstream_dev.kafka import BrokerError, BrokerState, DevBroker, java_command, local_engine
 
 
 def test_missing_java_says_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -33,6 +33,23 @@ def test_server_properties_fit_a_single_node(tmp_path: Path) -> None:
     assert "transaction.state.log.min.isr=1" in props
     assert "share.coordinator.state.topic.replication.factor=1" in props
     assert "auto.create.topics.enable=false" in props
+
+
+def test_brokers_before_3_9_get_static_voters(tmp_path: Path) -> None:
+    """KIP-853's dynamic quorum (controller.quorum.bootstrap.servers, format --standalone)
+    came with 3.9: older brokers need their voters listed."""
+    old = DevBroker(state_dir=tmp_path, kafka_version="3.7.2").server_properties(9092, 9093)
+    new = DevBroker(state_dir=tmp_path, kafka_version="4.4.0").server_properties(9092, 9093)
+    assert "controller.quorum.voters=1@127.0.0.1:9093" in old.splitlines()
+    assert "controller.quorum.bootstrap.servers" not in old
+    assert "controller.quorum.bootstrap.servers=127.0.0.1:9093" in new.splitlines()
+    assert "controller.quorum.voters" not in new
+    assert [local_engine.dynamic_quorum(v) for v in ("3.7.2", "3.8.1", "3.9.0", "4.0.0")] == [
+        False,
+        False,
+        True,
+        True,
+    ]
 
 
 def test_status_of_a_dead_pid_is_not_running(tmp_path: Path) -> None:

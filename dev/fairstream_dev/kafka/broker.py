@@ -274,6 +274,8 @@ class DevBroker:
         reuse = (
             previous is not None
             and previous.engine == "local"
+            # Another version's storage format may not be this one's: format anew.
+            and previous.kafka_version == self.kafka_version
             and (self.data_dir / "meta.properties").exists()
             and (port is None or port == previous.port)
             and port_is_free(previous.port)
@@ -309,7 +311,7 @@ class DevBroker:
             scram = []
             if sasl_user is not None and broker_password is not None:
                 scram = [(BROKER_SASL_USER, broker_password), (sasl_user, sasl_password or "")]
-            local_engine.format_storage(jvm, properties, scram)
+            local_engine.format_storage(jvm, properties, scram, self.kafka_version)
         stdout_path = self.state_dir / STDOUT_LOG
         with stdout_path.open("ab") as out:
             proc = subprocess.Popen(
@@ -351,7 +353,9 @@ class DevBroker:
         self, port: int, controller_port: int, broker_password: str | None = None
     ) -> str:
         """This broker's ``server.properties`` (see ``local_engine.server_properties``)."""
-        return local_engine.server_properties(self.data_dir, port, controller_port, broker_password)
+        return local_engine.server_properties(
+            self.data_dir, port, controller_port, broker_password, self.kafka_version
+        )
 
     # -- down ----------------------------------------------------------------------------
 

@@ -39,15 +39,38 @@ logger.cleaner.level = WARN
 """
 
 
+def version_tuple(kafka_version: str) -> tuple[int, ...]:
+    """``"3.7.2"`` -> ``(3, 7, 2)``; a suffix (``-rc1``) is ignored."""
+    return tuple(int(part) for part in kafka_version.split("-", maxsplit=1)[0].split("."))
+
+
+def dynamic_quorum(kafka_version: str) -> bool:
+    """Whether the version has KIP-853's dynamic quorum (3.9 on): a controller is found with
+    ``controller.quorum.bootstrap.servers`` and formatted ``--standalone``. Before it, the
+    voters are static (``controller.quorum.voters``) and the format has no such flag."""
+    return version_tuple(kafka_version) >= (3, 9)
+
+
 def server_properties(
-    data_dir: Path, port: int, controller_port: int, broker_password: str | None = None
+    data_dir: Path,
+    port: int,
+    controller_port: int,
+    broker_password: str | None = None,
+    kafka_version: str = "4.1.1",
 ) -> str:
     """The broker configuration: one combined KRaft node, fit for a single machine.
 
     With ``broker_password``, the client listener is SASL_PLAINTEXT with SCRAM-SHA-256
     (the broker authenticates to it as ``BROKER_SASL_USER``); the controller listener
-    stays PLAINTEXT on loopback.
+    stays PLAINTEXT on loopback. Versions before 3.9 get static voters (see
+    ``dynamic_quorum``); settings a version does not know (the share coordinator's before
+    4.0) are only warned about by the broker.
     """
+    quorum = (
+        f"controller.quorum.bootstrap.servers={HOST}:{controller_port}"
+        if dynamic_quorum(kafka_version)
+        else f"controller.quorum.voters=1@{HOST}:{controller_port}"
+    )
     if broker_password is None:
         listener = "PLAINTEXT"
         sasl_lines: list[str] = []
@@ -66,7 +89,7 @@ def server_properties(
         [
             "process.roles=broker,controller",
             "node.id=1",
-            f"controller.quorum.bootstrap.servers={HOST}:{controller_port}",
+            quorum,
             f"listeners={listener}://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
             f"advertised.listeners={listener}://{HOST}:{port}",
             "controller.listener.names=CONTROLLER",
@@ -95,7 +118,10 @@ def server_properties(
 
 
 def format_storage(
-    jvm: list[str], properties: Path, scram: list[tuple[str, str]] | None = None
+    jvm: list[str],
+    properties: Path,
+    scram: list[tuple[str, str]] | None = None,
+    kafka_version: str = "4.1.1",
 ) -> None:
     """Format the KRaft storage of a new broker, with its SCRAM users (``--add-scram``)."""
     cluster_id = subprocess.run(
@@ -113,7 +139,7 @@ def format_storage(
             *jvm,
             "kafka.tools.StorageTool",
             "format",
-            "--standalone",
+            *(["--standalone"] if dynamic_quorum(kafka_version) else []),
             "-t",
             cluster_id.stdout.strip().splitlines()[-1],
             "-c",
