@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -32,6 +32,7 @@ from fairstream.sdk.worker.handler import Handler, coordinates, request_from_mes
 from fairstream.sdk.worker.handling import Handling
 from fairstream.sdk.worker.jobs import Job, Outcome, WorkerStats
 from fairstream.sdk.worker.metrics import MetricsServer, WorkerMetrics
+from fairstream.sdk.worker.serving import Hook, Serving
 from fairstream.sdk.worker.tracking import (
     Ordering,
     PartitionProgress,
@@ -48,10 +49,14 @@ log = logging.getLogger("fairstream.worker")
 DEFAULT_GROUP = "fairstream-workers"
 
 
-class Worker(Handling):
+class Worker(Serving, Handling):
     """Consume the egress topic and call ``handler(request)`` for each record.
 
-    ``run()`` blocks until ``stop()`` (from another thread or a signal handler).
+    ``run()`` blocks until ``stop()`` (from another thread or a signal handler), with
+    handlers on an event loop of its own; ``await serve()`` (or ``async with worker:``)
+    does the same on the caller's event loop. ``on_startup`` / ``on_shutdown``: coroutine
+    functions awaited on the handlers' loop before the first record and after the last
+    (an HTTP client shared by every call, say); a failing ``on_startup`` ends ``run``.
     ``bootstrap``: a ``KafkaConnection`` (servers and authentication) or a bare bootstrap
     string (PLAINTEXT).
     ``consumer_config`` / ``producer_config`` are extra librdkafka settings for the egress
@@ -97,6 +102,8 @@ class Worker(Handling):
         metrics_host: str = "0.0.0.0",
         metrics_registry: CollectorRegistry | None = None,
         feedback_topic: str | None = DEFAULT_FEEDBACK_TOPIC,
+        on_startup: Hook | None = None,
+        on_shutdown: Hook | None = None,
     ) -> None:
         if not callable(handler):
             raise TypeError("handler must be callable")
@@ -118,6 +125,7 @@ class Worker(Handling):
         if metrics_port is not None and not 0 <= metrics_port <= 65535:
             raise ValueError(f"metrics_port must be 0 to 65535, got {metrics_port}")
         self.handler = handler
+        self.on_startup, self.on_shutdown = on_startup, on_shutdown
         self.kafka = KafkaConnection.of(bootstrap)
         self.bootstrap = self.kafka.bootstrap
         self.egress_topic = egress_topic
@@ -182,6 +190,8 @@ class Worker(Handling):
         self._ended: asyncio.Event | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._dlq: _KafkaProducer | None = None
+        self._serving: asyncio.Future[None] | None = None  # ``async with``
+        self._on_running: Callable[[], object] | None = None  # called once subscribed
 
     # ----------------------------------------------------------------- public
 
@@ -228,18 +238,31 @@ class Worker(Handling):
     def run(self) -> None:
         """Consume until ``stop()``; then finish running handlers, commit and close.
 
+        Handlers run on an event loop of the worker's own, on a thread of its own.
         Caller: the application (or ``fairstream worker``), on one thread.
         Affects: the group's committed offsets of the egress topic; the dead-letter topic.
         """
+        loop = asyncio.new_event_loop()
+        loop_thread = threading.Thread(
+            target=loop.run_forever, name="fairstream-worker-loop", daemon=True
+        )
+        loop_thread.start()
+        try:
+            self._run_on(loop)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            loop_thread.join(10)
+
+    def _run_on(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The consumer's life, with handlers on ``loop`` (running on another thread).
+        Caller: ``run`` or ``serve``, on the thread that will consume."""
+        if self.on_startup is not None:  # shared clients, on the loop the handlers use
+            asyncio.run_coroutine_threadsafe(self.on_startup(), loop).result()
         if self.metrics_port is not None:
             self._metrics_server = MetricsServer(
                 self.metrics.registry, self.metrics_host, self.metrics_port
             )
             log.info("metrics on %s", self._metrics_server.url)
-        loop = asyncio.new_event_loop()
-        loop_thread = threading.Thread(
-            target=loop.run_forever, name="fairstream-worker-loop", daemon=True
-        )
         self._loop = loop
         self._wakeup = asyncio.Event()
         self._ended = asyncio.Event()
@@ -248,7 +271,6 @@ class Worker(Handling):
         if self._feedback is not None:
             self._feedback.open()
         consumer = Consumer(self._consumer_config)
-        loop_thread.start()
         try:
             consumer.subscribe(
                 [self.egress_topic],
@@ -257,6 +279,8 @@ class Worker(Handling):
                 on_lost=self._on_lost,
             )
             self._running.set()
+            if self._on_running is not None:
+                self._on_running()
             if self._stopping.is_set():  # stop() came before the loop existed
                 self.stop()
             self._consume(consumer)
@@ -270,8 +294,8 @@ class Worker(Handling):
                 self._dlq.flush(0 if refused else 30)
                 if self._feedback is not None:
                     self._feedback.close(0 if refused else 5)
-                loop.call_soon_threadsafe(loop.stop)
-                loop_thread.join(10)
+                if self.on_shutdown is not None:
+                    self._shut_down(loop)
                 self._pool.shutdown(wait=False, cancel_futures=True)
                 if self._metrics_server is not None:
                     self._metrics_server.close()
@@ -283,6 +307,13 @@ class Worker(Handling):
                     self.stats.dead_lettered,
                     self.stats.duplicates_skipped,
                 )
+
+    def _shut_down(self, loop: asyncio.AbstractEventLoop) -> None:
+        assert self.on_shutdown is not None
+        try:
+            asyncio.run_coroutine_threadsafe(self.on_shutdown(), loop).result(30)
+        except Exception:  # the worker has stopped and committed: say it, end anyway
+            log.exception("the worker's on_shutdown hook failed")
 
     # --------------------------------------------------------- consumer thread
 
