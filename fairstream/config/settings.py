@@ -69,8 +69,8 @@ class Settings:
         None,
         low=0,
         low_open=True,
-        help="Egress records per second for the whole group (each instance takes its "
-        "share by assigned partitions). [default: unlimited]",
+        help="Egress records per second for the whole group; the instances split it as "
+        "--share-by says. [default: unlimited]",
     )
     burst: float | None = setting(
         None,
