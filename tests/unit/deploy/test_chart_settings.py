@@ -9,16 +9,19 @@ helm fails instead of skipping.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import yaml
 
-from fairstream.config import KafkaConnection, Settings, Topics
+from fairstream.cli import main
+from fairstream.config import KafkaConnection, Settings, Topics, settings_from_options
 from fairstream.config.setting import Declared, declared
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -35,9 +38,9 @@ CHART_DECIDES = {
 PRODUCTION_DEFAULTS = {
     "replication_factor": (3, "a cluster the chart installs on is a production one: RF 3"),
 }
-# Where a setting's value is, when not scheduler.<camelCase name>.
+# Where a setting's value is, when not scheduler.<camelCase name> (the Kafka connection's
+# are under kafka.*, with the cluster's address rather than a default).
 PLACES = {
-    **{s.field.name: ("kafka", None) for s in declared(KafkaConnection)},
     **{s.field.name: ("topics", s.field.name) for s in declared(Topics)},
     "replication_factor": ("topics", "replicationFactor"),
 }
@@ -56,7 +59,6 @@ def values() -> dict[str, Any]:
 
 def chart_value(values: dict[str, Any], setting: Declared) -> Any:
     section, key = PLACES.get(setting.field.name, ("scheduler", camel(setting.field.name)))
-    assert key is not None
     assert key in values[section], f"{setting.flag} has no value {section}.{key} in values.yaml"
     return values[section][key]
 
@@ -216,3 +218,26 @@ def test_the_topics_job_passes_replication_min_isr_retention_and_configs(helm: s
     assert pairs["--config"] == "egress:compression.type=zstd"
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["FAIRSTREAM_REPLICATION_FACTOR"] == "3"
+
+
+def test_the_scheduler_reads_the_rendered_configmap_as_the_clis_defaults(
+    helm: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ConfigMap's strings ("true", "0.1", "512") parse into the settings meant."""
+    data = one(rendered(helm), "ConfigMap")["data"]
+    for name in [n for n in os.environ if n.startswith("FAIRSTREAM_")]:
+        monkeypatch.delenv(name)
+    for name, value in data.items():
+        monkeypatch.setenv(name, value)
+    command = main.get_command(click.Context(main), "scheduler")
+    assert command is not None
+    ctx = command.make_context("scheduler", [])
+
+    settings = settings_from_options(**ctx.params)
+
+    assert settings == dataclasses.replace(
+        Settings(),
+        kafka=dataclasses.replace(KafkaConnection(), bootstrap="kafka:9092"),
+        replication_factor=3,
+        data_dir=Path("/var/lib/fairstream"),
+    )
