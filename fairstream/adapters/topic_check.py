@@ -102,6 +102,16 @@ def check(expected: Expected, described: Mapping[str, TopicState | None]) -> lis
     findings += _retention(expected, states)
     for state in states.values():
         findings += replication(expected, state)
+        if state.config("unclean.leader.election.enable") == "true":
+            findings.append(
+                Finding(
+                    "problem",
+                    state.name,
+                    "has unclean.leader.election.enable=true: a replica that missed writes "
+                    "can become leader, and acknowledged records are lost",
+                    _alter(expected, state.name, "unclean.leader.election.enable=false"),
+                )
+            )
     findings += _sizes(expected, states)
     return findings
 

@@ -236,7 +236,8 @@ def check_command(
     """Report what is wrong with fairstream's topics, each with how to fix it: partition
     counts (the progress topic co-partitioned with ingest, one coordination partition),
     compaction (policy, progress and coordination compacted, the tenant-keyed topics not),
-    the ingest retention, min.insync.replicas against the replication factor, and
+    the ingest retention, min.insync.replicas against the replication factor (and unclean
+    leader election), and
     max.message.bytes of egress and dead letters against the ingest topic's.
 
     Exits 1 when it found a problem, 0 when it found none (warnings included).

@@ -106,6 +106,16 @@ def test_the_whole_check_reports_min_isr_per_topic() -> None:
     assert (finding.severity, finding.topic) == ("problem", "e")
 
 
+def test_unclean_leader_election_is_a_problem() -> None:
+    described = healthy()
+    described["app-progress"] = state(
+        "app-progress", cleanup_policy="compact", unclean_leader_election_enable="true"
+    )
+    (finding,) = check(EXPECTED, described)
+    assert (finding.severity, finding.topic) == ("problem", "app-progress")
+    assert finding.fix.endswith("--add-config unclean.leader.election.enable=false")
+
+
 # -- the other rules, on described topics --------------------------------------------------
 
 
