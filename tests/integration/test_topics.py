@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     AlterConfigOpType,
@@ -20,7 +20,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from fairstream.config import Topics
 from fairstream_dev.harness.kafka import unique
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 from fairstream_dev.kafka import free_port
+from tests.integration.exactly_once import read_to_end
 
 pytestmark = pytest.mark.integration
 
@@ -284,3 +286,43 @@ def test_check_reports_each_wrong_topic_with_its_fix(kafka_bootstrap: str) -> No
     assert allowed.returncode == 1
     assert "3 problems" in allowed.stdout
     assert f"WARNING {topics.ingest}: has retention.ms=3600000" in allowed.stdout
+
+
+def test_a_record_at_the_ingest_limit_reaches_egress_on_topics_create_made(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The room `topics create` leaves above ingest's max.message.bytes is enough for the
+    headers fairstream adds: the largest record ingest takes is emitted, not dead-lettered."""
+    deployment = Deployment(kafka_bootstrap, partitions=1).create()
+    topics = deployment.topics
+    limit = int(configs_of(AdminClient({"bootstrap.servers": kafka_bootstrap}), topics.ingest)[
+        "max.message.bytes"
+    ])  # fmt: skip
+    scheduler = SchedulerProcess(deployment, tmp_path).start().wait_ready()
+    egress = TopicReader(kafka_bootstrap, topics.egress)
+    try:
+        producer = Producer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 2 * limit})
+        # The largest value a 255-byte tenant id leaves room for on ingest (batch framing
+        # about 100 bytes): fairstream's headers take more room than that framing.
+        value = b"x" * (limit - 255 - 120)
+        failures: list[object] = []
+        producer.produce(
+            topics.ingest,
+            value,
+            b"a" * 255,
+            on_delivery=lambda err, _msg: failures.append(err) if err is not None else None,
+        )
+        assert producer.flush(60) == 0
+        assert failures == []  # ingest took it
+        (emitted,) = egress.read_until(1, timeout=60)
+        assert emitted.value() == value
+        assert dict(emitted.headers() or [])["fairstream-tenant"] == b"a" * 255
+        dlq = TopicReader(kafka_bootstrap, topics.dlq)
+        letters = read_to_end(kafka_bootstrap, dlq, topics.dlq, 1)
+        dlq.close()
+        assert letters == []
+        assert scheduler.terminate() == 0, scheduler.tail()
+    finally:
+        egress.close()
+        if scheduler.alive():
+            scheduler.kill()
