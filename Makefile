@@ -112,6 +112,21 @@ SOAK_ARGS ?=
 soak: install broker-jars
 	$(BIN)/python -m benchmarks.soak --markdown docs/soak.md $(SOAK_ARGS)
 
+# The fairstream image (Dockerfile), for the Helm chart's image.repository: no public registry
+# serves it. `make image IMAGE=registry.example.com/team/fairstream` builds it with
+# `docker build` (tagged with the package version, the chart's appVersion: the chart's default
+# tag); `make image-push IMAGE=...` builds and pushes it. Needs a Docker engine.
+IMAGE ?= fairstream
+IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+
+.PHONY: image image-push
+image:
+	docker build -t $(IMAGE):$(IMAGE_TAG) .
+
+image-push: image
+	@case "$(IMAGE)" in */*) ;; *) echo "image-push: IMAGE=$(IMAGE) names no registry; e.g. make image-push IMAGE=registry.example.com/team/fairstream" >&2; exit 1;; esac
+	docker push $(IMAGE):$(IMAGE_TAG)
+
 # Static checks of the Dockerfile, docker-compose.yml and the Helm chart, with no Docker engine
 # or cluster (deploy/check.sh). Builds helm once from the Go module proxy into ~/.cache/fairstream.
 .PHONY: deploy-check

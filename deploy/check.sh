@@ -7,12 +7,15 @@
 #   2. docker-compose.yml: the compose-spec JSON schema and its references
 #      (deploy/validate_compose.py);
 #   3. helm/fairstream: `helm lint --strict` with every ci/*-values.yaml, values.schema.json
-#      rejecting a misspelt key and a worker without a handler, then `helm template` with each
+#      rejecting the bare defaults (no image repository: it says how to build and push one),
+#      a misspelt key and a worker without a handler, then `helm template` with each
 #      ci values file, validated offline in strict mode by kubernetes-validate against the
 #      oldest and newest Kubernetes the chart supports (deploy/validate_manifests.py; custom
 #      resources are skipped and named); the Grafana dashboard ConfigMap is absent by default
 #      and, when on, carries the sidecar label and the chart's dashboard JSON
-#      (deploy/validate_dashboard.py).
+#      (deploy/validate_dashboard.py); tests/unit/deploy/test_chart_settings.py renders the
+#      chart with this helm: every scheduler setting at the CLI's default, worker probes and
+#      PodMonitor, no PVC unless persistence.enabled, the topics Job's options.
 #
 # helm comes from deploy/ensure-helm.sh: built once from the Go module proxy, then cached.
 # Rendered manifests go to $DEPLOY_CHECK_OUT (default: a temporary directory).
@@ -81,13 +84,23 @@ expect_failure() {
     fi
     echo "   rejected as it should: $what"
 }
-expect_failure "a misspelt scheduler key" "additional properties 'rtae' not allowed" --set scheduler.rtae=5
-expect_failure "a misspelt top-level key" "additional properties 'workers' not allowed" --set workers.enabled=true
-expect_failure "a worker without a handler" "handler" --set worker.enabled=true
-expect_failure "an unknown security protocol" "securityProtocol" --set kafka.securityProtocol=TLS
-expect_failure "more schedulers than partitions" "must not exceed topics.partitions" --set scheduler.replicas=13
-expect_failure "SASL without credentials" "kafka.sasl.username is required" --set kafka.securityProtocol=SASL_SSL
-expect_failure "a misspelt dashboard key" "additional properties 'enable' not allowed" --set grafanaDashboard.enable=true
+# The bare defaults lack the image repository: the refusal must say how to build and push it.
+expect_failure "the defaults without an image repository" "make image-push IMAGE=" --set image.tag=0.1.0
+if "$HELM" template fairstream "$CHART" --kube-version "$K8S_NEWEST" --skip-schema-validation >"$out/negative.log" 2>&1 \
+    || ! grep -q "image.repository is required" "$out/negative.log"; then
+    cat "$out/negative.log" >&2
+    echo "deploy-check: without schema validation, the templates did not refuse an empty image.repository" >&2
+    exit 1
+fi
+echo "   rejected as it should: an empty image.repository with the schema skipped"
+REPO=(--set image.repository=registry.example.com/platform/fairstream)
+expect_failure "a misspelt scheduler key" "additional properties 'rtae' not allowed" --set scheduler.rtae=5 "${REPO[@]}"
+expect_failure "a misspelt top-level key" "additional properties 'workers' not allowed" --set workers.enabled=true "${REPO[@]}"
+expect_failure "a worker without a handler" "handler" --set worker.enabled=true "${REPO[@]}"
+expect_failure "an unknown security protocol" "securityProtocol" --set kafka.securityProtocol=TLS "${REPO[@]}"
+expect_failure "more schedulers than partitions" "must not exceed topics.partitions" --set scheduler.replicas=13 "${REPO[@]}"
+expect_failure "SASL without credentials" "kafka.sasl.username is required" --set kafka.securityProtocol=SASL_SSL "${REPO[@]}"
+expect_failure "a misspelt dashboard key" "additional properties 'enable' not allowed" --set grafanaDashboard.enable=true "${REPO[@]}"
 done_step
 
 step "helm template + kubernetes-validate (strict)"
@@ -101,6 +114,10 @@ for version in "${K8S_VERSIONS[@]}"; do
     done
     "$PY" deploy/validate_manifests.py -k "$version" "${rendered[@]}"
 done
+done_step
+
+step "rendered chart against the scheduler's settings (probes, PodMonitor, PVC, topics Job)"
+HELM="$HELM" FAIRSTREAM_REQUIRE_HELM=1 "$PY" -m pytest -q -p no:cacheprovider tests/unit/deploy/test_chart_settings.py
 done_step
 
 step "Grafana dashboard ConfigMap (off by default; sidecar label and JSON when on)"

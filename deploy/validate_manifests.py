@@ -3,7 +3,7 @@
 Reads the multi-document YAML files given (``helm template`` output) and checks every
 object against the Kubernetes OpenAPI schemas that the kubernetes-validate package bundles,
 rejecting unknown fields (strict). Custom resources have no schema there: the kinds in
-``CUSTOM_KINDS`` (Prometheus Operator's ServiceMonitor, KEDA's ScaledObject and
+``CUSTOM_KINDS`` (Prometheus Operator's ServiceMonitor and PodMonitor, KEDA's ScaledObject and
 TriggerAuthentication) are skipped and named in the output; any other kind without a schema
 is an error, so that a new custom resource is never skipped silently.
 
@@ -22,6 +22,7 @@ import yaml
 # (apiVersion, kind) of custom resources that have no schema in kubernetes-validate.
 CUSTOM_KINDS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PodMonitor"),
     ("keda.sh/v1alpha1", "ScaledObject"),
     ("keda.sh/v1alpha1", "TriggerAuthentication"),
 }

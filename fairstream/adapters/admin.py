@@ -1,9 +1,11 @@
 """Topic administration with the confluent-kafka AdminClient: create fairstream's topics
-idempotently and refuse partition counts that would break co-partitioning."""
+idempotently, refuse partition counts that would break co-partitioning, and describe topics
+for ``fairstream topics check`` (whose rules are ``fairstream.adapters.topic_check``)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +18,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
 )
 
+from fairstream.adapters.topic_check import (
+    HEADER_HEADROOM,
+    KAFKA_DEFAULT_MAX_MESSAGE_BYTES,
+    Kind,
+    TopicState,
+)
 from fairstream.config import Connection, KafkaConnection, Topics
 from fairstream.errors import Error
 from fairstream.scheduler.group import coordination_topic
@@ -196,9 +204,12 @@ def create_topics(
     topics: Topics,
     partitions: int,
     app_id: str,
-    replication_factor: int = 1,
+    replication_factor: int = -1,
     ingest_retention_ms: int = -1,
     feedback_topic: str | None = None,
+    *,
+    min_insync_replicas: int | None = None,
+    configs: Mapping[Kind, Mapping[str, str]] | None = None,
 ) -> list[TopicStatus]:
     """Create the ingest, egress, dead-letter, policy and progress topics where missing,
     and the workers' ``feedback_topic`` when one is named (as many partitions as egress).
@@ -209,8 +220,22 @@ def create_topics(
     it is created with ``retention.ms`` ``ingest_retention_ms`` (-1: forever; the scheduler
     trims what it settled) and ``retention.bytes`` -1, so nothing buffered expires.
 
+    ``replication_factor`` -1 is the broker's ``default.replication.factor``;
+    ``min_insync_replicas`` (None: the broker's) goes on every topic created; ``configs``
+    (checked by ``check_topic_configs``) are more topic configs per kind, applied over
+    fairstream's own. Egress and dead-letter topics get a ``max.message.bytes`` that leaves
+    room for fairstream's headers above the ingest topic's (``HEADER_HEADROOM``). Existing
+    topics are left as they are; every topic to create is validated by the broker first, so
+    a config it refuses creates nothing.
+
     Caller: ``fairstream topics create`` and the demo. Affects: topics on the cluster.
     """
+    if replication_factor == 0 or replication_factor < -1:
+        raise TopicError(
+            f"replication factor must be -1 (the broker's) or >= 1, got {replication_factor}"
+        )
+    extra = {kind: dict(values) for kind, values in (configs or {}).items()}
+    check_topic_configs(extra)
     admin = admin_client(kafka)
     ingest = partition_count(admin, topics.ingest)
     if ingest is not None and ingest != partitions:
@@ -224,36 +249,41 @@ def create_topics(
     if existing_internal is not None:
         check_copartitioned(app_id, existing_internal, partitions)
     retention = {"retention.ms": str(ingest_retention_ms), "retention.bytes": "-1"}
-    wanted = [
-        (topics.ingest, partitions, retention),
-        (topics.egress, partitions, {}),
-        (topics.dlq, partitions, {}),
+    room = str(_ingest_limit(admin, topics.ingest, extra.get("ingest", {})) + HEADER_HEADROOM)
+    wanted: list[tuple[Kind, str, int, dict[str, str]]] = [
+        ("ingest", topics.ingest, partitions, retention),
+        ("egress", topics.egress, partitions, {"max.message.bytes": room}),
+        ("dlq", topics.dlq, partitions, {"max.message.bytes": room}),
         # Every instance reads every policy, so one partition keeps them in one order.
-        (topics.policy, 1, {"cleanup.policy": "compact"}),
+        ("policy", topics.policy, 1, {"cleanup.policy": "compact"}),
     ]
     if feedback_topic is not None:
-        wanted.append((feedback_topic, partitions, {}))
+        wanted.append(("feedback", feedback_topic, partitions, {}))
     statuses: list[TopicStatus] = []
     to_create: list[NewTopic] = []
-    for name, count, config in wanted:
+    for kind, name, count, config in wanted:
         existing = partition_count(admin, name)
         if existing is None:
-            to_create.append(NewTopic(name, count, replication_factor, config=config))
+            new = NewTopic(name, count, replication_factor, config=config)
+            to_create.append(_with_configs(new, kind, min_insync_replicas, extra))
             statuses.append(TopicStatus(name, count, True))
         else:
             statuses.append(TopicStatus(name, existing, False))
     if existing_internal is None:
-        to_create.append(_progress_new_topic(app_id, partitions, replication_factor))
+        new = _progress_new_topic(app_id, partitions, replication_factor)
+        to_create.append(_with_configs(new, "progress", min_insync_replicas, extra))
         statuses.append(TopicStatus(internal, partitions, True))
     else:
         statuses.append(TopicStatus(internal, existing_internal, False))
     coordination = coordination_topic(app_id)
     existing_coordination = partition_count(admin, coordination)
     if existing_coordination is None:
-        to_create.append(_coordination_new_topic(app_id, replication_factor))
+        new = _coordination_new_topic(app_id, replication_factor)
+        to_create.append(_with_configs(new, "coordination", min_insync_replicas, extra))
         statuses.append(TopicStatus(coordination, 1, True))
     else:
         statuses.append(TopicStatus(coordination, existing_coordination, False))
+    _validate(admin, to_create)
     _create(admin, to_create)
     if _cleanup_policy(admin, topics.policy) != "compact":
         raise TopicError(
@@ -261,3 +291,163 @@ def create_topics(
             "tenant policies would be deleted by retention"
         )
     return statuses
+
+
+# --- topic configs chosen by the operator (``topics create --config``) ---------------------
+
+TOPIC_KINDS: tuple[Kind, ...] = (
+    "ingest",
+    "egress",
+    "dlq",
+    "policy",
+    "feedback",
+    "progress",
+    "coordination",
+)
+# Configs fairstream decides, with why: an operator's value would break a guarantee.
+FIXED_CONFIGS = {
+    "cleanup.policy": "fairstream sets it: compact for the policy, progress and coordination "
+    "topics (only each key's latest record matters), delete for the rest (their records are "
+    "keyed by tenant: compaction would keep one per tenant)",
+}
+# Configs with an option of their own in `fairstream topics create`, per kind.
+OPTION_CONFIGS: dict[tuple[str, str], str] = {
+    ("ingest", "retention.ms"): "--ingest-retention-ms",
+    ("egress", "retention.ms"): "--egress-retention-ms",
+    ("dlq", "retention.ms"): "--dlq-retention-ms",
+}
+
+
+def parse_topic_config(text: str) -> tuple[Kind, str, str]:
+    """``KIND:KEY=VALUE`` (``egress:retention.ms=86400000``) as (kind, key, value).
+
+    Raises ``TopicError`` with what is wrong and what is accepted.
+    """
+    kind, colon, rest = text.partition(":")
+    key, equals, value = rest.partition("=")
+    kind, key, value = kind.strip(), key.strip(), value.strip()
+    if not colon or not equals or not key:
+        raise TopicError(
+            f"--config {text!r}: expected KIND:KEY=VALUE, e.g. egress:retention.ms=86400000 "
+            f"(KIND is one of {', '.join(TOPIC_KINDS)})"
+        )
+    if kind not in TOPIC_KINDS:
+        raise TopicError(
+            f"--config {text!r}: unknown topic kind {kind!r}; one of {', '.join(TOPIC_KINDS)}"
+        )
+    if not value:
+        raise TopicError(f"--config {text!r}: {key} needs a value")
+    found: Kind = next(k for k in TOPIC_KINDS if k == kind)
+    return found, key, value
+
+
+def check_topic_configs(configs: Mapping[Kind, Mapping[str, str]]) -> None:
+    """Refuse configs of an unknown kind or name, and those fairstream decides."""
+    for kind, values in configs.items():
+        if kind not in TOPIC_KINDS:
+            raise TopicError(f"unknown topic kind {kind!r}; one of {', '.join(TOPIC_KINDS)}")
+        for key in values:
+            if key in FIXED_CONFIGS:
+                raise TopicError(f"--config {kind}:{key} cannot be set: {FIXED_CONFIGS[key]}")
+            if not key or not all(c.isalnum() or c in "._-" for c in key):
+                raise TopicError(f"--config {kind}:{key}: not a topic config name")
+
+
+def _with_configs(
+    new: NewTopic,
+    kind: Kind,
+    min_insync_replicas: int | None,
+    configs: Mapping[Kind, Mapping[str, str]],
+) -> NewTopic:
+    """``new`` with the operator's min ISR and configs of ``kind`` over fairstream's own."""
+    config = dict(new.config or {})
+    if min_insync_replicas is not None:
+        config["min.insync.replicas"] = str(min_insync_replicas)
+    config.update(configs.get(kind, {}))
+    return NewTopic(new.topic, new.num_partitions, new.replication_factor, config=config)
+
+
+def _validate(admin: AdminClient, new_topics: list[NewTopic]) -> None:
+    """Let the broker check every topic to create before any is: all or nothing."""
+    if not new_topics:
+        return
+    futures = admin.create_topics(new_topics, operation_timeout=30, validate_only=True)
+    for name, future in futures.items():
+        try:
+            future.result(timeout=60)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if getattr(err, "name", lambda: "")() != "TOPIC_ALREADY_EXISTS":
+                raise TopicError(f"cannot create {name}, so none was created: {exc}") from exc
+
+
+def _ingest_limit(admin: AdminClient, ingest: str, config: Mapping[str, str]) -> int:
+    """The ``max.message.bytes`` the ingest topic has or will have."""
+    if "max.message.bytes" in config:
+        try:
+            return int(config["max.message.bytes"])
+        except ValueError as exc:
+            raise TopicError(
+                f"--config ingest:max.message.bytes={config['max.message.bytes']}: not a number"
+            ) from exc
+    if partition_count(admin, ingest) is not None:
+        value = topic_configs(admin, ingest, ("max.message.bytes",))["max.message.bytes"]
+        return int(value) if value else KAFKA_DEFAULT_MAX_MESSAGE_BYTES
+    return _broker_int(admin, "message.max.bytes") or KAFKA_DEFAULT_MAX_MESSAGE_BYTES
+
+
+def _broker_int(admin: AdminClient, name: str) -> int | None:
+    """A broker config of some broker, or None where the cluster does not let us read it."""
+    try:
+        brokers = admin.list_topics(timeout=15).brokers
+        if not brokers:
+            return None
+        resource = ConfigResource(ConfigResource.Type.BROKER, str(min(brokers)))
+        configs = admin.describe_configs([resource])[resource].result(timeout=15)
+    except KafkaException:
+        return None  # managed clusters may refuse DescribeConfigs on brokers
+    entry = configs.get(name)
+    try:
+        return int(entry.value) if entry is not None and entry.value is not None else None
+    except ValueError:
+        return None
+
+
+# --- describing topics (``topics check``) -------------------------------------------------
+
+
+def describe_topics(kafka: Connection, names: Iterable[str]) -> dict[str, TopicState | None]:
+    """Each named topic's partitions, replication factor and effective configs (None for a
+    topic that does not exist).
+
+    Caller: ``fairstream topics check``. Affects: nothing.
+    """
+    admin = admin_client(kafka)
+    described: dict[str, TopicState | None] = {}
+    for name in dict.fromkeys(names):
+        try:
+            info = admin.list_topics(topic=name, timeout=15).topics.get(name)
+        except KafkaException as exc:
+            raise TopicError(f"cannot read metadata of {name}: {exc}") from exc
+        if info is None or info.error is not None or not info.partitions:
+            described[name] = None
+            continue
+        replicas = min(len(p.replicas) for p in info.partitions.values())
+        described[name] = TopicState(
+            name, len(info.partitions), replicas, _all_configs(admin, name)
+        )
+    return described
+
+
+def _all_configs(admin: AdminClient, topic: str, timeout: float = 30.0) -> dict[str, str]:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            configs = admin.describe_configs([resource])[resource].result(timeout=15)
+        except KafkaException as exc:
+            if time.monotonic() >= deadline:
+                raise TopicError(f"cannot read the configuration of {topic}: {exc}") from exc
+            time.sleep(0.2)
+            continue
+        return {k: str(v.value) for k, v in configs.items() if v.value is not None}

@@ -39,7 +39,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "topics": (
         "fairstream.cli.topics:topics",
-        "Create fairstream's topics (ingest, egress, dead-letter, policy).",
+        "Create and check fairstream's topics (ingest, egress, dead-letter, policy, ...).",
     ),
     "worker": ("fairstream.cli.worker:worker", "Consume the egress topic with a handler."),
 }
@@ -74,6 +74,10 @@ class LazyGroup(click.Group):
 def main() -> None:
     """fairstream: tenant-fair, rate-limited egress for Kafka.
 
-    Options of every subcommand can also be set as FAIRSTREAM_* environment
-    variables; flags win over the environment, which wins over defaults.
+    An option whose --help shows [env var: FAIRSTREAM_...] can be set through that
+    variable too; flags win over the environment, which wins over defaults. Every
+    option of scheduler, simulate, topics and worker has one, and so do the Kafka
+    connection and topic options of every command. Options that say what one call
+    does have none: those of audit, demo, submit and tenants, and --interval,
+    --limit, --once and --json of top.
     """

@@ -18,10 +18,13 @@ def scheduler(**options: Any) -> None:
     """Buffer the ingest topic per tenant and emit fairly onto the egress topic.
 
     Runs one member of the consumer group --app-id; start more instances (up to the ingest
-    topic's partition count) to share the work. --rate is for the whole group: each
-    instance takes rate x (its ingest partitions / all ingest partitions). Egress and
-    dead-letter records are written in Kafka transactions (read them with
-    isolation.level=read_committed). SIGTERM commits what is open and leaves the group.
+    topic's partition count) to share the work. --rate is for the whole group: with
+    --share-by demand (the default) the instances split it by their backlogged tenants'
+    weights, weighted max-min fair over the group (reports exchanged through
+    <app-id>-coordination); with --share-by partitions each instance takes rate x (its
+    ingest partitions / all ingest partitions). Egress and dead-letter records are written
+    in Kafka transactions (read them with isolation.level=read_committed). SIGTERM commits
+    what is open and leaves the group.
     """
     settings = settings_from_options(**options)
     try:

@@ -69,8 +69,8 @@ class Settings:
         None,
         low=0,
         low_open=True,
-        help="Egress records per second for the whole group (each instance takes its "
-        "share by assigned partitions). [default: unlimited]",
+        help="Egress records per second for the whole group; the instances split it as "
+        "--share-by says. [default: unlimited]",
     )
     burst: float | None = setting(
         None,
@@ -153,10 +153,11 @@ class Settings:
         "consumers read the ingest topic too.",
     )
     replication_factor: int = setting(
-        1,
-        low=1,
-        help="Replication factor of the progress topic the scheduler creates if "
-        "`fairstream topics create` did not (use 3 on a production cluster).",
+        -1,
+        low=-1,
+        help="Replication factor of the progress and coordination topics the scheduler "
+        "creates if `fairstream topics create` did not; -1: the broker's "
+        "default.replication.factor (use 3 on a production cluster).",
     )
     session_timeout: float = setting(
         10.0,
@@ -203,6 +204,8 @@ class Settings:
 
     def __post_init__(self) -> None:
         check(self)
+        if self.replication_factor == 0:
+            raise SettingsError("--replication-factor must be -1 (the broker's) or >= 1, got 0")
         if self.min_rate is not None and (self.rate is None or self.min_rate > self.rate):
             raise SettingsError("--min-rate needs a --rate at least as large")
 

@@ -5,17 +5,24 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
     ConfigResource,
+    NewTopic,
 )
 
 from fairstream.config import Topics
 from fairstream_dev.harness.kafka import unique
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 from fairstream_dev.kafka import free_port
+from tests.integration.exactly_once import read_to_end
 
 pytestmark = pytest.mark.integration
 
@@ -120,3 +127,202 @@ def test_scheduler_without_its_ingest_topic_says_to_create_the_topics(
     assert "does not exist" in result.stderr
     assert "fairstream topics create" in result.stderr
     assert partitions_of(admin, topics.ingest) is None  # not auto-created by the check
+
+
+def configs_of(admin: AdminClient, name: str) -> dict[str, str]:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+    configs = admin.describe_configs([resource])[resource].result(timeout=15)
+    return {key: str(entry.value) for key, entry in configs.items()}
+
+
+def test_create_takes_the_brokers_replication_min_isr_retention_and_configs(
+    kafka_bootstrap: str,
+) -> None:
+    topics, app_id = unique_topics(), unique("app")
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+    result = fairstream(
+        "topics", "create", "--bootstrap", kafka_bootstrap, "--app-id", app_id,
+        *topic_args(topics), "--partitions", "2",
+        "--min-insync-replicas", "1",
+        "--egress-retention-ms", "86400000",
+        "--dlq-retention-ms", "1209600000",
+        "--config", "egress:compression.type=zstd",
+        "--config", "ingest:segment.ms=3600000",
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    ingest, egress, dlq = (configs_of(admin, n) for n in (topics.ingest, topics.egress, topics.dlq))
+    # -1 (the default) is the broker's default.replication.factor: 1 on the development broker.
+    info = admin.list_topics(topic=topics.ingest, timeout=15).topics[topics.ingest]
+    assert {len(p.replicas) for p in info.partitions.values()} == {1}
+    assert ingest["min.insync.replicas"] == "1"
+    assert (ingest["retention.ms"], ingest["segment.ms"]) == ("-1", "3600000")
+    assert (egress["retention.ms"], egress["compression.type"]) == ("86400000", "zstd")
+    assert dlq["retention.ms"] == "1209600000"
+    assert dlq["compression.type"] == "producer"  # a config goes to its kind only
+    # Room for fairstream's headers above what the ingest topic takes.
+    room = int(ingest["max.message.bytes"]) + 4096
+    assert int(egress["max.message.bytes"]) == int(dlq["max.message.bytes"]) == room
+
+
+def test_create_refuses_bad_configs_with_a_reason_and_creates_nothing(
+    kafka_bootstrap: str,
+) -> None:
+    topics, app_id = unique_topics(), unique("app")
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    create = ["topics", "create", "--bootstrap", kafka_bootstrap, "--app-id", app_id,
+              *topic_args(topics), "--partitions", "2"]  # fmt: skip
+
+    for args, reason in [
+        (["--config", "egres:compression.type=zstd"], "unknown topic kind 'egres'"),
+        (["--config", "compression.type=zstd"], "expected KIND:KEY=VALUE"),
+        (["--config", "policy:cleanup.policy=delete"], "cleanup.policy cannot be set"),
+        (["--config", "egress:retention.ms=1"], "use --egress-retention-ms instead"),
+        (["--replication-factor", "0"], "must be -1"),
+        (["--replication-factor", "1", "--min-insync-replicas", "2"], "every write with acks=all"),
+    ]:
+        refused = fairstream(*create, *args)
+        assert refused.returncode == 2, (args, refused.stderr)
+        assert reason in refused.stderr, (args, refused.stderr)
+
+    # A config only the broker can judge: it refuses it before any topic is created.
+    refused = fairstream(*create, "--config", "dlq:no.such.config=1")
+    assert refused.returncode == 1, refused.stderr
+    assert topics.dlq in refused.stderr
+    assert "none was created" in refused.stderr
+    for name in (topics.ingest, topics.egress, topics.dlq, topics.policy):
+        assert partitions_of(admin, name) is None, name
+
+
+def check_args(kafka_bootstrap: str, topics: Topics, app_id: str) -> list[str]:
+    return ["topics", "check", "--bootstrap", kafka_bootstrap, "--app-id", app_id,
+            *topic_args(topics), "--feedback-topic", ""]  # fmt: skip
+
+
+def test_check_passes_topics_that_create_made(kafka_bootstrap: str) -> None:
+    topics, app_id = unique_topics(), unique("app")
+    created = fairstream("topics", "create", "--bootstrap", kafka_bootstrap, "--app-id",
+                         app_id, *topic_args(topics), "--partitions", "2",
+                         "--feedback-topic", "")  # fmt: skip
+    assert created.returncode == 0, created.stderr
+
+    checked = fairstream(*check_args(kafka_bootstrap, topics, app_id), "--partitions", "2")
+
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "6 topics checked: 0 problems" in checked.stdout
+    assert "PROBLEM" not in checked.stdout
+    # One replica on a one-node broker: a warning, said once for every topic.
+    (warning,) = [line for line in checked.stdout.splitlines() if line.startswith("WARNING")]
+    assert "has one replica" in warning
+    assert f"{topics.ingest}, {topics.egress}" in warning
+
+
+def test_check_reports_each_wrong_topic_with_its_fix(kafka_bootstrap: str) -> None:
+    """Wrong partitions, no compaction, a finite ingest retention and too small a
+    max.message.bytes, made on the real broker; each reported with the fix, exit 1."""
+    topics, app_id = unique_topics(), unique("app")
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    created = fairstream("topics", "create", "--bootstrap", kafka_bootstrap, "--app-id", app_id,
+                         *topic_args(topics), "--partitions", "3", "--feedback-topic", "",
+                         "--ingest-retention-ms", "3600000")  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    # The faults: a progress topic of another partition count (deleted and made again), a
+    # policy topic made without compaction, an egress topic that cannot take a full record.
+    progress, policy = f"{app_id}-progress", f"{topics.policy}-plain"
+    for future in admin.delete_topics([progress], operation_timeout=30).values():
+        future.result(timeout=60)
+    remade = [
+        NewTopic(progress, 2, 1, config={"cleanup.policy": "compact"}),
+        NewTopic(policy, 1, 1),
+    ]
+    deadline = time.monotonic() + 60
+    while True:  # the deleted topic's name is free once the broker finished deleting it
+        futures = admin.create_topics(remade, operation_timeout=30)
+        try:
+            for future in futures.values():
+                future.result(timeout=60)
+            break
+        except KafkaException:
+            assert time.monotonic() < deadline, "the deleted progress topic never went away"
+            remade = [t for t in remade if partitions_of(admin, t.topic) is None]
+            time.sleep(0.5)
+    alter = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topics.egress,
+        incremental_configs=[
+            ConfigEntry("max.message.bytes", "1048588", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    for future in admin.incremental_alter_configs([alter]).values():
+        future.result(timeout=60)
+    faulty = Topics(topics.ingest, topics.egress, topics.dlq, policy)
+
+    checked = fairstream(*check_args(kafka_bootstrap, faulty, app_id))
+
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    out = checked.stdout
+    problems = [line for line in out.splitlines() if line.startswith("PROBLEM")]
+    assert len(problems) == 4, out
+    assert "4 problems" in out
+    expected = {
+        f"PROBLEM {progress}: has 2 partitions but the ingest topic {topics.ingest} has 3":
+            "another --app-id",
+        f"PROBLEM {policy}: has cleanup.policy=delete": f"--entity-name {policy} --add-config "
+            "cleanup.policy=compact",
+        f"PROBLEM {topics.ingest}: has retention.ms=3600000": f"--entity-name {topics.ingest} "
+            "--add-config retention.ms=-1",
+        f"PROBLEM {topics.egress}: has max.message.bytes=1048588": f"--entity-name "
+            f"{topics.egress} --add-config max.message.bytes=1052684",
+    }  # fmt: skip
+    lines = out.splitlines()
+    for start, fix in expected.items():
+        (index,) = [i for i, line in enumerate(lines) if line.startswith(start)]
+        assert lines[index + 1].startswith("  fix: "), lines[index + 1]
+        assert fix in lines[index + 1], (start, lines[index + 1])
+
+    # Said to be intended and watched, the ingest retention becomes a warning.
+    allowed = fairstream(*check_args(kafka_bootstrap, faulty, app_id), "--allow-ingest-retention")
+    assert allowed.returncode == 1
+    assert "3 problems" in allowed.stdout
+    assert f"WARNING {topics.ingest}: has retention.ms=3600000" in allowed.stdout
+
+
+def test_a_record_at_the_ingest_limit_reaches_egress_on_topics_create_made(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The room `topics create` leaves above ingest's max.message.bytes is enough for the
+    headers fairstream adds: the largest record ingest takes is emitted, not dead-lettered."""
+    deployment = Deployment(kafka_bootstrap, partitions=1).create()
+    topics = deployment.topics
+    limit = int(configs_of(AdminClient({"bootstrap.servers": kafka_bootstrap}), topics.ingest)[
+        "max.message.bytes"
+    ])  # fmt: skip
+    scheduler = SchedulerProcess(deployment, tmp_path).start().wait_ready()
+    egress = TopicReader(kafka_bootstrap, topics.egress)
+    try:
+        producer = Producer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 2 * limit})
+        # The largest value a 255-byte tenant id leaves room for on ingest (batch framing
+        # about 100 bytes): fairstream's headers take more room than that framing.
+        value = b"x" * (limit - 255 - 120)
+        failures: list[object] = []
+        producer.produce(
+            topics.ingest,
+            value,
+            b"a" * 255,
+            on_delivery=lambda err, _msg: failures.append(err) if err is not None else None,
+        )
+        assert producer.flush(60) == 0
+        assert failures == []  # ingest took it
+        (emitted,) = egress.read_until(1, timeout=60)
+        assert emitted.value() == value
+        assert dict(emitted.headers() or [])["fairstream-tenant"] == b"a" * 255
+        dlq = TopicReader(kafka_bootstrap, topics.dlq)
+        letters = read_to_end(kafka_bootstrap, dlq, topics.dlq, 1)
+        dlq.close()
+        assert letters == []
+        assert scheduler.terminate() == 0, scheduler.tail()
+    finally:
+        egress.close()
+        if scheduler.alive():
+            scheduler.kill()

@@ -126,7 +126,7 @@ def test_defaults() -> None:
     assert settings.feedback_topic == "fairstream.feedback"
     assert settings.share_by == "demand"
     assert settings.trim is True
-    assert settings.replication_factor == 1
+    assert settings.replication_factor == -1
     assert settings.session_timeout == 10.0
     assert settings.group_instance_id is None
     assert settings.data_dir == default_data_dir()

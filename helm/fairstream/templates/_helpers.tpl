@@ -44,12 +44,17 @@ app.kubernetes.io/component: {{ .component }}
 app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
+{{/* values.schema.json refuses an empty repository; this says the same when the schema is skipped. */}}
+{{- define "fairstream.imageRepository" -}}
+{{- required "image.repository is required: no public registry serves the fairstream image. Build and push it (make image-push IMAGE=registry.example.com/team/fairstream, README: Deploy), then --set image.repository=registry.example.com/team/fairstream" .Values.image.repository }}
+{{- end }}
+
 {{- define "fairstream.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- printf "%s:%s" (include "fairstream.imageRepository" .) (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
 {{- define "fairstream.workerImage" -}}
-{{- $repo := default .Values.image.repository .Values.worker.image.repository }}
+{{- $repo := default (include "fairstream.imageRepository" .) .Values.worker.image.repository }}
 {{- $tag := default (default .Chart.AppVersion .Values.image.tag) .Values.worker.image.tag }}
 {{- printf "%s:%s" $repo $tag }}
 {{- end }}
@@ -117,8 +122,9 @@ FAIRSTREAM_INGEST_TOPIC: {{ .Values.topics.ingest | quote }}
 FAIRSTREAM_EGRESS_TOPIC: {{ .Values.topics.egress | quote }}
 FAIRSTREAM_DLQ_TOPIC: {{ .Values.topics.dlq | quote }}
 FAIRSTREAM_POLICY_TOPIC: {{ .Values.topics.policy | quote }}
+FAIRSTREAM_FEEDBACK_TOPIC: {{ .Values.scheduler.feedbackTopic | quote }}
 FAIRSTREAM_APP_ID: {{ .Values.scheduler.appId | quote }}
-FAIRSTREAM_REPLICATION_FACTOR: {{ .Values.topics.replicationFactor | quote }}
+FAIRSTREAM_REPLICATION_FACTOR: {{ .Values.topics.replicationFactor | int64 | quote }}
 {{- end }}
 
 {{/* Env entries for the SASL credentials, read from the Secret named by .secret. */}}

@@ -75,11 +75,23 @@ def test_defaults_and_every_ci_values_file_are_valid(validator, defaults, values
         ({"scheduler": {"rate": 0}}, "less than or equal to the minimum"),
         ({"topics": {"partitions": "12"}}, "is not of type 'integer'"),
         ({"serviceMonitor": {"interval": "30"}}, "does not match"),
+        ({"image": {"repository": ""}}, "make image-push IMAGE="),
+        ({"topics": {"replicationFactor": 0}}, "should not be valid"),
+        ({"topics": {"config": ["egres:x=1"]}}, "does not match"),
+        ({"scheduler": {"shareBy": "static"}}, "'static' is not one of"),
+        ({"worker": {"podMonitor": {"enable": True}}}, "'enable' was unexpected"),
     ],
 )
 def test_schema_rejects_typos_and_bad_values(validator, defaults, override, message):
     found = errors(validator, merge(defaults, override))
     assert any(message in e for e in found), found
+
+
+def test_the_bare_defaults_are_refused_with_how_to_build_and_push_the_image(validator, defaults):
+    assert defaults["image"]["repository"] == ""
+    (message,) = errors(validator, defaults)
+    assert "image.repository is required" in message
+    assert "make image-push IMAGE=" in message
 
 
 def test_chart_app_version_is_the_package_version():
