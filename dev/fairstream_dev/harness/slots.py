@@ -25,10 +25,12 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import cast
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from fairstream import wire
+from fairstream.wire.dead_letter import HeaderList
 from fairstream.wire.feedback import Feedback, Outcome, encode_feedback, feedback_key
 
 __all__ = ["CallLog", "SlotWorker"]
@@ -106,9 +108,10 @@ class Sampler:
 
 
 def _header(msg: Message, name: str) -> str | None:
-    for key, value in msg.headers() or []:
+    headers = cast("HeaderList", msg.headers() or [])
+    for key, value in headers:
         if key == name and value is not None:
-            return bytes(value).decode()
+            return value.decode()
     return None
 
 
