@@ -23,6 +23,9 @@ cleaning up its processes and topics):
 - ``feedback`` (``benchmarks/feedback.py``): a simulated paid API of hidden capacity behind
   workers that report its 429s: the adaptive rate against a fixed ``--rate 1000`` and an
   oracle ``--rate 300``: goodput, refused share, convergence; docs/feedback-loop.png.
+- ``concurrency`` (``benchmarks/concurrency.py``): ``--max-concurrency 20``, no rate, calls
+  of 1 s: calls in flight at the API (mean, max) and calls/s, through a worker that calls
+  every record at once and through ``fairstream.Worker``.
 
 When a target is missed, the scheduler is run once more under cProfile on the
 max-throughput workload (``benchmarks/profiling.py``) and the top of the profile goes into
@@ -54,7 +57,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import burst, feedback, group, noisy, rate, restart, sampling, throughput
+from benchmarks import (
+    burst,
+    concurrency,
+    feedback,
+    group,
+    noisy,
+    rate,
+    restart,
+    sampling,
+    throughput,
+)
 from benchmarks.common import REPO, Broker, delete_topics, get, log
 from benchmarks.report import markdown
 from benchmarks.targets import targets
@@ -130,6 +143,7 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
             ("restart", restart),
             ("group", group),
             ("feedback", feedback),
+            ("concurrency", concurrency),
         ):
             phases.run(name, lambda c, m=module: m.phase(bootstrap, workdir, quick, c))
 

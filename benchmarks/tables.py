@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import burst, feedback, group, noisy, restart, throughput
+from benchmarks import burst, concurrency, feedback, group, noisy, restart, throughput
 from benchmarks.common import VALUE_SIZE, cell, get, num
 from benchmarks.targets import (
     BURST_OTHER_P99,
@@ -28,6 +28,8 @@ def result_tables(r: dict[str, Any]) -> list[str]:
         *group_table(r),
         "",
         *feedback_table(r),
+        "",
+        *concurrency.line(r),
     ]
 
 
