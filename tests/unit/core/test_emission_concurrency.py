@@ -181,3 +181,20 @@ def test_renewed_slots_outlive_their_first_lease():
     assert isinstance(release(rule), Pick)
     assert rule.inflight.expired == 1
     assert math.isfinite(rule.inflight.next_expiry())
+
+
+def test_the_default_policys_limit_applies_to_every_tenant_following_it():
+    rule, core, _ = make()
+    core.set_default_policy(TenantPolicy(max_concurrency=1))
+    rule.set_policy("own", TenantPolicy(max_concurrency=3))
+    for tenant in ("a", "b", "own"):
+        backlog(core, tenant, 4)
+    picks = []
+    while isinstance(step := release(rule), Pick):
+        picks.append(step.tenant)
+    assert Counter(picks) == Counter({"a": 1, "b": 1, "own": 3})
+    rule.settled([b"a0"])
+    step = release(rule)
+    assert isinstance(step, Pick)
+    assert step.tenant == "a"
+    assert core.own_policy("b") == TenantPolicy(max_concurrency=1, paused=True)  # held out
