@@ -321,3 +321,52 @@ def test_max_concurrency_20_through_the_worker_sdk(kafka_bootstrap: str, tmp_pat
     # after its release (measured: 0.094 s on average), which costs about a tenth of the
     # slots. The 18 of the issue is held by the worker that starts calls at once (above).
     check_group_limit(log, held, limit, total, "fairstream.Worker", at_least=16)
+
+
+def test_two_instances_split_the_group_limit(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Two schedulers of one group, 2 of the 4 ingest partitions each: 10 slots each, never
+    more than 20 calls in flight at the API together."""
+    deployment = Deployment(kafka_bootstrap, partitions=4)
+    feedback = unique("fs-feedback")
+    create_topics(kafka_bootstrap, deployment.topics, 4, deployment.app_id, feedback_topic=feedback)
+    log = CallLog()
+    worker = SlotWorker(
+        kafka_bootstrap, deployment.topics.egress, feedback, unique("slot-workers"), 0.5, log
+    )
+    thread = threading.Thread(target=worker.run, daemon=True, name="slot-worker")
+    args = ("--feedback-topic", feedback, "--max-concurrency", "20")
+    schedulers = [
+        SchedulerProcess(deployment, tmp_path, *args, name=f"sched-{i}") for i in range(2)
+    ]
+    total = len(TENANTS) * 6
+    try:
+        thread.start()
+        wait_until(worker.assigned.is_set, 60, "the slot worker joined its group")
+        for scheduler in schedulers:
+            scheduler.start()
+        for scheduler in schedulers:
+            scheduler.wait_ready()
+        wait_until(
+            lambda: [metric(s, "fairstream_concurrency_limit") for s in schedulers] == [10, 10],
+            60,
+            lambda: (
+                f"10 slots each: {[metric(s, 'fairstream_concurrency_limit') for s in schedulers]}"
+            ),
+            interval=0.2,
+        )
+        with Sampler(log):
+            produce(kafka_bootstrap, deployment.topics.ingest, [t.encode() for t in TENANTS], 6)
+            wait_until(
+                lambda: len({rid for _, _, rid in log.ended}) >= total,
+                120,
+                lambda: f"{total} calls done (have {len(log.ended)})",
+                interval=0.2,
+            )
+    finally:
+        for scheduler in schedulers:
+            if scheduler.alive():
+                scheduler.terminate()
+        worker.stop()
+        thread.join(30)
+    print(f"\ntwo instances, --max-concurrency 20: max in flight {log.max_in_flight}")
+    assert log.max_in_flight <= 20
