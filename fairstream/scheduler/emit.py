@@ -520,13 +520,25 @@ class Emitter:
         return {t: self.core.backlog(t)[0] for t in self.core.tenants()}
 
     def tenant_stats(self, limit: int) -> dict[str, Any]:
-        return self.observed.tenant_stats(
+        stats = self.observed.tenant_stats(
             self.core,
             limit,
             ready=self.ready,
             partitions=sorted(self.progress),
             rate_limit=self.rule.rate,
         )
+        if self.counts_slots():
+            # The concurrency slots: this instance's, and each listed tenant's.
+            inflight = self.rule.inflight
+            stats["concurrency"] = {
+                "in_flight": len(inflight),
+                "limit": inflight.limit,
+                "lease_s": inflight.lease,
+                "lease_expired_total": inflight.expired,
+            }
+            for row in stats.get("tenants", []):
+                row["in_flight"] = inflight.of(row["tenant"])
+        return stats
 
     def policy_of(self, tenant: str) -> TenantPolicy:
         return self.core.policy(tenant)

@@ -365,3 +365,15 @@ def test_without_a_limit_the_emitter_counts_no_slots(make):
     emitter._emit_some()
     assert len(emitter.rule.inflight) == 0
     assert not emitter.counts_slots()
+
+
+def test_tenant_stats_show_the_slots_when_a_limit_exists(make):
+    emitter = make(max_concurrency=4)
+    for offset in range(3):
+        push(emitter, "A", offset)
+    emitter._emit_some()
+    stats = emitter.tenant_stats(10)
+    assert stats["concurrency"]["in_flight"] == 2
+    assert stats["concurrency"]["limit"] == 2
+    assert {r["tenant"]: r["in_flight"] for r in stats["tenants"]} == {"A": 2}
+    assert "concurrency" not in make().tenant_stats(10)
