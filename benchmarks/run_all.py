@@ -28,6 +28,9 @@ cleaning up its processes and topics):
 - ``slow_api`` (``benchmarks/slow_api.py``): ``--rate 40``, two workers of 256 calls at
   once, an API of 1 s and 0.2 s latency, one backlogged tenant and five quiet ones: calls
   started per second and quiet start delay, with ``ordering="start"`` and ``"completion"``.
+- ``concurrency`` (``benchmarks/concurrency.py``): ``--max-concurrency 20``, no rate, calls
+  of 1 s: calls in flight at the API (mean, max) and calls/s, through a worker that calls
+  every record at once and through ``fairstream.Worker``.
 
 When a target is missed, the scheduler is run once more under cProfile on the
 max-throughput workload (``benchmarks/profiling.py``) and the top of the profile goes into
@@ -61,6 +64,7 @@ from typing import Any
 
 from benchmarks import (
     burst,
+    concurrency,
     feedback,
     group,
     noisy,
@@ -148,6 +152,7 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
             ("group", group),
             ("feedback", feedback),
             ("slow_api", slow_api),
+            ("concurrency", concurrency),
         ):
             phases.run(name, lambda c, m=module: m.phase(bootstrap, workdir, quick, c))
 

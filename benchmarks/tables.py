@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import burst, feedback, group, noisy, restart, slow_api, throughput
+from benchmarks import burst, concurrency, feedback, group, noisy, restart, slow_api, throughput
 from benchmarks.common import VALUE_SIZE, cell, get, num
 from benchmarks.targets import (
     BURST_OTHER_P99,
@@ -33,6 +33,8 @@ def result_tables(r: dict[str, Any]) -> list[str]:
         "",
         *feedback_table(r),
         *slow_api.table(r),
+        "",
+        *concurrency.line(r),
     ]
 
 

@@ -36,6 +36,7 @@ def targets(r: dict[str, Any]) -> list[Row]:
         *group_targets(r),
         *feedback_targets(r),
         *slow_api.targets(r),
+        *concurrency_targets(r),
     ]
 
 
@@ -303,3 +304,20 @@ def feedback_targets(r: dict[str, Any]) -> list[Row]:
             )
         )
     return out
+
+
+def concurrency_targets(r: dict[str, Any]) -> list[Row]:
+    c = get(r, "concurrency") or {}
+    if c.get("status") != "ok":
+        return []
+    run = c["slots"]
+    mean, most = run["in_flight_mean"], run["in_flight_max"]
+    return [
+        (
+            "concurrency: --max-concurrency 20 holds at most 20 calls in flight, >= 18 on average",
+            f"mean {mean}, max {most} ({run['calls_per_s']} calls/s; fairstream.Worker mean "
+            f"{c['sdk']['in_flight_mean']})",
+            mean is not None and mean >= 18 and most <= c["max_concurrency"],
+            "",
+        )
+    ]

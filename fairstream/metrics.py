@@ -167,6 +167,22 @@ class Metrics:
             "Egress records in the open transaction (not yet visible to read_committed readers).",
             registry=r,
         )
+        self.concurrency_in_flight = Gauge(
+            "fairstream_concurrency_in_flight",
+            "Requests this instance released and no worker reported settled yet (the "
+            "concurrency slots held; counted while a concurrency limit exists).",
+            registry=r,
+        )
+        self.concurrency_limit = Gauge(
+            "fairstream_concurrency_limit",
+            "This instance's part of --max-concurrency (-1: unlimited).",
+            registry=r,
+        )
+        self.concurrency_lease_expired = Counter(
+            "fairstream_concurrency_lease_expired",
+            "Concurrency slots given back because their lease ran out (a lost completion).",
+            registry=r,
+        )
         self.transactions = Counter(
             "fairstream_transactions",
             "Kafka transactions ended, by outcome (committed, aborted).",

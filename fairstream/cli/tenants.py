@@ -125,6 +125,7 @@ def _as_dict(key: bytes, record: PolicyRecord | None, policy: TenantPolicy) -> d
         "rate_cap": policy.rate_cap,
         "cap_burst": policy.cap_burst,
         "paused": policy.paused,
+        "max_concurrency": policy.max_concurrency,
         "updated_at": None if record is None else _iso(record.updated_at_ms),
         "purge_before": None if record is None else _iso(record.purge_before_ms),
     }
@@ -163,7 +164,8 @@ def _connection_options(f: Any) -> Any:
 
 @click.group("tenants")
 def tenants() -> None:
-    """Show and change tenant policies (weight, priority, backlog limits, rate cap, pause).
+    """Show and change tenant policies (weight, priority, backlog limits, rate cap,
+    concurrency limit, pause).
 
     Policies live on the compacted policy topic, keyed by tenant id; the scheduler applies
     them live. A tenant without a policy of its own follows the defaults (set --default).
@@ -192,6 +194,12 @@ def tenants() -> None:
 )
 @click.option("--rate-burst", type=float, help="Records back to back under the rate cap (>= 1).")
 @click.option(
+    "--max-concurrency",
+    type=_OptionalNumber(int),
+    help="Most of the tenant's requests in flight at once (released, not yet reported "
+    "settled on the feedback topic; >= 1), or 'none' for unlimited.",
+)
+@click.option(
     "--pause", "pause", is_flag=True, help="Stop scheduling the tenant; keep its backlog."
 )
 @click.option("--resume", "resume", is_flag=True, help="Schedule a paused tenant again.")
@@ -205,6 +213,7 @@ def set_policy(
     max_backlog_cost: int | _Unset | None,
     rate: float | _Unset | None,
     rate_burst: float | None,
+    max_concurrency: int | _Unset | None,
     pause: bool,
     resume: bool,
     kafka: KafkaConnection,
@@ -226,6 +235,7 @@ def set_policy(
         ("max_backlog_cost", max_backlog_cost),
         ("rate_cap", rate),
         ("cap_burst", rate_burst),
+        ("max_concurrency", max_concurrency),
     ):
         if value is not None:
             changes[name] = None if value is UNSET else value
@@ -234,7 +244,7 @@ def set_policy(
     if not changes:
         raise click.UsageError(
             "nothing to set: give at least one of --weight, --priority, --max-backlog, "
-            "--max-backlog-cost, --rate, --rate-burst, --pause, --resume"
+            "--max-backlog-cost, --rate, --rate-burst, --max-concurrency, --pause, --resume"
         )
     # Check the values alone before touching the broker, then again merged.
     try:
@@ -312,6 +322,7 @@ def list_policies(as_json: bool, kafka: KafkaConnection, policy_topic: str, time
         ("RATE", "rate_cap"),
         ("BURST", "cap_burst"),
         ("PAUSED", "paused"),
+        ("CONCURRENCY", "max_concurrency"),
         ("UPDATED", "updated_at"),
     ]
     table = [[h for h, _ in columns]]

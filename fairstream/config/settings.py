@@ -84,6 +84,21 @@ class Settings:
         low_open=True,
         help="Egress cost units per second for the whole group. [default: unlimited]",
     )
+    max_concurrency: int | None = setting(
+        None,
+        low=1,
+        help="Requests in flight at once for the whole group: released to egress and not yet "
+        "reported settled (ok or dead-lettered) on the feedback topic. Each instance holds "
+        "its share by owned ingest partitions, rounded down. [default: unlimited]",
+    )
+    concurrency_lease: float = setting(
+        60.0,
+        low=0,
+        low_open=True,
+        help="Seconds a concurrency slot stays held without news of its request (a lost "
+        "completion, a worker killed mid-call); failed attempts and 429s renew it. Set it "
+        "above the API's slowest call plus the worker's retries.",
+    )
     # None (unlimited) only from Python: the option always has a limit.
     max_backlog: int | None = setting(
         100_000,
@@ -208,6 +223,10 @@ class Settings:
             raise SettingsError("--replication-factor must be -1 (the broker's) or >= 1, got 0")
         if self.min_rate is not None and (self.rate is None or self.min_rate > self.rate):
             raise SettingsError("--min-rate needs a --rate at least as large")
+        if self.max_concurrency is not None and self.feedback_topic is None:
+            raise SettingsError(
+                "--max-concurrency needs the feedback topic: completions free the slots"
+            )
 
     @property
     def bootstrap(self) -> str:

@@ -15,18 +15,30 @@ How the answer is made, in order:
 2. Lease: a rule given a lease (``lease``) sends nothing once it has run out (the group's
    demand exchange has not confirmed this instance's share for a while).
 3. Tenant pauses whose time is up end: the tenant gets its own policy back.
-4. Pacing: wait for a record token *before* deciding who goes. A decision taken early
+   Concurrency slots whose lease ran out are given back.
+4. Concurrency: while this instance's slots of ``--max-concurrency`` are all held, nothing
+   goes (``Wait`` until the earliest lease ends; a completion, ``settled``, is news).
+   A tenant holding its policy's ``max_concurrency`` slots is out of the pick, as a paused
+   tenant is, until one of its slots is given back.
+5. Pacing: wait for a record token *before* deciding who goes. A decision taken early
    would pass over tenants that become backlogged while it waits.
-5. Pick: ``FairScheduler.pick`` (weighted DRR, classes, per-tenant caps).
-6. Expiry at emit time: a picked item whose deadline (``deadline(item)``, epoch ms) is
+6. Pick: ``FairScheduler.pick`` (weighted DRR, classes, per-tenant caps).
+7. Expiry at emit time: a picked item whose deadline (``deadline(item)``, epoch ms) is
    before ``now_ms`` is answered ``Expire``.
-7. Cost tokens: only a picked record's cost is known, so its cost tokens are taken after
+8. Cost tokens: only a picked record's cost is known, so its cost tokens are taken after
    the pick. When they are short, the pick is held and the answer is ``Wait``; the next
    calls answer for the held pick first (no other tenant overtakes it).
 
 The rate share: an instance sends its ``share`` of the group rate (``set_share``). The
 limiter's buckets are retuned, never replaced, so tokens spent before a change stay spent:
 repeated rebalances cannot hand out a fresh burst each time.
+
+Concurrency slots (``fairstream.core.inflight``): a released record takes a slot when the
+caller reports it sent (``started``, with its request id) and gives it back when a worker
+reports it settled (``settled``) or its lease runs out. The DRR keeps picking by weight among
+the tenants with free slots, so with every slot busy a tenant's share of the slots follows
+its weight. Slots are counted only while a limit exists (``tracking``): the group's, the
+default policy's or a tenant's; requests released before a limit applied hold none.
 
 Pure: no Kafka, no threads, no I/O; time comes from the injected ``Clock`` (buckets, holds,
 pauses) and from the caller (``now_ms``, the wall clock deadlines are written in).
@@ -36,12 +48,13 @@ Not thread-safe: one owner calls every method.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Final, Generic, NamedTuple, TypeVar
 
 from fairstream.core.adaptive import TenantPauses
 from fairstream.core.clock import Clock
 from fairstream.core.deficit import FairScheduler
+from fairstream.core.inflight import DEFAULT_LEASE, InFlight, split_limit
 from fairstream.core.ratelimit import EgressLimiter
 from fairstream.core.rings import Pick
 from fairstream.core.tenant import TenantPolicy
@@ -80,7 +93,10 @@ class EmissionRule(Generic[T]):
     and ``cost_burst`` its bursts (``cost_burst`` defaults to one second of ``cost_rate``);
     this rule sends ``share`` of them (1 until ``set_share``). ``deadline`` tells an item's
     deadline in epoch ms (None: it has none); without it nothing expires. ``on_resume`` is
-    told each tenant whose pause has ended (for a log line).
+    told each tenant whose pause has ended (for a log line). ``max_concurrency`` is the
+    group's limit of requests in flight (None: unlimited), of which this rule holds
+    ``set_concurrency_share``'s part; ``concurrency_lease`` the seconds a slot is held
+    without news of its request.
     """
 
     __slots__ = (
@@ -91,9 +107,12 @@ class EmissionRule(Generic[T]):
         "_cost_burst",
         "_cost_rate",
         "_deadline",
+        "_full",
+        "_group_limit",
         "_hold_until",
         "_lease_until",
         "_limited",
+        "_limited_tenants",
         "_limiter",
         "_next_resume",
         "_now",
@@ -102,6 +121,7 @@ class EmissionRule(Generic[T]):
         "_rate",
         "_share",
         "core",
+        "inflight",
         "pauses",
     )
 
@@ -117,6 +137,8 @@ class EmissionRule(Generic[T]):
         deadline: Callable[[T], int | None] | None = None,
         max_pause: float = 300.0,
         on_resume: Callable[[str], None] | None = None,
+        max_concurrency: int | None = None,
+        concurrency_lease: float = DEFAULT_LEASE,
     ) -> None:
         self.core = core
         self._clock = clock
@@ -139,6 +161,10 @@ class EmissionRule(Generic[T]):
         self._base: dict[str, TenantPolicy | None] = {}  # paused tenants' own policies
         self._pending: Pick[T] | None = None  # picked, waiting for its cost tokens
         self._on_resume = on_resume
+        self._group_limit = max_concurrency
+        self.inflight = InFlight(max_concurrency, concurrency_lease)
+        self._full: set[str] = set()  # tenants out of the pick: their slots are all held
+        self._limited_tenants: set[str] = set()  # tenants whose own policy limits slots
 
     # -- the decision ------------------------------------------------------------------------
 
@@ -162,6 +188,15 @@ class EmissionRule(Generic[T]):
         pick = self._pending
         limiter = self._limiter if self._limited else None
         if pick is None:
+            inflight = self.inflight if self.tracking else None
+            if inflight is not None:
+                expiry = inflight.next_expiry()
+                if now >= expiry:
+                    self._expire(now)
+                    expiry = inflight.next_expiry()
+                if inflight.full:
+                    # A completion frees a slot sooner (news); the earliest lease at last.
+                    return WAIT_FOR_NEWS if expiry == math.inf else Wait(expiry - now)
             if limiter is not None:
                 wait = limiter.wait_time(1, 1, now)
                 if wait > 0:
@@ -170,7 +205,11 @@ class EmissionRule(Generic[T]):
             pick = core.pick(now)
             if pick is None:
                 later = core.next_eligible_in(now) if len(core) else None
-                return WAIT_FOR_NEWS if later is None else Wait(later)
+                if inflight is not None and self._full:
+                    # A tenant out of the pick for its slots comes back at a lease's end.
+                    expiry = inflight.next_expiry() - now
+                    later = expiry if later is None else min(later, expiry)
+                return WAIT_FOR_NEWS if later is None or later == math.inf else Wait(later)
         else:
             self._pending = None
         deadline_of = self._deadline
@@ -186,14 +225,15 @@ class EmissionRule(Generic[T]):
     def direct(self) -> bool:
         """Whether ``next`` comes down, for now, to the fair pick and expiry at emit time:
         no rate or cost limit, no hold, no lease ending, no pause ending, no pick held for
-        its cost tokens. Then the caller may call ``core.pick()`` itself and compare the
-        item's deadline with its ``now_ms`` (``Expire`` when past it): the same answers as
-        ``next``, without its checks per record. Valid until something changes (a hold, a
-        lease, a pause, a share) or time passes; the service asks again before each batch.
+        its cost tokens, no concurrency limit. Then the caller may call ``core.pick()``
+        itself and compare the item's deadline with its ``now_ms`` (``Expire`` when past
+        it): the same answers as ``next``, without its checks per record. Valid until
+        something changes (a hold, a lease, a pause, a share, a limit) or time passes; the
+        service asks again before each batch.
 
         Caller: the emitter loop, once per batch. Affects: nothing.
         """
-        if self._limited or self._pending is not None:
+        if self._limited or self._pending is not None or self.tracking:
             return False
         now = self._now()
         return self._hold_until <= now < self._alarm
@@ -310,11 +350,20 @@ class EmissionRule(Generic[T]):
 
         Caller: the service, for each policy record. Affects: the core's policy of tenant.
         """
+        if policy is not None and policy.max_concurrency is not None:
+            self._limited_tenants.add(tenant)
+        else:
+            self._limited_tenants.discard(tenant)
         if tenant in self._base:
             self._base[tenant] = policy
             self._set_paused(tenant)
         else:
             self.core.set_policy(tenant, policy)
+        # A new limit may fill the tenant's slots, or free them.
+        if self.inflight.tenant_full(tenant, self.core.policy(tenant).max_concurrency):
+            self._block(tenant)
+        elif tenant in self._full:
+            self._unblock(tenant)
 
     def _set_paused(self, tenant: str) -> None:
         core = self.core
@@ -325,7 +374,7 @@ class EmissionRule(Generic[T]):
 
     def _resume(self, now: float) -> None:
         for tenant in self.pauses.expire(now):
-            if tenant in self._base:
+            if tenant in self._base and tenant not in self._full:
                 self.core.set_policy(tenant, self._base.pop(tenant))
                 if self._on_resume is not None:
                     self._on_resume(tenant)
@@ -335,3 +384,87 @@ class EmissionRule(Generic[T]):
     def _earliest_resume(self) -> float:
         expiry = self.pauses.next_expiry()
         return math.inf if expiry is None else expiry
+
+    # -- concurrency slots ---------------------------------------------------------------------
+
+    @property
+    def tracking(self) -> bool:
+        """Whether a concurrency limit exists (the group's, the default policy's or a
+        tenant's): then the caller reports each record it sends (``started``)."""
+        return (
+            self._group_limit is not None
+            or bool(self._limited_tenants)
+            or self.core.default_policy.max_concurrency is not None
+        )
+
+    def set_concurrency_share(self, share: float) -> None:
+        """Hold at most ``floor(max_concurrency * share)`` slots from now on: this
+        instance's part of the group's limit (the parts of instances whose shares add up to
+        1 add up to at most the limit).
+
+        Caller: the service, when the partitions it owns change. Affects: the slot limit.
+        """
+        self.inflight.set_limit(split_limit(self._group_limit, share))
+
+    def started(self, tenant: str, key: Hashable, now: float | None = None) -> None:
+        """``tenant``'s record of request id ``key`` was sent: it holds a slot until a
+        worker reports it settled or its lease ends. A tenant whose slots are now all held
+        leaves the pick.
+
+        Caller: the service, for each record it sends while ``tracking``, before the next
+        ``next``. Affects: the slots; the tenant's place in the pick.
+        """
+        if now is None:
+            now = self._now()
+        inflight = self.inflight
+        if inflight.acquire(key, tenant, now):
+            limit = self.core.policy(tenant).max_concurrency
+            if limit is not None and inflight.of(tenant) >= limit:
+                self._block(tenant)
+
+    def settled(self, keys: Iterable[Hashable]) -> int:
+        """Workers reported the requests ``keys`` settled: their slots are free; how many
+        were held here (a request released elsewhere, or before a limit, holds none).
+
+        Caller: the service, on final feedback outcomes. Affects: the slots; tenants back in
+        the pick.
+        """
+        freed = 0
+        inflight, full = self.inflight, self._full
+        for key in keys:
+            tenant = inflight.release(key)
+            if tenant is not None:
+                freed += 1
+                if tenant in full:
+                    self._unblock(tenant)
+        return freed
+
+    def renew(self, keys: Iterable[Hashable], now: float | None = None) -> None:
+        """The requests ``keys`` are still being worked on (a failed attempt to be retried,
+        a 429): their leases start again.
+
+        Caller: the service, on intermediate feedback outcomes. Affects: the leases.
+        """
+        if now is None:
+            now = self._now()
+        for key in keys:
+            self.inflight.renew(key, now)
+
+    def _expire(self, now: float) -> None:
+        for tenant in set(self.inflight.expire(now)):
+            if tenant in self._full:
+                self._unblock(tenant)
+
+    def _block(self, tenant: str) -> None:
+        self._full.add(tenant)
+        if tenant not in self._base:
+            self._base[tenant] = self.core.own_policy(tenant)
+            self._set_paused(tenant)
+
+    def _unblock(self, tenant: str) -> None:
+        """Back in the pick if its slots allow (and no upstream pause holds it)."""
+        if self.inflight.tenant_full(tenant, self.core.policy(tenant).max_concurrency):
+            return
+        self._full.discard(tenant)
+        if tenant in self._base and tenant not in self.pauses:
+            self.core.set_policy(tenant, self._base.pop(tenant))

@@ -1,9 +1,9 @@
 """What a tenant is allowed: the ``TenantPolicy`` value and its validation.
 
 A policy says how much of the egress a tenant deserves (weight), which priority class it
-is scheduled in, how much backlog it may hold, how fast it may go on its own (rate cap)
-and whether it is paused. Policies are immutable values; the scheduler applies a new one
-to a tenant's existing backlog at once.
+is scheduled in, how much backlog it may hold, how fast it may go on its own (rate cap),
+how many of its calls may be in flight at once, and whether it is paused. Policies are
+immutable values; the scheduler applies a new one to a tenant's existing backlog at once.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ class TenantPolicy:
       None is uncapped. ``cap_burst`` is how many records it may send back to back after a
       quiet period (the token bucket's size, at least 1).
     - ``paused``: a paused tenant keeps its backlog and is not scheduled.
+    - ``max_concurrency``: most of the tenant's requests in flight at once (released and
+      not reported settled by a worker, ``fairstream.core.inflight``); None is unlimited.
     """
 
     weight: float = 1
@@ -60,6 +62,7 @@ class TenantPolicy:
     rate_cap: float | None = None
     cap_burst: float = 1
     paused: bool = False
+    max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         _check_positive_finite("weight", self.weight)
@@ -77,6 +80,7 @@ class TenantPolicy:
                 f"cap_burst must be at least 1 record, or a capped tenant could never send; "
                 f"got {self.cap_burst!r}"
             )
+        _check_optional_count("max_concurrency", self.max_concurrency)
         if not isinstance(self.paused, bool):
             raise ValueError(f"paused must be true or false, got {self.paused!r}")
 

@@ -79,6 +79,8 @@ RENEW_EVERY = 60.0  # seconds: a broken producer is replaced at most this often
 class Emitter:
     """Runs ``run`` on a thread of its own. Caller: ``SchedulerService``."""
 
+    _lease_expiries = 0  # concurrency slots' lease expiries counted in the metrics so far
+
     def __init__(
         self,
         settings: Settings,
@@ -120,6 +122,8 @@ class Emitter:
             cost_rate=settings.cost_rate,
             deadline=itemgetter(3),
             on_resume=_resumed,
+            max_concurrency=settings.max_concurrency,
+            concurrency_lease=settings.concurrency_lease,
         )
         self._wait = 0.0  # seconds the rule last said to wait
         self.observed = Observed()
@@ -362,6 +366,12 @@ class Emitter:
             share = len(self.progress) / self.partitions if self.partitions else 0.0
             share *= self._adaptive  # the group shares include the adapted rate already
         self.rule.set_share(share)
+        # Concurrency is split by owned partitions (``--share-by partitions``' split of the
+        # rate), whatever --share-by says: the parts cannot add up to more than the limit,
+        # need no exchange, and do not follow the adapted rate.
+        owned = len(self.progress) / self.partitions if self.partitions else 0.0
+        self.rule.set_concurrency_share(owned)
+        self._count_slots()
         self.metrics.group_share.set(share)
         rate = self.settings.rate
         self.metrics.rate_share.set(0 if rate is None else rate * share)
@@ -377,6 +387,28 @@ class Emitter:
         for tenant, seconds in batch.pauses:
             if self.rule.pause(tenant, seconds, now):
                 log.info("tenant %r paused for %.1f s (its upstream quota)", tenant, seconds)
+        if batch.settled or batch.renewed:
+            self.rule.renew(batch.renewed, now)
+            self.rule.settled(batch.settled)
+            self._count_slots()
+
+    def counts_slots(self) -> bool:
+        """Whether concurrency slots are counted (a limit exists, or slots are still held):
+        the feedback reader hands completions over only then. Read from its thread: one
+        attribute read of each."""
+        rule = self.rule
+        return rule.tracking or len(rule.inflight) > 0
+
+    def _count_slots(self) -> None:
+        """The concurrency gauges, and the lease expiries since the last look."""
+        inflight = self.rule.inflight
+        self.metrics.concurrency_in_flight.set(len(inflight))
+        limit = inflight.limit
+        self.metrics.concurrency_limit.set(-1 if limit is None else limit)
+        expired = inflight.expired - self._lease_expiries
+        if expired:
+            self._lease_expiries = inflight.expired
+            self.metrics.concurrency_lease_expired.inc(expired)
 
     def set_policy(self, tenant: str, policy: TenantPolicy | None) -> None:
         """Set ``tenant``'s policy in the core, paused while its upstream quota says so.
@@ -391,7 +423,10 @@ class Emitter:
     # -- emission ----------------------------------------------------------------------------
 
     def _emit_some(self) -> int:
-        return send.emit_batch(self)
+        picked = send.emit_batch(self)
+        if self.rule.tracking:
+            self._count_slots()
+        return picked
 
     def _send_letters(self, limit: int) -> int:
         return backlog.send_letters(self, limit)
@@ -502,13 +537,25 @@ class Emitter:
         return {t: self.core.backlog(t)[0] for t in self.core.tenants()}
 
     def tenant_stats(self, limit: int) -> dict[str, Any]:
-        return self.observed.tenant_stats(
+        stats = self.observed.tenant_stats(
             self.core,
             limit,
             ready=self.ready,
             partitions=sorted(self.progress),
             rate_limit=self.rule.rate,
         )
+        if self.counts_slots():
+            # The concurrency slots: this instance's, and each listed tenant's.
+            inflight = self.rule.inflight
+            stats["concurrency"] = {
+                "in_flight": len(inflight),
+                "limit": inflight.limit,
+                "lease_s": inflight.lease,
+                "lease_expired_total": inflight.expired,
+            }
+            for row in stats.get("tenants", []):
+                row["in_flight"] = inflight.of(row["tenant"])
+        return stats
 
     def policy_of(self, tenant: str) -> TenantPolicy:
         return self.core.policy(tenant)

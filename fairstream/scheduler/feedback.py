@@ -11,6 +11,10 @@ skipped: bad feedback never stops anything.
   feedback is clean, between ``--min-rate`` and ``--rate``. The rate reaches the group
   shares (``group``) or, alone, the emitter's buckets; a hold stops all egress.
 - tenant-scope rate limits pause that tenant alone (on the instance that owns it).
+- a final outcome (ok, dead-lettered) frees the request's concurrency slot, an
+  intermediate one (a failed attempt, a 429) renews its lease (``fairstream.core.inflight``),
+  matched by request id on the emitter. Every instance reads all the feedback, so the slot
+  is freed on whichever instance released the request, even after its partition moved.
 - a reported cost charges the tenant's deficit with its difference from the declared cost,
   so that shares follow real usage: only for a request this instance emitted (``recent``);
   one about a request of a tenant this instance owns that it did not emit lately is
@@ -39,7 +43,13 @@ from fairstream.core.usage import cost_correction
 from fairstream.metrics import Metrics
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.recent import RecentRequests
-from fairstream.wire.feedback import FeedbackError, Outcome, Scope, decode_feedback
+from fairstream.wire.feedback import (
+    FINAL_OUTCOMES,
+    FeedbackError,
+    Outcome,
+    Scope,
+    decode_feedback,
+)
 from fairstream.wire.partition import partition_of
 
 log = logging.getLogger("fairstream.feedback")
@@ -67,10 +77,13 @@ _NO_RATE = _NoRate()
 
 @dataclass
 class FeedbackBatch:
-    """What the emitter applies: measured-cost charges and tenant pauses."""
+    """What the emitter applies: measured-cost charges, tenant pauses, and the request ids
+    settled (their slots free) or still being worked on (their leases renewed)."""
 
     charges: list[tuple[str, int, int]] = field(default_factory=list)  # tenant, declared, cost
     pauses: list[tuple[str, float]] = field(default_factory=list)  # tenant, seconds
+    settled: list[bytes] = field(default_factory=list)  # request ids, as stamped on egress
+    renewed: list[bytes] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -94,10 +107,12 @@ class FeedbackReader:
         on_rate: Callable[[float], None],
         recent: RecentRequests | None = None,
         ownership: Callable[[], tuple[int, Collection[int]]] | None = None,
+        slots: Callable[[], bool] | None = None,
     ) -> None:
         """``recent``: the request ids the emitter sent lately; ``ownership``: the ingest
         topic's partition count and the partitions this instance owns. Without them every
-        reported cost is charged."""
+        reported cost is charged. ``slots``: whether the emitter counts concurrency slots
+        now (without it, always): only then are settled request ids handed over."""
         self.topic = topic
         self.recent = recent
         self._ownership = ownership
@@ -107,6 +122,7 @@ class FeedbackReader:
         # Without --rate there is no rate to adapt: charges and pauses still apply.
         self.adaptive = None if ceiling is None else AdaptiveRate(MonotonicClock(), ceiling, floor)
         self._on_rate = on_rate
+        self._slots = slots
         self._stopping = threading.Event()
         self._consumer = Consumer(
             {
@@ -130,10 +146,16 @@ class FeedbackReader:
             next_publish = 0.0
             while not self._stopping.is_set():
                 batch = FeedbackBatch()
-                for msg in self._consumer.consume(num_messages=1000, timeout=0.05):
+                # What is there, else wait for one record: consume() waits out its whole
+                # timeout unless it fills num_messages (measured: 1 record, 1.0 s of 1.0),
+                # and a completion waiting here is a concurrency slot kept idle.
+                messages = self._consumer.consume(num_messages=1000, timeout=0)
+                if not messages:
+                    messages = self._consumer.consume(num_messages=1, timeout=0.05)
+                for msg in messages:
                     if msg.error() is None:
                         self._read(msg.key(), msg.value(), batch)
-                if batch.charges or batch.pauses:
+                if batch.charges or batch.pauses or batch.settled or batch.renewed:
                     self.handoff.put(batch)
                 now = time.monotonic()
                 if self.adaptive is not None and now >= next_publish:
@@ -167,6 +189,11 @@ class FeedbackReader:
             log.debug("ignoring feedback record: %s", exc)
             return
         self.metrics.feedback.labels(fb.outcome.value).inc()
+        if self._slots is None or self._slots():
+            if fb.outcome in FINAL_OUTCOMES:
+                batch.settled.append(fb.request_id.encode())
+            else:
+                batch.renewed.append(fb.request_id.encode())
         adaptive = self.adaptive or _NO_RATE
         # What is left of a Retry-After once the record reached us.
         age = max(0.0, time.time() - fb.reported_at_ms / 1000)

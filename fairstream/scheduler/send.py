@@ -40,6 +40,7 @@ __all__ = ["EMIT_BATCH", "Prepared", "emit_batch", "emit_one", "expire", "prepar
 EMIT_BATCH = 256  # picks between two looks at the handoff queue
 PREPARE_CHUNK = 64  # picks prepared between two looks at the commit in flight
 PREPARE_MAX = 8192  # records prepared during one commit at most (and --max-in-flight)
+_REQUEST_ID = wire.REQUEST_ID
 STALE_MS = 1000  # a prepared record older than this (a commit retried) is stamped again
 
 # (pick, stamp, key, value, egress headers): headers None when ``emit_one`` must decide
@@ -56,6 +57,7 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
     if prepared and not txn.open:
         txn.begin()
     direct = rule.direct()  # no limits: the core is asked directly (``EmissionRule.direct``)
+    started = rule.started if rule.tracking else None  # concurrency slots, by request id
     decide, pick_next = rule.next, core.pick
     stamp_headers = em.stamper.headers
     produce = txn.producer.produce
@@ -121,6 +123,8 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
             txn.produce(topic, value, key, headers)  # retries, or says why
         freed += footprint(msg) if msg.headers() else FOOTPRINT + len(msg)
         progress[partition].settle(offset)
+        if started is not None:
+            started(tenant, request_id(headers, partition, offset))
         cost_sum += cost
         dwell = (stamp - enqueued) / 1000 if stamp > enqueued else 0.0
         seconds = dwells.get(tenant)
@@ -166,6 +170,16 @@ def prepare(em: Emitter) -> bool:
     return True
 
 
+def request_id(headers: HeaderList, partition: int, offset: int) -> bytes | tuple[int, int]:
+    """The request id stamped in ``headers`` (what a worker's feedback names), the key of
+    the record's concurrency slot; the ingest coordinates when there is none (that slot is
+    then given back by its lease)."""
+    for name, value in headers:
+        if name == _REQUEST_ID:
+            return value if value else (partition, offset)
+    return (partition, offset)
+
+
 def expire(em: Emitter, step: Expire[Entry], stamp: int) -> None:
     """A pick past its deadline becomes a dead letter (``expired``)."""
     tenant, entry, _ = step
@@ -197,6 +211,8 @@ def emit_one(em: Emitter, pick: Pick[Entry], stamp: int) -> None:
         return
     em.txn.produce(em.egress_topic, value, key, headers)
     em.progress[partition].settle(offset)
+    if em.rule.tracking:
+        em.rule.started(tenant, request_id(headers, partition, offset))
     em._txn_cost += cost
     dwell = (stamp - enqueued) / 1000 if stamp > enqueued else 0.0
     em._txn_dwell.setdefault(tenant, []).append(dwell)

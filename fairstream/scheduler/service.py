@@ -133,6 +133,7 @@ class SchedulerService:
                 on_rate=(lambda rate: setattr(group, "rate", rate)) if group else _ignore,
                 recent=recent,
                 ownership=lambda: (partitions, set(self.emitter.progress)),
+                slots=self.emitter.counts_slots,
             )
         self.auditor = Auditor(self._probe, self.metrics, settings.fairness_window)
         self._emitter_thread = threading.Thread(target=self._emit, name="emitter", daemon=True)

@@ -59,6 +59,7 @@ POLICY_FIELDS = (  # the TenantPolicy fields, in schema order
     "rate_cap",
     "cap_burst",
     "paused",
+    "max_concurrency",
 )
 
 
@@ -166,6 +167,7 @@ def encode_policy(record: PolicyRecord) -> bytes:
         "rate_cap": None if policy.rate_cap is None else float(policy.rate_cap),
         "cap_burst": float(policy.cap_burst),
         "paused": policy.paused,
+        "max_concurrency": policy.max_concurrency,
         "updated_at": _to_datetime(record.updated_at_ms),
         "purge_before": (
             None if record.purge_before_ms is None else _to_datetime(record.purge_before_ms)

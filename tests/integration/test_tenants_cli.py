@@ -136,6 +136,8 @@ def test_set_get_list_reset_default_purge(kafka_bootstrap: str, policy_topic: st
         ("set", "acme", "--max-backlog-cost", "0"),
         ("set", "acme", "--rate", "0"),
         ("set", "acme", "--rate-burst", "0.5"),
+        ("set", "acme", "--max-concurrency", "0"),
+        ("set", "acme", "--max-concurrency", "1.5"),
         ("set", "acme", "--pause", "--resume"),
         ("set", "acme"),
         ("set", "", "--weight", "2"),
@@ -182,3 +184,17 @@ def test_undecodable_values_are_skipped_with_a_warning(
     value = consume(kafka_bootstrap, policy_topic, 1)[0].value()
     assert value is not None
     assert decode_policy(value).policy.weight == 2
+
+
+def test_max_concurrency_is_set_shown_and_removed(kafka_bootstrap: str, policy_topic: str) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return tenants(kafka_bootstrap, policy_topic, *args)
+
+    assert "max_concurrency: 4" in ok(run("set", "acme", "--max-concurrency", "4"))
+    got = json.loads(ok(run("get", "acme", "--json")))
+    assert got["max_concurrency"] == 4
+    assert "CONCURRENCY" in ok(run("list"))
+    ok(run("set", "acme", "--max-concurrency", "none"))
+    assert json.loads(ok(run("get", "acme", "--json")))["max_concurrency"] is None
+    stored = read_policies(kafka_bootstrap, policy_topic, timeout=30)
+    assert stored[b"acme"].policy == TenantPolicy(max_concurrency=None)

@@ -77,7 +77,7 @@ def test_scheduler_help_lists_every_setting_with_its_variable_and_default() -> N
         elif blocks:
             blocks[-1] += " " + line.strip()
     settings = declared(Settings)
-    assert len(settings) == 33  # 6 connection, 4 topics, 23 scheduler
+    assert len(settings) == 35  # 6 connection, 4 topics, 25 scheduler
     for option in settings:
         start = f"{option.flag} / --no-" if option.type is bool else f"{option.flag} "
         rows = [block for block in blocks if block.startswith(start)]
@@ -249,6 +249,17 @@ def test_console_is_on_by_default_and_off_with_the_flag_or_environment() -> None
     assert settings_of(["--console"], env={"FAIRSTREAM_CONSOLE": "false"}).console is True
 
 
+def test_concurrency_limit_and_lease() -> None:
+    assert settings_of([]).max_concurrency is None
+    assert settings_of([]).concurrency_lease == 60.0
+    settings = settings_of(["--max-concurrency", "20"], env={"FAIRSTREAM_CONCURRENCY_LEASE": "2.5"})
+    assert (settings.max_concurrency, settings.concurrency_lease) == (20, 2.5)
+    result, seen = invoke(["--max-concurrency", "20", "--feedback-topic", ""])
+    assert result.exit_code == 2, result.output
+    assert not seen
+    assert "--max-concurrency needs the feedback topic" in result.output
+
+
 def test_fairness_window() -> None:
     assert settings_of(["--fairness-window", "2.5"]).fairness_window == 2.5
     assert settings_of([], env={"FAIRSTREAM_FAIRNESS_WINDOW": "30"}).fairness_window == 30.0
@@ -273,6 +284,9 @@ def test_fairness_window() -> None:
         ([], {"FAIRSTREAM_WEB_PORT": "70000"}, "'--web-port'"),
         (["--share-by", "luck"], {}, "'--share-by'"),
         (["--log-level", "INFO"], {}, "'--log-level'"),
+        (["--max-concurrency", "0"], {}, "'--max-concurrency'"),
+        ([], {"FAIRSTREAM_MAX_CONCURRENCY": "1.5"}, "'--max-concurrency'"),
+        (["--concurrency-lease", "0"], {}, "'--concurrency-lease'"),
     ],
 )
 def test_out_of_range_values_are_refused_from_flags_and_environment(

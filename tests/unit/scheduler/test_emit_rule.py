@@ -319,3 +319,61 @@ def test_a_record_prepared_long_ago_is_stamped_again(make):
     [(_, _, _, sent_headers)] = emitter.txn.producer.sent
     scheduled = int(dict(sent_headers)[wire.SCHEDULED_MS])
     assert scheduled >= stamp
+
+
+def test_concurrency_slots_bound_what_is_sent_and_completions_free_them(make):
+    from fairstream.scheduler.feedback import FeedbackBatch
+
+    emitter = make(max_concurrency=4)  # 2 of 4 partitions owned: 2 slots here
+    assert emitter.rule.inflight.limit == 2
+    for offset in range(5):
+        push(emitter, "A" if offset % 2 else "B", offset)
+    emitter._emit_some()
+    assert len(sent(emitter)) == 2
+    held = {rid for _, rid in sent(emitter)}
+    assert emitter.metrics.registry.get_sample_value("fairstream_concurrency_in_flight") == 2
+    assert emitter._emit_some() == 0  # full: nothing more
+    done = sorted(held)[0]
+    emitter._feedback(FeedbackBatch(settled=[done, b"not-ours"]))
+    emitter._emit_some()
+    assert len(sent(emitter)) == 3
+    assert emitter.rule.inflight.of("A") + emitter.rule.inflight.of("B") == 2
+    assert done not in emitter.rule.inflight
+
+
+def test_a_producers_request_id_keys_the_slot(make):
+    from fairstream.scheduler.feedback import FeedbackBatch
+
+    emitter = make(max_concurrency=2)  # 1 slot here
+    msg = message(0, "A", headers=[(wire.REQUEST_ID, b"order-7"), ("trace", b"t")])
+    emitter.cached += footprint(msg)
+    emitter.core.push("A", (0, 0, 1, None, msg, 1), 1)
+    push(emitter, "A", 1)
+    emitter._emit_some()
+    assert len(sent(emitter)) == 1
+    assert b"order-7" in emitter.rule.inflight
+    emitter._feedback(FeedbackBatch(settled=[b"order-7"]))
+    emitter._emit_some()
+    assert len(sent(emitter)) == 2
+
+
+def test_without_a_limit_the_emitter_counts_no_slots(make):
+    emitter = make()
+    for offset in range(3):
+        push(emitter, "A", offset)
+    assert emitter.rule.direct()
+    emitter._emit_some()
+    assert len(emitter.rule.inflight) == 0
+    assert not emitter.counts_slots()
+
+
+def test_tenant_stats_show_the_slots_when_a_limit_exists(make):
+    emitter = make(max_concurrency=4)
+    for offset in range(3):
+        push(emitter, "A", offset)
+    emitter._emit_some()
+    stats = emitter.tenant_stats(10)
+    assert stats["concurrency"]["in_flight"] == 2
+    assert stats["concurrency"]["limit"] == 2
+    assert {r["tenant"]: r["in_flight"] for r in stats["tenants"]} == {"A": 2}
+    assert "concurrency" not in make().tenant_stats(10)

@@ -125,3 +125,40 @@ def test_recent_requests_remember_the_last_capacity_and_at_most_twice_as_many() 
 )
 def test_murmur2_matches_kafka(key: bytes, expected: int) -> None:
     assert murmur2(key) == expected
+
+
+def outcome(request_id: str, result: Outcome) -> tuple[bytes, bytes]:
+    fb = Feedback(
+        request_id=request_id,
+        tenant="acme",
+        outcome=result,
+        declared_cost=1,
+        reported_at_ms=int(time.time() * 1000),
+    )
+    return feedback_key(fb), encode_feedback(fb)
+
+
+def test_final_outcomes_free_slots_and_retried_attempts_renew_them() -> None:
+    fr, _ = reader(None)
+    batch = FeedbackBatch()
+    fr._read(*outcome("r-ok", Outcome.OK), batch)
+    fr._read(*outcome("r-dead", Outcome.DEAD_LETTERED), batch)
+    fr._read(*outcome("r-failed", Outcome.FAILED), batch)
+    assert batch.settled == [b"r-ok", b"r-dead"]
+    assert batch.renewed == [b"r-failed"]
+
+
+def test_no_slots_counted_no_request_ids_handed_over() -> None:
+    fr = FeedbackReader(
+        {"bootstrap.servers": "127.0.0.1:9"},
+        "feedback",
+        Handoff(),
+        Metrics(),
+        ceiling=None,
+        floor=None,
+        on_rate=lambda rate: None,
+        slots=lambda: False,
+    )
+    batch = FeedbackBatch()
+    fr._read(*outcome("r-ok", Outcome.OK), batch)
+    assert (batch.settled, batch.renewed) == ([], [])

@@ -187,3 +187,18 @@ def test_record_refuses_bad_times() -> None:
         PolicyRecord(TenantPolicy(), -1)
     with pytest.raises(ValueError, match="purge_before_ms"):
         PolicyRecord(TenantPolicy(), 0, purge_before_ms=True)
+
+
+def test_max_concurrency_round_trips_and_is_checked() -> None:
+    record = PolicyRecord(TenantPolicy(weight=2, max_concurrency=3), 42)
+    assert decode_policy(encode_policy(record)) == record
+    assert (
+        decode_policy(encode_policy(PolicyRecord(TenantPolicy(), 1))).policy.max_concurrency is None
+    )
+    schema = json.loads(current_schema_text())
+    datum = {
+        **{f["name"]: f["default"] for f in schema["fields"]},
+        "max_concurrency": 0,
+    }
+    with pytest.raises(SchemaError, match="max_concurrency must be at least 1"):
+        decode_policy(_single_object(schema, datum))
