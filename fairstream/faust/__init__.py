@@ -39,6 +39,13 @@ helper runs one actor by default.
 
 from __future__ import annotations
 
+try:
+    import faust  # noqa: F401
+except ImportError as exc:
+    raise ImportError(
+        "fairstream.faust needs faust-streaming: pip install 'fairstream[faust]'"
+    ) from exc
+
 from fairstream.faust.agent import AgentStats, PaidApiAgent, request_from_event
 from fairstream.faust.ingest import Ingest
 from fairstream.faust.policies import PolicyTable

@@ -44,6 +44,9 @@ def prompt(tenant: str, i: int) -> dict[str, object]:
     return {"tenant": tenant, "text": text, "tokens": DECLARED, "id": f"{tenant}-p{i}"}
 
 
+LATE = ("initech", {"tenant": "initech", "text": "late", "tokens": 1, "id": "initech-late"})
+
+
 class FaustWorker:
     """``faust -A examples.faust_app worker`` with this test's topics."""
 
@@ -128,14 +131,23 @@ def test_a_faust_app_submits_and_handles_requests_and_its_feedback_reaches_the_s
         "EXAMPLE_DATADIR": str(tmp_path / "faust-data"),
         "EXAMPLE_HANDLED_LOG": str(handled_log),
     }
-    set_weight = subprocess.run(
-        [
-            sys.executable, "-m", "fairstream", "tenants", "set", HEAVY, "--weight", "3",
-            "--bootstrap", kafka_bootstrap, "--policy-topic", topics.policy,
-        ],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert set_weight.returncode == 0, set_weight.stderr
+
+    def set_weight(tenant: str, weight: int) -> None:
+        done = subprocess.run(
+            [
+                sys.executable, "-m", "fairstream", "tenants", "set", tenant,
+                "--weight", str(weight),
+                "--bootstrap", kafka_bootstrap, "--policy-topic", topics.policy,
+            ],
+            cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+
+    def handled() -> list[list[str]]:
+        text = handled_log.read_text() if handled_log.exists() else ""
+        return [line.split() for line in text.splitlines()]
+
+    set_weight(HEAVY, 3)  # before the worker starts: the table reads it on its way up
     # --no-trim: the test reads the ingest topic afterwards.
     scheduler = SchedulerProcess(
         deployment, tmp_path, "--rate", "100", "--feedback-topic", feedback, "--no-trim"
@@ -181,10 +193,26 @@ def test_a_faust_app_submits_and_handles_requests_and_its_feedback_reaches_the_s
         seen = {r["tenant"]: r for r in json.loads(body)["tenants"]}
         ok_count, limited_count = metric(scheduler, ok), metric(scheduler, limited)
         api_limited = metric(scheduler, "fairstream_feedback_rate_limited_total")
+
+        # A policy written while the app runs reaches its table: initech moves to the
+        # large model for its next prompt.
+        set_weight(LATE[0], 2)
+        producer.produce(requests, json.dumps(LATE[1]).encode(), key=LATE[0].encode())
+        assert producer.flush(30) == 0
+        wait_until(
+            lambda: any(line[0] == LATE[1]["id"] for line in handled()),
+            60,
+            lambda: f"the late prompt handled; faust log:\n{worker.tail() if worker else ''}",
+        )
+        wait_until(
+            lambda: metric(scheduler, ok) >= total + 1,
+            60,
+            lambda: f"the late prompt's feedback counted (ok: {metric(scheduler, ok)})",
+        )
         # Faust committed its offsets of every record it handled (in its transactions):
         # the requests it read and the egress records (each followed by a commit marker).
         wanted = {(requests, p): n for p, n in enumerate(high_watermarks(requests))}
-        for message in consume(kafka_bootstrap, topics.egress, total, timeout=30):
+        for message in consume(kafka_bootstrap, topics.egress, total + 1, timeout=30):
             at = (topics.egress, message.partition())
             wanted[at] = max(wanted.get(at, 0), message.offset() + 1)
         wait_until(
@@ -200,7 +228,8 @@ def test_a_faust_app_submits_and_handles_requests_and_its_feedback_reaches_the_s
         if scheduler.alive():
             scheduler.terminate()
 
-    # Feedback: one ok per request, one rate-limited for the refused prompt, none lost.
+    # Feedback (before the late prompt): one ok per request, one rate-limited for the
+    # refused prompt, none lost.
     assert (ok_count, limited_count, api_limited) == (total, 1, 1)
     # The scheduler matched the feedback to the requests it emitted and charged the cost
     # the handler measured (TEXT_WORDS tokens) against the declared one.
@@ -211,25 +240,29 @@ def test_a_faust_app_submits_and_handles_requests_and_its_feedback_reaches_the_s
     assert seen[HEAVY]["weight"] == 3
 
     # Each request was handled once, by the model its tenant's policy picks.
-    lines = [line.split() for line in handled_log.read_text().splitlines()]
+    lines = handled()
     ids = [line[0] for line in lines]
-    assert sorted(ids) == sorted(f"{t}-p{i}" for t, n in PROMPTS.items() for i in range(n))
-    models = {(tenant, model) for _, tenant, model, _ in lines}
+    expected = [f"{t}-p{i}" for t, n in PROMPTS.items() for i in range(n)]
+    assert sorted(ids) == sorted([*expected, LATE[1]["id"]])
+    models = {(tenant, model) for request_id, tenant, model, _ in lines if request_id in expected}
     assert models == {("acme", "large"), ("globex", "small"), ("initech", "small")}
+    assert lines[-1][:3] == [LATE[1]["id"], "initech", "large"]
 
     # What Faust wrote to ingest is the contract's record, on the scheduler's partition.
-    ingested = consume(kafka_bootstrap, topics.ingest, total, timeout=30)
+    ingested = consume(kafka_bootstrap, topics.ingest, total + 1, timeout=30)
     per_tenant: Counter[str] = Counter()
     for message in ingested:
         tenant = (message.key() or b"").decode()
         per_tenant[tenant] += 1
         assert message.partition() == partition_of(tenant, PARTITIONS), tenant
         headers = dict(message.headers() or [])
-        assert headers[wire.COST] == str(DECLARED).encode()
-        assert headers[wire.REQUEST_ID].decode().startswith(f"{tenant}-p")
+        request_id = headers[wire.REQUEST_ID].decode()
+        late = request_id == LATE[1]["id"]
+        assert late or request_id.startswith(f"{tenant}-p")
+        assert headers[wire.COST] == str(LATE[1]["tokens"] if late else DECLARED).encode()
         valid = wire.validate_ingest(message.key(), message.value(), message.headers() or [])
         assert isinstance(valid, wire.Valid)
-    assert dict(per_tenant) == PROMPTS
+    assert dict(per_tenant) == {**PROMPTS, LATE[0]: PROMPTS[LATE[0]] + 1}
     # And the worker stopped on SIGTERM. (With offsets acked since Faust's last commit, its
     # exactly-once shutdown fails that commit and hangs: see fairstream.faust. Waiting for
     # the commit above is what lets it stop.)
