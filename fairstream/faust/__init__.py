@@ -15,14 +15,13 @@ emitted again later, or never: a request may expire or be purged meanwhile). Wit
 
 - ``processing_guarantee="exactly_once"`` is the one setting that makes Faust's aiokafka
   consumer read ``read_committed``. It also makes Faust's producers transactional, one per
-  assigned partition: what the agent sends (feedback, dead letters) is written when Faust
-  commits the agent's offsets (``broker_commit_interval``, 2.8 s by default), so feedback
-  reaches the scheduler that much later; and Faust's exactly-once mode has open bugs
-  (faust-streaming issues 517, 323, 177); with offsets acked since Faust's last commit,
-  faust-streaming 0.15.3's shutdown fails that commit ("Not in the middle of a
-  transaction") and then hangs, so give the worker a kill grace period (the open
-  transaction aborts; its events are handled again). This is what ``PaidApiAgent`` is
-  tested with.
+  assigned partition, for what agents send through Faust's topics; fairstream's own
+  records (ingest, feedback, dead letters) go through the app's plain producer at once,
+  in either mode. Faust's exactly-once mode has open bugs (faust-streaming issues 517, 323,
+  177); with offsets acked since Faust's last commit, faust-streaming 0.15.3's shutdown
+  fails that commit ("Not in the middle of a transaction") and then hangs, so give the
+  worker a kill grace period (the open transaction aborts; its events are handled again).
+  This is what ``PaidApiAgent`` is tested with.
 - the default ``at_least_once`` reads ``read_uncommitted``: aborted egress records reach
   the agent. The request-id memory skips the ones emitted again while remembered; a
   request that was aborted and then expired or purged is still called once, unbilled by the

@@ -1,14 +1,16 @@
 """What fairstream.faust needs from a Faust app: the aiokafka driver, aiokafka's murmur2
-partitioner, and the broker addresses and credentials (for the policy table's reader).
+partitioner, the broker addresses and credentials (for the policy table's reader), and a
+way to write records outside Faust's transactions (``Sender``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any, cast
 
 import faust
 
-__all__ = ["bootstrap_servers", "check_app", "client_auth"]
+__all__ = ["Sender", "bootstrap_servers", "check_app", "client_auth"]
 
 # Driver schemes that run on aiokafka (faust.transport.drivers: "kafka" is an alias).
 _AIOKAFKA_SCHEMES = frozenset({"kafka", "aiokafka"})
@@ -57,3 +59,31 @@ def client_auth(app: faust.App) -> dict[str, Any]:
     from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
     return dict(credentials_to_aiokafka_auth(app.conf.broker_credentials, app.conf.ssl_context))
+
+
+class Sender:
+    """Writes records with the app's own producer, outside Faust's transactions.
+
+    Under ``processing_guarantee="exactly_once"`` a ``topic.send`` from an agent goes
+    through Faust's transaction manager, which picks a transactional producer by the
+    destination's partition only when its consumer happens to hold metadata for that topic,
+    and otherwise (a topic the app does not consume) sends without one. fairstream's
+    records (ingest, feedback, dead letters) take one path whatever the mode: the app's
+    plain producer, at once.
+    """
+
+    def __init__(self, app: faust.App) -> None:
+        self.app = app
+
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]] | None,
+    ) -> Awaitable[Any]:
+        """Queue one record; returns the future of its RecordMetadata."""
+        producer = self.app.producer
+        await producer.maybe_start()
+        # Null header values stay null (aiokafka writes them so); faust's stubs want bytes.
+        return await producer.send(topic, key, value, None, None, cast(Any, headers))

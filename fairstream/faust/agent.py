@@ -14,10 +14,14 @@ in the loop's default executor) and:
   ``max_attempts``, then dead-lettered as ``handler-failed``.
 
 Each outcome goes to the feedback topic as ``fairstream.wire.feedback`` encodes it, keyed by
-tenant (best effort: a failed send is counted in ``stats.feedback_errors`` and logged, it
-never holds up the requests). A dead letter carries the original key, value and headers
-plus the reason and a sentence (``fairstream.wire.dead_letter_headers``) and is awaited: the
-agent does not move on before the broker has it.
+tenant, at once (best effort: a failed send is counted in ``stats.feedback_errors`` and
+logged, it never holds up the requests). A dead letter carries the original key, value and
+headers plus the reason and a sentence (``fairstream.wire.dead_letter_headers``) and is
+awaited: the agent does not move on before the broker has it. Both go through the app's
+own producer, outside Faust's transactions (``fairstream.faust._app.Sender``): feedback
+reaches the scheduler without waiting for Faust's next commit, and a crash before that
+commit repeats the event's outcome (a second feedback record, possibly a second dead
+letter), as with ``fairstream.Worker``.
 
 The agent handles one event at a time per actor (``concurrency``, 1 by default): Faust
 acknowledges an event when its actor takes the next one, and with more than one actor it
@@ -36,14 +40,14 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any
 
 import faust
 from faust.types import EventT, StreamT
 
 from fairstream import wire
 from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS
-from fairstream.faust._app import check_app
+from fairstream.faust._app import Sender, check_app
 from fairstream.sdk.worker.handler import RateLimited, RawHeaders, Request, Usage, where
 from fairstream.sdk.worker.retry import backoff_delay, expires_before, rate_limited_delay
 from fairstream.sdk.worker.tracking import RecentIds
@@ -117,7 +121,7 @@ class AgentStats:
     rate_limited: int = 0  # calls refused with RateLimited
     failed_attempts: int = 0  # calls that raised anything else
     feedback_records: int = 0  # feedback records queued
-    feedback_errors: int = 0  # feedback records not queued (logged)
+    feedback_errors: int = 0  # feedback records not queued or not delivered
 
 
 class PaidApiAgent:
@@ -166,8 +170,9 @@ class PaidApiAgent:
             "value_serializer": "raw",
         }
         self.egress = app.topic(egress_topic, **raw)
-        self.dlq = app.topic(dlq_topic, **raw)
-        self.feedback = None if feedback_topic is None else app.topic(feedback_topic, **raw)
+        self.dlq_topic = dlq_topic
+        self.feedback_topic = feedback_topic
+        self.sender = Sender(app)
         self.agent = app.agent(
             self.egress,
             name=name or f"fairstream-paid-api.{egress_topic}",
@@ -280,10 +285,8 @@ class PaidApiAgent:
         while True:
             tries += 1
             try:
-                # Null header values stay null (aiokafka writes them so); faust's stubs
-                # want bytes.
-                sent = await self.dlq.send(
-                    key=message.key, value=message.value, headers=cast(Any, headers)
+                sent = await self.sender.send(
+                    self.dlq_topic, message.key, message.value, list(headers)
                 )
                 await sent
             except Exception as exc:  # the producer's errors; try again, never drop it
@@ -307,7 +310,7 @@ class PaidApiAgent:
         retry_after: float | None = None,
     ) -> None:
         """Queue one feedback record about ``request`` (when feedback is on)."""
-        if self.feedback is None:
+        if self.feedback_topic is None:
             return
         try:
             record = Feedback(
@@ -323,7 +326,9 @@ class PaidApiAgent:
                 scope=scope,
                 retry_after=retry_after,
             )
-            await self.feedback.send(key=feedback_key(record), value=encode_feedback(record))
+            sent = await self.sender.send(
+                self.feedback_topic, feedback_key(record), encode_feedback(record), None
+            )
         except FeedbackError as exc:  # an egress record outside the contract (no key...)
             self.stats.feedback_errors += 1
             log.debug("no feedback for %s: %s", where(request), exc)
@@ -332,3 +337,10 @@ class PaidApiAgent:
             log.warning("feedback for %s not queued: %r", where(request), exc)
         else:
             self.stats.feedback_records += 1
+            if isinstance(sent, asyncio.Future):
+                sent.add_done_callback(self._feedback_delivered)
+
+    def _feedback_delivered(self, sent: asyncio.Future[Any]) -> None:
+        if sent.cancelled() or sent.exception() is not None:
+            self.stats.feedback_errors += 1  # advisory: counted, not retried
+            log.debug("a feedback record was not delivered: %r", sent)

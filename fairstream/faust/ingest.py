@@ -10,9 +10,10 @@ Partitioning: the record goes through the app's producer with no explicit partit
 aiokafka's default partitioner places it: Kafka's murmur2 of the key, the partition
 ``fairstream.wire.partition.partition_of`` computes and the scheduler expects. ``Ingest``
 refuses an app with another ``producer_partitioner``, and an app on Faust's confluent
-driver (it drops headers). Under ``processing_guarantee="exactly_once"`` a send from
-inside an agent joins that agent's transaction (Faust's own doing): the record is written
-when the agent's offsets commit.
+driver (it drops headers). The record goes through the app's own producer at once, outside
+Faust's transactions in either processing guarantee (``fairstream.faust._app.Sender``): an
+agent that crashes before Faust commits its offsets submits the same request again when it
+handles the event again, so give requests a ``request_id`` (workers recognise it).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import faust
 
 from fairstream import wire
 from fairstream.config import DEFAULT_INGEST
-from fairstream.faust._app import check_app
+from fairstream.faust._app import Sender, check_app
 
 __all__ = ["Ingest"]
 
@@ -33,22 +34,16 @@ __all__ = ["Ingest"]
 class Ingest:
     """Writes requests to the fairstream ingest topic from a Faust app.
 
-    ``Ingest(app, topic)`` declares the topic on ``app`` (raw keys and values; it must exist,
-    ``fairstream topics create`` makes it). ``await ingest.send(tenant, payload, ...)``
-    queues one record and returns the future of its ``RecordMetadata``;
-    ``send_and_wait`` waits for the broker's acknowledgement.
+    ``Ingest(app, topic)``: the topic must exist (``fairstream topics create`` makes it).
+    ``await ingest.send(tenant, payload, ...)`` queues one record and returns the future of
+    its ``RecordMetadata``; ``send_and_wait`` waits for the broker's acknowledgement.
     """
 
     def __init__(self, app: faust.App, topic: str = DEFAULT_INGEST) -> None:
         check_app(app, "fairstream.faust.Ingest")
         self.app = app
-        self.topic = app.topic(
-            topic,
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-        )
+        self.topic = topic
+        self.sender = Sender(app)
 
     def _record(
         self,
@@ -59,6 +54,7 @@ class Ingest:
         deadline: datetime | int | None,
         headers: wire.HeaderInput | None,
     ) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+        """Key, value and headers of one request, checked (ValueError/TypeError)."""
         key = wire.tenant_key(tenant)
         if not isinstance(payload, bytes | bytearray | memoryview):
             raise TypeError(
@@ -88,7 +84,7 @@ class Ingest:
         contract rejects.
         """
         key, value, built = self._record(tenant, payload, cost, request_id, deadline, headers)
-        return await self.topic.send(key=key, value=value, headers=built)
+        return await self.sender.send(self.topic, key, value, list(built))
 
     async def send_and_wait(
         self,
@@ -101,6 +97,7 @@ class Ingest:
         headers: wire.HeaderInput | None = None,
     ) -> Any:
         """``send``, then wait for the broker's acknowledgement (the RecordMetadata)."""
-        key, value, built = self._record(tenant, payload, cost, request_id, deadline, headers)
-        sent = await self.topic.send(key=key, value=value, headers=built)
+        sent = await self.send(
+            tenant, payload, cost=cost, request_id=request_id, deadline=deadline, headers=headers
+        )
         return await sent

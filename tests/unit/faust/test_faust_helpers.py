@@ -39,29 +39,41 @@ def event(
 
 
 class Recorder:
-    """Stands in for a Faust topic: keeps what was sent, acknowledges at once."""
+    """Stands in for the app's producer (``Sender``): keeps what was sent per topic and
+    acknowledges at once."""
 
     def __init__(self) -> None:
-        self.sent: list[tuple[bytes | None, bytes | None, Any]] = []
+        self.sent: dict[str, list[tuple[bytes | None, bytes | None, Any]]] = {}
 
-    async def send(self, *, key: bytes | None, value: bytes | None, headers: Any = None) -> Any:
-        self.sent.append((key, value, headers))
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Any
+    ) -> asyncio.Future[None]:
+        self.sent.setdefault(topic, []).append((key, value, headers))
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         return done
 
     def feedback(self) -> list[Feedback]:
-        return [decode_feedback(v, key=k) for k, v, _ in self.sent]
+        return [decode_feedback(v, key=k) for k, v, _ in self.sent.get("fs.feedback", [])]
+
+    def dead_letters(self) -> list[tuple[bytes | None, bytes | None, Any]]:
+        return self.sent.get("fs.dlq", [])
 
 
-def agent_with(handler: Any, **kwargs: Any) -> tuple[PaidApiAgent, Recorder, Recorder]:
+def agent_with(handler: Any, **kwargs: Any) -> tuple[PaidApiAgent, Recorder]:
     agent = PaidApiAgent(
-        app(), handler, backoff_initial=0.0, backoff_max=0.0, name="unit", **kwargs
+        app(),
+        handler,
+        dlq_topic="fs.dlq",
+        feedback_topic="fs.feedback",
+        backoff_initial=0.0,
+        backoff_max=0.0,
+        name="unit",
+        **kwargs,
     )
-    feedback, dlq = Recorder(), Recorder()
-    agent.feedback = feedback  # type: ignore[assignment]
-    agent.dlq = dlq  # type: ignore[assignment]
-    return agent, feedback, dlq
+    sent = Recorder()
+    agent.sender = sent  # type: ignore[assignment]
+    return agent, sent
 
 
 # -- the app checks ------------------------------------------------------------------------
@@ -98,7 +110,7 @@ def test_ingest_builds_the_contract_record() -> None:
         (wire.DEADLINE_MS, b"1800000000000"),
     ]
     assert isinstance(wire.validate_ingest(key, value, headers), wire.Valid)
-    assert ingest.topic.get_topic_name() == "fs.ingest"
+    assert ingest.topic == "fs.ingest"
 
 
 @pytest.mark.parametrize(
@@ -165,7 +177,7 @@ def test_ok_reports_usage_and_a_repeated_request_id_is_skipped() -> None:
         calls.append(request)
         return Usage(cost=12)
 
-    agent, feedback, dlq = agent_with(handler)
+    agent, sent = agent_with(handler)
     headers = [(wire.REQUEST_ID, b"r-1"), (wire.COST, b"3"), (wire.SCHEDULED_MS, b"1000")]
 
     async def run() -> list[str]:
@@ -175,13 +187,13 @@ def test_ok_reports_usage_and_a_repeated_request_id_is_skipped() -> None:
 
     assert asyncio.run(run()) == ["ok", "duplicate"]
     assert len(calls) == 1
-    (record,) = feedback.feedback()
+    (record,) = sent.feedback()
     assert (record.request_id, record.tenant, record.outcome) == ("r-1", "acme", Outcome.OK)
     assert (record.declared_cost, record.cost, record.scheduled_at_ms) == (3, 12, 1000)
     assert agent.stats.ok == 1
     assert agent.stats.duplicates == 1
     assert agent.stats.feedback_records == 1
-    assert not dlq.sent
+    assert not sent.dead_letters()
 
 
 def test_rate_limited_is_reported_and_retried_without_using_an_attempt() -> None:
@@ -193,10 +205,10 @@ def test_rate_limited_is_reported_and_retried_without_using_an_attempt() -> None
         if refusals:
             raise refusals.pop(0)
 
-    agent, feedback, _ = agent_with(handler, max_attempts=1)
+    agent, sent = agent_with(handler, max_attempts=1)
     assert asyncio.run(agent.process(event(agent.egress.app))) == "ok"
     assert attempts == [1, 1, 1]
-    outcomes = [(f.outcome, f.scope) for f in feedback.feedback()]
+    outcomes = [(f.outcome, f.scope) for f in sent.feedback()]
     assert outcomes == [
         (Outcome.RATE_LIMITED, Scope.API),
         (Outcome.RATE_LIMITED, Scope.TENANT),
@@ -209,16 +221,16 @@ def test_the_last_failed_attempt_dead_letters_with_the_original_record() -> None
     async def handler(request: Request) -> None:
         raise RuntimeError(f"boom {request.attempt}")
 
-    agent, feedback, dlq = agent_with(handler, max_attempts=2)
+    agent, sent = agent_with(handler, max_attempts=2)
     headers = [(wire.REQUEST_ID, b"r-2"), ("trace", b"t")]
     assert asyncio.run(agent.process(event(agent.egress.app, headers=headers))) == ("dead-lettered")
-    ((key, value, dlq_headers),) = dlq.sent
+    ((key, value, dlq_headers),) = sent.dead_letters()
     assert (key, value) == (b"acme", b"prompt")
     assert dlq_headers[:2] == headers
     found = dict(dlq_headers)
     assert found[wire.DLQ_REASON] == wire.HANDLER_FAILED.encode()
     assert b"RuntimeError: boom 2" in found[wire.DLQ_DETAIL]
-    outcomes = [(f.outcome, f.attempt) for f in feedback.feedback()]
+    outcomes = [(f.outcome, f.attempt) for f in sent.feedback()]
     assert outcomes == [(Outcome.FAILED, 1), (Outcome.FAILED, 2), (Outcome.DEAD_LETTERED, 2)]
     assert agent.stats.dead_lettered == 1
     assert agent.stats.failed_attempts == 2
@@ -228,18 +240,18 @@ def test_a_rate_limit_past_the_deadline_dead_letters_as_expired() -> None:
     async def handler(request: Request) -> None:
         raise RateLimited(retry_after=3600)
 
-    agent, _, dlq = agent_with(handler)
+    agent, sent = agent_with(handler)
     deadline = str(wire.now_ms() + 60_000).encode()
     result = asyncio.run(
         agent.process(event(agent.egress.app, headers=[(wire.DEADLINE_MS, deadline)]))
     )
     assert result == "dead-lettered"
-    assert dict(dlq.sent[0][2])[wire.DLQ_REASON] == wire.EXPIRED.encode()
+    assert dict(sent.dead_letters()[0][2])[wire.DLQ_REASON] == wire.EXPIRED.encode()
 
 
 def test_without_a_feedback_topic_nothing_is_reported() -> None:
     agent = PaidApiAgent(app(), lambda r: None, feedback_topic=None, name="quiet")
-    assert agent.feedback is None
+    assert agent.feedback_topic is None
     assert asyncio.run(agent.process(event(agent.egress.app))) == "ok"
     assert agent.stats.feedback_records == 0
 
