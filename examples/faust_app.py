@@ -16,7 +16,8 @@
 returns ``fairstream.Usage`` with that count (the scheduler charges the difference from the
 declared cost); a prompt starting with ``busy:`` is refused once with
 ``fairstream.RateLimited(retry_after=0.2)``, as an API answering 429 with ``Retry-After``
-would be. Replace it with your client.
+would be; one starting with ``invalid:`` fails every time, as a 400 would (the agent retries
+it, then dead-letters it). Replace it with your client.
 
 Run it (topics from ``fairstream topics create``, a scheduler running):
 
@@ -84,6 +85,8 @@ async def call_model(request: Request) -> Usage:
     if text.startswith("busy:") and request.request_id not in _refused:
         _refused.add(request.request_id)
         raise RateLimited(retry_after=0.2)
+    if text.startswith("invalid:"):
+        raise ValueError("400 Bad Request: the model cannot read this prompt")
     # The tenant's policy picks the model: tenants given more weight get the larger one.
     model = "large" if policies.policy(request.tenant).weight > 1 else "small"
     tokens = max(1, len(text.split()))
@@ -99,4 +102,5 @@ paid_api = PaidApiAgent(
     egress_topic=env("FAIRSTREAM_EGRESS_TOPIC", "fairstream.egress"),
     dlq_topic=env("FAIRSTREAM_DLQ_TOPIC", "fairstream.dlq"),
     feedback_topic=env("FAIRSTREAM_FEEDBACK_TOPIC", "fairstream.feedback"),
+    backoff_initial=0.2,
 )

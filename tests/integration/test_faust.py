@@ -5,9 +5,10 @@
 process. Prompts go to the app's own requests topic; the app's ``submit`` agent writes them
 to ingest (``fairstream.faust.Ingest``); the scheduler releases them onto egress; the app's
 paid-API agent (``fairstream.faust.PaidApiAgent``, ``processing_guarantee="exactly_once"``)
-calls the simulated API, which refuses one prompt once with a 429; the feedback reaches the
-scheduler, which counts it on /metrics and charges the measured cost on /tenants. A tenant
-policy written with ``fairstream tenants set`` before the run is read by the app through
+calls the simulated API, which refuses one prompt once with a 429 and fails another every
+time (dead-lettered after three attempts); the feedback reaches the scheduler, which counts
+it on /metrics and charges the measured cost on /tenants. Tenant policies written with
+``fairstream tenants set``, before the run and during it, are read by the app through
 ``fairstream.faust.PolicyTable``.
 """
 
@@ -44,6 +45,8 @@ def prompt(tenant: str, i: int) -> dict[str, object]:
     return {"tenant": tenant, "text": text, "tokens": DECLARED, "id": f"{tenant}-p{i}"}
 
 
+# Fails every time (a 400): retried, then dead-lettered by the agent.
+INVALID = {"tenant": "umbrella", "text": "invalid: ???", "tokens": DECLARED, "id": "umbrella-p0"}
 LATE = ("initech", {"tenant": "initech", "text": "late", "tokens": 1, "id": "initech-late"})
 
 
@@ -165,6 +168,7 @@ def test_a_faust_app_submits_and_handles_requests_and_its_feedback_reaches_the_s
                 if i < count:
                     value = json.dumps(prompt(tenant, i)).encode()
                     producer.produce(requests, value, key=tenant.encode())
+        producer.produce(requests, json.dumps(INVALID).encode(), key=b"umbrella")
         assert producer.flush(30) == 0
 
         def high_watermarks(topic: str) -> list[int]:
@@ -179,19 +183,26 @@ def test_a_faust_app_submits_and_handles_requests_and_its_feedback_reaches_the_s
 
         ok = 'fairstream_feedback_records_total{outcome="ok"}'
         limited = 'fairstream_feedback_records_total{outcome="rate-limited"}'
+        failed = 'fairstream_feedback_records_total{outcome="failed"}'
+        dead = 'fairstream_feedback_records_total{outcome="dead-lettered"}'
         wait_until(
-            lambda: metric(scheduler, ok) >= total and metric(scheduler, limited) >= 1,
+            lambda: (
+                metric(scheduler, ok) >= total
+                and metric(scheduler, limited) >= 1
+                and metric(scheduler, dead) >= 1
+            ),
             120,
             lambda: (
-                f"the scheduler counts {total} ok and 1 rate-limited feedback records "
-                f"(has {metric(scheduler, ok)}, {metric(scheduler, limited)}); "
+                f"the scheduler counts {total} ok, 1 rate-limited and 1 dead-lettered "
+                f"feedback records (has {metric(scheduler, ok)}, {metric(scheduler, limited)}, "
+                f"{metric(scheduler, dead)}); "
                 f"faust log:\n{worker.tail() if worker else ''}"
             ),
             interval=0.2,
         )
         _, body = scheduler.get("/tenants")
         seen = {r["tenant"]: r for r in json.loads(body)["tenants"]}
-        ok_count, limited_count = metric(scheduler, ok), metric(scheduler, limited)
+        counts = {o: metric(scheduler, o) for o in (ok, limited, failed, dead)}
         api_limited = metric(scheduler, "fairstream_feedback_rate_limited_total")
 
         # A policy written while the app runs reaches its table: initech moves to the
@@ -212,7 +223,7 @@ def test_a_faust_app_submits_and_handles_requests_and_its_feedback_reaches_the_s
         # Faust committed its offsets of every record it handled (in its transactions):
         # the requests it read and the egress records (each followed by a commit marker).
         wanted = {(requests, p): n for p, n in enumerate(high_watermarks(requests))}
-        for message in consume(kafka_bootstrap, topics.egress, total + 1, timeout=30):
+        for message in consume(kafka_bootstrap, topics.egress, total + 2, timeout=30):
             at = (topics.egress, message.partition())
             wanted[at] = max(wanted.get(at, 0), message.offset() + 1)
         wait_until(
@@ -230,7 +241,15 @@ def test_a_faust_app_submits_and_handles_requests_and_its_feedback_reaches_the_s
 
     # Feedback (before the late prompt): one ok per request, one rate-limited for the
     # refused prompt, none lost.
-    assert (ok_count, limited_count, api_limited) == (total, 1, 1)
+    assert counts == {ok: total, limited: 1, failed: 3, dead: 1}
+    assert api_limited == 1
+    # The invalid prompt's dead letter: the original record, reason and sentence.
+    (letter,) = consume(kafka_bootstrap, topics.dlq, 1, timeout=30)
+    assert (letter.key(), letter.value()) == (b"umbrella", INVALID["text"].encode())
+    found = dict(letter.headers() or [])
+    assert found[wire.DLQ_REASON] == wire.HANDLER_FAILED.encode()
+    assert b"400 Bad Request" in found[wire.DLQ_DETAIL]
+    assert found[wire.REQUEST_ID] == b"umbrella-p0"
     # The scheduler matched the feedback to the requests it emitted and charged the cost
     # the handler measured (TEXT_WORDS tokens) against the declared one.
     for tenant, count in PROMPTS.items():
@@ -249,7 +268,7 @@ def test_a_faust_app_submits_and_handles_requests_and_its_feedback_reaches_the_s
     assert lines[-1][:3] == [LATE[1]["id"], "initech", "large"]
 
     # What Faust wrote to ingest is the contract's record, on the scheduler's partition.
-    ingested = consume(kafka_bootstrap, topics.ingest, total + 1, timeout=30)
+    ingested = consume(kafka_bootstrap, topics.ingest, total + 2, timeout=30)
     per_tenant: Counter[str] = Counter()
     for message in ingested:
         tenant = (message.key() or b"").decode()
@@ -262,7 +281,7 @@ def test_a_faust_app_submits_and_handles_requests_and_its_feedback_reaches_the_s
         assert headers[wire.COST] == str(LATE[1]["tokens"] if late else DECLARED).encode()
         valid = wire.validate_ingest(message.key(), message.value(), message.headers() or [])
         assert isinstance(valid, wire.Valid)
-    assert dict(per_tenant) == {**PROMPTS, LATE[0]: PROMPTS[LATE[0]] + 1}
+    assert dict(per_tenant) == {**PROMPTS, LATE[0]: PROMPTS[LATE[0]] + 1, "umbrella": 1}
     # And the worker stopped on SIGTERM. (With offsets acked since Faust's last commit, its
     # exactly-once shutdown fails that commit and hangs: see fairstream.faust. Waiting for
     # the commit above is what lets it stop.)
