@@ -88,6 +88,7 @@ async def call_model(request: Request) -> Usage:
     if text.startswith("invalid:"):
         raise ValueError("400 Bad Request: the model cannot read this prompt")
     # The tenant's policy picks the model: tenants given more weight get the larger one.
+    await policies.wait_ready(timeout=30)  # the table has read the topic once (at start)
     model = "large" if policies.policy(request.tenant).weight > 1 else "small"
     tokens = max(1, len(text.split()))
     if _handled_log:

@@ -7,7 +7,8 @@ GlobalTable follows its changelog. It is not a Faust ``Table`` with a changelog 
 writes go through ``fairstream tenants`` (the topic has one writer, and a Faust table would
 write its own encoding into it). A tombstone deletes its key (that tenant follows the
 defaults again); a value that does not decode is counted in ``errors``, logged and skipped,
-as the scheduler does.
+as the scheduler does. A read that fails (the broker gone) is logged and started over 5 s
+later; the table keeps serving what it had until the new read has caught up.
 
 ``table[tenant]`` / ``table.get(tenant)``: the tenant's own policy (the record under its
 key); ``table.policy(tenant)``: the policy the scheduler applies, its own or else the
@@ -34,6 +35,8 @@ from fairstream.wire.policy import DEFAULT_POLICY_KEY, PolicyRecord, SchemaError
 __all__ = ["PolicyTable"]
 
 log = logging.getLogger("fairstream.faust")
+
+RETRY_SECONDS = 5.0  # between two looks for a missing topic, and after a failed read
 
 
 class PolicyTable(Mapping[str, TenantPolicy]):
@@ -93,22 +96,46 @@ class PolicyTable(Mapping[str, TenantPolicy]):
 
     # -- following the topic -----------------------------------------------------------------
 
-    def apply(self, key: bytes | None, value: bytes | None) -> None:
-        """Apply one record of the topic (the reader calls this; public for tests)."""
+    def apply(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        into: dict[bytes, PolicyRecord] | None = None,
+    ) -> None:
+        """Apply one record of the topic to the table (or to ``into``, a rebuild's)."""
+        records = self._records if into is None else into
         if key is None:
             self.errors += 1
             log.warning("policy topic %s: a record without a key, skipped", self.topic)
             return
         if value is None:
-            self._records.pop(key, None)
+            records.pop(key, None)
             return
         try:
-            self._records[key] = decode_policy(value)
+            records[key] = decode_policy(value)
         except SchemaError as exc:
             self.errors += 1
             log.warning("policy topic %s: the value under %r skipped: %s", self.topic, key, exc)
 
     async def _follow(self) -> None:
+        """Read the topic for as long as the worker runs; start over after a failure."""
+        while True:
+            try:
+                await self._read()
+            except Exception as exc:  # the client's errors: never stop following silently
+                log.error(
+                    "policy topic %s: reading failed (%r); the table keeps what it has and "
+                    "reads the topic again in %g s",
+                    self.topic,
+                    exc,
+                    RETRY_SECONDS,
+                )
+                await asyncio.sleep(RETRY_SECONDS)
+
+    async def _read(self) -> None:
+        """Read every partition from the beginning into a fresh dict, swap it in once it
+        reached the end offsets seen at the start (so a key deleted meanwhile does not
+        linger), then apply what follows as it comes."""
         ready = self._event()
         consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap_servers(self.app),
@@ -122,24 +149,31 @@ class PolicyTable(Mapping[str, TenantPolicy]):
         try:
             partitions = consumer.partitions_for_topic(self.topic)
             while not partitions:
-                # Unknown to the client's metadata yet (or the topic does not exist yet).
+                # Not in the client's metadata yet; aiokafka has no public call that adds a
+                # topic to it without subscribing (topics() fetches a copy it does not keep).
                 await consumer._client.force_metadata_update()
                 partitions = consumer.partitions_for_topic(self.topic)
                 if not partitions:
-                    log.warning("policy topic %s not found; looking again in 5 s", self.topic)
-                    await asyncio.sleep(5.0)
+                    log.warning(
+                        "policy topic %s not found; looking again in %g s",
+                        self.topic,
+                        RETRY_SECONDS,
+                    )
+                    await asyncio.sleep(RETRY_SECONDS)
             tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             ends = await consumer.end_offsets(tps)
+            rebuild: dict[bytes, PolicyRecord] | None = {}
             while True:
                 batches = await consumer.getmany(timeout_ms=500)
                 for records in batches.values():
                     for record in records:
-                        self.apply(record.key, record.value)
-                if not ready.is_set():
+                        self.apply(record.key, record.value, rebuild)
+                if rebuild is not None:
                     positions = [await consumer.position(tp) for tp in ends]
                     if all(at >= end for at, end in zip(positions, ends.values(), strict=True)):
+                        self._records, rebuild = rebuild, None
                         ready.set()
         finally:
             await consumer.stop()

@@ -288,3 +288,13 @@ def test_policy_table_applies_records_tombstones_and_the_defaults() -> None:
     assert "acme" not in table
     with pytest.raises(KeyError):
         table[""]
+
+
+def test_a_rebuild_fills_its_own_dict_until_it_is_swapped_in() -> None:
+    table = PolicyTable(app(), "fs.policy")
+    table.apply(b"acme", encode_policy(PolicyRecord(TenantPolicy(weight=3), 1)))
+    rebuild: dict[bytes, PolicyRecord] = {}
+    table.apply(b"globex", encode_policy(PolicyRecord(TenantPolicy(weight=2), 2)), rebuild)
+    assert dict(table) == {"acme": TenantPolicy(weight=3)}  # the table serves what it had
+    assert list(rebuild) == [b"globex"]
+    assert not table.ready
