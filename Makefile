@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install test test-brokers unit integration lint fmt broker-jars browser screenshot demo bench clean
+.PHONY: install test test-brokers unit integration lint fmt broker-jars browser screenshot demo bench clean compat
 
 install: $(STAMP)
 
@@ -18,8 +18,38 @@ install: $(STAMP)
 $(STAMP): pyproject.toml dev/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,demo]' -e ./dev
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,demo,faust]' -e ./dev
 	@touch $(STAMP)
+
+# The two ends of the click range, each in a fresh virtualenv (pip's cache keeps them quick):
+# - a Faust user's install, `pip install '.[faust]'` (not editable, run from outside the
+#   tree): it resolves faust-streaming 0.15 and click below 8.4; both packages import and the
+#   CLI's --help runs. (`make install` also resolves that click: the suite runs under it.)
+# - the newest click, as `pip install fairstream` alone resolves it: the unit tests (but the
+#   Faust ones and the chart's) and the CLI tests on the real broker.
+COMPAT := $(VENV)/compat
+COMPAT_CLI_TESTS := tests/integration/test_tenants_cli.py tests/integration/test_topics.py
+define COMPAT_IMPORTS
+from importlib.metadata import version
+import faust, fairstream, fairstream.faust, fairstream.cli.main
+print("fairstream", version("fairstream"), "beside faust-streaming", version("faust-streaming"),
+      "on click", version("click"))
+endef
+export COMPAT_IMPORTS
+
+compat: broker-jars
+	rm -rf $(COMPAT)
+	$(PYTHON) -m venv $(COMPAT)/faust
+	$(COMPAT)/faust/bin/python -m pip install --quiet '.[faust]'
+	cd / && $(abspath $(COMPAT))/faust/bin/python -c "$$COMPAT_IMPORTS"
+	cd / && $(abspath $(COMPAT))/faust/bin/fairstream --help >/dev/null
+	cd / && $(abspath $(COMPAT))/faust/bin/fairstream tenants set --help >/dev/null
+	$(PYTHON) -m venv $(COMPAT)/click
+	$(COMPAT)/click/bin/python -m pip install --quiet --upgrade -e '.[test]' -e ./dev 'click>=8.5'
+	$(COMPAT)/click/bin/python -c 'from importlib.metadata import version as v; \
+		print("newest click:", v("click"))'
+	$(COMPAT)/click/bin/python -m pytest tests/unit $(COMPAT_CLI_TESTS) -q \
+		--ignore=tests/unit/faust --ignore=tests/unit/deploy $(PYTEST_ARGS)
 
 # Resolve org.apache.kafka:kafka_2.13 and its runtime dependencies into the user cache.
 broker-jars: install

@@ -117,9 +117,9 @@ def holding_back(r: dict[str, Any], profile: dict[str, Any]) -> list[str]:
             "writes into an in-memory transaction; its RocksDB write batch and changelog "
             "records go out at the checkpoint (every 5 s), so its rate including the final "
             f"checkpoint is {num(g('absorption', 'quix', 'records_per_s_incl_final_checkpoint'))}"
-            " records/s. fairstream puts into RocksDB and queues the changelog record for "
-            "each record as it comes, validates it against the contract and writes a "
-            "watermark per batch and partition."
+            " records/s. fairstream validates each record against the contract as it "
+            "comes and indexes it (offset, cost, time, deadline) with its payload held in "
+            "memory up to --buffer-memory; the ingest topic itself is the durable buffer."
         )
     return lines
 

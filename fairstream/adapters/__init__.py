@@ -1,1 +1,1 @@
-"""Thin adapters between the pure core and Kafka: admin, producers, the Faust app."""
+"""Thin adapters between the pure core and Kafka: client defaults, admin, the policy store."""

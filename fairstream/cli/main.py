@@ -1,8 +1,8 @@
 """The ``fairstream`` command: one entry point, subcommands loaded on demand.
 
 Subcommands live in their own modules of ``fairstream.cli`` and are imported only when
-invoked, so that ``fairstream topics create`` does not pay for importing Faust, and so that
-each module owns its options.
+invoked, so that ``fairstream topics create`` does not pay for importing the scheduler, its
+web server and confluent-kafka, and so that each module owns its options.
 """
 
 from __future__ import annotations

@@ -40,8 +40,12 @@ class _Unset:
 UNSET = _Unset()
 
 
-class _OptionalNumber(click.ParamType[int | float | None]):
-    """A number, or ``none`` / ``unlimited`` / ``off`` to remove the limit."""
+class _OptionalNumber(click.ParamType):
+    """A number, or ``none`` / ``unlimited`` / ``off`` to remove the limit.
+
+    Subclasses the bare ``click.ParamType``: it is generic only from click 8.5 on, and
+    subscripting it fails at import under the click faust-streaming pins (below 8.4).
+    """
 
     def __init__(self, kind: type[int] | type[float]) -> None:
         self.kind = kind

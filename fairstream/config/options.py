@@ -22,7 +22,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-def _param_type(setting: Declared) -> click.ParamType[Any] | None:
+# The bare ParamType: generic only from click 8.5 on (fairstream supports 8.1 up; pyproject).
+def _param_type(setting: Declared) -> click.ParamType | None:
     option = setting.option
     if option.choices:
         return click.Choice(option.choices, case_sensitive=option.case_sensitive)

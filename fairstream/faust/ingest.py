@@ -1,0 +1,103 @@
+"""``fairstream.faust.Ingest``: a Faust app writes fairstream ingest records.
+
+The record is what ``fairstream.Producer`` writes: key = the tenant id (UTF-8), value = the
+payload bytes untouched, the caller's headers and then ``fairstream-cost`` (always),
+``fairstream-request-id`` and ``fairstream-deadline-ms`` (when given), built and checked by
+``fairstream.wire.ingest_headers``. Arguments the scheduler would dead-letter as invalid
+are refused here with ``ValueError``/``TypeError`` before anything is sent.
+
+Partitioning: the record goes through the app's producer with no explicit partition, so
+aiokafka's default partitioner places it: Kafka's murmur2 of the key, the partition
+``fairstream.wire.partition.partition_of`` computes and the scheduler expects. ``Ingest``
+refuses an app with another ``producer_partitioner``, and an app on Faust's confluent
+driver (it drops headers). The record goes through the app's own producer at once, outside
+Faust's transactions in either processing guarantee (``fairstream.faust._app.Sender``): an
+agent that crashes before Faust commits its offsets submits the same request again when it
+handles the event again, so give requests a ``request_id`` (workers recognise it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from datetime import datetime
+from typing import Any
+
+import faust
+
+from fairstream import wire
+from fairstream.config import DEFAULT_INGEST
+from fairstream.faust._app import Sender, check_app
+
+__all__ = ["Ingest"]
+
+
+class Ingest:
+    """Writes requests to the fairstream ingest topic from a Faust app.
+
+    ``Ingest(app, topic)``: the topic must exist (``fairstream topics create`` makes it).
+    ``await ingest.send(tenant, payload, ...)`` queues one record and returns the future of
+    its ``RecordMetadata``; ``send_and_wait`` waits for the broker's acknowledgement.
+    """
+
+    def __init__(self, app: faust.App, topic: str = DEFAULT_INGEST) -> None:
+        check_app(app, "fairstream.faust.Ingest")
+        self.app = app
+        self.topic = topic
+        self.sender = Sender(app)
+
+    def _record(
+        self,
+        tenant: str,
+        payload: bytes,
+        cost: int,
+        request_id: str | None,
+        deadline: datetime | int | None,
+        headers: wire.HeaderInput | None,
+    ) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+        """Key, value and headers of one request, checked (ValueError/TypeError)."""
+        key = wire.tenant_key(tenant)
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise TypeError(
+                f"payload must be bytes, got {type(payload).__name__}; encode text first"
+            )
+        built = wire.ingest_headers(
+            cost=cost, request_id=request_id, deadline=deadline, headers=headers
+        )
+        return key, bytes(payload), built
+
+    async def send(
+        self,
+        tenant: str,
+        payload: bytes,
+        *,
+        cost: int = 1,
+        request_id: str | None = None,
+        deadline: datetime | int | None = None,
+        headers: wire.HeaderInput | None = None,
+    ) -> Awaitable[Any]:
+        """Queue one request for ``tenant``; returns the future of its RecordMetadata.
+
+        ``cost``: a positive integer (e.g. tokens); ``request_id``: the idempotency key
+        (ASCII; default ``<topic>-<partition>-<offset>`` of the ingest record);
+        ``deadline``: an aware datetime or epoch milliseconds after which the scheduler
+        dead-letters the request as expired. Raises ValueError/TypeError for a record the
+        contract rejects.
+        """
+        key, value, built = self._record(tenant, payload, cost, request_id, deadline, headers)
+        return await self.sender.send(self.topic, key, value, list(built))
+
+    async def send_and_wait(
+        self,
+        tenant: str,
+        payload: bytes,
+        *,
+        cost: int = 1,
+        request_id: str | None = None,
+        deadline: datetime | int | None = None,
+        headers: wire.HeaderInput | None = None,
+    ) -> Any:
+        """``send``, then wait for the broker's acknowledgement (the RecordMetadata)."""
+        sent = await self.send(
+            tenant, payload, cost=cost, request_id=request_id, deadline=deadline, headers=headers
+        )
+        return await sent
