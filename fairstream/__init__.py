@@ -21,6 +21,7 @@ __all__ = [
     "Producer",
     "RateLimited",
     "Request",
+    "ShareWorker",
     "Usage",
     "Worker",
     "__version__",
@@ -33,6 +34,7 @@ _LAZY = {
     "DeliveryError": "fairstream.sdk.producer",
     "KafkaAuthenticationError": "fairstream.sdk.producer",
     "Worker": "fairstream.sdk.worker.consumer",
+    "ShareWorker": "fairstream.sdk.worker.share",
     # What handlers see, raise and return: importable without loading confluent-kafka.
     "Request": "fairstream.sdk.worker.handler",
     "RateLimited": "fairstream.sdk.worker.handler",
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from fairstream.sdk.producer import DeliveryError, KafkaAuthenticationError, Producer
     from fairstream.sdk.worker.consumer import Worker
     from fairstream.sdk.worker.handler import RateLimited, Request, Usage
+    from fairstream.sdk.worker.share import ShareWorker
 
 
 def __getattr__(name: str) -> Any:

@@ -55,3 +55,35 @@ def kafka_bootstrap() -> Iterator[str]:
     yield state.bootstrap
     if already is None:
         broker.down()
+
+
+# Share groups (KIP-932) are production-ready from Apache Kafka 4.2.
+SHARE_KAFKA_VERSION = "4.4.0"
+
+
+@pytest.fixture(scope="session")
+def share_bootstrap() -> Iterator[str]:
+    """A broker with share groups: ``KAFKA_SHARE_BOOTSTRAP_SERVERS`` if set, else a
+    development broker of ``SHARE_KAFKA_VERSION`` of its own, beside the session's."""
+    given = os.environ.get("KAFKA_SHARE_BOOTSTRAP_SERVERS")
+    if given:
+        if not answers_metadata(given, timeout=10):
+            _no_broker(f"KAFKA_SHARE_BOOTSTRAP_SERVERS={given} does not answer")
+        yield given
+        return
+    base = os.environ.get("FAIRSTREAM_DEV_KAFKA_DIR")
+    state_dir = Path(f"{base}-share") if base else None
+    broker = DevBroker(state_dir=state_dir, kafka_version=SHARE_KAFKA_VERSION)
+    if state_dir is None:
+        broker = DevBroker(
+            state_dir=broker.state_dir.parent / f"dev-kafka-{SHARE_KAFKA_VERSION}",
+            kafka_version=SHARE_KAFKA_VERSION,
+        )
+    already = broker.status()
+    try:
+        state = already or broker.up(engine="local")
+    except BrokerError as exc:
+        _no_broker(f"Apache Kafka {SHARE_KAFKA_VERSION} for share groups: {exc}")
+    yield state.bootstrap
+    if already is None:
+        broker.down()
