@@ -106,7 +106,31 @@ def rate_targets(r: dict[str, Any]) -> list[Row]:
             f"{get(r, 'rate', 'achieved_rate')}/s ({err:+.2f}%)",
             abs(err) <= 1,
             f"{abs(abs(err) - 1):.2f} points",
-        )
+        ),
+        *rate_matrix_targets(r),
+    ]
+
+
+def rate_matrix_targets(r: dict[str, Any]) -> list[Row]:
+    rows = get(r, "rate", "matrix")
+    if not rows:
+        return []
+    ratios = [row["ratio"] for row in rows]
+    worst = max(max(row["excess_100ms"], row["excess_1s"]) for row in rows)
+    low, high = min(ratios), max(ratios)
+    return [
+        (
+            "delivered/allowed 0.98-1.02x at rates 50-2,000, bursts 1 to 100",
+            f"{low:.3f}x to {high:.3f}x ({len(rows)} rows)",
+            low >= 0.98 and high <= 1.02,
+            f"{min(low - 0.98, 1.02 - high):+.3f}x",
+        ),
+        (
+            "egress stamps never above rate x w + burst (w = 0.1 s, 1 s)",
+            f"largest excess {worst:+g}",
+            worst <= 0,
+            f"{-worst:g} records",
+        ),
     ]
 
 

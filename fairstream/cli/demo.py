@@ -10,8 +10,14 @@ The same arrivals go two ways at once:
 
 Dwell time is measured from a record's arrival (when the producer sent it) to the moment a
 worker starts serving it. At the end it prints, per tenant, count and dwell p50/p99 for
-fairstream, for FIFO, and for the ideal fluid (GPS) schedule of the same arrivals, and
-writes a PNG plot of dwell time over time per tenant.
+fairstream, for FIFO, and for the ideal fluid (GPS) schedule of the same arrivals; then, per
+side, the makespan (first arrival to the last service's end) and the API's utilization
+while requests waited (``utilization``: fairness must not leave the paid API idle), and
+writes a PNG plot of dwell time over time per tenant above the API calls started per second.
+
+The scheduler runs with its default burst (a tenth of a second of the rate): the simulated
+API serves exactly ``rate`` records/s, so a slot it spends idle is lost for good, and a
+little burst is what keeps a record waiting at the API after a late commit.
 """
 
 from __future__ import annotations
@@ -204,6 +210,58 @@ def summary_table(
     return "\n".join(lines)
 
 
+def utilization(served: list[tuple[float, float]], rate: float) -> float:
+    """The API's utilization while requests waited: of the time some request had arrived
+    and was not yet served (``served``: [(arrival, service start)]), the share the API spent
+    serving (each service takes 1/rate). 1.0: work-conserving; FIFO is, by construction."""
+
+    def union(spans: list[tuple[float, float]]) -> float:
+        total, end = 0.0, float("-inf")
+        for lo, hi in sorted(spans):
+            if hi > end:
+                total += hi - max(lo, end)
+                end = hi
+        return total
+
+    service = 1.0 / rate
+    demand = union([(arrival, start + service) for arrival, start in served])
+    busy = union([(start, start + service) for _, start in served])
+    return busy / demand if demand > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class SideStats:
+    """One side's use of the API: makespan (s from ``t0``) and utilization while work waited."""
+
+    makespan: float
+    utilization: float
+    starts: list[float]  # service start times (s from t0), for the plot
+
+
+def side_stats(served: Served, rate: float, t0: float) -> SideStats:
+    with served.lock:
+        pairs = [(arrival, started) for _, arrival, started in served.records.values()]
+    if not pairs:
+        return SideStats(0.0, 0.0, [])
+    makespan = max(s for _, s in pairs) + 1.0 / rate - t0
+    return SideStats(makespan, utilization(pairs, rate), sorted(s - t0 for _, s in pairs))
+
+
+def api_table(fair: SideStats, fifo: SideStats, ideal_makespan: float, rate: float) -> str:
+    """The API's side of the comparison: makespan and utilization for both sides."""
+    return "\n".join(
+        [
+            f"{'the paid API':<22} {'fairstream':>11} {'FIFO':>9} {'ideal (GPS)':>12}",
+            f"{'makespan':<22} {fair.makespan:>10.2f}s {fifo.makespan:>8.2f}s "
+            f"{ideal_makespan:>11.2f}s",
+            f"{'busy while work waited':<22} {fair.utilization:>10.1%} {fifo.utilization:>9.1%} "
+            f"{1.0:>12.1%}",
+            f"{'calls/s while busy':<22} {fair.utilization * rate:>11.1f} "
+            f"{fifo.utilization * rate:>9.1f} {rate:>12.1f}",
+        ]
+    )
+
+
 def p99_by_tenant(dwell: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
     """tenant -> p99 of the dwell times in ``dwell`` (tenant -> [(arrival, dwell)])."""
     return {t: percentile([d for _, d in v], 99) for t, v in dwell.items() if v}
@@ -216,10 +274,13 @@ def plot_dwell(
     title: str = "Noisy neighbour: dwell time per tenant, same arrivals, same API rate",
     *,
     ylabel: str = "dwell: arrival to service start (s)",
+    api: list[tuple[str, list[float]]] | None = None,
+    rate: float | None = None,
 ) -> bool:
     """Dwell time against arrival time per tenant, one panel per (title, tenant ->
     [(arrival, dwell)]), to a PNG; False when matplotlib (the demo extra) is missing.
-    Caller: the demo, and ``fairstream audit``."""
+    ``api``: (label, service start times in s from t0) per side, drawn below as API calls
+    started per second beside ``rate``. Caller: the demo, and ``fairstream audit``."""
     try:
         import matplotlib
 
@@ -227,8 +288,29 @@ def plot_dwell(
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), sharey=True)
-    axes = list(axes) if len(panels) > 1 else [axes]
+    if api:
+        fig = plt.figure(figsize=(6 * len(panels), 7.5))
+        grid = fig.add_gridspec(2, len(panels), height_ratios=[3, 1.6])
+        axes = [fig.add_subplot(grid[0, 0])]
+        axes += [fig.add_subplot(grid[0, i], sharey=axes[0]) for i in range(1, len(panels))]
+        calls = fig.add_subplot(grid[1, :])
+        for label, starts in api:
+            seconds = int(max(starts, default=0)) + 1
+            counts = [0] * seconds
+            for start in starts:
+                if start >= 0:
+                    counts[int(start)] += 1
+            calls.step(range(seconds), counts, where="post", label=label)
+        if rate is not None:
+            calls.axhline(rate, color="0.4", linestyle=":", label=f"API rate {rate:g}/s")
+        calls.set_xlabel("time (s)")
+        calls.set_ylabel("API calls started / s")
+        calls.set_title("API utilization: calls started per second")
+        calls.grid(True, alpha=0.3)
+        calls.legend(loc="lower left", fontsize=8)
+    else:
+        fig, grid_axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), sharey=True)
+        axes = list(grid_axes) if len(panels) > 1 else [grid_axes]
     for ax, (panel_title, data) in zip(axes, panels, strict=True):
         for tenant in sorted(data, key=lambda t: (t != "noisy", t)):
             points = sorted(data[tenant])
@@ -262,7 +344,7 @@ def _start_scheduler(
             sys.executable, "-m", "fairstream", "scheduler",
             "--ingest-topic", topics.ingest, "--egress-topic", topics.egress,
             "--dlq-topic", topics.dlq, "--policy-topic", topics.policy, "--app-id", app_id,
-            "--rate", str(rate), "--burst", "1",
+            "--rate", str(rate),
             "--data-dir", str(workdir / "scheduler-data"), "--web-port", str(port),
             "--web-host", "127.0.0.1", "--log-level", "warning",
         ],
@@ -369,8 +451,18 @@ def _report(
     ideal_p99 = {t: percentile(v, 99) for t, v in gps_dwell.items() if v}
     verdict = judge(p99_by_tenant(fair_dwell), ideal_p99, p99_by_tenant(fifo_dwell), scenario.rate)
     click.echo(f"verdict: {verdict.line()}")
+    fair_api = side_stats(fair, scenario.rate, t0)
+    fifo_api = side_stats(fifo, scenario.rate, t0)
+    ideal_makespan = max(gps.values(), default=t0) + 1.0 / scenario.rate - t0
+    click.echo("")
+    click.echo(api_table(fair_api, fifo_api, ideal_makespan, scenario.rate))
     png = workdir / "noisy-neighbour-dwell.png"
-    if plot_dwell(png, [("plain FIFO", fifo_dwell), ("fairstream", fair_dwell)], t0):
+    panels = [
+        (f"plain FIFO (API busy {fifo_api.utilization:.0%} while work waited)", fifo_dwell),
+        (f"fairstream (API busy {fair_api.utilization:.0%} while work waited)", fair_dwell),
+    ]
+    api = [("plain FIFO", fifo_api.starts), ("fairstream", fair_api.starts)]
+    if plot_dwell(png, panels, t0, api=api, rate=scenario.rate):
         click.echo(f"plot: {png}")
     else:
         click.echo("plot skipped: matplotlib is not installed (pip install 'fairstream[demo]')")

@@ -113,6 +113,7 @@ class Emitter:
             burst=settings.effective_burst,
             cost_rate=settings.cost_rate,
             deadline=itemgetter(3),
+            enqueued=itemgetter(2),
             on_resume=_resumed,
         )
         self._wait = 0.0  # seconds the rule last said to wait
@@ -216,6 +217,7 @@ class Emitter:
                 self._send_letters(send.EMIT_BATCH)
                 continue
             if not self._may_emit(now):
+                self.rule.forgo()  # held back on purpose: these slots are not owed
                 self._idle(0.01)
                 continue
             if self._emit_some() == 0 and not handoff.pending(self.queues):
@@ -422,7 +424,9 @@ class Emitter:
             self._renew_transaction(exc)
             self._rewind()
             return
-        self.metrics.commit_seconds.observe(time.monotonic() - started)
+        took = time.monotonic() - started
+        self.metrics.commit_seconds.observe(took)
+        self.rule.excuse(took)  # a backlog's slots during the commit are owed, not lost
         self.metrics.transactions.labels("committed").inc()
         for partition, prog in changed:
             self._committed_changes[partition] = prog.changes

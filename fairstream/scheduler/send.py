@@ -90,6 +90,8 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
                     step = Expire(*step)
             else:
                 step = decide(stamp)
+                if type(step) is Pick:
+                    stamp = rule.stamp_ms  # its slot: behind now when catching up
             if type(step) is not Pick:
                 if type(step) is Wait:
                     em._wait = step.seconds
