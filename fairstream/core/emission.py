@@ -404,6 +404,8 @@ class EmissionRule(Generic[T]):
             raise ValueError(f"share must be a number, got {share!r}")
         if not math.isfinite(share) or share < 0:
             raise ValueError(f"share must be a finite number >= 0, got {share!r}")
+        if float(share) == self._share:
+            return  # the group repeats a share with each lease: nothing changes
         self._share = float(share)
         # A new share starts the schedule now: slots missed at the old share are not caught
         # up at the new one (another instance may have sent them meanwhile).

@@ -209,3 +209,13 @@ def test_an_idle_rule_owes_nothing_for_a_commit():
     rule.excuse(1.0)
     fill(core, 500, at_ms=wall(clock))
     assert len(drain(rule, clock)) == 1
+
+
+def test_the_same_share_again_keeps_what_is_owed():
+    rule, core, clock = make(rate=100.0, burst=1.0)
+    fill(core, 1000)
+    drain(rule, clock)
+    clock.advance(0.3)
+    rule.excuse(0.3)
+    rule.set_share(1.0)  # the group's lease renewed with the share unchanged
+    assert 29 <= len(drain(rule, clock)) <= 30  # 0.3 s at 100/s (the last one: rounding)
