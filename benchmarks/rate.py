@@ -130,19 +130,50 @@ def phase(
     }
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """``python -m benchmarks.rate [--quick] [--baseline REV]``: the matrix on its own; with
+    ``--baseline``, the same rows first for the scheduler of REV (run from a worktree of its
+    own, as ``benchmarks.compare`` does), then side by side."""
+    import argparse
     import json
     import os
-    import sys
     import tempfile
 
-    # A quick look on its own: python -m benchmarks.rate [--quick]
-    steps: list[Callable[[], None]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        result = phase(
-            os.environ["KAFKA_BOOTSTRAP_SERVERS"], Path(tmp), "--quick" in sys.argv, steps
-        )
-    print(json.dumps(result, indent=2))
+    import fairstream_dev.harness.scheduler as harness
+    from benchmarks.common import REPO
+    from benchmarks.compare import worktrees
     from benchmarks.tables import rate_table
 
-    print("\n".join(rate_table({"rate": result})))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--baseline", help="a revision to measure first (e.g. main)")
+    args = parser.parse_args()
+    bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.baseline:
+            with worktrees([args.baseline]) as trees:
+                harness.REPO = trees[0]
+                try:
+                    results[args.baseline] = phase(bootstrap, Path(tmp), args.quick, [])
+                finally:
+                    harness.REPO = REPO
+        results["this tree"] = phase(bootstrap, Path(tmp), args.quick, [])
+    print(json.dumps(results, indent=2))
+    for name, result in results.items():
+        print(f"\n{name}:")
+        print("\n".join(rate_table({"rate": result})))
+    if args.baseline:
+        before, after = (results[args.baseline]["matrix"], results["this tree"]["matrix"])
+        print(
+            f"\n| --rate | --burst | {args.baseline} | this tree |\n| ---: | ---: | ---: | ---: |"
+        )
+        for old, new in zip(before, after, strict=True):
+            print(
+                f"| {old['rate']:,.0f} | {old['burst_option']} | {old['ratio']:.3f}x "
+                f"| {new['ratio']:.3f}x |"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -282,7 +282,14 @@ class EmissionRule(Generic[T]):
                 self._slot = slot
                 return Wait(due - now)
             slot = due
-            limiter.try_acquire(1, cost, slot)
+            if not limiter.try_acquire(1, cost, slot):
+                # The wait was below the clock's resolution (a large clock value): one
+                # step of it is more than the tokens missing.
+                slot = math.nextafter(slot, math.inf)
+                if not limiter.try_acquire(1, cost, slot):
+                    self._pending = pick
+                    self._slot = min(slot, now)
+                    return Wait(limiter.wait_time(1, cost, slot) or 1e-6)
         self._slot = slot
         self.stamp_ms = self._stamp(slot, now, now_ms)
         return pick
