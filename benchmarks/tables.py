@@ -400,23 +400,26 @@ def feedback_table(results: dict[str, Any]) -> list[str]:
             f"{run['egress_rate']:g}/s | {run['downstream_max']:,} | "
             f"{_seconds(run['convergence_s'])} |"
         )
-    changes = fb.get("changes") or {}
-    if changes.get("status") == "ok":
-        w, c = changes["windows"], changes["convergence_s"]
-        parts = [
-            f"{label} in [{w[key]['window_s'][0]:g}, {w[key]['window_s'][1]:g}) s: goodput "
-            f"{w[key]['goodput_ratio']:.2f}x, {w[key]['refused_share']:.1%} refused, converged "
-            f"after {_seconds(c[key])}"
-            for key, label in (("300", "300/s"), ("150", "150/s"), ("300 again", "300/s again"))
-        ]
-        drop, rise = (step[0] for step in changes["schedule"][1:])
-        lines += [
-            "",
-            f"Adaptive while the capacity goes 300 -> 150 (at {drop:g} s) -> 300 (at {rise:g} "
-            f"s): {'; '.join(parts)}; {changes['refused_share_all']:.1%} of all calls refused.",
-        ]
-    elif changes:
-        lines += ["", f"Capacity changes: failed: {str(changes.get('error'))[:200]}"]
+    for key, what in (("changes", "with Retry-After"), ("changes_no_retry_after", "bare 429s")):
+        changes = fb.get(key) or {}
+        if changes.get("status") == "ok":
+            w, c = changes["windows"], changes["convergence_s"]
+            parts = [
+                f"{label} in [{w[k]['window_s'][0]:g}, {w[k]['window_s'][1]:g}) s: goodput "
+                f"{w[k]['goodput_ratio']:.2f}x, {w[k]['refused_share']:.1%} refused, converged "
+                f"after {_seconds(c[k])}"
+                for k, label in (("300", "300/s"), ("150", "150/s"), ("300 again", "300/s again"))
+            ]
+            drop, rise = (step[0] for step in changes["schedule"][1:])
+            lines += [
+                "",
+                f"Adaptive while the capacity goes 300 -> 150 (at {drop:g} s) -> 300 (at "
+                f"{rise:g} s), {what}, workers {changes.get('concurrency', 16)} calls at a "
+                f"time: {'; '.join(parts)}; {changes['refused_share_all']:.1%} of all calls "
+                "refused.",
+            ]
+        elif changes:
+            lines += ["", f"Capacity changes ({what}): failed: {str(changes.get('error'))[:200]}"]
     if fb.get("plot"):
         lines += [
             "",
@@ -424,3 +427,14 @@ def feedback_table(results: dict[str, Any]) -> list[str]:
             "(feedback-loop.png)",
         ]
     return lines
+
+
+def change_rows(changes: dict[str, Any]) -> list[str]:
+    """Per capacity of a change run: "capacity | goodput | refused | seconds to 0.9x"."""
+    if changes.get("status") != "ok":
+        return [f"failed | | | {str(changes.get('error'))[:80]}"] if changes else []
+    w, c = changes["windows"], changes["convergence_s"]
+    return [
+        f"{label} | {w[k]['goodput_ratio']:.2f}x | {w[k]['refused_share']:.1%} | {_seconds(c[k])}"
+        for k, label in (("300", "300/s"), ("150", "-> 150/s"), ("300 again", "-> 300/s"))
+    ]

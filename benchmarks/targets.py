@@ -277,15 +277,26 @@ def feedback_targets(r: dict[str, Any]) -> list[Row]:
             "",
         ),
     ]
-    changes = get(r, "feedback", "changes") or {}
-    if changes.get("status") == "ok":
+    for key, what in (("changes", "Retry-After"), ("changes_no_retry_after", "bare 429s")):
+        changes = get(r, "feedback", key) or {}
+        if changes.get("status") != "ok":
+            continue
         windows = changes["windows"].values()
         met = all(w["goodput_ratio"] >= 0.9 and w["refused_share"] <= 0.05 for w in windows)
         out.append(
             (
-                "feedback: re-converges after 300 -> 150 -> 300",
+                f"feedback ({what}): re-converges after 300 -> 150 -> 300",
                 " / ".join(f"{w['goodput_ratio']:.2f}x" for w in windows),
                 met,
+                "",
+            )
+        )
+        seconds = [changes["convergence_s"][k] for k in ("150", "300 again")]
+        out.append(
+            (
+                f"feedback ({what}): >= 0.9x, <= 5% refused within 10 s of each change",
+                " / ".join("never" if t is None else f"{t:g} s" for t in seconds),
+                all(t is not None and t <= 10 for t in seconds),
                 "",
             )
         )
