@@ -389,7 +389,9 @@ def feedback_table(results: dict[str, Any]) -> list[str]:
         "egress | released, not served (max) | convergence |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for name in feedback.RUNS:
+    if not runs:  # --changes-only
+        lines = lines[:2]
+    for name in feedback.RUNS if runs else ():
         run = runs.get(name) or {}
         if run.get("status") != "ok":
             lines.append(f"| {name} | failed: {str(run.get('error'))[:120]} | | | | | | | |")

@@ -261,22 +261,22 @@ def group_targets(r: dict[str, Any]) -> list[Row]:
 
 def feedback_targets(r: dict[str, Any]) -> list[Row]:
     run = get(r, "feedback", "runs", "adaptive") or {}
-    if run.get("status") != "ok":
-        return []
-    out: list[Row] = [
-        (
-            "feedback: adaptive goodput >= 0.9x the hidden capacity",
-            f"{run['goodput']:g}/s of {feedback.CAPACITY:g}",
-            run["goodput_ratio"] >= 0.9,
-            f"{run['goodput_ratio']:.2f}x",
-        ),
-        (
-            "feedback: adaptive refused calls <= 5%",
-            f"{run['refused_share']:.1%} (after {run['window_s'][0]:g} s)",
-            run["refused_share"] <= 0.05,
-            "",
-        ),
-    ]
+    out: list[Row] = []
+    if run.get("status") == "ok":
+        out += [
+            (
+                "feedback: adaptive goodput >= 0.9x the hidden capacity",
+                f"{run['goodput']:g}/s of {feedback.CAPACITY:g}",
+                run["goodput_ratio"] >= 0.9,
+                f"{run['goodput_ratio']:.2f}x",
+            ),
+            (
+                "feedback: adaptive refused calls <= 5%",
+                f"{run['refused_share']:.1%} (after {run['window_s'][0]:g} s)",
+                run["refused_share"] <= 0.05,
+                "",
+            ),
+        ]
     for key, what in (("changes", "Retry-After"), ("changes_no_retry_after", "bare 429s")):
         changes = get(r, "feedback", key) or {}
         if changes.get("status") != "ok":
