@@ -153,9 +153,10 @@ def rate_table(r: dict[str, Any]) -> list[str]:
         f"**Rate precision at any burst** (a backlog always waiting; "
         f"{num(rows[0]['window_seconds'])} s from 2 s after the first egress record; counted "
         "by the `fairstream-scheduled-ms` stamps). Excess: the largest count in any window "
-        "of w minus `rate x w + burst`, over the whole run (<= 0: the bound held); at produce "
-        "time (Kafka timestamps) the bound has `rate x 0.5 s` more room, what a late emitter "
-        "may catch up:",
+        "of w minus `rate x w + burst`, over the whole run (<= 0: the bound held). At produce "
+        "time (Kafka timestamps) a late emitter catches up to 0.5 s of slots plus what its "
+        "commits took; the last column counts against `rate x (w + 0.5 s) + burst`, so a "
+        "positive value is a commit that took longer than that (under load):",
         "",
         "| --rate | --burst | delivered/s | delivered/allowed | excess w=0.1 s | excess w=1 s "
         "| excess at produce time, 1 s |",

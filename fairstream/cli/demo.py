@@ -506,7 +506,8 @@ def _report(
     type=click.FloatRange(min=1),
     default=50.0,
     show_default=True,
-    help="Records per second the simulated paid API serves (and fairstream's --rate).",
+    help="Calls per second the simulated paid API accepts, counted over a second "
+    "(fairstream runs with --rate and --burst of it).",
 )
 @click.option(
     "--burst",
