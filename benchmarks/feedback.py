@@ -20,13 +20,19 @@ every 0.5 s); and the convergence time: from the first call to the first
 1 s window from which on every 1 s window (0.5 s steps) has goodput >= 90% of the capacity
 and at most 5% of its calls refused ("never" when the run ends first).
 
-A fourth run, adaptive while the capacity goes 300 -> 150 -> 300, gives goodput and refusals
-in a window after each change and the convergence after each, and draws
+A fourth run, adaptive while the capacity goes 300 -> 150 -> 300 (workers 8 calls at a
+time, as in issue 20), gives goodput and refusals in a window after each change and the
+convergence after each (the seconds until goodput holds >= 0.9x with <= 5% refused); a
+fifth is the same with an API whose 429s carry no Retry-After. The fourth draws
 ``docs/feedback-loop.png``: egress rate, adaptive rate (``fairstream_adaptive_rate``),
 goodput and capacity over time, beside the three runs' egress at a constant capacity.
 Prints numbers, asserts nothing.
 
     .venv/bin/python -m benchmarks.feedback [--bootstrap HOST:PORT] [--quick]
+        [--changes-only] [--baseline REV]
+
+``--baseline REV`` runs the capacity changes first with the scheduler of REV (from a
+worktree of its own, as ``benchmarks.compare`` does) and prints both side by side.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from fairstream_dev.harness.paid_api import (
 CAPACITY = 300.0
 LOW = 150.0
 CEILING = 1000
+CHANGE_CONCURRENCY = 8  # handler calls at a time in the capacity-change runs (issue 20)
 TENANTS = [f"t{i:02d}" for i in range(16)]
 PLOT = REPO / "docs" / "feedback-loop.png"
 RUNS: dict[str, tuple[str, ...]] = {
@@ -122,15 +129,20 @@ def _loop_run(
     schedule: list[tuple[float, float]],
     seconds: float,
     args: tuple[str, ...],
+    *,
+    retry_after: bool = True,
+    concurrency: int = 16,
 ) -> tuple[PaidApi, FeedbackLoop]:
-    api = PaidApi(schedule)
+    api = PaidApi(schedule, retry_after=retry_after)
     backlog = sum(
         capacity * ((schedule[i + 1][0] if i + 1 < len(schedule) else seconds) - begin)
         for i, (begin, capacity) in enumerate(schedule)
     )
     run_dir = workdir / f"feedback-{name}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    with feedback_loop(bootstrap, run_dir, api_handler(api), *args) as loop:
+    with feedback_loop(
+        bootstrap, run_dir, api_handler(api), *args, concurrency=concurrency
+    ) as loop:
         # Enough for egress well above the capacity all along (a fixed rate empties the
         # ingest topic onto the workers anyway: that is what it does).
         loop.produce(dict.fromkeys(TENANTS, int(2.5 * backlog / len(TENANTS)) + 1))
@@ -154,11 +166,17 @@ def run_constant(
     return out
 
 
-def run_changes(bootstrap: str, workdir: Path, sizes: dict[str, Any]) -> dict[str, Any]:
+def run_changes(
+    bootstrap: str, workdir: Path, sizes: dict[str, Any], *, retry_after: bool = True
+) -> dict[str, Any]:
     drop, rise, end = sizes["changes"]
     after_drop, after_rise = sizes["after"]
     schedule = [(0.0, CAPACITY), (drop, LOW), (rise, CAPACITY)]
-    api, loop = _loop_run(bootstrap, workdir, "changes", schedule, end, RUNS["adaptive"])
+    name = "changes" if retry_after else "changes-no-retry-after"
+    api, loop = _loop_run(
+        bootstrap, workdir, name, schedule, end, RUNS["adaptive"],
+        retry_after=retry_after, concurrency=CHANGE_CONCURRENCY,
+    )  # fmt: skip
     windows = {
         "300": _window(api, loop, sizes["settle"], drop),
         "150": _window(api, loop, drop + after_drop, rise),
@@ -166,6 +184,8 @@ def run_changes(bootstrap: str, workdir: Path, sizes: dict[str, Any]) -> dict[st
     }
     return {
         "status": "ok",
+        "retry_after": retry_after,
+        "concurrency": CHANGE_CONCURRENCY,
         "schedule": schedule,
         "end_s": end,
         "windows": windows,
@@ -230,26 +250,37 @@ def plot(result: dict[str, Any], path: Path) -> bool:
     return True
 
 
+def _changes(bootstrap: str, workdir: Path, sizes: dict[str, Any]) -> dict[str, Any]:
+    """Both capacity-change runs: with Retry-After ("changes"), without ("no_retry_after")."""
+    out: dict[str, Any] = {}
+    for key, retry_after in (("changes", True), ("no_retry_after", False)):
+        try:
+            out[key] = run_changes(bootstrap, workdir, sizes, retry_after=retry_after)
+        except Exception as exc:
+            out[key] = {"status": "error", "error": repr(exc)[:300]}
+        log(f"{key}: {json.dumps({k: v for k, v in out[key].items() if k != 'series'})}")
+    return out
+
+
 def phase(
     bootstrap: str,
     workdir: Path,
     quick: bool,
     _cleanup: list[Callable[[], None]] | None = None,
     plot_path: Path = PLOT,
+    *,
+    changes_only: bool = False,
 ) -> dict[str, Any]:
     sizes = _sizes(quick)
     runs: dict[str, Any] = {}
-    for name in RUNS:
+    for name in RUNS if not changes_only else ():
         try:
             runs[name] = run_constant(bootstrap, workdir, name, sizes["seconds"], sizes["settle"])
         except Exception as exc:
             runs[name] = {"status": "error", "error": repr(exc)[:300]}
         log(f"{name}: {json.dumps({k: v for k, v in runs[name].items() if k != 'series'})}")
-    try:
-        changes = run_changes(bootstrap, workdir, sizes)
-    except Exception as exc:
-        changes = {"status": "error", "error": repr(exc)[:300]}
-    log(f"changes: {json.dumps({k: v for k, v in changes.items() if k != 'series'})}")
+    both = _changes(bootstrap, workdir, sizes)
+    changes, bare = both["changes"], both["no_retry_after"]
     result: dict[str, Any] = {
         "status": "ok",
         "capacity": CAPACITY,
@@ -257,11 +288,15 @@ def phase(
         "settle": sizes["settle"],
         "runs": runs,
         "changes": changes,
+        "changes_no_retry_after": bare,
     }
-    if plot(result, plot_path):
+    if not changes_only and plot(result, plot_path):
         result["plot"] = str(plot_path)
     # The per-second series are for the plot: keep them out of the report's raw JSON.
-    series = {name: run.pop("series", None) for name, run in [*runs.items(), ("changes", changes)]}
+    series = {
+        name: run.pop("series", None)
+        for name, run in [*runs.items(), ("changes", changes), ("no_retry_after", bare)]
+    }
     (workdir / "feedback-series.json").write_text(json.dumps(series))
     return result
 
@@ -271,19 +306,43 @@ def main() -> None:
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--plot", type=Path, default=PLOT, help=f"the PNG (default {PLOT})")
+    parser.add_argument("--changes-only", action="store_true", help="only the change runs")
+    parser.add_argument("--baseline", help="a revision whose scheduler runs the changes first")
     args = parser.parse_args()
-    from benchmarks.tables import feedback_table
+    import fairstream_dev.harness.scheduler as harness
+    from benchmarks.compare import worktrees
+    from benchmarks.tables import change_rows, feedback_table
     from benchmarks.targets import feedback_targets
 
     broker = Broker.find(args.bootstrap)
     workdir = Path(tempfile.mkdtemp(prefix="fairstream-feedback-"))
+    baseline: dict[str, Any] | None = None
     try:
-        result = phase(broker.bootstrap, workdir, args.quick, plot_path=args.plot.resolve())
+        if args.baseline:
+            with worktrees([args.baseline]) as trees:
+                harness.REPO = trees[0]
+                try:
+                    baseline = _changes(broker.bootstrap, workdir / "baseline", _sizes(args.quick))
+                finally:
+                    harness.REPO = REPO
+        result = phase(
+            broker.bootstrap, workdir, args.quick, plot_path=args.plot.resolve(),
+            changes_only=args.changes_only,
+        )  # fmt: skip
     finally:
         broker.stop()
     results = {"feedback": result}
-    print(json.dumps(results, indent=2))
+    print(json.dumps({**results, "baseline": baseline}, indent=2))
     print("\n".join(feedback_table(results)))
+    if baseline is not None:
+        print(f"\nCapacity changes, {args.baseline} beside this tree:\n")
+        print("| scheduler | 429s | change | goodput | refused | seconds to 0.9x |")
+        print("| --- | --- | --- | ---: | ---: | ---: |")
+        for label, source in ((args.baseline, baseline), ("this tree", result)):
+            for key, name in (("changes", "Retry-After"), ("no_retry_after", "bare")):
+                run = source.get(key) if key in source else source.get("changes_" + key)
+                for row in change_rows(run or {}):
+                    print(f"| {label} | {name} | {row} |")
     print_targets(feedback_targets(results))
 
 

@@ -22,6 +22,7 @@ def result_tables(r: dict[str, Any]) -> list[str]:
         *throughput_tables(r),
         *noisy_table(r),
         *rate_line(r),
+        *rate_table(r),
         *scale_table(r),
         *burst_table(r),
         "",
@@ -149,6 +150,35 @@ def rate_line(r: dict[str, Any]) -> list[str]:
         f"{g('max_overshoot_1s_incl_start')} including the start (the bucket's burst).",
         "",
     ]
+
+
+def rate_table(r: dict[str, Any]) -> list[str]:
+    rows = get(r, "rate", "matrix")
+    if not rows:
+        return []
+    lines = [
+        f"**Rate precision at any burst** (a backlog always waiting; "
+        f"{num(rows[0]['window_seconds'])} s from 2 s after the first egress record; counted "
+        "by the `fairstream-scheduled-ms` stamps). Excess: the largest count in any window "
+        "of w minus `rate x w + burst`, over the whole run (<= 0: the bound held). At produce "
+        "time (Kafka timestamps) a late emitter catches up to 0.5 s of slots plus what its "
+        "commits took; the last column counts against `rate x (w + 0.5 s) + burst`, so a "
+        "positive value is a commit that took longer than that (under load):",
+        "",
+        "| --rate | --burst | delivered/s | delivered/allowed | excess w=0.1 s | excess w=1 s "
+        "| excess at produce time, 1 s |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        option = row["burst_option"]
+        burst = f"{num(row['burst'])} (default)" if option == "default" else option
+        lines.append(
+            f"| {num(row['rate'])} | {burst} | {num(row['achieved_rate'], ',.2f')} "
+            f"| {row['ratio']:.3f}x | {row['excess_100ms']:+g} | {row['excess_1s']:+g} "
+            f"| {row['produced_excess_1s']:+g} |"
+        )
+    lines.append("")
+    return lines
 
 
 def scale_table(r: dict[str, Any]) -> list[str]:
@@ -418,7 +448,9 @@ def feedback_table(results: dict[str, Any]) -> list[str]:
         "egress | released, not served (max) | convergence |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for name in feedback.RUNS:
+    if not runs:  # --changes-only
+        lines = lines[:2]
+    for name in feedback.RUNS if runs else ():
         run = runs.get(name) or {}
         if run.get("status") != "ok":
             lines.append(f"| {name} | failed: {str(run.get('error'))[:120]} | | | | | | | |")
@@ -429,23 +461,26 @@ def feedback_table(results: dict[str, Any]) -> list[str]:
             f"{run['egress_rate']:g}/s | {run['downstream_max']:,} | "
             f"{_seconds(run['convergence_s'])} |"
         )
-    changes = fb.get("changes") or {}
-    if changes.get("status") == "ok":
-        w, c = changes["windows"], changes["convergence_s"]
-        parts = [
-            f"{label} in [{w[key]['window_s'][0]:g}, {w[key]['window_s'][1]:g}) s: goodput "
-            f"{w[key]['goodput_ratio']:.2f}x, {w[key]['refused_share']:.1%} refused, converged "
-            f"after {_seconds(c[key])}"
-            for key, label in (("300", "300/s"), ("150", "150/s"), ("300 again", "300/s again"))
-        ]
-        drop, rise = (step[0] for step in changes["schedule"][1:])
-        lines += [
-            "",
-            f"Adaptive while the capacity goes 300 -> 150 (at {drop:g} s) -> 300 (at {rise:g} "
-            f"s): {'; '.join(parts)}; {changes['refused_share_all']:.1%} of all calls refused.",
-        ]
-    elif changes:
-        lines += ["", f"Capacity changes: failed: {str(changes.get('error'))[:200]}"]
+    for key, what in (("changes", "with Retry-After"), ("changes_no_retry_after", "bare 429s")):
+        changes = fb.get(key) or {}
+        if changes.get("status") == "ok":
+            w, c = changes["windows"], changes["convergence_s"]
+            parts = [
+                f"{label} in [{w[k]['window_s'][0]:g}, {w[k]['window_s'][1]:g}) s: goodput "
+                f"{w[k]['goodput_ratio']:.2f}x, {w[k]['refused_share']:.1%} refused, converged "
+                f"after {_seconds(c[k])}"
+                for k, label in (("300", "300/s"), ("150", "150/s"), ("300 again", "300/s again"))
+            ]
+            drop, rise = (step[0] for step in changes["schedule"][1:])
+            lines += [
+                "",
+                f"Adaptive while the capacity goes 300 -> 150 (at {drop:g} s) -> 300 (at "
+                f"{rise:g} s), {what}, workers {changes.get('concurrency', 16)} calls at a "
+                f"time: {'; '.join(parts)}; {changes['refused_share_all']:.1%} of all calls "
+                "refused.",
+            ]
+        elif changes:
+            lines += ["", f"Capacity changes ({what}): failed: {str(changes.get('error'))[:200]}"]
     if fb.get("plot"):
         lines += [
             "",
@@ -453,3 +488,14 @@ def feedback_table(results: dict[str, Any]) -> list[str]:
             "(feedback-loop.png)",
         ]
     return lines
+
+
+def change_rows(changes: dict[str, Any]) -> list[str]:
+    """Per capacity of a change run: "capacity | goodput | refused | seconds to 0.9x"."""
+    if changes.get("status") != "ok":
+        return [f"failed | | | {str(changes.get('error'))[:80]}"] if changes else []
+    w, c = changes["windows"], changes["convergence_s"]
+    return [
+        f"{label} | {w[k]['goodput_ratio']:.2f}x | {w[k]['refused_share']:.1%} | {_seconds(c[k])}"
+        for k, label in (("300", "300/s"), ("150", "-> 150/s"), ("300 again", "-> 300/s"))
+    ]

@@ -112,7 +112,31 @@ def rate_targets(r: dict[str, Any]) -> list[Row]:
             f"{get(r, 'rate', 'achieved_rate')}/s ({err:+.2f}%)",
             abs(err) <= 1,
             f"{abs(abs(err) - 1):.2f} points",
-        )
+        ),
+        *rate_matrix_targets(r),
+    ]
+
+
+def rate_matrix_targets(r: dict[str, Any]) -> list[Row]:
+    rows = get(r, "rate", "matrix")
+    if not rows:
+        return []
+    ratios = [row["ratio"] for row in rows]
+    worst = max(max(row["excess_100ms"], row["excess_1s"]) for row in rows)
+    low, high = min(ratios), max(ratios)
+    return [
+        (
+            "delivered/allowed 0.98-1.02x at rates 50-2,000, bursts 1 to 100",
+            f"{low:.3f}x to {high:.3f}x ({len(rows)} rows)",
+            low >= 0.98 and high <= 1.02,
+            f"{min(low - 0.98, 1.02 - high):+.3f}x",
+        ),
+        (
+            "egress stamps never above rate x w + burst (w = 0.1 s, 1 s)",
+            f"largest excess {worst:+g}",
+            worst <= 0,
+            f"{-worst:g} records",
+        ),
     ]
 
 
@@ -275,31 +299,42 @@ def group_targets(r: dict[str, Any]) -> list[Row]:
 
 def feedback_targets(r: dict[str, Any]) -> list[Row]:
     run = get(r, "feedback", "runs", "adaptive") or {}
-    if run.get("status") != "ok":
-        return []
-    out: list[Row] = [
-        (
-            "feedback: adaptive goodput >= 0.9x the hidden capacity",
-            f"{run['goodput']:g}/s of {feedback.CAPACITY:g}",
-            run["goodput_ratio"] >= 0.9,
-            f"{run['goodput_ratio']:.2f}x",
-        ),
-        (
-            "feedback: adaptive refused calls <= 5%",
-            f"{run['refused_share']:.1%} (after {run['window_s'][0]:g} s)",
-            run["refused_share"] <= 0.05,
-            "",
-        ),
-    ]
-    changes = get(r, "feedback", "changes") or {}
-    if changes.get("status") == "ok":
+    out: list[Row] = []
+    if run.get("status") == "ok":
+        out += [
+            (
+                "feedback: adaptive goodput >= 0.9x the hidden capacity",
+                f"{run['goodput']:g}/s of {feedback.CAPACITY:g}",
+                run["goodput_ratio"] >= 0.9,
+                f"{run['goodput_ratio']:.2f}x",
+            ),
+            (
+                "feedback: adaptive refused calls <= 5%",
+                f"{run['refused_share']:.1%} (after {run['window_s'][0]:g} s)",
+                run["refused_share"] <= 0.05,
+                "",
+            ),
+        ]
+    for key, what in (("changes", "Retry-After"), ("changes_no_retry_after", "bare 429s")):
+        changes = get(r, "feedback", key) or {}
+        if changes.get("status") != "ok":
+            continue
         windows = changes["windows"].values()
         met = all(w["goodput_ratio"] >= 0.9 and w["refused_share"] <= 0.05 for w in windows)
         out.append(
             (
-                "feedback: re-converges after 300 -> 150 -> 300",
+                f"feedback ({what}): re-converges after 300 -> 150 -> 300",
                 " / ".join(f"{w['goodput_ratio']:.2f}x" for w in windows),
                 met,
+                "",
+            )
+        )
+        seconds = [changes["convergence_s"][k] for k in ("150", "300 again")]
+        out.append(
+            (
+                f"feedback ({what}): >= 0.9x, <= 5% refused within 10 s of each change",
+                " / ".join("never" if t is None else f"{t:g} s" for t in seconds),
+                all(t is not None and t <= 10 for t in seconds),
                 "",
             )
         )

@@ -10,8 +10,16 @@ The same arrivals go two ways at once:
 
 Dwell time is measured from a record's arrival (when the producer sent it) to the moment a
 worker starts serving it. At the end it prints, per tenant, count and dwell p50/p99 for
-fairstream, for FIFO, and for the ideal fluid (GPS) schedule of the same arrivals, and
-writes a PNG plot of dwell time over time per tenant.
+fairstream, for FIFO, and for the ideal fluid (GPS) schedule of the same arrivals; then, per
+side, the makespan (first arrival to the last service's end) and the API's utilization
+while requests waited (``utilization``: fairness must not leave the paid API idle), and
+writes a PNG plot of dwell time over time per tenant above the API calls started per second.
+
+The simulated API accepts ``rate`` calls per second, counted over a second, as per-second
+rate limits do (``_api_worker``), and the scheduler is configured to that limit:
+``--rate rate --burst rate``. (It used to run with ``--burst 1``, which then cost a quarter
+of the API; no burst is needed for fairness: the API takes a burst at once, so records
+released together do not queue in front of a quiet tenant's.)
 """
 
 from __future__ import annotations
@@ -25,18 +33,18 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import click
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from fairstream import wire
 from fairstream.adapters.admin import admin_client, create_topics
 from fairstream.config import KafkaConnection, Topics, kafka_options
-from fairstream.core import percentile
+from fairstream.core import TokenBucket, percentile
 from fairstream.reference import Arrival, fifo_starts, gps_starts, judge
 
 ARRIVAL_HEADER = "demo-arrival-ms"
@@ -85,10 +93,24 @@ class Served:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+def api_burst(rate: float) -> int:
+    """Calls the simulated API accepts back to back: one second's worth (its limit is per
+    second). The scheduler is given the same ``--burst``: configured to the API's limit."""
+    return max(1, int(rate))
+
+
 def _api_worker(
     kafka: KafkaConnection, topic: str, rate: float, served: Served, stop: threading.Event
 ) -> None:
-    """A paid API that serves ``rate`` records per second, one at a time, in read order."""
+    """A paid API limited to ``rate`` calls per second, counted over a second (a token
+    bucket of one second's worth, as per-second limits are), that starts each call as soon
+    as the worker has read its record and the limit allows, in read order.
+
+    This thread's own lateness is not the API's: a call the limit allowed at a moment its
+    record had been read starts at that moment, even when the thread (on a busy machine)
+    gets to it later. So both sides meet the same API, of exactly ``rate``, which is idle
+    only while it has nothing to do.
+    """
     consumer = Consumer(
         {
             **kafka.librdkafka(),
@@ -99,32 +121,47 @@ def _api_worker(
         }
     )
     consumer.subscribe([topic])
-    next_slot = time.time()
+    # Seconds since ``base``: epoch seconds are too coarse a float for a token's 1/rate.
+    base = time.time()
+    limit = TokenBucket(rate, api_burst(rate), 0.0)
+    read: deque[tuple[Message, float]] = deque()  # (record, when the worker had it)
+    last = 0.0  # when the last call started
     try:
         while not stop.is_set():
-            msg = consumer.poll(0.1)
-            if msg is None:
+            timeout = 0.1
+            if read:
+                at = max(read[0][1], last)
+                at += limit.wait_time(1, at)
+                now = time.time() - base
+                if at <= now and limit.try_take(1, at):
+                    msg = read.popleft()[0]
+                    last = at
+                    _record(served, msg, base + at)
+                    continue
+                timeout = min(max(at - now, 0.001), 0.1)
+            polled = consumer.poll(timeout)
+            if polled is None:
                 continue
-            err = msg.error()
-            if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
-                    raise RuntimeError(f"demo API consumer: {err}")
-                continue
-            # The API takes one record per 1/rate seconds: wait for the next free slot.
-            now = time.time()
-            if now < next_slot:
-                time.sleep(next_slot - now)
-            started = time.time()
-            next_slot = max(next_slot, started) + 1.0 / rate
-            raw_headers = cast(list[tuple[str, bytes | None]], msg.headers() or [])
-            headers = {name: v or b"" for name, v in raw_headers}
-            rid = headers.get(wire.REQUEST_ID, b"").decode()
-            arrival = int(headers[ARRIVAL_HEADER]) / 1000
-            tenant = (msg.key() or b"").decode()
-            with served.lock:
-                served.records.setdefault(rid, (tenant, arrival, started))
+            got = time.time() - base
+            for msg in [polled, *consumer.consume(num_messages=1000, timeout=0)]:
+                err = msg.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(f"demo API consumer: {err}")
+                    continue
+                read.append((msg, got))
     finally:
         consumer.close()
+
+
+def _record(served: Served, msg: Message, started: float) -> None:
+    raw_headers = cast(list[tuple[str, bytes | None]], msg.headers() or [])
+    headers = {name: v or b"" for name, v in raw_headers}
+    rid = headers.get(wire.REQUEST_ID, b"").decode()
+    arrival = int(headers[ARRIVAL_HEADER]) / 1000
+    tenant = (msg.key() or b"").decode()
+    with served.lock:
+        served.records.setdefault(rid, (tenant, arrival, started))
 
 
 def _produce(
@@ -204,6 +241,53 @@ def summary_table(
     return "\n".join(lines)
 
 
+def utilization(served: list[tuple[float, float]], rate: float) -> float:
+    """The API's utilization while requests waited: calls served over ``rate`` times the
+    time some request had arrived and had not yet started, or had started less than a
+    call's share of the API (1/rate) before (``served``: [(arrival, service start)]).
+    1.0: work-conserving; FIFO is, by construction (a little above 1 after an idle API
+    let a burst through)."""
+    demand, end = 0.0, float("-inf")
+    service = 1.0 / rate
+    for lo, hi in sorted((arrival, start + service) for arrival, start in served):
+        if hi > end:
+            demand += hi - max(lo, end)
+            end = hi
+    return len(served) / rate / demand if demand > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class SideStats:
+    """One side's use of the API: makespan (s from ``t0``) and utilization while work waited."""
+
+    makespan: float
+    utilization: float
+    starts: list[float]  # service start times (s from t0), for the plot
+
+
+def side_stats(served: Served, rate: float, t0: float) -> SideStats:
+    with served.lock:
+        pairs = [(arrival, started) for _, arrival, started in served.records.values()]
+    if not pairs:
+        return SideStats(0.0, 0.0, [])
+    makespan = max(s for _, s in pairs) + 1.0 / rate - t0
+    return SideStats(makespan, utilization(pairs, rate), sorted(s - t0 for _, s in pairs))
+
+
+def api_table(fair: SideStats, fifo: SideStats, ideal_makespan: float, rate: float) -> str:
+    """The API's side of the comparison: makespan and utilization for both sides."""
+    return "\n".join(
+        [
+            f"{'the paid API':<22} {'fairstream':>11} {'FIFO':>9} {'ideal (GPS)':>12}",
+            f"{'makespan':<22} {fair.makespan:>10.2f}s {fifo.makespan:>8.2f}s "
+            f"{ideal_makespan:>11.2f}s",
+            f"{'utilization':<22} {fair.utilization:>10.1%} {fifo.utilization:>9.1%} {1.0:>12.1%}",
+            f"{'calls/s while work waited':<22} {fair.utilization * rate:>11.1f} "
+            f"{fifo.utilization * rate:>9.1f} {rate:>12.1f}",
+        ]
+    )
+
+
 def p99_by_tenant(dwell: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
     """tenant -> p99 of the dwell times in ``dwell`` (tenant -> [(arrival, dwell)])."""
     return {t: percentile([d for _, d in v], 99) for t, v in dwell.items() if v}
@@ -216,10 +300,13 @@ def plot_dwell(
     title: str = "Noisy neighbour: dwell time per tenant, same arrivals, same API rate",
     *,
     ylabel: str = "dwell: arrival to service start (s)",
+    api: list[tuple[str, list[float]]] | None = None,
+    rate: float | None = None,
 ) -> bool:
     """Dwell time against arrival time per tenant, one panel per (title, tenant ->
     [(arrival, dwell)]), to a PNG; False when matplotlib (the demo extra) is missing.
-    Caller: the demo, and ``fairstream audit``."""
+    ``api``: (label, service start times in s from t0) per side, drawn below as API calls
+    started per second beside ``rate``. Caller: the demo, and ``fairstream audit``."""
     try:
         import matplotlib
 
@@ -227,8 +314,29 @@ def plot_dwell(
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), sharey=True)
-    axes = list(axes) if len(panels) > 1 else [axes]
+    if api:
+        fig = plt.figure(figsize=(6 * len(panels), 7.5))
+        grid = fig.add_gridspec(2, len(panels), height_ratios=[3, 1.6])
+        axes = [fig.add_subplot(grid[0, 0])]
+        axes += [fig.add_subplot(grid[0, i], sharey=axes[0]) for i in range(1, len(panels))]
+        calls = fig.add_subplot(grid[1, :])
+        for label, starts in api:
+            seconds = int(max(starts, default=0)) + 1
+            counts = [0] * seconds
+            for start in starts:
+                if start >= 0:
+                    counts[int(start)] += 1
+            calls.step(range(seconds), counts, where="post", label=label)
+        if rate is not None:
+            calls.axhline(rate, color="0.4", linestyle=":", label=f"API rate {rate:g}/s")
+        calls.set_xlabel("time (s)")
+        calls.set_ylabel("API calls started / s")
+        calls.set_title("API utilization: calls started per second")
+        calls.grid(True, alpha=0.3)
+        calls.legend(loc="lower left", fontsize=8)
+    else:
+        fig, grid_axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), sharey=True)
+        axes = list(grid_axes) if len(panels) > 1 else [grid_axes]
     for ax, (panel_title, data) in zip(axes, panels, strict=True):
         for tenant in sorted(data, key=lambda t: (t != "noisy", t)):
             points = sorted(data[tenant])
@@ -262,7 +370,7 @@ def _start_scheduler(
             sys.executable, "-m", "fairstream", "scheduler",
             "--ingest-topic", topics.ingest, "--egress-topic", topics.egress,
             "--dlq-topic", topics.dlq, "--policy-topic", topics.policy, "--app-id", app_id,
-            "--rate", str(rate), "--burst", "1",
+            "--rate", str(rate), "--burst", str(api_burst(rate)),
             "--data-dir", str(workdir / "scheduler-data"), "--web-port", str(port),
             "--web-host", "127.0.0.1", "--log-level", "warning",
         ],
@@ -369,8 +477,18 @@ def _report(
     ideal_p99 = {t: percentile(v, 99) for t, v in gps_dwell.items() if v}
     verdict = judge(p99_by_tenant(fair_dwell), ideal_p99, p99_by_tenant(fifo_dwell), scenario.rate)
     click.echo(f"verdict: {verdict.line()}")
+    fair_api = side_stats(fair, scenario.rate, t0)
+    fifo_api = side_stats(fifo, scenario.rate, t0)
+    ideal_makespan = max(gps.values(), default=t0) + 1.0 / scenario.rate - t0
+    click.echo("")
+    click.echo(api_table(fair_api, fifo_api, ideal_makespan, scenario.rate))
     png = workdir / "noisy-neighbour-dwell.png"
-    if plot_dwell(png, [("plain FIFO", fifo_dwell), ("fairstream", fair_dwell)], t0):
+    panels = [
+        (f"plain FIFO (API utilization {fifo_api.utilization:.0%})", fifo_dwell),
+        (f"fairstream (API utilization {fair_api.utilization:.0%})", fair_dwell),
+    ]
+    api = [("plain FIFO", fifo_api.starts), ("fairstream", fair_api.starts)]
+    if plot_dwell(png, panels, t0, api=api, rate=scenario.rate):
         click.echo(f"plot: {png}")
     else:
         click.echo("plot skipped: matplotlib is not installed (pip install 'fairstream[demo]')")
@@ -388,7 +506,8 @@ def _report(
     type=click.FloatRange(min=1),
     default=50.0,
     show_default=True,
-    help="Records per second the simulated paid API serves (and fairstream's --rate).",
+    help="Calls per second the simulated paid API accepts, counted over a second "
+    "(fairstream runs with --rate and --burst of it).",
 )
 @click.option(
     "--burst",

@@ -21,13 +21,35 @@ How the answer is made, in order:
    A tenant holding its policy's ``max_concurrency`` slots is out of the pick, as a paused
    tenant is, until one of its slots is given back.
 5. Pacing: wait for a record token *before* deciding who goes. A decision taken early
-   would pass over tenants that become backlogged while it waits.
+   would pass over tenants that become backlogged while it waits. The buckets are asked at
+   the pacer's own time (see "The virtual schedule" below), not at the caller's.
 6. Pick: ``FairScheduler.pick`` (weighted DRR, classes, per-tenant caps).
 7. Expiry at emit time: a picked item whose deadline (``deadline(item)``, epoch ms) is
    before ``now_ms`` is answered ``Expire``.
 8. Cost tokens: only a picked record's cost is known, so its cost tokens are taken after
    the pick. When they are short, the pick is held and the answer is ``Wait``; the next
    calls answer for the held pick first (no other tenant overtakes it).
+
+The virtual schedule: a caller that is late (it woke up late, a commit or a read-back held
+it) must not lose the slots it missed while a backlog waited, or a bucket of one token
+delivers a fraction of the rate (measured before: 0.86x at ``--burst 1``). So the pacer keeps
+a clock of its own, ``slot``: the time each pick is *scheduled at*. A pick takes its tokens
+at ``slot``, not at ``now``: after a late call the missed slots go back to back, each
+stamped with its own slot (``stamp_ms``), until the schedule has caught up with ``now``.
+The buckets only ever see ``slot``, which never goes back, so over the slots (the
+``fairstream-scheduled-ms`` stamps) every window ``w`` holds at most ``rate * w + burst``
+records: the token bucket's own guarantee. What is caught up is bounded:
+
+- at most ``catch_up`` seconds of schedule (0.5 s by default; a slot older than that is
+  lost), plus the time the caller says it spent on work it had to do (``excuse``: a commit,
+  which under load was seen to take 0.5-2.5 s), so at the moment records are produced the
+  bound is ``rate * (w + catch_up + that work) + burst``; read_committed consumers see
+  records per commit anyway, so a slow commit delays what they see by as much either way;
+- only while a backlog waited: once nothing could be picked (the core empty, every tenant
+  capped or paused), or when the lease ran out, the schedule restarts at ``now``; after a
+  hold it restarts no earlier than the hold's end; a new share starts it at ``now``;
+- a pick is never scheduled before its record was enqueued (``enqueued``, epoch ms), so a
+  record that arrived during the commit is not stamped before it existed.
 
 The rate share: an instance sends its ``share`` of the group rate (``set_share``). The
 limiter's buckets are retuned, never replaced, so tokens spent before a change stay spent:
@@ -84,6 +106,14 @@ class Wait(NamedTuple):
 
 WAIT_FOR_NEWS: Final = Wait(math.inf)
 
+CATCH_UP: Final = 0.5  # seconds of missed schedule a late caller may still catch up
+
+# Wall-clock minus monotonic time, in ms, is re-anchored when the readings move back by more
+# than this (a wall-clock step); readings only a little low are a caller descheduled between
+# its two clock reads, not a step.
+_STEP_MS: Final = 100.0
+MAX_EXCUSED: Final = 10.0  # seconds of excused work owed at most (an overloaded caller)
+
 
 class EmissionRule(Generic[T]):
     """Pace, pick, expire, cost tokens, hold, tenant pauses and the rate share, over one
@@ -103,26 +133,33 @@ class EmissionRule(Generic[T]):
         "_alarm",
         "_base",
         "_burst",
+        "_catch_up",
         "_clock",
         "_cost_burst",
         "_cost_rate",
         "_deadline",
+        "_enqueued",
+        "_excused",
         "_full",
         "_group_limit",
         "_hold_until",
+        "_idle",
         "_lease_until",
         "_limited",
         "_limited_tenants",
         "_limiter",
         "_next_resume",
         "_now",
+        "_offset",
         "_on_resume",
         "_pending",
         "_rate",
         "_share",
+        "_slot",
         "core",
         "inflight",
         "pauses",
+        "stamp_ms",
     )
 
     def __init__(
@@ -135,6 +172,8 @@ class EmissionRule(Generic[T]):
         cost_rate: float | None = None,
         cost_burst: float | None = None,
         deadline: Callable[[T], int | None] | None = None,
+        enqueued: Callable[[T], int] | None = None,
+        catch_up: float = CATCH_UP,
         max_pause: float = 300.0,
         on_resume: Callable[[str], None] | None = None,
         max_concurrency: int | None = None,
@@ -153,6 +192,15 @@ class EmissionRule(Generic[T]):
         self._limited = rate is not None or cost_rate is not None
         self._share = 1.0
         self._deadline = deadline
+        self._enqueued = enqueued
+        if not math.isfinite(catch_up) or catch_up < 0:
+            raise ValueError(f"catch_up must be a finite number >= 0, got {catch_up!r}")
+        self._catch_up = float(catch_up)
+        self._slot = clock.now()  # the pacer's clock: the slot of the last pick
+        self._idle = True  # nothing could be picked at the last look: no catching up
+        self._excused = 0.0  # seconds of the caller's necessary work, owed beyond catch_up
+        self._offset = -math.inf  # wall-clock ms minus monotonic ms (see _stamp)
+        self.stamp_ms = 0  # the slot of the last Pick in epoch ms (see next)
         self._hold_until = -math.inf
         self._lease_until = math.inf
         self.pauses = TenantPauses(max_pause)
@@ -171,11 +219,14 @@ class EmissionRule(Generic[T]):
     def next(self, now_ms: int = 0) -> Pick[T] | Expire[T] | Wait:
         """What to do now: send a ``Pick``, drop an ``Expire``, or ``Wait``.
 
-        ``now_ms`` is the wall-clock time in epoch ms that deadlines are compared with
-        (the caller stamps the record it sends with the same value).
+        ``now_ms`` is the wall-clock time in epoch ms that deadlines are compared with.
+        After a ``Pick`` under a rate or cost limit, ``stamp_ms`` is its slot on the virtual
+        schedule in epoch ms (at most ``catch_up`` before ``now_ms``): the time the caller
+        stamps the record with. Unlimited, the caller stamps it with ``now_ms``.
 
         Caller: the emitter loop, and ``simulate``, once per record.
-        Affects: the core (a pick), the limiter's tokens, the held pick, ended pauses.
+        Affects: the core (a pick), the limiter's tokens, the schedule, the held pick, ended
+        pauses.
         """
         # The per-record path of the service: flat, local names, no allocation on a send.
         now = self._now()
@@ -183,32 +234,20 @@ class EmissionRule(Generic[T]):
             return Wait(self._hold_until - now)
         if now >= self._alarm:  # a lease ran out, or a tenant pause ended
             if now >= self._lease_until:
+                self._idle = True  # what the lease did not allow is not owed afterwards
                 return WAIT_FOR_NEWS
             self._resume(now)
+        if self._limited:
+            return self._paced(now, now_ms)
         pick = self._pending
-        limiter = self._limiter if self._limited else None
         if pick is None:
-            inflight = self.inflight if self.tracking else None
-            if inflight is not None:
-                expiry = inflight.next_expiry()
-                if now >= expiry:
-                    self._expire(now)
-                    expiry = inflight.next_expiry()
-                if inflight.full:
-                    # A completion frees a slot sooner (news); the earliest lease at last.
-                    return WAIT_FOR_NEWS if expiry == math.inf else Wait(expiry - now)
-            if limiter is not None:
-                wait = limiter.wait_time(1, 1, now)
-                if wait > 0:
-                    return Wait(wait)
+            gate = self._slots_wait(now)
+            if gate is not None:
+                return gate
             core = self.core
             pick = core.pick(now)
             if pick is None:
-                later = core.next_eligible_in(now) if len(core) else None
-                if inflight is not None and self._full:
-                    # A tenant out of the pick for its slots comes back at a lease's end.
-                    expiry = inflight.next_expiry() - now
-                    later = expiry if later is None else min(later, expiry)
+                later = self._later(now)
                 return WAIT_FOR_NEWS if later is None or later == math.inf else Wait(later)
         else:
             self._pending = None
@@ -217,10 +256,118 @@ class EmissionRule(Generic[T]):
             deadline = deadline_of(pick[1])
             if deadline is not None and now_ms > deadline:
                 return Expire(*pick)
-        if limiter is None or limiter.try_acquire(1, pick[2], now):
-            return pick
-        self._pending = pick
-        return Wait(limiter.wait_time(1, pick[2], now))
+        self.stamp_ms = now_ms
+        return pick
+
+    def _paced(self, now: float, now_ms: int) -> Pick[T] | Expire[T] | Wait:
+        """``next`` under a rate or cost limit: the tokens are taken at the slot."""
+        limiter = self._limiter
+        # The slot: the schedule's own time, behind ``now`` by what a late caller missed
+        # while a backlog waited, never more than catch_up, never before a hold's end.
+        floor = now if self._idle else now - self._catch_up
+        excused = self._excused
+        if excused:
+            if self._slot >= floor:
+                self._excused = 0.0  # caught up
+            else:
+                floor -= excused
+        slot = max(self._slot, floor, self._hold_until)
+        pick = self._pending
+        if pick is None:
+            gate = self._slots_wait(now)
+            if gate is not None:
+                self._slot = slot
+                return gate
+            due = slot + limiter.wait_time(1, 1, slot)
+            if due > now:
+                self._slot = slot
+                return Wait(due - now)
+            slot = due
+            core = self.core
+            pick = core.pick(now)
+            if pick is None:
+                self._idle = True
+                self._slot = slot
+                later = self._later(now)
+                return WAIT_FOR_NEWS if later is None or later == math.inf else Wait(later)
+        else:
+            self._pending = None
+        self._idle = False
+        item = pick[1]
+        deadline_of = self._deadline
+        if deadline_of is not None:
+            deadline = deadline_of(item)
+            if deadline is not None and now_ms > deadline:
+                self._slot = slot
+                return Expire(*pick)
+        slot = self._not_before_arrival(item, slot, now, now_ms)
+        cost = pick[2]
+        if not limiter.try_acquire(1, cost, slot):
+            due = slot + limiter.wait_time(1, cost, slot)
+            if due > now:
+                self._pending = pick
+                self._slot = slot
+                return Wait(due - now)
+            slot = due
+            if not limiter.try_acquire(1, cost, slot):
+                # The wait was below the clock's resolution (a large clock value): one
+                # step of it is more than the tokens missing.
+                slot = math.nextafter(slot, math.inf)
+                if not limiter.try_acquire(1, cost, slot):
+                    self._pending = pick
+                    self._slot = min(slot, now)
+                    return Wait(limiter.wait_time(1, cost, slot) or 1e-6)
+        self._slot = slot
+        self.stamp_ms = self._stamp(slot, now, now_ms)
+        return pick
+
+    def _not_before_arrival(self, item: T, slot: float, now: float, now_ms: int) -> float:
+        """``slot``, or later: not scheduled before it existed (a record that arrived while
+        the caller was late). A later slot only has more tokens, and the schedule stays
+        monotonic."""
+        enqueued_of = self._enqueued
+        if enqueued_of is not None and now_ms > 0:
+            arrived = now - (now_ms - enqueued_of(item)) / 1000
+            if arrived > slot:
+                return min(arrived, now)
+        return slot
+
+    def _slots_wait(self, now: float) -> Wait | None:
+        """While this instance's concurrency slots are all held: how long to wait (a
+        completion, ``settled``, is news; the earliest lease's end at last). Leases that ran
+        out are given back first. None when a slot is free, or no limit is tracked."""
+        if not self.tracking:
+            return None
+        inflight = self.inflight
+        expiry = inflight.next_expiry()
+        if now >= expiry:
+            self._expire(now)
+            expiry = inflight.next_expiry()
+        if inflight.full:
+            return WAIT_FOR_NEWS if expiry == math.inf else Wait(expiry - now)
+        return None
+
+    def _later(self, now: float) -> float | None:
+        """When the core, which had nothing to pick, may have something: a tenant's cap or
+        pause ending, or a lease giving a tenant out of the pick for its slots one back."""
+        core = self.core
+        later = core.next_eligible_in(now) if len(core) else None
+        if self.tracking and self._full:
+            expiry = self.inflight.next_expiry() - now
+            later = expiry if later is None else min(later, expiry)
+        return later
+
+    def _stamp(self, slot: float, now: float, now_ms: int) -> int:
+        """``slot`` (clock time) in epoch ms: through one wall-minus-monotonic offset, so the
+        stamps keep the spacing of the slots (reading both clocks per pick would jitter them
+        by a millisecond, enough to break the window bound at 2,000/s). The offset is the
+        largest reading (the wall clock is read first, so a reading is never above the true
+        offset), re-anchored when the readings drop by more than _STEP_MS (a step back)."""
+        reading = now_ms - now * 1000.0
+        offset = self._offset
+        if reading > offset or reading < offset - _STEP_MS:
+            self._offset = offset = reading
+        return int(slot * 1000.0 + offset)
 
     def direct(self) -> bool:
         """Whether ``next`` comes down, for now, to the fair pick and expiry at emit time:
@@ -237,6 +384,25 @@ class EmissionRule(Generic[T]):
             return False
         now = self._now()
         return self._hold_until <= now < self._alarm
+
+    def excuse(self, seconds: float) -> None:
+        """The caller spent ``seconds`` on work it had to do (a commit) while a backlog may
+        have waited: those slots are owed in full, beyond ``catch_up``, until caught up (at
+        most ``MAX_EXCUSED`` seconds).
+
+        Caller: the emitter, after each commit. Affects: the schedule.
+        """
+        if seconds > 0 and not self._idle:
+            self._excused = min(self._excused + seconds, MAX_EXCUSED)
+
+    def forgo(self) -> None:
+        """Owe nothing for the time until the next call: the caller held emission back on
+        purpose (warming up, rewinding), so the slots meanwhile are not caught up.
+
+        Caller: the emitter, while it may not emit. Affects: the schedule.
+        """
+        self._idle = True
+        self._excused = 0.0
 
     @property
     def pending(self) -> Pick[T] | None:
@@ -309,7 +475,13 @@ class EmissionRule(Generic[T]):
             raise ValueError(f"share must be a number, got {share!r}")
         if not math.isfinite(share) or share < 0:
             raise ValueError(f"share must be a finite number >= 0, got {share!r}")
+        if float(share) == self._share:
+            return  # the group repeats a share with each lease: nothing changes
         self._share = float(share)
+        # A new share starts the schedule now: slots missed at the old share are not caught
+        # up at the new one (another instance may have sent them meanwhile).
+        now = self._slot = self._clock.now()
+        self._excused = 0.0
         rate, cost_rate = self._rate, self._cost_rate
         if share == 0:
             scale, burst, cost_burst = _NO_SHARE, 1.0, 1.0
@@ -322,6 +494,7 @@ class EmissionRule(Generic[T]):
             burst=burst,
             cost_rate=None if cost_rate is None else cost_rate * scale,
             cost_burst=cost_burst,
+            now=now,
         )
 
     # -- tenant pauses -------------------------------------------------------------------------

@@ -126,7 +126,8 @@ class EgressLimiter:
 
     ``fairstream.core.emission.EmissionRule`` is its user: it waits for a record token
     before picking, then for the picked record's cost tokens. Waiting after the pick is what
-    lets the cost limit see the cost.
+    lets the cost limit see the cost. The rule passes ``now`` explicitly: its schedule's
+    slot, which may be behind the clock (a late caller catching up), never going back.
     """
 
     __slots__ = ("_clock", "_cost", "_records")
@@ -217,6 +218,7 @@ class EgressLimiter:
         burst: float | None = None,
         cost_rate: float | None = None,
         cost_burst: float | None = None,
+        now: float | None = None,
     ) -> None:
         """Retune the limits live, e.g. when this instance's share of the group rate changes.
 
@@ -224,10 +226,13 @@ class EgressLimiter:
         ``cost_rate`` lifts that limit; None for a burst keeps the current one (or, for a
         limit that did not exist, uses the constructor's default).
 
-        Caller: the service, on rebalance or when the configured group rate changes.
-        Affects: the buckets' rates, bursts and tokens.
+        ``now`` (default: the clock's time) is when the new limits start.
+
+        Caller: the emission rule's ``set_share`` (on rebalance, a new group share or
+        adaptive rate). Affects: the buckets' rates, bursts and tokens.
         """
-        now = self._clock.now()
+        if now is None:
+            now = self._clock.now()
         self._records = self._retune(self._records, "rate", rate, burst, default_burst=1.0, now=now)
         self._cost = self._retune(
             self._cost, "cost_rate", cost_rate, cost_burst, default_burst=None, now=now

@@ -121,6 +121,7 @@ class Emitter:
             burst=settings.effective_burst,
             cost_rate=settings.cost_rate,
             deadline=itemgetter(3),
+            enqueued=itemgetter(2),
             on_resume=_resumed,
             max_concurrency=settings.max_concurrency,
             concurrency_lease=settings.concurrency_lease,
@@ -230,6 +231,7 @@ class Emitter:
             # spend waiting (see issue 22: written first, 900,000 of them held every quiet
             # tenant 11 s). A letter settles its offset in the same transaction either way.
             if not self._may_emit(now):
+                self.rule.forgo()  # held back on purpose: these slots are not owed
                 if self.letters or self.overflow.letters:
                     self._send_letters(LETTER_BATCH)
                 else:
@@ -473,7 +475,9 @@ class Emitter:
             self._renew_transaction(exc)
             self._rewind()
             return
-        self.metrics.commit_seconds.observe(time.monotonic() - started)
+        took = time.monotonic() - started
+        self.metrics.commit_seconds.observe(took)
+        self.rule.excuse(took)  # a backlog's slots during the commit are owed, not lost
         self.metrics.transactions.labels("committed").inc()
         for partition, prog in changed:
             self._committed_changes[partition] = prog.changes

@@ -6,6 +6,10 @@ the common case (payload held, transaction open, record fits) inline, with local
 it runs once per egress record; anything else (a payload to read back from the log, a
 transaction to begin, a record too large, a lost one) through ``emit_one``.
 
+Under a rate or cost limit a record is stamped (``fairstream-scheduled-ms``) with its slot
+on the emission rule's virtual schedule (``EmissionRule.stamp_ms``): after a late moment
+the missed slots are caught up back to back, each with its own stamp.
+
 ``prepare`` runs while a commit is in flight (the emitter thread would otherwise only wait
 for the broker): without a rate limit it picks and stamps the next records of the next
 transaction. Nothing it does is visible to the commit: the picks leave the core, but no
@@ -92,6 +96,8 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
                     step = Expire(*step)
             else:
                 step = decide(stamp)
+                if type(step) is Pick:
+                    stamp = rule.stamp_ms  # its slot: behind now when catching up
             if type(step) is not Pick:
                 if type(step) is Wait:
                     em._wait = step.seconds

@@ -29,6 +29,16 @@ def test_demo_prints_the_comparison_and_writes_the_plot(
         fair_p99, fifo_p99 = float(rows[tenant][3][:-1]), float(rows[tenant][5][:-1])
         assert fair_p99 < 1.0
         assert fair_p99 < fifo_p99
+    # The paid API's side, for both: makespan and utilization while requests waited.
+    api = lines[lines.index(next(line for line in lines if line.startswith("the paid API"))) :]
+    assert api[0].split()[-4:] == ["fairstream", "FIFO", "ideal", "(GPS)"]
+    rows_api = {line.split()[0]: line.split()[-3:] for line in api[1:4]}
+    assert set(rows_api) == {"makespan", "utilization", "calls/s"}
+    for value in rows_api["utilization"]:
+        assert value.endswith("%")
+        assert float(value[:-1]) > 0
+    for value in rows_api["makespan"]:
+        assert float(value[:-1]) > 0
     png = tmp_path / "noisy-neighbour-dwell.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"plot: {png}" in result.stdout

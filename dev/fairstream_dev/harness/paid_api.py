@@ -51,6 +51,7 @@ class PaidApi:
     pipeline delivers in batches: the scheduler commits every 0.1 s, workers fetch in bulk).
 
     ``schedule``: (seconds after the first call, capacity) pairs, in order, the first at 0.
+    ``retry_after`` False: a refused call carries no Retry-After (the worker backs off).
     Thread-safe: the workers' handler threads share one instance.
     """
 
@@ -61,6 +62,7 @@ class PaidApi:
         burst_seconds: float = 0.5,
         grain: float = 0.1,
         latency: float = 0.01,
+        retry_after: bool = True,
     ) -> None:
         steps = [(0.0, float(schedule))] if isinstance(schedule, int | float) else list(schedule)
         if not steps or steps[0][0] != 0 or any(c <= 0 for _, c in steps):
@@ -69,6 +71,7 @@ class PaidApi:
         self.burst_seconds = burst_seconds
         self.grain = grain
         self.latency = latency
+        self.retry_after = retry_after  # False: refusals say no Retry-After (a bare 429)
         self.calls: list[Call] = []
         self.start: float | None = None  # the first call
         self._lock = threading.Lock()
@@ -107,7 +110,7 @@ class PaidApi:
                 retry_after = max(self.grain, math.ceil(wait / self.grain) * self.grain)
                 self.calls.append(Call(now, tenant, False, retry_after))
         if retry_after is not None:
-            raise RateLimited(retry_after=retry_after)
+            raise RateLimited(retry_after=retry_after if self.retry_after else None)
         time.sleep(self.latency)
 
     # -- counting ---------------------------------------------------------------------------
