@@ -437,6 +437,18 @@ class FairScheduler(Generic[T]):
             return (0, 0)
         return (len(t.queue), t.cost)
 
+    def peek(self, tenant: str) -> T | None:
+        """``tenant``'s oldest waiting item, left in place (None: no backlog). O(1).
+
+        Caller: the service, looking for whose record pins a partition's low-water mark."""
+        t = self._tenants.get(tenant)
+        return t.queue[0].item if t is not None and t.queue else None
+
+    def items(self, tenant: str) -> list[T]:
+        """``tenant``'s waiting items, oldest first, left in place (a copy). O(backlog)."""
+        t = self._tenants.get(tenant)
+        return [pick.item for pick in t.queue] if t is not None else []
+
     def tenants(self) -> Iterator[str]:
         """The backlogged tenants (paused ones included), in no particular order."""
         return iter(list(self._tenants))

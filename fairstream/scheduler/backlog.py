@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from fairstream import wire
 from fairstream.core import FairScheduler
+from fairstream.scheduler import holding
 from fairstream.scheduler.egress import FOOTPRINT, dead_letter, footprint
 from fairstream.scheduler.handoff import Parsed
 from fairstream.wire.dead_letter import expired_detail, lost_detail, purge_detail
@@ -51,6 +52,8 @@ def index(em: Emitter, records: list[Parsed]) -> None:  # noqa: PLR0915 (flat ho
     # once per batch, then counted down, instead of an admission decision per record.
     room: dict[str, list[float]] = {}
     cached = em.cached
+    # Partitions with parked tenants (``holding``): their new records are parked too.
+    parking = holding.parking(em)
     for item in records:
         partition, offset, tenant, cost, deadline, enqueued, msg, invalid = item
         prog = progress.get(partition)
@@ -65,6 +68,8 @@ def index(em: Emitter, records: list[Parsed]) -> None:  # noqa: PLR0915 (flat ho
             prog.next = offset + 1
         else:
             prog.observe(offset)  # a gap first (transaction markers, aborted records)
+        if partition < 0 and tenant is not None:
+            prog.own(offset, tenant)  # type: ignore[attr-defined]  # a HoldingProgress
         if invalid is not None or tenant is None:  # the ingest thread sets one of them
             entry: Entry = (partition, offset, enqueued, None, msg, 1)
             reason = invalid.reason if invalid else wire.INVALID_KEY
@@ -75,6 +80,11 @@ def index(em: Emitter, records: list[Parsed]) -> None:  # noqa: PLR0915 (flat ho
             if refused is not None:
                 entry = (partition, offset, enqueued, deadline, msg, cost)
                 letters.append((tenant, entry, *refused))
+                continue
+        if parking:
+            parked = parking.get(partition)
+            if parked is not None and tenant in parked:
+                holding.park_new(em, tenant, (partition, offset, enqueued, deadline, msg, cost))
                 continue
         left = room.get(tenant)
         if left is None:
@@ -180,7 +190,11 @@ def send_letters(em: Emitter, limit: int) -> None:
             msg = em.fetcher.get(partition, offset)
             if msg is None:
                 reason, detail = wire.LOST, lost_detail(partition, offset)
-        source = (em.ingest_topic, partition, offset)
+        source = (
+            (em.ingest_topic, partition, offset)
+            if partition >= 0
+            else (em.holding_topic, ~partition, offset)  # read back from the holding log
+        )
         key, value, headers = dead_letter(tenant, msg, reason, detail, source, em.limits.dlq)
         em.txn.produce(em.dlq_topic, value, key, headers)
         prog = em.progress.get(partition)
