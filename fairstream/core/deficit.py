@@ -444,6 +444,17 @@ class FairScheduler(Generic[T]):
         t = self._tenants.get(tenant)
         return t.queue[0].item if t is not None and t.queue else None
 
+    def held_back(self, tenant: str) -> bool:
+        """Whether ``tenant`` has a backlog that no pick can take now: paused, waiting for a
+        token of its rate cap, or in a class below the highest one with tenants to serve
+        (strict priority). O(classes)."""
+        t = self._tenants.get(tenant)
+        if t is None or not t.queue:
+            return False
+        if t.state in (PAUSED, PARKED):
+            return True
+        return bool(self._classes) and t.policy.priority > min(self._classes)
+
     def items(self, tenant: str) -> list[T]:
         """``tenant``'s waiting items, oldest first, left in place (a copy). O(backlog)."""
         t = self._tenants.get(tenant)

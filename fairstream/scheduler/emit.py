@@ -124,6 +124,7 @@ class Emitter:
         # holding_id(p) (negative; ``holding``): ``owned`` lists the partitions.
         self.progress: dict[int, PartitionProgress] = {}
         self.queues: dict[int, deque[Parsed]] = {}  # the handoff queues of owned partitions
+        self.ahead: set[int] = set()  # partitions not taken from for now (``holding``)
         self.letters: deque[tuple[str | None, Entry, str, str]] = deque()
         # Picked and stamped while a commit was in flight, sent right after it (``send``).
         self.prepared: deque[send.Prepared] = deque()
@@ -209,7 +210,7 @@ class Emitter:
             while handoff.controls:
                 if self._control(handoff.controls.popleft()):
                     return
-            records = handoff.take_records(self.queues, APPLY_BATCH)
+            records = handoff.take_records(self._taken(), APPLY_BATCH)
             if records:
                 self._apply(records)
             now = time.monotonic()
@@ -231,7 +232,7 @@ class Emitter:
             if not self._may_emit(now):
                 self._idle(0.01)
                 continue
-            if self._emit_some() == 0 and not handoff.pending(self.queues):
+            if self._emit_some() == 0 and not handoff.pending(self._taken()):
                 # Nothing went out: wait as the emission rule says (a token, a capped
                 # tenant's token, a hold) or for news, and never past the next commit.
                 until = self._soonest_commit if self.txn.records else self._next_commit
@@ -240,8 +241,15 @@ class Emitter:
     def _idle(self, seconds: float) -> None:
         wake = self.handoff.wake
         wake.clear()
-        if seconds > 0 and not self.handoff.pending(self.queues):
+        if seconds > 0 and not self.handoff.pending(self._taken()):
             wake.wait(seconds)
+
+    def _taken(self) -> dict[int, deque[Parsed]]:
+        """The handoff queues records are taken from: not those of partitions too far ahead
+        of their marks (``holding``: they wait until the mark moves)."""
+        if not self.ahead:
+            return self.queues
+        return {p: q for p, q in self.queues.items() if p not in self.ahead}
 
     def _may_emit(self, now: float) -> bool:
         # The hold, the lease of the group share and tenant pauses are the rule's (next).

@@ -16,11 +16,18 @@ How (the emitter thread, which owns the core, the progress and the transaction):
   timestamp), plus a ``fairstream-request-id`` header when they had none, so the egress
   record and its request id are the same as if it had gone straight.
 - ``park_stranded``, before each commit: when a log of a partition (ingest or holding) has
-  ``--park-ranges`` settled ranges above its mark, or ``--park-span`` offsets between its
-  mark and what was read, the tenant whose record is at the mark is *parked*: every record
-  of it from that partition in the core (oldest first) is written to the holding log's
-  tail in the open transaction and its offset settled. The mark moves on; parking goes on
-  (tenant after tenant at the new mark) until the log is at half the limits.
+  ``--park-ranges`` settled ranges above its mark, or (the ingest log) ``--park-span``
+  offsets between its mark and what was read, and the tenant whose record is at the mark
+  is *held back* (paused, waiting for its rate cap's token, or in a class below one being
+  served: ``FairScheduler.held_back``), that tenant is *parked*: every record of it from
+  that partition in the core (oldest first) is written to the holding log's tail in the
+  open transaction and its offset settled. The mark moves on; parking goes on (tenant
+  after tenant at the new mark) while the next is held back too and the log is above half
+  the limits. A tenant being served is never parked: it moves the mark itself.
+- A served tenant's backlog can still be interleaved with settled records (the parked
+  ones): while an ingest log has twice ``--park-ranges`` ranges above its mark, the emitter
+  takes no more of its records (``ahead``; they wait in the log) until the served tenant
+  has drained some. That bounds the ranges, hence the snapshot and its cost per commit.
 - A tenant with a parked count (records in the holding log, unsettled) stays parked: each
   new ingest record of it is parked as it is indexed (``park_new``), so all of its records
   pass through the holding log, in order. The count falls as parked records settle
@@ -76,14 +83,21 @@ def parking(em: Emitter) -> dict[int, dict[str, int]]:
 
 
 def _over(prog: PartitionProgress, ranges: int, span: int) -> bool:
-    return prog.settled_above >= ranges or prog.next - prog.lwm >= span
+    # The span counts for the ingest log only (it is what cannot be trimmed and what a
+    # restart reads again); in the holding log a long run of one parked tenant's records
+    # is what it is there for, and parking it again would gain nothing.
+    if prog.settled_above >= ranges:
+        return True
+    return not isinstance(prog, HoldingProgress) and prog.next - prog.lwm >= span
 
 
 def park_stranded(em: Emitter) -> int:
-    """Park the tenants that pin a mark past the limits (see the module docstring); how
-    many records were parked. Caller: the emitter, before it commits."""
+    """Park the held-back tenants that pin a mark past the limits, and say which ingest
+    partitions are too far ahead to read more of (``em.ahead``); how many records were
+    parked. Caller: the emitter, before it commits."""
     limit_ranges, limit_span = em.settings.park_ranges, em.settings.park_span
     parked = 0
+    ahead: set[int] = set()
     for partition in [p for p in em.progress if p >= 0]:
         for key in (partition, holding_id(partition)):
             prog = em.progress.get(key)
@@ -91,19 +105,21 @@ def park_stranded(em: Emitter) -> int:
                 continue
             before = (prog.lwm, prog.settled_above)
             for _ in range(ROUNDS):
-                if not _over(prog, limit_ranges // 2, limit_span // 2):
-                    break
                 tenant = _tenant_at(em, key, prog.lwm)
-                if tenant is None:
+                # A tenant being served moves the mark itself: only one that cannot be
+                # picked now (paused, capped, a starved class) is parked.
+                if tenant is None or not em.core.held_back(tenant):
                     break
                 moved = _park(em, partition, tenant)
                 if moved == 0:
                     break
                 parked += moved
+                if not _over(prog, limit_ranges // 2, limit_span // 2):
+                    break
             if prog.lwm != before[0]:
                 log.info(
-                    "%s log of partition %d: parked tenants pinning its mark at %d (%d settled "
-                    "ranges above it); the mark is now %d with %d",
+                    "%s log of partition %d: parked the tenants pinning its mark at %d (%d "
+                    "settled ranges above it); the mark is now %d with %d",
                     "holding" if key < 0 else "ingest",
                     partition,
                     before[0],
@@ -111,8 +127,26 @@ def park_stranded(em: Emitter) -> int:
                     prog.lwm,
                     prog.settled_above,
                 )
+        prog = em.progress[partition]
+        if prog.settled_above >= 2 * limit_ranges and prog.next >= prog.replay_end:
+            # The tenant at the mark is being served (else it was parked): its backlog is
+            # interleaved with settled records. Read no further until it has drained some,
+            # so the ranges (and the progress snapshot) stay bounded. Not while the log is
+            # read again after a restart: ranges recovered above what was read are not
+            # backlog, and only reading on brings the records that move the mark.
+            ahead.add(partition)
+    if ahead != em.ahead:
+        if ahead - em.ahead:
+            log.info(
+                "ingest partitions %s: %d settled ranges or more above the mark; reading "
+                "waits for the mark to move",
+                sorted(ahead - em.ahead),
+                2 * limit_ranges,
+            )
+        em.ahead = ahead
     if parked:
         em.metrics.parked.inc(parked)
+    em.metrics.parked_tenants.set(sum(len(p) for p in parking(em).values()))
     return parked
 
 
@@ -171,6 +205,7 @@ def park_new(em: Emitter, tenant: str, entry: Entry) -> None:
     hold = em.progress[holding_id(entry[0])]
     assert isinstance(hold, HoldingProgress)
     _write(em, entry[0], hold, tenant, entry)
+    em.metrics.parked.inc()
 
 
 def _write(em: Emitter, partition: int, hold: HoldingProgress, tenant: str, entry: Entry) -> None:
