@@ -18,6 +18,9 @@ cleaning up its processes and topics):
 - ``restart`` (``benchmarks/restart.py``): kill -9 and restart with static membership: time
   to ready on its own data directory (median and max of 10), and an empty data directory's
   time to have 1,000,000 buffered records indexed again.
+- ``gaps`` (``benchmarks/gaps.py``): one partition, (paused, busy, busy) x 1,000,000: the
+  busy tenant's drain time, the largest progress record against its topic's limit, and
+  restart to ready after kill -9 (target 5 s).
 - ``group`` (``benchmarks/group.py``): two instances, the static partition split against
   demand-aware shares: per-tenant rates, Jain, group egress, convergence after a change.
 - ``feedback`` (``benchmarks/feedback.py``): a simulated paid API of hidden capacity behind
@@ -54,7 +57,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import burst, feedback, group, noisy, rate, restart, sampling, throughput
+from benchmarks import burst, feedback, gaps, group, noisy, rate, restart, sampling, throughput
 from benchmarks.common import REPO, Broker, delete_topics, get, log
 from benchmarks.report import markdown
 from benchmarks.targets import targets
@@ -128,6 +131,7 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
         for name, module in (
             ("burst", burst),
             ("restart", restart),
+            ("gaps", gaps),
             ("group", group),
             ("feedback", feedback),
         ):
