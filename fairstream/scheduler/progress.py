@@ -8,10 +8,20 @@ or compacted records) are settled as gaps when the next record shows up.
 
 The low-water mark is committed as the consumer group's offset, in the same Kafka
 transaction as the egress records that advanced it; the ranges above it travel in the same
-transaction as a record of the progress topic (``encode``/``decode``), because commit
-metadata is limited to 4 KB and a noisy tenant that pins the mark can make the set larger.
-A settled offset never becomes unsettled again, so an older progress record is never wrong,
-only incomplete.
+transaction as a *snapshot* in the progress topic, because commit metadata is limited to
+4 KB. A snapshot (``Snapshot``) also carries the partition's holding log (``holding``):
+its mark, its settled ranges and how many records of each parked tenant wait in it
+(``HoldingProgress``). It is cut into chunk records of at most ``CHUNK_BYTES``
+(``encode_chunks``; each names its token, its index and the chunk count, so recovery uses a
+set only when it is complete), well under the progress topic's ``max.message.bytes``
+(``PROGRESS_TOPIC_BYTES``, set when the topic is created). Ranges are delta and varint
+coded. A settled offset never becomes unsettled again, so an older snapshot is never wrong
+about the ingest log, only incomplete.
+
+Costs: ``settle`` is O(1) (two dicts map each range's start to its end and back); the
+gaps ``observe`` settles are cut around the recovered ranges by binary search; building a
+``PartitionProgress`` from recovered ranges is one sort and one pass. Only the general
+``settle_range`` (no caller on the emission or recovery path) searches every range.
 
 Pure: no Kafka, no clock. Caller: the emitter thread, which owns every instance.
 """
