@@ -197,6 +197,12 @@ class Metrics:
             "Tenants with records waiting in the holding topic.",
             registry=r,
         )
+        self.held_partitions = Gauge(
+            "fairstream_ingest_held_partitions",
+            "Ingest partitions read no further for now: twice --park-ranges settled ranges "
+            "above the mark, interleaved with the backlog of a tenant being served.",
+            registry=r,
+        )
         self.progress_bytes = Gauge(
             "fairstream_progress_record_bytes",
             "Largest progress record (one chunk) written in the last commit, in bytes.",

@@ -455,11 +455,6 @@ class FairScheduler(Generic[T]):
             return True
         return bool(self._classes) and t.policy.priority > min(self._classes)
 
-    def items(self, tenant: str) -> list[T]:
-        """``tenant``'s waiting items, oldest first, left in place (a copy). O(backlog)."""
-        t = self._tenants.get(tenant)
-        return [pick.item for pick in t.queue] if t is not None else []
-
     def tenants(self) -> Iterator[str]:
         """The backlogged tenants (paused ones included), in no particular order."""
         return iter(list(self._tenants))

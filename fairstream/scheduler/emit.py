@@ -532,6 +532,7 @@ class Emitter:
         self.rule.replace_core(self.core)
         self.cached = 0
         self.warming = set()
+        self.ahead = set()
         self._request_rewind()
 
     def purge(self, tenant: str, before_ms: int) -> None:

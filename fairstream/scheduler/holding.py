@@ -136,14 +136,15 @@ def park_stranded(em: Emitter) -> int:
             # backlog, and only reading on brings the records that move the mark.
             ahead.add(partition)
     if ahead != em.ahead:
-        if ahead - em.ahead:
-            log.info(
+        if ahead - em.ahead:  # on and off as the served tenant drains: debug, and a gauge
+            log.debug(
                 "ingest partitions %s: %d settled ranges or more above the mark; reading "
                 "waits for the mark to move",
                 sorted(ahead - em.ahead),
                 2 * limit_ranges,
             )
         em.ahead = ahead
+        em.metrics.held_partitions.set(len(ahead))
     if parked:
         em.metrics.parked.inc(parked)
     em.metrics.parked_tenants.set(sum(len(p) for p in parking(em).values()))
@@ -151,21 +152,18 @@ def park_stranded(em: Emitter) -> int:
 
 
 def _tenant_at(em: Emitter, key: int, offset: int) -> str | None:
-    """The tenant whose record at ``offset`` of log ``key`` waits in the core, if one does
-    (a record being sent or dead-lettered right now is not parked)."""
+    """The tenant whose oldest record waiting in the core is the one at ``offset`` of log
+    ``key``, if there is one. O(tenants). A record being sent or dead-lettered right now is
+    not parked, nor is a tenant whose records are spread over partitions (a producer that
+    does not partition by key) while its oldest is another partition's."""
     core = em.core
-    tenants = list(core.tenants())
-    for tenant in tenants:  # O(tenants): a tenant's records of one partition are in order
+    for tenant in core.tenants():
         head = core.peek(tenant)
         if head is not None and head[0] == key and head[1] == offset:
             return tenant
     held = em.rule.pending
     if held is not None and held.item[0] == key and held.item[1] == offset:
         return held.tenant
-    for tenant in tenants:  # a tenant spread over partitions: its head may be another's
-        for entry in core.items(tenant):
-            if entry[0] == key and entry[1] == offset:
-                return tenant
     return None
 
 
