@@ -182,8 +182,9 @@ class Emitter:
 
     @property
     def owned(self) -> list[int]:
-        """The ingest partitions owned (``progress`` also holds their holding logs)."""
-        return sorted(p for p in self.progress if p >= 0)
+        """The ingest partitions owned (``progress`` also holds their holding logs). Read by
+        the group thread too: ``list`` copies the keys in one step under the GIL."""
+        return sorted(p for p in list(self.progress) if p >= 0)
 
     @property
     def in_flight(self) -> int:
