@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fairstream.adapters.admin import admin_client, topic_configs
 from fairstream.scheduler.recovery import holding_topic, progress_topic
@@ -51,6 +51,15 @@ def produce_pattern(bootstrap: str, topic: str) -> set[bytes]:
             values.add(value)
     assert producer.flush(60) == 0
     return values
+
+
+def ingest_start(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "gaps-watermarks"})
+    try:
+        low, _high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        return int(low)
+    finally:
+        consumer.close()
 
 
 def count(reader: TopicReader, tenant: bytes) -> int:
@@ -124,6 +133,14 @@ def test_a_held_tenant_never_wedges_its_busy_neighbour(
         if hold is pause:
             assert held_before == 0  # nothing of a paused tenant went out
         largest = max(largest, metric(second, "fairstream_progress_record_max_bytes"))
+        # The held tenant waits in the holding topic: the ingest log is trimmed past it.
+        wait_until(
+            lambda: ingest_start(kafka_bootstrap, topics.ingest) >= 3 * N,
+            60,
+            lambda: (
+                f"ingest log trimmed to {3 * N}: {ingest_start(kafka_bootstrap, topics.ingest)}"
+            ),
+        )
 
         release(kafka_bootstrap, topics.policy)
 
