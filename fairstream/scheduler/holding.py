@@ -174,13 +174,13 @@ def _park(em: Emitter, partition: int, tenant: str) -> int:
     if not isinstance(hold, HoldingProgress):
         return 0
     core, rule = em.core, em.rule
+    back = holding_id(partition)
     items: list[Entry] = []
     held = rule.pending
-    if held is not None and held.tenant == tenant:
+    if held is not None and held.tenant == tenant and held.item[0] in (partition, back):
         rule.cancel()
         items.append(held.item)  # the oldest: picked, waiting for its cost tokens
     items.extend(core.remove_tenant(tenant))
-    back = holding_id(partition)
     mine = [e for e in items if e[0] == partition or e[0] == back]
     waiting = hold.parked.get(tenant, 0)
     if not mine or sum(1 for e in mine if e[0] == back) != waiting:
