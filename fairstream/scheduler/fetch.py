@@ -2,9 +2,10 @@
 
 The emitter holds buffered payloads in memory up to ``--buffer-memory``; beyond that a record
 is indexed without its payload (tenant, offset, cost, times) and read again from the log
-when its turn comes. A read fetches a run of records from that offset on and keeps them in a
-small window, because the next turns usually want their neighbours: a bursting tenant's
-records sit next to each other in its partition.
+when its turn comes (a parked record's from the holding topic: a negative partition ``~p``
+is partition ``p`` of it, ``holding``). A read fetches a run of records from that offset on
+and keeps them in a small window, because the next turns usually want their neighbours: a
+bursting tenant's records sit next to each other in its partition.
 
 Caller: the emitter thread (not thread-safe). Affects: nothing but its own consumer.
 """

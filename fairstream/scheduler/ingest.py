@@ -5,7 +5,8 @@ One librdkafka consumer is this instance's membership in the consumer group ``--
 partitions' low-water marks, written by the emitter's transactions with this consumer's
 group metadata, so a member that lost its partitions cannot commit (KIP-447). It reads no
 records itself: each owned partition has a reader of its own (``readers``), so a burst in
-one partition never queues ahead of another's records.
+one partition never queues ahead of another's records, and so has its holding log (the
+records of parked tenants, ``holding``), under the key ``holding_id(p)``.
 
 The thread takes a slice from each reader in turn and parses each record against the ingest
 contract; it keeps no state of its own and writes nothing. Parsed records and rebalance
