@@ -20,6 +20,9 @@ cleaning up its processes and topics):
 - ``restart`` (``benchmarks/restart.py``): kill -9 and restart with static membership: time
   to ready on its own data directory (median and max of 10), and an empty data directory's
   time to have 1,000,000 buffered records indexed again.
+- ``gaps`` (``benchmarks/gaps.py``): one partition, (paused, busy, busy) x 1,000,000: the
+  busy tenant's drain time, the largest progress record against its topic's limit, and
+  restart to ready after kill -9 (target 5 s).
 - ``group`` (``benchmarks/group.py``): two instances, the static partition split against
   demand-aware shares: per-tenant rates, Jain, group egress, convergence after a change.
 - ``feedback`` (``benchmarks/feedback.py``): a simulated paid API of hidden capacity behind
@@ -66,6 +69,7 @@ from benchmarks import (
     burst,
     concurrency,
     feedback,
+    gaps,
     group,
     noisy,
     overflow,
@@ -149,6 +153,7 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
             ("burst", burst),
             ("overflow", overflow),
             ("restart", restart),
+            ("gaps", gaps),
             ("group", group),
             ("feedback", feedback),
             ("slow_api", slow_api),

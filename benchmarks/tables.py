@@ -30,6 +30,8 @@ def result_tables(r: dict[str, Any]) -> list[str]:
         "",
         *restart_table(r),
         "",
+        *gaps_table(r),
+        "",
         *group_table(r),
         "",
         *feedback_table(r),
@@ -345,6 +347,21 @@ def _burst_note(run: dict[str, Any]) -> str:
 
 
 # -- restart, group, feedback ----------------------------------------------------------------
+
+
+def gaps_table(results: dict[str, Any]) -> list[str]:
+    """The "Gaps" line: a paused tenant interleaved with a busy one (``benchmarks/gaps.py``)."""
+    g = get(results, "gaps") or {}
+    if g.get("status") != "ok":
+        return [f"**Gaps**: failed: {cell(str(g.get('error')))[:200]}"] if g else []
+    return [
+        f"**Gaps** (one partition, `slow` paused, (slow, fast, fast) x {g['repeats']:,}; "
+        f"`benchmarks/gaps.py`): fast's {2 * g['repeats']:,} drained in "
+        f"{g['busy_drain_s']:g} s ({g['busy_records_per_s']:,}/s); largest progress record "
+        f"{g['largest_progress_bytes']:,} B (topic limit {g['progress_limit_bytes']:,} B); "
+        f"kill -9 to ready {g['restart_to_ready_s']:.2f} s (target {g['restart_target_s']:g} "
+        f"s); slow's {g['repeats']:,} drained {g['held_drain_s']:g} s after its resume.",
+    ]
 
 
 def restart_table(results: dict[str, Any]) -> list[str]:

@@ -20,6 +20,8 @@ OVERFLOW_OWN_P99 = 3.0
 # restart, seconds
 RESTART_OWN_DISK_MEDIAN = 3.0
 RESTART_EMPTY_DISK = 30.0
+# gaps: kill -9 to ready with a paused tenant's 1,000,000 records parked, seconds
+GAPS_RESTART = 5.0
 
 
 def targets(r: dict[str, Any]) -> list[Row]:
@@ -33,6 +35,7 @@ def targets(r: dict[str, Any]) -> list[Row]:
         *burst_targets(r),
         *overflow_targets(r),
         *restart_targets(r),
+        *gaps_targets(r),
         *group_targets(r),
         *feedback_targets(r),
         *slow_api.targets(r),
@@ -229,6 +232,32 @@ def overflow_targets(r: dict[str, Any]) -> list[Row]:
                 )
             )
     return out
+
+
+def gaps_targets(r: dict[str, Any]) -> list[Row]:
+    """The gaps phase: restart to ready, and the largest progress record against its limit."""
+    g = get(r, "gaps") or {}
+    if g.get("status") != "ok":
+        return []
+    seconds, largest, limit = (
+        g["restart_to_ready_s"],
+        g["largest_progress_bytes"],
+        g["progress_limit_bytes"],
+    )
+    return [
+        (
+            f"gaps ({g['repeats']:,} x paused, busy, busy): kill -9 to ready <= {GAPS_RESTART:g} s",
+            f"{seconds:.2f} s",
+            seconds <= GAPS_RESTART,
+            f"{abs(GAPS_RESTART - seconds):.2f} s",
+        ),
+        (
+            "gaps: largest progress record under the progress topic's max.message.bytes",
+            f"{largest:,} B of {limit:,} B",
+            0 < largest <= limit,
+            f"{limit - largest:,} B",
+        ),
+    ]
 
 
 def restart_targets(r: dict[str, Any]) -> list[Row]:

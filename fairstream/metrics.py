@@ -202,6 +202,33 @@ class Metrics:
             ["partition"],
             registry=r,
         )
+        self.parked = Counter(
+            "fairstream_parked_records",
+            "Records moved to the holding topic because their tenant pinned a partition's "
+            "low-water mark (paused, capped or starved), and new records of parked tenants.",
+            registry=r,
+        )
+        self.parked_tenants = Gauge(
+            "fairstream_parked_tenants",
+            "Tenants with records waiting in the holding topic.",
+            registry=r,
+        )
+        self.held_partitions = Gauge(
+            "fairstream_ingest_held_partitions",
+            "Ingest partitions read no further for now: twice --park-ranges settled ranges "
+            "above the mark, interleaved with the backlog of a tenant being served.",
+            registry=r,
+        )
+        self.progress_bytes = Gauge(
+            "fairstream_progress_record_bytes",
+            "Largest progress record (one chunk) written in the last commit, in bytes.",
+            registry=r,
+        )
+        self.progress_bytes_max = Gauge(
+            "fairstream_progress_record_max_bytes",
+            "Largest progress record (one chunk) written since the start, in bytes.",
+            registry=r,
+        )
         self.retention_headroom = Gauge(
             "fairstream_ingest_retention_headroom_seconds",
             "Per ingest partition: time left before retention may delete the oldest "

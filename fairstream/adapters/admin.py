@@ -5,7 +5,7 @@ for ``fairstream topics check`` (whose rules are ``fairstream.adapters.topic_che
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,13 @@ from fairstream.adapters.topic_check import (
 from fairstream.config import Connection, KafkaConnection, Topics
 from fairstream.errors import Error
 from fairstream.scheduler.group import coordination_topic
-from fairstream.scheduler.recovery import progress_topic
+from fairstream.scheduler.progress import CHUNK_BYTES, PROGRESS_TOPIC_BYTES
+from fairstream.scheduler.recovery import holding_topic, progress_topic
+
+# A parked record is the ingest record plus a request-id header: the holding topic takes
+# what the ingest topic takes, and this much more.
+HOLDING_HEADROOM = 64 * 1024
+BROKER_DEFAULT_BYTES = 1_048_588  # Kafka's message.max.bytes default
 
 
 class TopicError(Error):
@@ -148,12 +154,17 @@ def _create(admin: AdminClient, new_topics: list[NewTopic]) -> None:
 
 
 def ensure_internal_topics(
-    kafka: Connection, app_id: str, partitions: int, replication_factor: int
+    kafka: Connection,
+    app_id: str,
+    partitions: int,
+    replication_factor: int,
+    ingest_topic: str | None = None,
 ) -> None:
-    """Create the scheduler's progress topic where missing, and check its partitions.
+    """Create the scheduler's progress, holding and coordination topics where missing, and
+    check their partitions and record size limits.
 
-    Caller: ``fairstream scheduler`` at start (``topics create`` makes it too).
-    Affects: the progress topic.
+    Caller: ``fairstream scheduler`` at start (``topics create`` makes them too).
+    Affects: those topics.
     """
     admin = admin_client(kafka)
     if partition_count(admin, coordination_topic(app_id)) is None:
@@ -163,18 +174,51 @@ def ensure_internal_topics(
         _create(admin, [_progress_new_topic(app_id, partitions, replication_factor)])
     else:
         check_copartitioned(app_id, existing, partitions)
+        _check_size(admin, progress_topic(app_id), CHUNK_BYTES + 64 * 1024)
+    holding = holding_topic(app_id)
+    existing = partition_count(admin, holding)
+    wanted = _holding_bytes(admin, ingest_topic)
+    if existing is None:
+        _create(admin, [_holding_new_topic(app_id, partitions, replication_factor, wanted)])
+    else:
+        check_copartitioned(app_id, existing, partitions, holding)
+        _check_size(admin, holding, wanted - HOLDING_HEADROOM)
 
 
-def check_copartitioned(app_id: str, progress_partitions: int, ingest_partitions: int) -> None:
-    """Raise ``TopicError`` unless the progress topic of ``app_id`` has as many partitions
-    as the ingest topic: progress records are co-partitioned with the ingest partitions
-    they settle."""
-    if progress_partitions != ingest_partitions:
+def _holding_bytes(admin: AdminClient, ingest_topic: str | None) -> int:
+    """The holding topic's max.message.bytes: the ingest topic's, plus headroom."""
+    ingest = BROKER_DEFAULT_BYTES
+    if ingest_topic is not None:
+        value = topic_configs(admin, ingest_topic, ("max.message.bytes",))["max.message.bytes"]
+        if value is not None and value.isdigit():
+            ingest = int(value)
+    return max(ingest, BROKER_DEFAULT_BYTES) + HOLDING_HEADROOM
+
+
+def _check_size(admin: AdminClient, topic: str, needed: int) -> None:
+    """Raise ``TopicError`` when ``topic`` takes records smaller than ``needed`` bytes."""
+    value = topic_configs(admin, topic, ("max.message.bytes",))["max.message.bytes"]
+    if value is not None and value.isdigit() and int(value) < needed:
         raise TopicError(
-            f"the progress topic {progress_topic(app_id)} of app {app_id!r} has "
+            f"topic {topic} takes records of at most {value} bytes (max.message.bytes); "
+            f"fairstream needs {needed}. Raise it: kafka-configs --alter --entity-type topics "
+            f"--entity-name {topic} --add-config max.message.bytes={needed}"
+        )
+
+
+def check_copartitioned(
+    app_id: str, progress_partitions: int, ingest_partitions: int, topic: str | None = None
+) -> None:
+    """Raise ``TopicError`` unless the progress topic of ``app_id`` (or ``topic``, its
+    holding topic) has as many partitions as the ingest topic: progress and parked records
+    are co-partitioned with the ingest partitions they belong to."""
+    if progress_partitions != ingest_partitions:
+        name = topic or progress_topic(app_id)
+        raise TopicError(
+            f"the internal topic {name} of app {app_id!r} has "
             f"{progress_partitions} partitions but the ingest topic has {ingest_partitions}; "
             "they must match (co-partitioning). Use another --app-id, or delete the "
-            "progress topic after draining the backlog."
+            "internal topic after draining the backlog."
         )
 
 
@@ -190,12 +234,33 @@ def _coordination_new_topic(app_id: str, replication_factor: int) -> NewTopic:
 
 
 def _progress_new_topic(app_id: str, partitions: int, replication_factor: int) -> NewTopic:
-    # Compacted: only each partition's latest progress record matters.
+    # Compacted: only each partition's latest chunks matter. Its record size limit is set,
+    # not left to the broker's default: progress chunks are cut to fit it.
     return NewTopic(
         progress_topic(app_id),
         partitions,
         replication_factor,
-        config={"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"},
+        config={
+            "cleanup.policy": "compact",
+            "min.compaction.lag.ms": "60000",
+            "max.message.bytes": str(PROGRESS_TOPIC_BYTES),
+        },
+    )
+
+
+def _holding_new_topic(
+    app_id: str, partitions: int, replication_factor: int, max_bytes: int
+) -> NewTopic:
+    # Like the ingest topic, a buffer: kept until the scheduler trims what it settled.
+    return NewTopic(
+        holding_topic(app_id),
+        partitions,
+        replication_factor,
+        config={
+            "retention.ms": "-1",
+            "retention.bytes": "-1",
+            "max.message.bytes": str(max_bytes),
+        },
     )
 
 
@@ -269,20 +334,49 @@ def create_topics(
             statuses.append(TopicStatus(name, count, True))
         else:
             statuses.append(TopicStatus(name, existing, False))
-    if existing_internal is None:
-        new = _progress_new_topic(app_id, partitions, replication_factor)
-        to_create.append(_with_configs(new, "progress", min_insync_replicas, extra))
-        statuses.append(TopicStatus(internal, partitions, True))
-    else:
-        statuses.append(TopicStatus(internal, existing_internal, False))
+
+    def plan(name: str, count: int, make: Callable[[], NewTopic], existing: int | None) -> None:
+        if existing is None:
+            to_create.append(make())
+            statuses.append(TopicStatus(name, count, True))
+        else:
+            statuses.append(TopicStatus(name, existing, False))
+
+    plan(
+        internal,
+        partitions,
+        lambda: _with_configs(
+            _progress_new_topic(app_id, partitions, replication_factor),
+            "progress",
+            min_insync_replicas,
+            extra,
+        ),
+        existing_internal,
+    )
+    holding = holding_topic(app_id)
+    existing_holding = partition_count(admin, holding)
+    if existing_holding is not None:
+        check_copartitioned(app_id, existing_holding, partitions, holding)
+    plan(
+        holding,
+        partitions,
+        lambda: _holding_new_topic(
+            app_id, partitions, replication_factor, BROKER_DEFAULT_BYTES + HOLDING_HEADROOM
+        ),
+        existing_holding,
+    )
     coordination = coordination_topic(app_id)
-    existing_coordination = partition_count(admin, coordination)
-    if existing_coordination is None:
-        new = _coordination_new_topic(app_id, replication_factor)
-        to_create.append(_with_configs(new, "coordination", min_insync_replicas, extra))
-        statuses.append(TopicStatus(coordination, 1, True))
-    else:
-        statuses.append(TopicStatus(coordination, existing_coordination, False))
+    plan(
+        coordination,
+        1,
+        lambda: _with_configs(
+            _coordination_new_topic(app_id, replication_factor),
+            "coordination",
+            min_insync_replicas,
+            extra,
+        ),
+        partition_count(admin, coordination),
+    )
     _validate(admin, to_create)
     _create(admin, to_create)
     if _cleanup_policy(admin, topics.policy) != "compact":

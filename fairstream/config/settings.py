@@ -140,6 +140,20 @@ class Settings:
         help="MiB of buffered payloads held in memory; beyond that records are indexed "
         "without their payload and read back from the ingest topic when their turn comes.",
     )
+    park_ranges: int = setting(
+        10_000,
+        low=16,
+        help="Settled ranges a partition may keep above its low-water mark: past this, the "
+        "tenant whose record pins the mark (paused, capped or starved) is parked: its "
+        "records move to the holding topic <app-id>-holding in the same transaction and "
+        "wait there, so the mark moves on and the ingest topic is trimmed.",
+    )
+    park_span: int = setting(
+        200_000,
+        low=16,
+        help="Offsets a partition may keep between its low-water mark and the last record "
+        "read before the tenant pinning the mark is parked (see --park-ranges).",
+    )
     min_rate: float | None = setting(
         None,
         low=0,

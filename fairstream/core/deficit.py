@@ -437,6 +437,24 @@ class FairScheduler(Generic[T]):
             return (0, 0)
         return (len(t.queue), t.cost)
 
+    def peek(self, tenant: str) -> T | None:
+        """``tenant``'s oldest waiting item, left in place (None: no backlog). O(1).
+
+        Caller: the service, looking for whose record pins a partition's low-water mark."""
+        t = self._tenants.get(tenant)
+        return t.queue[0].item if t is not None and t.queue else None
+
+    def held_back(self, tenant: str) -> bool:
+        """Whether ``tenant`` has a backlog that no pick can take now: paused, waiting for a
+        token of its rate cap, or in a class below the highest one with tenants to serve
+        (strict priority). O(classes)."""
+        t = self._tenants.get(tenant)
+        if t is None or not t.queue:
+            return False
+        if t.state in (PAUSED, PARKED):
+            return True
+        return bool(self._classes) and t.policy.priority > min(self._classes)
+
     def tenants(self) -> Iterator[str]:
         """The backlogged tenants (paused ones included), in no particular order."""
         return iter(list(self._tenants))

@@ -30,6 +30,7 @@ from confluent_kafka import Message
 
 from fairstream import wire
 from fairstream.core import FairScheduler
+from fairstream.scheduler import holding
 from fairstream.scheduler.egress import FOOTPRINT, dead_letter, footprint
 from fairstream.scheduler.handoff import Parsed
 from fairstream.wire.dead_letter import (
@@ -97,6 +98,8 @@ def index(em: Emitter, records: list[Parsed]) -> None:  # noqa: PLR0915 (flat ho
     held = em.overflow.held
     held_budget = em.overflow.budget
     cached = em.cached
+    # Partitions with parked tenants (``holding``): their new records are parked too.
+    parking = holding.parking(em)
     for item in records:
         partition, offset, tenant, cost, deadline, enqueued, msg, invalid = item
         prog = progress.get(partition)
@@ -111,6 +114,8 @@ def index(em: Emitter, records: list[Parsed]) -> None:  # noqa: PLR0915 (flat ho
             prog.next = offset + 1
         else:
             prog.observe(offset)  # a gap first (transaction markers, aborted records)
+        if partition < 0 and tenant is not None:
+            prog.own(offset, tenant)  # type: ignore[attr-defined]  # a HoldingProgress
         if invalid is not None or tenant is None:  # the ingest thread sets one of them
             entry: Entry = (partition, offset, enqueued, None, msg, 1)
             reason = invalid.reason if invalid else wire.INVALID_KEY
@@ -121,6 +126,11 @@ def index(em: Emitter, records: list[Parsed]) -> None:  # noqa: PLR0915 (flat ho
             if refused is not None:
                 entry = (partition, offset, enqueued, deadline, msg, cost)
                 letters.append((tenant, entry, *refused))
+                continue
+        if parking:
+            parked = parking.get(partition)
+            if parked is not None and tenant in parked:
+                holding.park_new(em, tenant, (partition, offset, enqueued, deadline, msg, cost))
                 continue
         left = room.get(tenant)
         if left is None:
@@ -252,8 +262,9 @@ def send_letters(em: Emitter, limit: int) -> int:
         partition, offset, _enqueued, _deadline, msg, _cost = entry
         if msg is not None:
             held -= _held(msg)
-        if msg is None or msg.headers() is not None:
-            _send_letter(em, *letter)  # to read back, or with headers of its own
+        if msg is None or partition < 0 or msg.headers() is not None:
+            # To read back, from the holding log, or with headers of its own.
+            _send_letter(em, *letter)
             continue
         key, value = msg.key(), msg.value()
         if run != (reason, detail):
@@ -285,7 +296,11 @@ def _send_letter(em: Emitter, tenant: str | None, entry: Entry, reason: str, det
         msg = em.fetcher.get(partition, offset)
         if msg is None:
             reason, detail = wire.LOST, lost_detail(partition, offset)
-    source = (em.ingest_topic, partition, offset)
+    source = (
+        (em.ingest_topic, partition, offset)
+        if partition >= 0
+        else (em.holding_topic, ~partition, offset)  # read back from the holding log
+    )
     key, value, headers = dead_letter(tenant, msg, reason, detail, source, em.limits.dlq)
     em.txn.produce(em.dlq_topic, value, key, headers)
     prog = em.progress.get(partition)

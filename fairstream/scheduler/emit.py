@@ -38,7 +38,7 @@ from fairstream.core import FairScheduler, MonotonicClock, TenantPolicy
 from fairstream.core.emission import EmissionRule
 from fairstream.core.shares import ClassDemand, backlogged_demand
 from fairstream.metrics import Metrics
-from fairstream.scheduler import backlog, send
+from fairstream.scheduler import backlog, holding, send
 from fairstream.scheduler import progress as progress_codec
 from fairstream.scheduler.egress import Limits, Stamper
 from fairstream.scheduler.feedback import AdaptiveChange, FeedbackBatch
@@ -56,9 +56,9 @@ from fairstream.scheduler.handoff import (
 )
 from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.policies import Policies
-from fairstream.scheduler.progress import PartitionProgress
+from fairstream.scheduler.progress import HoldingProgress, PartitionProgress, Snapshot
 from fairstream.scheduler.recent import RecentRequests
-from fairstream.scheduler.recovery import progress_topic
+from fairstream.scheduler.recovery import holding_id, holding_topic, progress_topic
 from fairstream.scheduler.transaction import Aborted, FatalError, Transaction
 
 __all__ = ["Emitter", "Entry", "Letter", "Limits"]  # Limits: fairstream.scheduler.egress's
@@ -81,7 +81,7 @@ class Emitter:
 
     _lease_expiries = 0  # concurrency slots' lease expiries counted in the metrics so far
 
-    def __init__(
+    def __init__(  # noqa: PLR0915 (one statement per piece of state it owns)
         self,
         settings: Settings,
         partitions: int,
@@ -103,13 +103,13 @@ class Emitter:
         self._group_metadata = group_metadata
         self._request_rewind = request_rewind
         self._on_committed = on_committed
-        topics = settings.topics
-        self.ingest_topic, self.egress_topic, self.dlq_topic = (
-            topics.ingest,
-            topics.egress,
-            topics.dlq,
+        self.ingest_topic = settings.topics.ingest
+        self.egress_topic = settings.topics.egress
+        self.dlq_topic = settings.topics.dlq
+        self.progress_topic, self.holding_topic = (
+            progress_topic(settings.app_id),
+            holding_topic(settings.app_id),
         )
-        self.progress_topic = progress_topic(settings.app_id)
         self.clock = MonotonicClock()
         self.policies = Policies(settings, metrics)
         self.core: FairScheduler[Entry] = self.policies.new_core(self.clock)
@@ -128,15 +128,20 @@ class Emitter:
         )
         self._wait = 0.0  # seconds the rule last said to wait
         self.observed = Observed()
+        # Per owned ingest partition p, its progress under p and its holding log's under
+        # holding_id(p) (negative; ``holding``): ``owned`` lists the partitions.
         self.progress: dict[int, PartitionProgress] = {}
         self.queues: dict[int, deque[Parsed]] = {}  # the handoff queues of owned partitions
+        self.ahead: set[int] = set()  # partitions not taken from for now (``holding``)
         self.letters: deque[Letter] = deque()
         # A flood's overflow (refused by its tenant's backlog limits): written after the
         # other letters, in bounded turns (``backlog``), its payloads held within a budget.
         self.overflow = backlog.Overflow(settings.buffer_memory // 8)
         # Picked and stamped while a commit was in flight, sent right after it (``send``).
         self.prepared: deque[send.Prepared] = deque()
-        self.fetcher = PayloadFetcher(settings.kafka.librdkafka(), self.ingest_topic)
+        self.fetcher = PayloadFetcher(
+            settings.kafka.librdkafka(), self.ingest_topic, self.holding_topic
+        )
         config = {
             **settings.kafka.librdkafka(),
             # Our own size check decides what fits (see _emit); librdkafka must not refuse
@@ -169,7 +174,8 @@ class Emitter:
         self._txn_letters: dict[str, int] = {}
         self._committed_changes: dict[int, int] = {}
         self._committed_marks: dict[int, int] = {}
-        self._seq = 0
+        self._chunks: dict[int, int] = {}  # partition -> progress chunks its last record had
+        self._seq = self._largest_progress = 0
         self._token_prefix = transactional_id
         self._next_commit = 0.0
         self._soonest_commit = 0.0  # when a waiting emitter may commit (see _run)
@@ -184,6 +190,12 @@ class Emitter:
     @property
     def ready(self) -> bool:
         return self.joined and not self.rewinding and not self.stopped
+
+    @property
+    def owned(self) -> list[int]:
+        """The ingest partitions owned (``progress`` also holds their holding logs). Read by
+        the group thread too: ``list`` copies the keys in one step under the GIL."""
+        return sorted(p for p in list(self.progress) if p >= 0)
 
     @property
     def in_flight(self) -> int:
@@ -210,7 +222,7 @@ class Emitter:
             while handoff.controls:
                 if self._control(handoff.controls.popleft()):
                     return
-            records = handoff.take_records(self.queues, APPLY_BATCH)
+            records = handoff.take_records(self._taken(), APPLY_BATCH)
             if records:
                 self._apply(records)
             now = time.monotonic()
@@ -240,7 +252,7 @@ class Emitter:
             emitted = self._emit_some()
             if self.letters or self.overflow.letters:
                 self._send_letters(LETTER_BATCH)
-            elif emitted == 0 and not handoff.pending(self.queues):
+            elif emitted == 0 and not handoff.pending(self._taken()):
                 # Nothing went out: wait as the emission rule says (a token, a capped
                 # tenant's token, a hold) or for news, and never past the next commit.
                 until = self._soonest_commit if self.txn.records else self._next_commit
@@ -249,8 +261,15 @@ class Emitter:
     def _idle(self, seconds: float) -> None:
         wake = self.handoff.wake
         wake.clear()
-        if seconds > 0 and not self.handoff.pending(self.queues):
+        if seconds > 0 and not self.handoff.pending(self._taken()):
             wake.wait(seconds)
+
+    def _taken(self) -> dict[int, deque[Parsed]]:
+        """The handoff queues records are taken from: not those of partitions too far ahead
+        of their marks (``holding``: they wait until the mark moves)."""
+        if not self.ahead:
+            return self.queues
+        return {p: q for p, q in self.queues.items() if p not in self.ahead}
 
     def _may_emit(self, now: float) -> bool:
         # The hold, the lease of the group share and tenant pauses are the rule's (next).
@@ -319,7 +338,7 @@ class Emitter:
             self.warming.update(assign.progress)
             self._warm_until = time.monotonic() + WARM_UP
         self._apply_rate_share()
-        self.metrics.assigned.set(len(self.progress))
+        self.metrics.assigned.set(len(self.owned))
 
     def _revoke(self, revoke: Revoke) -> None:
         try:
@@ -347,16 +366,18 @@ class Emitter:
 
     def _drop(self, gone: set[int]) -> None:
         """Forget the records and progress of partitions no longer ours."""
+        gone = gone | {holding_id(p) for p in gone if p >= 0}
         for partition in gone:
             self.progress.pop(partition, None)
             self.queues.pop(partition, None)
             self._committed_changes.pop(partition, None)
             self._committed_marks.pop(partition, None)
+            self._chunks.pop(partition, None)
             self.warming.discard(partition)
             self.fetcher.forget(partition)
         backlog.drop(self, gone)
         self._apply_rate_share()
-        self.metrics.assigned.set(len(self.progress))
+        self.metrics.assigned.set(len(self.owned))
 
     def _apply_rate_share(self) -> None:
         """Take this instance's share of the group rate: by demand, the fraction the group
@@ -365,7 +386,7 @@ class Emitter:
         if self.group_shares:
             share = self._fraction or 0.0
         else:
-            share = len(self.progress) / self.partitions if self.partitions else 0.0
+            share = len(self.owned) / self.partitions if self.partitions else 0.0
             share *= self._adaptive  # the group shares include the adapted rate already
         self.rule.set_share(share)
         # Concurrency is split by owned partitions (``--share-by partitions``' split of the
@@ -420,7 +441,7 @@ class Emitter:
     def demand(self) -> tuple[dict[int, ClassDemand], tuple[int, ...]]:
         """This instance's demand for the group thread: per class, the backlogged unpaused
         tenants' weights and caps (O(backlogged tenants)), and the partitions owned."""
-        return backlogged_demand(self.core), tuple(sorted(self.progress))
+        return backlogged_demand(self.core), tuple(self.owned)
 
     # -- emission ----------------------------------------------------------------------------
 
@@ -438,32 +459,32 @@ class Emitter:
     def _commit(self, *, prepare: bool = False) -> None:
         """Commit the open transaction with the progress it implies (or just new progress).
 
-        Each partition whose progress changed gets its mark committed as the group's offset;
-        one with settled ranges above the mark also gets a progress record, tied to the
-        offset by a commit token (the offset's metadata). With ``prepare``, the next records
-        are picked and stamped while the broker works, and sent as soon as it is done
-        (``send.prepare``), before anything else can change what this instance owns.
+        First, tenants pinning a mark past ``--park-ranges``/``--park-span`` are parked
+        (``holding``). Each partition whose progress changed gets its mark committed as the
+        group's offset; one with settled ranges above the mark, or a holding log in use,
+        also gets a progress snapshot (one or more chunk records, stale chunks tombstoned),
+        tied to the offset by a commit token (the offset's metadata). With ``prepare``, the
+        next records are picked and stamped while the broker works, and sent as soon as it
+        is done (``send.prepare``), before anything else can change what this instance owns.
         """
         if self.rewinding:
             return
+        holding.park_stranded(self)  # tenants pinning a mark move out of the way first
         changed = [
-            (p, prog)
+            (p, prog, self.progress.get(holding_id(p)))
             for p, prog in self.progress.items()
-            if prog.changes != self._committed_changes.get(p)
+            if p >= 0
+            and (
+                prog.changes != self._committed_changes.get(p)
+                or _changes(self.progress.get(holding_id(p)))
+                != self._committed_changes.get(holding_id(p))
+            )
         ]
         if not self.txn.open and not changed:
             return
         self._seq += 1
         token = f"{self._token_prefix}:{self._seq}"
-        offsets: list[TopicPartition] = []
-        for partition, prog in changed:
-            ranges = prog.ranges()
-            if ranges:
-                record = progress_codec.encode(token, prog.lwm, ranges)
-                self.txn.produce(self.progress_topic, record, b"%d" % partition, None, partition)
-            offsets.append(
-                TopicPartition(self.ingest_topic, partition, prog.lwm, token if ranges else "")
-            )
+        offsets = self._progress_records(token, changed)
         started = time.monotonic()
         meanwhile = (lambda: send.prepare(self)) if prepare else None
         try:
@@ -479,9 +500,12 @@ class Emitter:
         self.metrics.commit_seconds.observe(took)
         self.rule.excuse(took)  # a backlog's slots during the commit are owed, not lost
         self.metrics.transactions.labels("committed").inc()
-        for partition, prog in changed:
+        for partition, prog, hold in changed:
             self._committed_changes[partition] = prog.changes
             self._committed_marks[partition] = prog.lwm
+            if hold is not None:
+                self._committed_changes[holding_id(partition)] = hold.changes
+                self._committed_marks[holding_id(partition)] = hold.lwm
         dwells = self._txn_dwell
         if dwells:
             self.metrics.emitted.inc(sum(len(seconds) for seconds in dwells.values()))
@@ -494,6 +518,41 @@ class Emitter:
         self._on_committed(dict(self._committed_marks))
         while self.prepared and not self.rewinding:
             send.emit_batch(self)
+
+    def _progress_records(
+        self,
+        token: str,
+        changed: list[tuple[int, PartitionProgress, PartitionProgress | None]],
+    ) -> list[TopicPartition]:
+        """Produce the progress snapshots of ``changed`` partitions; their offsets."""
+        offsets: list[TopicPartition] = []
+        largest = 0
+        for partition, prog, hold in changed:
+            snapshot = _snapshot(token, prog, hold)
+            written = 0
+            if snapshot is not None:
+                records = progress_codec.encode_chunks(snapshot)
+                for index, record in enumerate(records):
+                    key = progress_codec.chunk_key(partition, index)
+                    self.txn.produce(self.progress_topic, record, key, None, partition)
+                    largest = max(largest, len(record))
+                written = len(records)
+            # Chunks the last record had and this one has not: tombstones, for compaction.
+            for index in range(max(written, 1), self._chunks.get(partition, 1)):
+                key = progress_codec.chunk_key(partition, index)
+                self.txn.produce(self.progress_topic, None, key, None, partition)
+            self._chunks[partition] = max(written, 1)
+            offsets.append(
+                TopicPartition(
+                    self.ingest_topic, partition, prog.lwm, token if snapshot is not None else ""
+                )
+            )
+        if changed:
+            self.metrics.progress_bytes.set(largest)
+            if largest > self._largest_progress:
+                self._largest_progress = largest
+                self.metrics.progress_bytes_max.set(largest)
+        return offsets
 
     def _renew_transaction(self, exc: FatalError) -> None:
         """A producer that cannot go on (say, after a broker restart its abort is refused):
@@ -527,6 +586,7 @@ class Emitter:
         self.rule.replace_core(self.core)
         self.cached = 0
         self.warming = set()
+        self.ahead = set()
         self._request_rewind()
 
     def purge(self, tenant: str, before_ms: int) -> None:
@@ -545,7 +605,7 @@ class Emitter:
             self.core,
             limit,
             ready=self.ready,
-            partitions=sorted(self.progress),
+            partitions=self.owned,
             rate_limit=self.rule.rate,
         )
         if self.counts_slots():
@@ -563,6 +623,22 @@ class Emitter:
 
     def policy_of(self, tenant: str) -> TenantPolicy:
         return self.core.policy(tenant)
+
+
+def _changes(prog: PartitionProgress | None) -> int | None:
+    return None if prog is None else prog.changes
+
+
+def _snapshot(
+    token: str, prog: PartitionProgress, hold: PartitionProgress | None
+) -> Snapshot | None:
+    """What the progress topic must keep for a partition, or None when the committed offset
+    says it all (no settled range above either mark, the holding log unused)."""
+    ranges = prog.ranges()
+    parked = dict(hold.parked) if isinstance(hold, HoldingProgress) else {}
+    if hold is None or (hold.lwm == 0 and not hold.settled_above and not parked):
+        return Snapshot(token, prog.lwm, ranges) if ranges else None
+    return Snapshot(token, prog.lwm, ranges, hold.lwm, hold.ranges(), parked)
 
 
 def _resumed(tenant: str) -> None:

@@ -2,9 +2,10 @@
 
 The emitter holds buffered payloads in memory up to ``--buffer-memory``; beyond that a record
 is indexed without its payload (tenant, offset, cost, times) and read again from the log
-when its turn comes. A read fetches a run of records from that offset on and keeps them in a
-small window, because the next turns usually want their neighbours: a bursting tenant's
-records sit next to each other in its partition.
+when its turn comes (a parked record's from the holding topic: a negative partition ``~p``
+is partition ``p`` of it, ``holding``). A read fetches a run of records from that offset on
+and keeps them in a small window, because the next turns usually want their neighbours: a
+bursting tenant's records sit next to each other in its partition.
 
 Caller: the emitter thread (not thread-safe). Affects: nothing but its own consumer.
 """
@@ -27,9 +28,10 @@ READ_TIMEOUT = 10.0
 
 
 class PayloadFetcher:
-    def __init__(self, config: dict[str, Any], topic: str) -> None:
+    def __init__(self, config: dict[str, Any], topic: str, holding: str | None = None) -> None:
         self._config = config
         self.topic = topic
+        self.holding = holding  # a negative partition ~p is partition p of this topic
         self._consumer: Consumer | None = None
         self._window: OrderedDict[tuple[int, int], Message] = OrderedDict()
         self._bytes = 0
@@ -61,7 +63,10 @@ class PayloadFetcher:
             return hit
         self.reads += 1
         reader = self._reader()
-        reader.assign([TopicPartition(self.topic, partition, offset)])
+        topic, real = self.topic, partition
+        if partition < 0 and self.holding is not None:
+            topic, real = self.holding, ~partition
+        reader.assign([TopicPartition(topic, real, offset)])
         deadline = time.monotonic() + READ_TIMEOUT
         found: Message | None = None
         passed = False  # the log is past ``offset`` without it: it was deleted
@@ -75,7 +80,7 @@ class PayloadFetcher:
                         log.warning("reading back partition %d: %s", partition, err.str())
                     continue
                 at = msg.offset()
-                if msg.partition() != partition or at is None or at < offset:
+                if msg.partition() != real or at is None or at < offset:
                     continue
                 if at == offset:
                     found = msg

@@ -5,7 +5,8 @@ One librdkafka consumer is this instance's membership in the consumer group ``--
 partitions' low-water marks, written by the emitter's transactions with this consumer's
 group metadata, so a member that lost its partitions cannot commit (KIP-447). It reads no
 records itself: each owned partition has a reader of its own (``readers``), so a burst in
-one partition never queues ahead of another's records.
+one partition never queues ahead of another's records, and so has its holding log (the
+records of parked tenants, ``holding``), under the key ``holding_id(p)``.
 
 The thread takes a slice from each reader in turn and parses each record against the ingest
 contract; it keeps no state of its own and writes nothing. Parsed records and rebalance
@@ -37,7 +38,7 @@ from fairstream.scheduler.handoff import (
     Stop,
 )
 from fairstream.scheduler.readers import Readers, reader_config
-from fairstream.scheduler.recovery import Recovery
+from fairstream.scheduler.recovery import Recovery, holding_id, holding_topic
 
 log = logging.getLogger("fairstream.ingest")
 
@@ -93,7 +94,9 @@ class Ingest:
         self._tenants: dict[bytes, str] = {}
         self._metadata: Any = None
         self.readers = Readers(
-            reader_config(consumer_config(settings), settings.app_id), self.topic
+            reader_config(consumer_config(settings), settings.app_id),
+            self.topic,
+            holding_topic(settings.app_id),
         )
 
     # -- control from other threads ---------------------------------------------------------
@@ -143,7 +146,12 @@ class Ingest:
             # (callbacks, liveness) and is where the thread waits when nothing came.
             self.consumer.consume(num_messages=1, timeout=0.005 if idle else 0)
             self._metadata = self.consumer.consumer_group_metadata()
-            full = {p for p in self.assigned if handoff.backlog(p) >= HIGH_WATER}
+            full = {
+                key
+                for p in self.assigned
+                for key in (p, holding_id(p))  # each partition's ingest and holding logs
+                if handoff.backlog(key) >= HIGH_WATER
+            }
             slices = readers.take(full)
             idle = not slices
             if slices:
@@ -242,14 +250,15 @@ class Ingest:
             progress, lost = self.recovery.recover(consumer, wanted)
             if lost:
                 self._on_lost_records(lost)
-            queues = {p: self.handoff.open(p) for p in wanted}
+            keys = [*wanted, *(holding_id(p) for p in wanted)]  # ingest and holding logs
+            queues = {key: self.handoff.open(key) for key in keys}
             self.handoff.put(Assign(progress, queues))
-            # The member holds the partitions paused; a reader of its own reads each one.
+            # The member holds the partitions paused; a reader of its own reads each log.
             owned = [TopicPartition(self.topic, p, progress[p].lwm) for p in wanted]
             consumer.incremental_assign(owned)
             consumer.pause(owned)
-            for p in wanted:
-                self.readers.open(p, progress[p].lwm)
+            for key in keys:
+                self.readers.open(key, progress[key].lwm)
             self.assigned.update(wanted)
             log.info(
                 "assigned ingest partitions %s (resuming at %s)",
@@ -272,6 +281,7 @@ class Ingest:
         self._metadata = consumer.consumer_group_metadata()
         for p in parts:
             self.readers.close(p)
+            self.readers.close(holding_id(p))
         if parts and self._emitter_alive():
             revoke = Revoke(parts, lost=lost)
             self.handoff.put(revoke)
@@ -282,6 +292,7 @@ class Ingest:
         self.assigned.difference_update(parts)
         for p in parts:
             self.handoff.close(p)
+            self.handoff.close(holding_id(p))
         log.info("%s ingest partitions %s", "lost" if lost else "revoked", parts)
 
     def _do_rewind(self) -> None:
@@ -291,7 +302,7 @@ class Ingest:
         if lost:
             self._on_lost_records(lost)
         queues = {}
-        for p in parts:
+        for p in [*parts, *(holding_id(p) for p in parts)]:  # ingest and holding logs
             # The reader drops what it prefetched; the fresh queue what was parsed before.
             self.readers.open(p, progress[p].lwm)
             queues[p] = self.handoff.open(p)

@@ -8,21 +8,37 @@ or compacted records) are settled as gaps when the next record shows up.
 
 The low-water mark is committed as the consumer group's offset, in the same Kafka
 transaction as the egress records that advanced it; the ranges above it travel in the same
-transaction as a record of the progress topic (``encode``/``decode``), because commit
-metadata is limited to 4 KB and a noisy tenant that pins the mark can make the set larger.
-A settled offset never becomes unsettled again, so an older progress record is never wrong,
-only incomplete.
+transaction as a *snapshot* in the progress topic, because commit metadata is limited to
+4 KB. A snapshot (``Snapshot``) also carries the partition's holding log (``holding``):
+its mark, its settled ranges and how many records of each parked tenant wait in it
+(``HoldingProgress``). It is cut into chunk records of at most ``CHUNK_BYTES``
+(``encode_chunks``; each names its token, its index and the chunk count, so recovery uses a
+set only when it is complete), well under the progress topic's ``max.message.bytes``
+(``PROGRESS_TOPIC_BYTES``, set when the topic is created). Ranges are delta and varint
+coded. A settled offset never becomes unsettled again, so an older snapshot is never wrong
+about the ingest log, only incomplete.
+
+Costs: ``settle`` is O(1) (two dicts map each range's start to its end and back); the
+gaps ``observe`` settles are cut around the recovered ranges by binary search; building a
+``PartitionProgress`` from recovered ranges is one sort and one pass. Only the general
+``settle_range`` (no caller on the emission or recovery path) searches every range.
 
 Pure: no Kafka, no clock. Caller: the emitter thread, which owns every instance.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from fairstream.errors import Error
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# A progress record is cut into chunks of at most this many bytes; the progress topic is
+# created with max.message.bytes PROGRESS_TOPIC_BYTES, room for one chunk and its batch.
+CHUNK_BYTES = 512 * 1024
+PROGRESS_TOPIC_BYTES = 1024 * 1024
 
 
 class ProgressFormatError(Error, ValueError):
@@ -40,6 +56,7 @@ class PartitionProgress:
         "_cursor",
         "_ends",
         "_recovered",
+        "_recovered_starts",
         "_starts",
         "changes",
         "lwm",
@@ -53,16 +70,21 @@ class PartitionProgress:
         self.lwm = lwm
         self.next = lwm  # the next offset the log may deliver (everything below was seen)
         self.changes = 0  # bumped by every settlement: what a commit compares
-        self._starts: dict[int, int] = {}
-        self._ends: dict[int, int] = {}
         # Ranges settled before a restart: the log is read again from the mark, and these
-        # records are skipped as they come by.
-        self._recovered = sorted((max(s, lwm), e) for s, e in settled if e > max(s, lwm))
+        # records are skipped as they come by. Sorted and merged once, O(n log n), then
+        # loaded as they are: rebuilding them one settle_range at a time was quadratic.
+        recovered = _merged(sorted((max(s, lwm), e) for s, e in settled if e > max(s, lwm)))
+        self._recovered = recovered
+        self._recovered_starts = [s for s, _ in recovered]
         self._cursor = 0
         # Offsets at or past this were settled after no recovered range: no need to ask.
-        self.replay_end = self._recovered[-1][1] if self._recovered else -1
-        for start, end in self._recovered:
-            self.settle_range(start, end)
+        self.replay_end = recovered[-1][1] if recovered else -1
+        stored = recovered
+        if recovered and recovered[0][0] == lwm:
+            self.lwm = recovered[0][1]  # the mark moves over a run that starts at it
+            stored = recovered[1:]
+        self._starts: dict[int, int] = dict(stored)
+        self._ends: dict[int, int] = {e: s for s, e in stored}
 
     # -- reading the log ------------------------------------------------------------------
 
@@ -73,7 +95,7 @@ class PartitionProgress:
         Affects: ``next``; the settled ranges (gaps); possibly the low-water mark.
         """
         if offset > self.next:
-            self.settle_range(self.next, offset)
+            self._settle_gap(self.next, offset)
         if offset >= self.next:
             self.next = offset + 1
 
@@ -114,13 +136,12 @@ class PartitionProgress:
         ends[end] = start
 
     def settle_range(self, start: int, end: int) -> None:
-        """Mark ``[start, end)`` settled. Each offset is settled once (the emitter's rule);
-        a range that overlaps settled ones (a recovered record's) is merged with them."""
+        """Mark ``[start, end)`` settled, merging it with any settled range it overlaps.
+
+        The general case, O(ranges): nothing on the emission or recovery path calls it
+        (``settle``, ``observe`` and the constructor never need an overlap search)."""
         start = max(start, self.lwm)
         if end <= start:
-            return
-        if end - start == 1:
-            self.settle(start)
             return
         self.changes += 1
         starts, ends = self._starts, self._ends
@@ -128,11 +149,57 @@ class PartitionProgress:
             e = starts.pop(s)
             del ends[e]
             start, end = min(start, s), max(end, e)
-        if start == self.lwm:
-            self.lwm = end
+        self._store(start, end)
+
+    def _settle_gap(self, start: int, end: int) -> None:
+        """Settle the offsets of ``[start, end)`` the log skipped (``start`` is ``next``).
+
+        Above ``next`` only recovered ranges can be settled already, so the gap is cut
+        around them (a binary search in the sorted recovered ranges) and each piece is new:
+        it can only touch the range ending at its start and the one starting at its end.
+        O(log recovered ranges + pieces), whatever the number of ranges."""
+        start = max(start, self.lwm)
+        if end <= start:
             return
-        starts[start] = end
-        ends[end] = start
+        if start >= self.replay_end:
+            self._settle_new(start, end)
+            return
+        ranges = self._recovered
+        i = max(0, bisect_right(self._recovered_starts, start) - 1)
+        while start < end and i < len(ranges):
+            s, e = ranges[i]
+            if s >= end:
+                break
+            if e > start:
+                if s > start:
+                    self._settle_new(start, s)
+                start = max(start, e)
+            i += 1
+        if start < end:
+            self._settle_new(max(start, self.lwm), end)
+
+    def _settle_new(self, start: int, end: int) -> None:
+        """Settle ``[start, end)``, none of it settled yet: O(1)."""
+        if end <= start:
+            return
+        self.changes += 1
+        starts, ends = self._starts, self._ends
+        left = ends.pop(start, None)
+        if left is not None:
+            del starts[left]
+            start = left
+        right = starts.pop(end, None)
+        if right is not None:
+            del ends[right]
+            end = right
+        self._store(start, end)
+
+    def _store(self, start: int, end: int) -> None:
+        if start <= self.lwm:
+            self.lwm = max(self.lwm, end)  # the mark moves over everything settled behind it
+            return
+        self._starts[start] = end
+        self._ends[end] = start
 
     # -- what is persisted ----------------------------------------------------------------
 
@@ -147,6 +214,60 @@ class PartitionProgress:
 
     def __repr__(self) -> str:
         return f"PartitionProgress(lwm={self.lwm}, next={self.next}, ranges={self.ranges()[:4]})"
+
+
+class HoldingProgress(PartitionProgress):
+    """Progress of a partition's holding log (``holding``), plus who is parked in it.
+
+    ``parked`` counts, per tenant, the records the holding log holds for it that are not
+    settled yet: a tenant with a count is *parked* (its new records go to the holding log
+    too, so that its order holds). The count rises as records are parked (``parked_one``)
+    and falls as they settle: ``own`` tells which tenant each record read back belongs to,
+    and ``settle`` looks it up, so no caller of ``settle`` needs to know.
+    """
+
+    __slots__ = ("owners", "parked")
+
+    def __init__(
+        self,
+        lwm: int,
+        settled: Iterable[tuple[int, int]] = (),
+        parked: dict[str, int] | None = None,
+    ) -> None:
+        super().__init__(lwm, settled)
+        self.parked: dict[str, int] = {t: n for t, n in (parked or {}).items() if n > 0}
+        self.owners: dict[int, str] = {}  # offset -> tenant of records read back, unsettled
+
+    def own(self, offset: int, tenant: str) -> None:
+        """Record ``offset`` (read back from the holding log) as ``tenant``'s."""
+        self.owners[offset] = tenant
+
+    def parked_one(self, tenant: str) -> None:
+        """One more record of ``tenant`` was written to the holding log."""
+        self.parked[tenant] = self.parked.get(tenant, 0) + 1
+        self.changes += 1
+
+    def settle(self, offset: int) -> None:
+        tenant = self.owners.pop(offset, None)
+        if tenant is not None:
+            left = self.parked.get(tenant, 0) - 1
+            if left > 0:
+                self.parked[tenant] = left
+            else:
+                self.parked.pop(tenant, None)
+        super().settle(offset)
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted half-open ranges with overlapping and touching ones joined."""
+    out: list[tuple[int, int]] = []
+    for start, end in ranges:
+        if out and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
 
 
 # -- the progress record ------------------------------------------------------------------
@@ -174,50 +295,189 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
             raise ProgressFormatError("progress record has a number of more than 64 bits")
 
 
-def encode(token: str, lwm: int, ranges: Iterable[tuple[int, int]]) -> bytes:
-    """A progress record: version, commit token, mark, then each range as two deltas.
-
-    ``token`` ties the record to the offset commit of the same transaction (it is also the
-    commit's metadata), so recovery can tell a record from an older transaction.
-    """
-    raw = token.encode("utf-8")
-    out = bytearray([FORMAT_VERSION])
-    _varint(len(raw), out)
-    out += raw
-    _varint(lwm, out)
-    previous = lwm
-    body = bytearray()
-    count = 0
+def _ranges_bytes(base: int, ranges: list[tuple[int, int]], out: bytearray) -> None:
+    """Each range as two deltas (from the previous range's end, then its length)."""
+    flat: list[int] = []
+    previous = base
     for start, end in ranges:
-        _varint(start - previous, body)
-        _varint(end - start, body)
+        flat.append(start - previous)
+        flat.append(end - start)
         previous = end
-        count += 1
-    _varint(count, out)
-    out += body
-    return bytes(out)
+    if not flat or max(flat) < 0x80:
+        out += bytes(flat)  # the common case: small deltas, one byte each, no loop per byte
+        return
+    for value in flat:
+        _varint(value, out)
 
 
-def decode(data: bytes) -> tuple[str, int, list[tuple[int, int]]]:
-    """``(token, lwm, ranges)`` of a progress record. Raises ``ProgressFormatError``."""
-    if not data or data[0] != FORMAT_VERSION:
+@dataclass(frozen=True)
+class Snapshot:
+    """What one commit persisted for one ingest partition (possibly over several chunks):
+    the ingest log's mark and settled ranges, the holding log's (``holding``), and how many
+    records of each parked tenant the holding log holds unsettled."""
+
+    token: str
+    lwm: int
+    ranges: list[tuple[int, int]]
+    hold_lwm: int = 0
+    hold_ranges: list[tuple[int, int]] = field(default_factory=list)
+    parked: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One progress record: chunk ``index`` of ``count`` of the snapshot ``token`` names."""
+
+    token: str
+    index: int
+    count: int
+    lwm: int
+    hold_lwm: int
+    ranges: list[tuple[int, int]]
+    hold_ranges: list[tuple[int, int]]
+    parked: dict[str, int]
+
+
+def chunk_key(partition: int, index: int) -> bytes:
+    """The key of chunk ``index`` of a partition's progress (compaction keeps the latest of
+    each): the partition number alone for the first, as format 1 wrote it."""
+    return b"%d" % partition if index == 0 else b"%d.%d" % (partition, index)
+
+
+def encode_chunks(snapshot: Snapshot, limit: int = CHUNK_BYTES) -> list[bytes]:
+    """The progress records of ``snapshot``, each at most about ``limit`` bytes.
+
+    Ranges are cut into runs that fit; every chunk repeats the token, both marks and the
+    chunk count, so recovery can tell a complete set (all ``count`` chunks of one token)
+    from a partial or older one. The parked counts travel in the first chunk.
+    """
+    token = snapshot.token.encode("utf-8")
+    head_room = 64 + len(token)
+    parked = bytearray()
+    for tenant, count in sorted(snapshot.parked.items()):
+        raw = tenant.encode("utf-8")
+        _varint(len(raw), parked)
+        parked += raw
+        _varint(count, parked)
+    if head_room + len(parked) > limit:
+        raise ValueError(f"{len(snapshot.parked)} parked tenants do not fit {limit} bytes")
+    # A range takes at most 20 bytes (two 10-byte varints): runs sized for the worst case.
+    per_chunk = max(1, (limit - head_room - len(parked)) // 20)
+    runs: list[tuple[list[tuple[int, int]], list[tuple[int, int]]]] = []
+    ingest, holding = snapshot.ranges, snapshot.hold_ranges
+    i = j = 0
+    while True:
+        take = ingest[i : i + per_chunk]
+        i += len(take)
+        rest = per_chunk - len(take)
+        held = holding[j : j + rest] if rest else []
+        j += len(held)
+        runs.append((take, held))
+        if i >= len(ingest) and j >= len(holding):
+            break
+    out: list[bytes] = []
+    for index, (take, held) in enumerate(runs):
+        record = bytearray([FORMAT_VERSION])
+        _varint(len(token), record)
+        record += token
+        _varint(index, record)
+        _varint(len(runs), record)
+        _varint(snapshot.lwm, record)
+        _varint(snapshot.hold_lwm, record)
+        _varint(len(snapshot.parked) if index == 0 else 0, record)
+        if index == 0:
+            record += parked
+        _varint(len(take), record)
+        _ranges_bytes(snapshot.lwm, take, record)
+        _varint(len(held), record)
+        _ranges_bytes(snapshot.hold_lwm, held, record)
+        out.append(bytes(record))
+    return out
+
+
+def decode_chunk(data: bytes) -> Chunk:
+    """One progress record (format 1 or 2). Raises ``ProgressFormatError``."""
+    version = data[0] if data else None
+    if version not in (1, FORMAT_VERSION):
         raise ProgressFormatError(
-            f"progress record of format {data[0] if data else None}; this version reads "
-            f"{FORMAT_VERSION}"
+            f"progress record of format {version}; this version reads 1 and {FORMAT_VERSION}"
         )
     size, pos = _read_varint(data, 1)
+    if pos + size > len(data):
+        raise ProgressFormatError("progress record ends inside its token")
     token = data[pos : pos + size].decode("utf-8", errors="replace")
     pos += size
+    index, count, hold_lwm = 0, 1, 0
+    parked: dict[str, int] = {}
+    if version == FORMAT_VERSION:
+        index, pos = _read_varint(data, pos)
+        count, pos = _read_varint(data, pos)
+        if index >= count:
+            raise ProgressFormatError(f"chunk {index} of {count}")
     lwm, pos = _read_varint(data, pos)
+    if version == FORMAT_VERSION:
+        hold_lwm, pos = _read_varint(data, pos)
+        tenants, pos = _read_varint(data, pos)
+        for _ in range(tenants):
+            size, pos = _read_varint(data, pos)
+            if pos + size > len(data):
+                raise ProgressFormatError("progress record ends inside a tenant id")
+            tenant = data[pos : pos + size].decode("utf-8", errors="replace")
+            pos += size
+            parked[tenant], pos = _read_varint(data, pos)
+    ranges, pos = _read_ranges(data, pos, lwm)
+    hold_ranges: list[tuple[int, int]] = []
+    if version == FORMAT_VERSION:
+        hold_ranges, pos = _read_ranges(data, pos, hold_lwm)
+    if pos != len(data):
+        raise ProgressFormatError(f"{len(data) - pos} bytes after the last range")
+    return Chunk(token, index, count, lwm, hold_lwm, ranges, hold_ranges, parked)
+
+
+def _read_ranges(data: bytes, pos: int, base: int) -> tuple[list[tuple[int, int]], int]:
     count, pos = _read_varint(data, pos)
+    if count > len(data) - pos:  # two bytes a range at least: refuse before allocating
+        raise ProgressFormatError(f"{count} ranges announced, {len(data) - pos} bytes left")
     ranges: list[tuple[int, int]] = []
-    previous = lwm
+    previous = base
     for _ in range(count):
         gap, pos = _read_varint(data, pos)
         length, pos = _read_varint(data, pos)
         start = previous + gap
         ranges.append((start, start + length))
         previous = start + length
-    if pos != len(data):
-        raise ProgressFormatError(f"{len(data) - pos} bytes after the last range")
-    return token, lwm, ranges
+    return ranges, pos
+
+
+def assemble(chunks: Iterable[Chunk]) -> Snapshot | None:
+    """The snapshot of a complete set of chunks of one token (any order), else None."""
+    parts = {c.index: c for c in chunks}
+    if not parts:
+        return None
+    first = parts.get(0)
+    if first is None or len(parts) != first.count:
+        return None
+    ordered = [parts[i] for i in range(first.count)]
+    return Snapshot(
+        first.token,
+        first.lwm,
+        [r for c in ordered for r in c.ranges],
+        first.hold_lwm,
+        [r for c in ordered for r in c.hold_ranges],
+        dict(first.parked),
+    )
+
+
+def encode(token: str, lwm: int, ranges: Iterable[tuple[int, int]]) -> bytes:
+    """One progress record of ingest ranges only (a snapshot small enough for one chunk)."""
+    records = encode_chunks(Snapshot(token, lwm, list(ranges)), limit=1 << 62)
+    return records[0]
+
+
+def decode(data: bytes) -> tuple[str, int, list[tuple[int, int]]]:
+    """``(token, lwm, ranges)`` of a one-chunk progress record. Raises
+    ``ProgressFormatError``."""
+    chunk = decode_chunk(data)
+    if chunk.count != 1:
+        raise ProgressFormatError(f"chunk {chunk.index} of {chunk.count}, not a whole record")
+    return chunk.token, chunk.lwm, chunk.ranges

@@ -45,9 +45,13 @@ def reader_config(connection: dict[str, Any], app_id: str) -> dict[str, Any]:
 
 
 class Readers:
-    def __init__(self, config: dict[str, Any], topic: str) -> None:
+    """Readers keyed by ingest partition; a negative key ``~p`` reads partition ``p`` of
+    ``holding`` (the holding log, ``scheduler.holding``)."""
+
+    def __init__(self, config: dict[str, Any], topic: str, holding: str | None = None) -> None:
         self._config = config
         self.topic = topic
+        self.holding = holding
         self._readers: dict[int, Consumer] = {}
         self._turn = 0
 
@@ -57,7 +61,10 @@ class Readers:
         if reader is None:
             reader = self._readers[partition] = Consumer(self._config)
         # assign() at an offset drops anything the reader had prefetched.
-        reader.assign([TopicPartition(self.topic, partition, offset)])
+        if partition < 0 and self.holding is not None:
+            reader.assign([TopicPartition(self.holding, ~partition, offset)])
+        else:
+            reader.assign([TopicPartition(self.topic, partition, offset)])
 
     def close(self, partition: int) -> None:
         reader = self._readers.pop(partition, None)

@@ -2,9 +2,14 @@
 
 The consumer group's committed offset of an ingest partition is its low-water mark; the
 offset's metadata is the commit token of the transaction that wrote it, and when settled
-ranges lay above the mark, that transaction also wrote a progress record carrying the same
-token to the partition's progress-topic partition. Recovery reads both, then the ingest
-thread reads the log again from the mark and the emitter skips the settled ranges.
+ranges lay above the mark (or the partition's holding log is in use), that transaction also
+wrote a progress snapshot carrying the same token to the partition's progress-topic
+partition: one or more chunks (``progress.encode_chunks``), all in that transaction.
+Recovery reads the offset, then every chunk of that token (a set with a chunk missing is
+not used), then the ingest thread reads the log again from the mark, and the holding log
+from its own mark, and the emitter skips the settled ranges of each. Each partition's
+recovered progress comes back under two keys: the partition (its ingest log) and
+``holding_id(partition)`` (its holding log, a ``HoldingProgress`` with the parked counts).
 
 Both reads wait for transactions still open: the committed offsets are fetched with
 ``require_stable`` (librdkafka does under ``isolation.level=read_committed``, KIP-447), so a
@@ -25,7 +30,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from fairstream.adapters.clients import assigned_consumer_config
 from fairstream.errors import Error
 from fairstream.scheduler import progress as codec
-from fairstream.scheduler.progress import PartitionProgress
+from fairstream.scheduler.progress import HoldingProgress, PartitionProgress, Snapshot
 
 log = logging.getLogger("fairstream.recovery")
 
@@ -41,12 +46,25 @@ def progress_topic(app_id: str) -> str:
     return f"{app_id}-progress"
 
 
+def holding_topic(app_id: str) -> str:
+    """The topic parked records wait in (``holding``), co-partitioned with the ingest topic."""
+    return f"{app_id}-holding"
+
+
+def holding_id(partition: int) -> int:
+    """The key under which the holding log of ingest ``partition`` is tracked (progress,
+    handoff queue, reader): ``~partition``, negative, so it never clashes with a partition,
+    and ``holding_id(holding_id(p)) == p``."""
+    return ~partition
+
+
 class Recovery:
     """Reads committed marks (through the group consumer) and progress records."""
 
     def __init__(self, config: dict[str, Any], ingest_topic: str, app_id: str) -> None:
         self.ingest_topic = ingest_topic
         self.topic = progress_topic(app_id)
+        self.holding = holding_topic(app_id)
         self._config = config
         self._reader: Consumer | None = None
 
@@ -88,26 +106,47 @@ class Recovery:
             )
             if mark is None:
                 mark = low  # never committed: everything still in the log is unsettled
-            ranges: list[tuple[int, int]] = []
+            snapshot = Snapshot("", mark, [])
             if token:
-                ranges = self._ranges(partition, token, mark, deadline)
+                snapshot = self._snapshot(partition, token, mark, deadline)
+            ranges = snapshot.ranges
             if low > mark:
-                # Retention (or someone) deleted records that were never settled.
-                missing = low - mark - sum(min(e, low) - s for s, e in ranges if s < low)
-                lost += max(0, missing)
-                log.error(
-                    "ingest partition %d starts at offset %d but records from %d were not "
-                    "settled: %d were deleted before they could be emitted (check the ingest "
-                    "topic's retention)",
-                    partition,
-                    low,
-                    mark,
-                    missing,
-                )
+                lost += self._deleted(partition, "ingest", low, mark, ranges)
                 ranges = [(max(s, low), e) for s, e in ranges if e > low]
                 mark = low
             recovered[partition] = PartitionProgress(mark, ranges)
+            recovered[holding_id(partition)] = self._holding(consumer, partition, snapshot)
         return recovered, lost
+
+    def _holding(self, consumer: Consumer, partition: int, snapshot: Snapshot) -> HoldingProgress:
+        """The holding log's progress: its mark, settled ranges and parked counts as the
+        snapshot has them (from the log's start when there is none)."""
+        low, _high = consumer.get_watermark_offsets(
+            TopicPartition(self.holding, partition), timeout=30, cached=False
+        )
+        mark, ranges = snapshot.hold_lwm, snapshot.hold_ranges
+        if low > mark:
+            if snapshot.parked:  # records parked and never settled were deleted
+                self._deleted(partition, "holding", low, mark, ranges)
+            ranges = [(max(s, low), e) for s, e in ranges if e > low]
+            mark = low
+        return HoldingProgress(mark, ranges, snapshot.parked)
+
+    def _deleted(
+        self, partition: int, log_name: str, low: int, mark: int, ranges: list[tuple[int, int]]
+    ) -> int:
+        # Retention (or someone) deleted records that were never settled.
+        missing = max(0, low - mark - sum(min(e, low) - s for s, e in ranges if s < low))
+        log.error(
+            "%s partition %d starts at offset %d but records from %d were not settled: %d "
+            "were deleted before they could be emitted (check the topic's retention)",
+            log_name,
+            partition,
+            low,
+            mark,
+            missing,
+        )
+        return missing
 
     def _committed(
         self, consumer: Consumer, partitions: list[int], deadline: float
@@ -132,35 +171,35 @@ class Recovery:
             log.info("waiting for committed offsets: %s", problem)
             time.sleep(0.2)
 
-    def _ranges(
-        self, partition: int, token: str, mark: int, deadline: float
-    ) -> list[tuple[int, int]]:
-        """The settled ranges of the progress record written with ``token``."""
+    def _snapshot(self, partition: int, token: str, mark: int, deadline: float) -> Snapshot:
+        """The progress written with ``token`` (all of its chunks)."""
         token_deadline = min(deadline, time.monotonic() + TOKEN_WAIT)
         while True:
-            found = self._latest(partition, deadline)
-            if found is not None and found[0] == token:
-                return found[2]
+            wanted, latest = self._latest(partition, token, deadline)
+            if wanted is not None:
+                return wanted
             if time.monotonic() >= token_deadline:
                 # An older record is never wrong, only incomplete (records of the last
                 # transaction may be emitted again): say so and go on.
                 log.warning(
-                    "ingest partition %d: no progress record with commit token %r (latest: "
-                    "%r); resuming from offset %d with %s",
+                    "ingest partition %d: no complete progress record with commit token %r "
+                    "(latest: %r); resuming from offset %d with %s",
                     partition,
                     token,
-                    found[0] if found else None,
+                    latest.token if latest else None,
                     mark,
-                    "an older record" if found else "no settled ranges",
+                    "an older record" if latest else "no settled ranges",
                 )
-                return found[2] if found is not None else []
+                return latest if latest is not None else Snapshot("", mark, [])
             # The transaction's markers reach the progress partition a moment after its
             # offsets are committed: look again shortly.
             time.sleep(0.05)
 
     def _latest(
-        self, partition: int, deadline: float
-    ) -> tuple[str, int, list[tuple[int, int]]] | None:
+        self, partition: int, token: str, deadline: float
+    ) -> tuple[Snapshot | None, Snapshot | None]:
+        """The snapshot of ``token`` if the partition holds all its chunks, and the latest
+        complete snapshot of any token. Reads back from the end in growing windows."""
         reader = self._progress_reader()
         tp = TopicPartition(self.topic, partition)
         low, high = reader.get_watermark_offsets(tp, timeout=30, cached=False)
@@ -168,14 +207,30 @@ class Recovery:
         while True:
             start = max(low, high - window)
             reader.assign([TopicPartition(self.topic, partition, start)])
-            latest: bytes | None = None
+            chunks: dict[str, dict[int, codec.Chunk]] = {}
+            order: list[str] = []  # tokens by their last appearance
             while time.monotonic() < deadline:
                 batch = reader.consume(num_messages=1000, timeout=1.0)
                 done = False
                 for msg in batch:
                     err = msg.error()
                     if err is None:
-                        latest = msg.value()
+                        value = msg.value()
+                        if value is None:
+                            continue  # a tombstone of a chunk no longer used
+                        try:
+                            chunk = codec.decode_chunk(value)
+                        except codec.ProgressFormatError as exc:
+                            log.error(
+                                "progress record of partition %d unreadable: %s", partition, exc
+                            )
+                            continue
+                        chunks.setdefault(chunk.token, {})[chunk.index] = chunk
+                        if order and order[-1] == chunk.token:
+                            continue
+                        if chunk.token in order:
+                            order.remove(chunk.token)
+                        order.append(chunk.token)
                     elif err.code() == KafkaError._PARTITION_EOF:
                         done = True
                     else:
@@ -184,12 +239,14 @@ class Recovery:
                     break
             else:
                 raise RecoveryError(f"cannot read progress partition {partition} in time")
-            if latest is not None:
-                try:
-                    return codec.decode(latest)
-                except codec.ProgressFormatError as exc:
-                    log.error("progress record of partition %d unreadable: %s", partition, exc)
-                    return None
-            if start <= low:
-                return None
+            wanted = codec.assemble(chunks.get(token, {}).values())
+            latest = next(
+                (s for t in reversed(order) if (s := codec.assemble(chunks[t].values()))),
+                None,
+            )
+            # Read further back only for chunks of the token that the window cut off, or
+            # while the window holds no complete record at all.
+            partial = token in chunks and wanted is None
+            if wanted is not None or start <= low or (latest is not None and not partial):
+                return wanted, latest
             window *= 8

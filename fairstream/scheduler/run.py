@@ -97,7 +97,13 @@ def run(settings: Settings) -> int:
     )
     tune_garbage_collector()
     partitions, limits, retention_ms = inspect_topics(settings)
-    ensure_internal_topics(settings.kafka, settings.app_id, partitions, settings.replication_factor)
+    ensure_internal_topics(
+        settings.kafka,
+        settings.app_id,
+        partitions,
+        settings.replication_factor,
+        settings.topics.ingest,
+    )
     service = SchedulerService(settings, partitions, limits=limits, retention_ms=retention_ms)
     service.start()
 

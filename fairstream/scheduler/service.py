@@ -32,7 +32,7 @@ from fairstream.scheduler.ingest import Ingest
 from fairstream.scheduler.observe import Probe
 from fairstream.scheduler.policies import PolicyReader
 from fairstream.scheduler.recent import RecentRequests
-from fairstream.scheduler.recovery import Recovery
+from fairstream.scheduler.recovery import Recovery, holding_topic
 from fairstream.scheduler.transaction import FatalError
 from fairstream.scheduler.trim import Trimmer
 
@@ -84,6 +84,7 @@ class SchedulerService:
             self.metrics,
             trim=settings.trim,
             retention_ms=retention_ms,
+            holding=holding_topic(settings.app_id),
         )
         self.ingest = Ingest(
             settings,
@@ -132,7 +133,7 @@ class SchedulerService:
                 floor=settings.min_rate,
                 on_rate=(lambda rate: setattr(group, "rate", rate)) if group else _ignore,
                 recent=recent,
-                ownership=lambda: (partitions, set(self.emitter.progress)),
+                ownership=lambda: (partitions, set(self.emitter.owned)),
                 slots=self.emitter.counts_slots,
             )
         self.auditor = Auditor(self._probe, self.metrics, settings.fairness_window)

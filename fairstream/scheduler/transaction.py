@@ -163,14 +163,18 @@ class Transaction:
         key: bytes | None,
         headers: list[tuple[str, bytes | None]] | None = None,
         partition: int | None = None,
+        timestamp: int | None = None,
     ) -> None:
-        """Produce one record in the transaction (begun if need be)."""
+        """Produce one record in the transaction (begun if need be); ``timestamp`` in epoch
+        ms (None: now)."""
         self.begin()
         kwargs: dict[str, Any] = {}
         if headers:
             kwargs["headers"] = headers
         if partition is not None:
             kwargs["partition"] = partition
+        if timestamp is not None:
+            kwargs["timestamp"] = timestamp
         while True:
             try:
                 self.producer.produce(topic, value, key, **kwargs)

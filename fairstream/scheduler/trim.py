@@ -3,7 +3,9 @@
 After commits, the committed low-water marks of owned partitions are handed here; every
 ``INTERVAL`` seconds this thread deletes the ingest records below them (AdminClient
 ``delete_records``), so the ingest topic holds exactly what is still buffered. With
-``--no-trim`` it only watches.
+``--no-trim`` it only watches. The holding topic of parked records (``holding``; its marks
+come under negative keys, ``holding_id``) is internal: it is trimmed below its own marks
+whatever ``--no-trim`` says.
 
 It also watches the other way round: when the ingest topic has a finite ``retention.ms``, it
 reads the timestamp of each partition's oldest unsettled record (the one at the mark) and
@@ -40,8 +42,10 @@ class Trimmer:
         *,
         trim: bool,
         retention_ms: int | None,
+        holding: str | None = None,
     ) -> None:
         self.topic = topic
+        self.holding = holding
         self.metrics = metrics
         self.trim = trim
         self.retention_ms = retention_ms if retention_ms and retention_ms > 0 else None
@@ -68,9 +72,11 @@ class Trimmer:
                     if partition not in marks:
                         del self._trimmed[partition]
                         self._starts.pop(partition, None)
-                if self.trim:
-                    self._trim(marks)
-                self._watch(marks)
+                trimmed = marks if self.trim else {p: m for p, m in marks.items() if p < 0}
+                if self.holding is None:
+                    trimmed = {p: m for p, m in trimmed.items() if p >= 0}
+                self._trim(trimmed)
+                self._watch({p: m for p, m in marks.items() if p >= 0})
         except Exception:
             log.exception("the trimmer failed; the ingest topic is no longer trimmed")
         finally:
@@ -78,28 +84,32 @@ class Trimmer:
                 self._reader.close()
 
     def _trim(self, marks: dict[int, int]) -> None:
-        due = [
-            TopicPartition(self.topic, p, mark)
-            for p, mark in marks.items()
-            if mark > self._trimmed.get(p, -1)
-        ]
+        due = [self._tp(p, m) for p, m in marks.items() if m > self._trimmed.get(p, -1)]
         if not due:
             return
         futures = self._admin.delete_records(due, request_timeout=15)
         for tp, future in futures.items():
+            key = tp.partition if tp.topic == self.topic else ~tp.partition
             try:
                 deleted = future.result(timeout=30)
             except Exception as exc:
                 log.warning(
-                    "trimming ingest partition %d below %d: %s", tp.partition, tp.offset, exc
+                    "trimming %s partition %d below %d: %s", tp.topic, tp.partition, tp.offset, exc
                 )
                 continue
-            start = self._starts.get(tp.partition)
+            self._trimmed[key] = tp.offset
+            if key < 0:
+                continue  # the holding log: not counted as ingest records trimmed
+            start = self._starts.get(key)
             if start is None:  # the partition's log start before our first trim
-                start = self._low_watermark(tp.partition)
-            self._trimmed[tp.partition] = tp.offset
-            self._starts[tp.partition] = deleted.low_watermark
+                start = self._low_watermark(key)
+            self._starts[key] = deleted.low_watermark
             self.metrics.trimmed.inc(max(0, deleted.low_watermark - start))
+
+    def _tp(self, key: int, offset: int) -> TopicPartition:
+        if key < 0 and self.holding is not None:
+            return TopicPartition(self.holding, ~key, offset)
+        return TopicPartition(self.topic, key, offset)
 
     def _low_watermark(self, partition: int) -> int:
         low, _ = self._watcher().get_watermark_offsets(

@@ -349,3 +349,35 @@ def test_pick_reads_clock_only_when_capped():
     scheduler.push("A", "a")
     scheduler.pick()
     assert CountingClock.reads == 0
+
+
+def test_peek_shows_the_oldest_item_and_takes_nothing():
+    scheduler, _ = make()
+    assert scheduler.peek("A") is None
+    scheduler.push("A", "A0")
+    scheduler.push("A", "A1")
+    assert scheduler.peek("A") == "A0"
+    assert len(scheduler) == 2
+    assert drain(scheduler) == ["A0", "A1"]
+    assert scheduler.peek("A") is None
+
+
+def test_held_back_is_paused_capped_waiting_or_a_lower_class_being_starved():
+    scheduler, clock = make()
+    scheduler.set_policy("paused", TenantPolicy(paused=True))
+    scheduler.set_policy("capped", TenantPolicy(rate_cap=1.0))
+    scheduler.set_policy("low", TenantPolicy(priority=1))
+    for tenant in ("paused", "capped", "low", "busy"):
+        scheduler.push(tenant, f"{tenant}0")
+        scheduler.push(tenant, f"{tenant}1")
+    assert not scheduler.held_back("nobody")
+    assert scheduler.held_back("paused")
+    assert scheduler.held_back("low")  # class 1 waits while class 0 has tenants to serve
+    assert not scheduler.held_back("busy")
+    picked = [scheduler.pick(clock.now()) for _ in range(3)]
+    assert {p.tenant for p in picked if p is not None} == {"capped", "busy"}
+    assert scheduler.held_back("capped")  # its one token spent: waiting for the next
+    while scheduler.backlog("busy")[0]:
+        assert scheduler.pick(clock.now()) is not None
+    # Class 0 has nobody to serve now (the capped tenant waits for a token): class 1 goes.
+    assert not scheduler.held_back("low")

@@ -1,0 +1,228 @@
+"""Parking: a tenant whose records pin its partition's low-water mark waits in the holding
+topic, so that the mark moves on and nobody else pays for it.
+
+Why: a paused tenant, a tenant at its rate cap or a starved low-priority class leaves
+unsettled records between settled ones. The low-water mark stays at the oldest of them, so
+the settled ranges above it grow with every record the busy neighbours send (the progress
+snapshot with them), the ingest log cannot be trimmed, and a restart reads everything above
+the mark again.
+
+How (the emitter thread, which owns the core, the progress and the transaction):
+
+- Each ingest partition ``p`` has a *holding log*: partition ``p`` of ``<app-id>-holding``,
+  tracked like a second ingest log under ``holding_id(p)`` (``~p``): a ``HoldingProgress``
+  (mark, settled ranges, parked counts), a handoff queue and a reader of the ingest thread.
+  Its records are the ingest records (key, value, headers, with the enqueued time as their
+  timestamp), plus a ``fairstream-request-id`` header when they had none, so the egress
+  record and its request id are the same as if it had gone straight.
+- ``park_stranded``, before each commit: when a log of a partition (ingest or holding) has
+  ``--park-ranges`` settled ranges above its mark, or (the ingest log) ``--park-span``
+  offsets between its mark and what was read, and the tenant whose record is at the mark
+  is *held back* (paused, waiting for its rate cap's token, or in a class below one being
+  served: ``FairScheduler.held_back``), that tenant is *parked*: every record of it from
+  that partition in the core (oldest first) is written to the holding log's tail in the
+  open transaction and its offset settled. The mark moves on; parking goes on (tenant
+  after tenant at the new mark) while the next is held back too and the log is above half
+  the limits. A tenant being served is never parked: it moves the mark itself.
+- A served tenant's backlog can still be interleaved with settled records (the parked
+  ones): while an ingest log has twice ``--park-ranges`` ranges above its mark, the emitter
+  takes no more of its records (``ahead``; they wait in the log) until the served tenant
+  has drained some. That bounds the ranges, hence the snapshot and its cost per commit.
+- A tenant with a parked count (records in the holding log, unsettled) stays parked: each
+  new ingest record of it is parked as it is indexed (``park_new``), so all of its records
+  pass through the holding log, in order. The count falls as parked records settle
+  (``HoldingProgress.settle``); at zero the tenant's records go straight again.
+- The holding log is read back continuously, like the ingest log: its records join the
+  core (admission, expiry and purges apply then) and go to egress when their turn comes.
+  It is trimmed below its own mark (``trim``).
+- The progress snapshot of each partition (``progress.Snapshot``) carries both marks, both
+  sets of ranges and the parked counts, committed with the egress records and offsets they
+  describe: after a crash, recovery resumes both logs where the last transaction left them.
+
+Bounds and limits:
+
+- The ranges above each mark stay near ``--park-ranges`` (plus what one commit interval
+  adds), so the snapshot stays small; it is cut into chunks besides (``encode_chunks``).
+- A parked tenant in the holding log can pin *its* mark in turn (another parked tenant
+  drains past it): it is parked again, which rewrites its records to the holding log's
+  tail. That waits until all of its parked records have been read back (else the tail
+  would overtake them), and costs one write per record of its parked backlog.
+- Parked records are read back and held like any backlog (``--buffer-memory``): parking
+  bounds what the ingest log and the progress keep, not the memory of a paused backlog.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from fairstream import wire
+from fairstream.scheduler.egress import footprint, message_headers
+from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
+from fairstream.scheduler.recovery import holding_id
+from fairstream.wire.dead_letter import lost_detail
+
+if TYPE_CHECKING:
+    from fairstream.scheduler.emit import Emitter, Entry
+
+__all__ = ["park_new", "park_stranded", "parking"]
+
+log = logging.getLogger("fairstream.holding")
+
+ROUNDS = 64  # tenants parked per log and commit at most (the rest waits for the next one)
+
+
+def parking(em: Emitter) -> dict[int, dict[str, int]]:
+    """Per ingest partition with parked tenants, their parked counts (live dicts).
+    Caller: ``backlog.index``, once per batch (usually empty: one test per record)."""
+    out: dict[int, dict[str, int]] = {}
+    for key, prog in em.progress.items():
+        if key < 0 and isinstance(prog, HoldingProgress) and prog.parked:
+            out[holding_id(key)] = prog.parked
+    return out
+
+
+def _over(prog: PartitionProgress, ranges: int, span: int) -> bool:
+    # The span counts for the ingest log only (it is what cannot be trimmed and what a
+    # restart reads again); in the holding log a long run of one parked tenant's records
+    # is what it is there for, and parking it again would gain nothing.
+    if prog.settled_above >= ranges:
+        return True
+    return not isinstance(prog, HoldingProgress) and prog.next - prog.lwm >= span
+
+
+def park_stranded(em: Emitter) -> int:
+    """Park the held-back tenants that pin a mark past the limits, and say which ingest
+    partitions are too far ahead to read more of (``em.ahead``); how many records were
+    parked. Caller: the emitter, before it commits."""
+    limit_ranges, limit_span = em.settings.park_ranges, em.settings.park_span
+    parked = 0
+    ahead: set[int] = set()
+    for partition in [p for p in em.progress if p >= 0]:
+        for key in (partition, holding_id(partition)):
+            prog = em.progress.get(key)
+            if prog is None or not _over(prog, limit_ranges, limit_span):
+                continue
+            before = (prog.lwm, prog.settled_above)
+            for _ in range(ROUNDS):
+                tenant = _tenant_at(em, key, prog.lwm)
+                # A tenant being served moves the mark itself: only one that cannot be
+                # picked now (paused, capped, a starved class) is parked.
+                if tenant is None or not em.core.held_back(tenant):
+                    break
+                moved = _park(em, partition, tenant)
+                if moved == 0:
+                    break
+                parked += moved
+                if not _over(prog, limit_ranges // 2, limit_span // 2):
+                    break
+            if prog.lwm != before[0]:
+                log.info(
+                    "%s log of partition %d: parked the tenants pinning its mark at %d (%d "
+                    "settled ranges above it); the mark is now %d with %d",
+                    "holding" if key < 0 else "ingest",
+                    partition,
+                    before[0],
+                    before[1],
+                    prog.lwm,
+                    prog.settled_above,
+                )
+        prog = em.progress[partition]
+        if prog.settled_above >= 2 * limit_ranges and prog.next >= prog.replay_end:
+            # The tenant at the mark is being served (else it was parked): its backlog is
+            # interleaved with settled records. Read no further until it has drained some,
+            # so the ranges (and the progress snapshot) stay bounded. Not while the log is
+            # read again after a restart: ranges recovered above what was read are not
+            # backlog, and only reading on brings the records that move the mark.
+            ahead.add(partition)
+    if ahead != em.ahead:
+        if ahead - em.ahead:  # on and off as the served tenant drains: debug, and a gauge
+            log.debug(
+                "ingest partitions %s: %d settled ranges or more above the mark; reading "
+                "waits for the mark to move",
+                sorted(ahead - em.ahead),
+                2 * limit_ranges,
+            )
+        em.ahead = ahead
+        em.metrics.held_partitions.set(len(ahead))
+    if parked:
+        em.metrics.parked.inc(parked)
+    em.metrics.parked_tenants.set(sum(len(p) for p in parking(em).values()))
+    return parked
+
+
+def _tenant_at(em: Emitter, key: int, offset: int) -> str | None:
+    """The tenant whose oldest record waiting in the core is the one at ``offset`` of log
+    ``key``, if there is one. O(tenants). A record being sent or dead-lettered right now is
+    not parked, nor is a tenant whose records are spread over partitions (a producer that
+    does not partition by key) while its oldest is another partition's."""
+    core = em.core
+    for tenant in core.tenants():
+        head = core.peek(tenant)
+        if head is not None and head[0] == key and head[1] == offset:
+            return tenant
+    held = em.rule.pending
+    if held is not None and held.item[0] == key and held.item[1] == offset:
+        return held.tenant
+    return None
+
+
+def _park(em: Emitter, partition: int, tenant: str) -> int:
+    """Move ``tenant``'s records of ``partition`` (ingest or holding) from the core to the
+    holding log's tail; how many moved (0: not now, see the module docstring)."""
+    hold = em.progress.get(holding_id(partition))
+    if not isinstance(hold, HoldingProgress):
+        return 0
+    core, rule = em.core, em.rule
+    back = holding_id(partition)
+    items: list[Entry] = []
+    held = rule.pending
+    if held is not None and held.tenant == tenant and held.item[0] in (partition, back):
+        rule.cancel()
+        items.append(held.item)  # the oldest: picked, waiting for its cost tokens
+    items.extend(core.remove_tenant(tenant))
+    mine = [e for e in items if e[0] == partition or e[0] == back]
+    waiting = hold.parked.get(tenant, 0)
+    if not mine or sum(1 for e in mine if e[0] == back) != waiting:
+        # Some of its parked records are still to be read back: written now, these would
+        # overtake them. Put everything back, in order, and try at a later commit.
+        for entry in items:
+            core.push(tenant, entry, entry[5])
+        return 0
+    for entry in items:
+        if entry[0] != partition and entry[0] != back:
+            core.push(tenant, entry, entry[5])  # another partition's: stays
+    for entry in mine:
+        _write(em, partition, hold, tenant, entry)
+    return len(mine)
+
+
+def park_new(em: Emitter, tenant: str, entry: Entry) -> None:
+    """Park a record of a parked tenant (of an ingest partition) as it is indexed.
+    Caller: ``backlog.index``."""
+    hold = em.progress[holding_id(entry[0])]
+    assert isinstance(hold, HoldingProgress)
+    _write(em, entry[0], hold, tenant, entry)
+    em.metrics.parked.inc()
+
+
+def _write(em: Emitter, partition: int, hold: HoldingProgress, tenant: str, entry: Entry) -> None:
+    """Write ``entry``'s record to the holding log of ingest ``partition`` in the open
+    transaction and settle it where it was (the ingest log, or the holding log itself); a
+    payload not held is read back first."""
+    source, offset, enqueued, _deadline, msg, _cost = entry
+    if msg is None:
+        msg = em.fetcher.get(source, offset)
+        em.metrics.refetches.inc()
+        if msg is None:
+            em.letters.append((tenant, entry, wire.LOST, lost_detail(source, offset)))
+            return
+    else:
+        em.cached -= footprint(msg)
+    headers = list(message_headers(msg))
+    if source >= 0 and not any(name == wire.REQUEST_ID for name, _ in headers):
+        default = wire.default_request_id(em.ingest_topic, source, offset)
+        headers.append((wire.REQUEST_ID, default.encode()))
+    em.txn.produce(em.holding_topic, msg.value(), msg.key(), headers, partition, timestamp=enqueued)
+    em.progress[source].settle(offset)
+    hold.parked_one(tenant)

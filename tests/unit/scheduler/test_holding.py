@@ -1,0 +1,161 @@
+"""Parking (fairstream/scheduler/holding.py) on an emitter with a producer that sends
+nowhere: a paused tenant interleaved with a busy one is moved to the holding log, the
+busy one's mark moves on, and the parked records come back in order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import Message
+
+import fairstream.scheduler.emit as emit_module
+from fairstream import wire
+from fairstream.config import Settings
+from fairstream.core import TenantPolicy
+from fairstream.metrics import Metrics
+from fairstream.scheduler import backlog, progress, send
+from fairstream.scheduler.egress import Limits
+from fairstream.scheduler.emit import Emitter
+from fairstream.scheduler.handoff import Handoff, Parsed
+from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
+from fairstream.scheduler.recovery import holding_id
+from tests.unit.scheduler.test_emit_rule import Fetcher, Txn
+
+
+class HoldingTxn(Txn):
+    """Keeps every produced record with its topic, partition and timestamp."""
+
+    def produce(  # type: ignore[override]
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        headers: Any = None,
+        partition: Any = None,
+        timestamp: Any = None,
+    ) -> None:
+        self.written.append((topic, partition, key, value, headers, timestamp))
+        super().produce(topic, value, key, headers, partition)
+
+    @property
+    def written(self) -> list[tuple[Any, ...]]:
+        if not hasattr(self, "_written"):
+            self._written: list[tuple[Any, ...]] = []
+        return self._written
+
+
+@pytest.fixture
+def emitter(monkeypatch: pytest.MonkeyPatch) -> Emitter:
+    monkeypatch.setattr(emit_module, "Transaction", HoldingTxn)
+    monkeypatch.setattr(emit_module, "PayloadFetcher", Fetcher)
+    em = Emitter(
+        Settings(share_by="partitions", park_ranges=16, park_span=1000, app_id="app"),
+        1,
+        Handoff(),
+        Metrics(),
+        transactional_id="test",
+        limits=Limits(),
+        group_metadata=lambda: None,
+        request_rewind=lambda: None,
+        on_committed=lambda marks: None,
+    )
+    em.progress[0] = PartitionProgress(0)
+    em.progress[holding_id(0)] = HoldingProgress(0)
+    em.joined = True
+    em._apply_rate_share()
+    em.set_policy("slow", TenantPolicy(paused=True))
+    return em
+
+
+def parsed(partition: int, offset: int, tenant: str, value: bytes, headers: Any = None) -> Parsed:
+    msg = Message(
+        topic="t", partition=max(partition, 0), offset=offset, key=tenant.encode(),
+        value=value, headers=headers,
+    )  # fmt: skip
+    return (partition, offset, tenant, 1, None, 1000 + offset, msg, None)
+
+
+def emit_all(em: Emitter) -> None:
+    while send.emit_batch(em):
+        pass
+
+
+def holding_writes(em: Emitter) -> list[tuple[Any, ...]]:
+    return [w for w in em.txn.written if w[0] == em.holding_topic]  # type: ignore[attr-defined]
+
+
+def test_a_paused_tenant_is_parked_and_comes_back_in_order(emitter: Emitter) -> None:
+    em = emitter
+    records = []
+    for i in range(40):  # (slow, fast, fast) x 40
+        records.append(parsed(0, 3 * i, "slow", b"slow:%02d" % i))
+        records.append(parsed(0, 3 * i + 1, "fast", b"fast:%02d" % (2 * i)))
+        records.append(parsed(0, 3 * i + 2, "fast", b"fast:%02d" % (2 * i + 1)))
+    backlog.index(em, records)
+    emit_all(em)
+    ingest = em.progress[0]
+    assert ingest.lwm == 0  # pinned by slow's first record
+    assert ingest.settled_above == 40
+    em._commit()
+
+    # slow is held back (paused): parked; the mark runs to the end of what was read.
+    written = holding_writes(em)
+    assert [w[3] for w in written] == [b"slow:%02d" % i for i in range(40)]
+    assert {w[1] for w in written} == {0}  # the holding log's partition 0
+    assert [w[5] for w in written] == [1000 + 3 * i for i in range(40)]  # enqueued times
+    ids = [dict(w[4])[wire.REQUEST_ID] for w in written]
+    assert ids == [b"%s-0-%d" % (em.ingest_topic.encode(), 3 * i) for i in range(40)]
+    assert ingest.lwm == 120
+    assert ingest.settled_above == 0
+    hold = em.progress[holding_id(0)]
+    assert isinstance(hold, HoldingProgress)
+    assert hold.parked == {"slow": 40}
+
+    # The commit carried a snapshot with the holding log's state.
+    snapshots = [w for w in em.txn.written if w[0] == em.progress_topic]  # type: ignore[attr-defined]
+    last = progress.assemble([progress.decode_chunk(snapshots[-1][3])])
+    assert last is not None
+    assert last.lwm == 120
+    assert last.parked == {"slow": 40}
+
+    # A new record of slow is parked as it is read, behind the others.
+    backlog.index(em, [parsed(0, 120, "slow", b"slow:40"), parsed(0, 121, "fast", b"fast:80")])
+    assert holding_writes(em)[-1][3] == b"slow:40"
+    assert hold.parked == {"slow": 41}
+
+    # Read back from the holding log (offsets 0..40), resumed: out in order, counted down.
+    backlog.index(
+        em,
+        [parsed(holding_id(0), h, "slow", w[3], w[4]) for h, w in enumerate(holding_writes(em))],
+    )
+    em.set_policy("slow", TenantPolicy())
+    before = len(em.txn.producer.sent)  # type: ignore[attr-defined]
+    emit_all(em)
+    out = [v for topic, _, v, _ in em.txn.producer.sent[before:] if topic == em.egress_topic]  # type: ignore[attr-defined]
+    slow = [v for v in out if v.startswith(b"slow")]
+    assert slow == [b"slow:%02d" % i for i in range(41)]
+    assert hold.parked == {}
+    assert hold.lwm == 41
+    egress_ids = [
+        dict(h)[wire.REQUEST_ID]
+        for topic, _, v, h in em.txn.producer.sent[before:]  # type: ignore[attr-defined]
+        if topic == em.egress_topic and v.startswith(b"slow")
+    ]
+    assert egress_ids[:2] == ids[:2]  # the request ids they would have had
+
+
+def test_a_served_tenant_is_not_parked_but_reading_waits_for_it(emitter: Emitter) -> None:
+    em = emitter
+    em.set_policy("slow", TenantPolicy())  # nobody paused
+    # Every other offset skipped (transaction markers, say): 39 settled gaps, the mark at 0.
+    backlog.index(em, [parsed(0, 2 * i, "other", b"x:%03d" % i) for i in range(40)])
+    assert em.progress[0].settled_above == 39
+    em._commit()
+    assert holding_writes(em) == []  # "other", at the mark, can be served: not parked
+    assert em.ahead == {0}  # 39 ranges: twice --park-ranges (32) or more
+    assert em._taken() == {}
+    emit_all(em)
+    em._commit()
+    assert em.progress[0].lwm == 79
+    assert em.ahead == set()
