@@ -392,7 +392,7 @@ class Emitter:
         # Concurrency is split by owned partitions (``--share-by partitions``' split of the
         # rate), whatever --share-by says: the parts cannot add up to more than the limit,
         # need no exchange, and do not follow the adapted rate.
-        owned = len(self.progress) / self.partitions if self.partitions else 0.0
+        owned = len(self.owned) / self.partitions if self.partitions else 0.0
         self.rule.set_concurrency_share(owned)
         self._count_slots()
         self.metrics.group_share.set(share)

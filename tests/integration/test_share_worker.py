@@ -199,7 +199,8 @@ def test_a_worker_killed_mid_call_loses_nothing(share_bootstrap: str) -> None:
     try:
         assert stuck.stdout is not None
         for line in stuck.stdout:
-            held.append(line.split()[1])
+            if line.startswith("holding "):
+                held.append(line.split()[1])
             if len(held) == 4:  # its concurrency: four calls in flight
                 break
     finally:
