@@ -38,7 +38,7 @@ from fairstream.core import FairScheduler, MonotonicClock, TenantPolicy
 from fairstream.core.emission import EmissionRule
 from fairstream.core.shares import ClassDemand, backlogged_demand
 from fairstream.metrics import Metrics
-from fairstream.scheduler import backlog, send
+from fairstream.scheduler import backlog, faults, send
 from fairstream.scheduler import progress as progress_codec
 from fairstream.scheduler.egress import Limits, Stamper
 from fairstream.scheduler.feedback import AdaptiveChange, FeedbackBatch
@@ -400,6 +400,7 @@ class Emitter:
         ]
         if not self.txn.open and not changed:
             return
+        faults.hold("commit")  # tests only: a commit held as by a slow broker
         self._seq += 1
         token = f"{self._token_prefix}:{self._seq}"
         offsets: list[TopicPartition] = []

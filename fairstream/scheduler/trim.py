@@ -61,6 +61,8 @@ class Trimmer:
         self._stopping.set()
 
     def run(self) -> None:
+        """Trim and watch every ``INTERVAL`` until stopped. An error ends it with the
+        exception; the service's supervisor runs it again (``supervise``)."""
         try:
             while not self._stopping.wait(INTERVAL):
                 marks = self._marks
@@ -71,11 +73,10 @@ class Trimmer:
                 if self.trim:
                     self._trim(marks)
                 self._watch(marks)
-        except Exception:
-            log.exception("the trimmer failed; the ingest topic is no longer trimmed")
         finally:
             if self._reader is not None:
                 self._reader.close()
+                self._reader = None  # a restarted run opens a new one
 
     def _trim(self, marks: dict[int, int]) -> None:
         due = [
