@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from fairstream import wire
 from fairstream.core import FairScheduler
 from fairstream.scheduler.egress import FOOTPRINT, dead_letter, footprint
+from fairstream.scheduler.fetch import Gone
 from fairstream.scheduler.handoff import Parsed
 from fairstream.wire.dead_letter import expired_detail, lost_detail, purge_detail
 
@@ -145,6 +146,7 @@ def drop(em: Emitter, gone: set[int]) -> None:
         if held.item[4] is not None:
             em.cached -= footprint(held.item[4])
     em.letters = deque(letter for letter in em.letters if letter[1][0] not in gone)
+    em.unread_letters = deque(letter for letter in em.unread_letters if letter[1][0] not in gone)
 
 
 def purge(em: Emitter, tenant: str, before_ms: int) -> int:
@@ -169,17 +171,25 @@ def purge(em: Emitter, tenant: str, before_ms: int) -> int:
 
 def send_letters(em: Emitter, limit: int) -> None:
     """Produce up to ``limit`` of ``em``'s pending dead letters in its open transaction; a
-    payload not held is read back first (gone from the log: the letter says ``lost``).
+    payload not held is read back first (gone from the log: the letter says ``lost``; not
+    readable now: the letter waits in ``unread_letters`` for the fetcher's next try).
 
     Affects: ``em``'s letters, progress (settled) and dead letters counted per reason.
     """
     for _ in range(min(limit, len(em.letters))):
-        tenant, entry, reason, detail = em.letters.popleft()
+        letter = em.letters.popleft()
+        tenant, entry, reason, detail = letter
         partition, offset, _enqueued, _deadline, msg, _cost = entry
         if msg is None and reason != wire.LOST:
-            msg = em.fetcher.get(partition, offset)
-            if msg is None:
-                reason, detail = wire.LOST, lost_detail(partition, offset)
+            read = em.fetcher.get(partition, offset)
+            if read is None:
+                # Not readable now, still in the log: sent once the fetcher tries again.
+                em.unread_letters.append(letter)
+                continue
+            if isinstance(read, Gone):
+                reason, detail = wire.LOST, lost_detail(partition, offset, read.log_start)
+            else:
+                msg = read
         source = (em.ingest_topic, partition, offset)
         key, value, headers = dead_letter(tenant, msg, reason, detail, source, em.limits.dlq)
         em.txn.produce(em.dlq_topic, value, key, headers)

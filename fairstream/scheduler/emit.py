@@ -76,6 +76,9 @@ RENEW_EVERY = 60.0  # seconds: a broken producer is replaced at most this often
 class Emitter:
     """Runs ``run`` on a thread of its own. Caller: ``SchedulerService``."""
 
+    letters: deque[tuple[str | None, Entry, str, str]]
+    unread_letters: deque[tuple[str | None, Entry, str, str]]
+
     def __init__(
         self,
         settings: Settings,
@@ -119,7 +122,9 @@ class Emitter:
         self.observed = Observed()
         self.progress: dict[int, PartitionProgress] = {}
         self.queues: dict[int, deque[Parsed]] = {}  # the handoff queues of owned partitions
-        self.letters: deque[tuple[str | None, Entry, str, str]] = deque()
+        # Dead letters to send, and those whose payload could not be read back yet
+        # (``fetch``): back into ``letters`` when the fetcher tries again.
+        self.letters, self.unread_letters = deque(), deque()
         # Picked and stamped while a commit was in flight, sent right after it (``send``).
         self.prepared: deque[send.Prepared] = deque()
         self.fetcher = PayloadFetcher(settings.kafka.librdkafka(), self.ingest_topic)
@@ -212,6 +217,9 @@ class Emitter:
                 self._next_commit = done + interval
                 self._soonest_commit = done + soonest
                 continue  # what arrived during the commit applies first
+            if self.unread_letters and now >= self.fetcher.retry_at:
+                self.letters.extend(self.unread_letters)
+                self.unread_letters.clear()
             if self.letters:
                 self._send_letters(send.EMIT_BATCH)
                 continue
@@ -467,6 +475,7 @@ class Emitter:
         self._committed_changes = {}
         self._committed_marks = {}
         self.letters = deque()
+        self.unread_letters = deque()
         self.prepared.clear()  # picks of the old core, read again from the committed marks
         self.core = self.policies.new_core(self.clock)
         self.rule.replace_core(self.core)
@@ -499,4 +508,4 @@ class Emitter:
 
 
 def _resumed(tenant: str) -> None:
-    log.info("tenant %r resumed after its upstream quota's pause", tenant)
+    log.info("tenant %r resumed after a pause (its upstream quota, or a read-back)", tenant)

@@ -59,7 +59,7 @@ from fairstream.scheduler.feedback import FeedbackReader
 from fairstream.scheduler.group import GroupShares
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest import Ingest
-from fairstream.scheduler.observe import Conditions, Probe
+from fairstream.scheduler.observe import Condition, Conditions, Probe
 from fairstream.scheduler.policies import PolicyReader
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.recovery import Recovery
@@ -191,6 +191,7 @@ class SchedulerService:
             self._threads.append(supervised("feedback", self.feedback.run))
         self.metrics.watch_costs(lambda: dict(self.emitter.observed.cost_by_tenant))
         self.metrics.watch_tenants(lambda: self._backlog_snapshot[0], self._emitted_by_tenant)
+        self.conditions.watch("payload-readback", self._readback_condition)
         self.metrics.watch_conditions(
             lambda: [(c.name, c.blocks_ready) for c in self.conditions.current()]
         )
@@ -278,6 +279,23 @@ class SchedulerService:
         return not (self._ingest_thread.is_alive() or self._emitter_thread.is_alive())
 
     # -- reads for the web endpoints --------------------------------------------------------
+
+    def _readback_condition(self) -> Condition | None:
+        """Degraded while payloads of some partition cannot be read back (``fetch``): their
+        tenants wait (nothing is dead-lettered, the log still holds them), others go on."""
+        failing = self.emitter.fetcher.failing  # replaced whole by the emitter
+        if not failing:
+            return None
+        now = time.monotonic()
+        parts = "; ".join(
+            f"partition {p} since {now - f.since:.0f} s, {f.attempts} tries ({f.error})"
+            for p, f in sorted(failing.items())
+        )
+        return Condition(
+            "payload-readback",
+            f"payloads cannot be read back from the ingest log: {parts}; their tenants "
+            "wait, the others are served",
+        )
 
     def refresh_metrics(self) -> None:
         """Before a scrape: the emitter's per-tenant backlog, or, when it does not answer
