@@ -389,5 +389,5 @@ def test_a_dead_letter_whose_payload_is_not_readable_now_waits(make):
     emitter.letters.extend(emitter.unread_letters)
     emitter.unread_letters.clear()
     emitter._send_letters(10)
-    [(topic, _, _, headers)] = emitter.txn.producer.sent
+    [(_, _, _, headers)] = emitter.txn.producer.sent
     assert dict(headers)["fairstream-dlq-reason"] == b"expired"
