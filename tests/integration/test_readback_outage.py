@@ -1,0 +1,135 @@
+"""Read-back under a broker outage (issue 21): a record the log still holds is never lost.
+
+A backlog far above ``--buffer-memory`` (most payloads are read back from the ingest log
+when their turn comes), and the broker stopped for 15 s in the middle of emission. Read-backs
+fail meanwhile; none of them may become a ``lost`` dead letter (the log still holds every
+record), and once the broker is back everything reaches egress exactly once, in order per
+tenant, counted by request id with a read_committed consumer.
+
+The broker is this test's own (``DevBroker`` in a temporary directory, local engine): the
+shared development broker is never stopped.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from fairstream import wire
+from fairstream_dev.harness.kafka import wait_until
+from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
+from fairstream_dev.kafka.broker import BrokerError, DevBroker
+from tests.integration.exactly_once import exactly_once_report, read_to_end
+
+pytestmark = pytest.mark.integration
+
+TENANTS = 8
+PER_TENANT = 750  # 6,000 records
+PAYLOAD = 2048  # bytes: 12 MB of payloads over a 1 MiB buffer
+OUTAGE = 15.0  # seconds the broker is down
+
+
+@pytest.fixture
+def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevBroker]:
+    broker = DevBroker(state_dir=tmp_path_factory.mktemp("outage-broker"), log=lambda _: None)
+    try:
+        broker.up(engine="local")
+    except BrokerError as exc:
+        pytest.skip(f"no broker of our own to stop: {exc}")
+    try:
+        yield broker
+    finally:
+        broker.down()
+
+
+def produce_backlog(bootstrap: str, topic: str) -> set[bytes]:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": "all"})
+    values: set[bytes] = set()
+    pad = b"x" * PAYLOAD
+    for i in range(PER_TENANT):
+        for t in range(TENANTS):
+            value = b"t%02d:%06d:" % (t, i) + pad
+            producer.produce(topic, value, b"t%02d" % t)
+            values.add(value)
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    return values
+
+
+def test_a_broker_outage_during_read_backs_loses_nothing(
+    own_broker: DevBroker, tmp_path: Path
+) -> None:
+    state = own_broker.status()
+    assert state is not None
+    bootstrap = state.bootstrap
+    deployment = Deployment(bootstrap, partitions=2).create()
+    expected = produce_backlog(bootstrap, deployment.topics.ingest)
+    sent = {b"t%02d" % t: PER_TENANT for t in range(TENANTS)}
+    scheduler = SchedulerProcess(
+        deployment, tmp_path, "--rate", "300", "--buffer-memory", "1", "--feedback-topic", ""
+    )
+    egress = TopicReader(bootstrap, deployment.topics.egress)
+    try:
+        scheduler.start().wait_ready(timeout=120)
+        egress.read_until(1500, timeout=120)  # well into the read-backs (1 MiB ~ 500 held)
+        before = len({m.value() for m in egress.messages})
+        own_broker.down()
+        # The outage itself: the scenario's 15 s, not a wait for a condition.
+        threading.Event().wait(OUTAGE)
+        own_broker.up(port=state.port, engine="local")
+
+        def all_seen() -> bool:
+            egress.poll()
+            return {m.value() for m in egress.messages} >= expected
+
+        wait_until(
+            all_seen,
+            300,
+            lambda: f"every record reaches egress after the outage; log:\n{scheduler.tail()}",
+            interval=0,
+        )
+        assert scheduler.alive(), scheduler.tail()
+        status, readyz = scheduler.get("/readyz")
+        metrics = scheduler.get("/metrics")[1]
+        assert scheduler.terminate() == 0, scheduler.tail()
+        # Counted by fresh readers: the one that watched through the outage may have read
+        # some records twice itself (its fetch positions reset when the broker went away).
+        final = TopicReader(bootstrap, deployment.topics.egress)
+        messages = read_to_end(bootstrap, final, deployment.topics.egress, deployment.partitions)
+        final.close()
+        dlq = TopicReader(bootstrap, deployment.topics.dlq)
+        letters = read_to_end(bootstrap, dlq, deployment.topics.dlq, deployment.partitions)
+        dlq.close()
+    finally:
+        egress.close()
+        if scheduler.alive():
+            scheduler.kill()
+    log = scheduler.log_path.read_text(errors="replace")
+    request_ids = Counter(dict(m.headers())[wire.REQUEST_ID] for m in messages)
+    repeated_ids = sum(n - 1 for n in request_ids.values() if n > 1)
+    reasons = Counter(dict(m.headers()).get(wire.DLQ_REASON, b"?") for m in letters)
+    duplicates, missing, unexpected, disorder = exactly_once_report(messages, expected, sent)
+    failed_reads = log.count("not read back (")
+    refetches = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("fairstream_payload_refetches_total")
+    ]
+    print(
+        f"\nread-back under a {OUTAGE:.0f} s broker outage: {before} on egress before it, "
+        f"{len(messages)} of {len(expected)} after; {len(request_ids)} request ids, "
+        f"{repeated_ids} repeated; {duplicates} duplicates, {missing} missing; dead letters "
+        f"{dict(reasons)}; {failed_reads} read-backs backed off; {refetches}; /readyz {status}"
+    )
+    assert reasons[b"lost"] == 0
+    assert not letters, dict(reasons)
+    assert duplicates == missing == unexpected == 0
+    assert repeated_ids == 0
+    assert len(request_ids) == len(expected)
+    assert not disorder, disorder[:3]
+    assert status == 200, readyz
