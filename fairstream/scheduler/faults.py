@@ -6,7 +6,9 @@
   ``feedback``, ``audit``, ``group``) raises ``InjectedFault`` at the start of each of its
   first N runs, as an unexpected error inside it would;
 - ``hold:commit=S``: the emitter's next commit waits S seconds first, once, as a commit
-  held by a slow broker would.
+  held by a slow broker would;
+- ``miss:readback=N``: the payload fetcher's first N reads of the log find nothing, as
+  reads from a slow broker would (what follows is real: the log start is asked).
 
 The integration tests use them to show the failure policy (``supervise``) and that
 ``/metrics`` answers during a long commit; unset, each check is one dict lookup.
@@ -50,6 +52,19 @@ def fail(thread: str) -> None:
             return
         _faults[key] = left - 1
     raise InjectedFault(f"injected failure of the {thread} thread ({ENV})")
+
+
+def take(what: str) -> bool:
+    """Whether a ``miss:<what>`` fault has a miss left (and use it)."""
+    if not _faults:
+        return False
+    key = f"miss:{what}"
+    with _lock:
+        left = _faults.get(key, 0)
+        if left <= 0:
+            return False
+        _faults[key] = left - 1
+    return True
 
 
 def hold(what: str) -> None:

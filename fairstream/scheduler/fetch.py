@@ -31,6 +31,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from fairstream.adapters.clients import assigned_consumer_config
+from fairstream.scheduler import faults
 
 log = logging.getLogger("fairstream.fetch")
 
@@ -129,6 +130,8 @@ class PayloadFetcher:
         return min((f.retry_at for f in self.failing.values()), default=0.0)
 
     def _read(self, partition: int, offset: int) -> tuple[Message | None, str]:
+        if faults.take("readback"):  # tests only: a read that finds nothing in time
+            return None, "injected miss (FAIRSTREAM_TEST_FAULTS)"
         reader = self._reader()
         reader.assign([TopicPartition(self.topic, partition, offset)])
         deadline = time.monotonic() + READ_TIMEOUT
