@@ -10,6 +10,7 @@ record exactly once (read_committed).
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,27 @@ def test_two_schedulers_with_the_default_data_dir_both_work(
     assert "fenced" not in second.log_path.read_text(errors="replace").lower()
     assert duplicates == missing == unexpected == 0
     assert not disorder, disorder[:3]
+
+
+def test_a_web_port_in_use_fails_before_joining_the_group(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    deployment = Deployment(kafka_bootstrap, partitions=2).create()
+    scheduler = SchedulerProcess(deployment, tmp_path, "--rate", "100")
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", scheduler.web_port))
+    taken.listen()
+    try:
+        scheduler.start()
+        wait_until(lambda: not scheduler.alive(), 60, "the scheduler exits", interval=0.1)
+        assert scheduler.proc is not None
+        code = scheduler.proc.returncode
+        log = scheduler.log_path.read_text(errors="replace")
+    finally:
+        taken.close()
+        if scheduler.alive():
+            scheduler.kill()
+    print(f"\nweb port in use: exit {code}: {log.strip().splitlines()[-1][:200]}")
+    assert code == 2
+    assert f"the web port {scheduler.web_port} on 127.0.0.1 is in use" in log
+    assert "assigned ingest partitions" not in log
