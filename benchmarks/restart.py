@@ -1,11 +1,12 @@
 """Restart benchmarks (issue 10, "What it must show", item 5): kill -9, then a new process.
 
-Two measurements, each on topics and an app id of its own, with static membership
+Three measurements, each on topics and an app id of its own, with static membership
 (``--group-instance-id``, the same id for the killed process and its successor, as a
 StatefulSet pod keeps its name), so that no session timeout is waited for:
 
 1. ``own_disk``: a modest backlog (20,000 records, 100 tenants, 12 partitions) drained at
-   ``--rate 100``; ``--restarts`` times (10): kill -9 while it emits, start a new process on
+   ``--rate 100`` while producers write 50 records/s more (``Writer``); ``--restarts``
+   times (10): kill -9 while it emits, start a new process on
    the SAME data directory, and time process start to /readyz 200, and to the first egress
    record counted on its /metrics. Reported: median and max. Target: median <= 3 s.
 2. ``empty_disk``: 1,000,000 records (1,000 tenants, 12 partitions) buffered by a scheduler
@@ -16,9 +17,13 @@ StatefulSet pod keeps its name), so that no session timeout is waited for:
    1`` may have emitted meanwhile: one record per second, plus the burst of 1). Target:
    <= 30 s. A restore still running after ``--restore-timeout`` s (120) is reported as "did
    not finish in X s", with how far it got and the rate it was going at.
+3. ``outage``: a broker of the benchmark's own (a development broker in a temporary
+   directory) stopped with SIGSTOP for 15 s while a scheduler emits at ``--rate 200``;
+   seconds from the broker's return until /readyz is 200 and until egress moves again.
 
     .venv/bin/python -m benchmarks.restart [--bootstrap HOST:PORT] [--quick]
-        [--restarts 10] [--records 1000000] [--restore-timeout 120] [--only own_disk,empty_disk]
+        [--restarts 10] [--records 1000000] [--restore-timeout 120]
+        [--only own_disk,empty_disk,outage]
 
 Without ``--bootstrap`` (or ``KAFKA_BOOTSTRAP_SERVERS``) the development broker is used
 (started if it is not running). ``benchmarks/run_all.py`` runs both as its ``restart`` phase
@@ -34,12 +39,16 @@ import json
 import math
 import os
 import shutil
+import signal
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from confluent_kafka import Producer
 
 from benchmarks.common import (
     BACKLOG,
@@ -59,6 +68,7 @@ from benchmarks.common import (
 )
 from fairstream_dev.harness.kafka import unique
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess
+from fairstream_dev.kafka.broker import DevBroker
 
 PARTITIONS = 12
 POLL = 0.05
@@ -71,6 +81,42 @@ def scheduler(d: Deployment, workdir: Path, name: str, *args: str) -> SchedulerP
     return SchedulerProcess(d, workdir, *args, "--log-level", "warning", name=name)
 
 
+class Writer:
+    """Producers writing while the scheduler is killed and restarted: ``per_second`` records
+    round robin over ``tenants`` keys, on a thread, until ``stop``."""
+
+    def __init__(self, bootstrap: str, topic: str, per_second: float, tenants: int = 100):
+        self._producer = Producer(
+            {"bootstrap.servers": bootstrap, "linger.ms": 5, "partitioner": "murmur2_random"}
+        )
+        self._topic, self._per_second, self._tenants = topic, per_second, tenants
+        self._stop = threading.Event()
+        self.sent = 0
+        self._thread = threading.Thread(target=self._run, name="writer", daemon=True)
+
+    def start(self) -> Writer:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        while not self._stop.is_set():
+            due = int((time.monotonic() - started) * self._per_second)
+            while self.sent < due:
+                key = f"w-{self.sent % self._tenants:03d}".encode()
+                try:
+                    self._producer.produce(self._topic, b"w:".ljust(100, b"x"), key)
+                except BufferError:
+                    break
+                self.sent += 1
+            self._producer.poll(0.01)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._producer.flush(30)
+
+
 # -- 1. own data directory ----------------------------------------------------------------------
 
 
@@ -81,8 +127,10 @@ def own_disk(
     backlog: int = 20_000,
     rate: float = 100.0,
     timeout: float = 120.0,
+    writing: float = 50.0,
 ) -> dict[str, Any]:
-    """kill -9 and restart on the same data directory, ``restarts`` times."""
+    """kill -9 and restart on the same data directory, ``restarts`` times, while producers
+    write ``writing`` records/s (issue 21: restarts under load)."""
     d = new_deployment(bootstrap, "restart", PARTITIONS)
     with undoing() as undo:
         undo.append(functools.partial(delete_all, d))
@@ -93,6 +141,8 @@ def own_disk(
         undo.append(lambda: kill(current))
         current.wait_ready(timeout)
         _wait(functools.partial(_emitting, current), time.monotonic() + timeout)
+        writer = Writer(bootstrap, d.topics.ingest, writing).start()
+        undo.append(writer.stop)
         ready: list[float] = []
         emitting: list[float | None] = []
         failures: list[str] = []  # restarted processes that exited before ready
@@ -127,6 +177,7 @@ def own_disk(
             "exited_before_ready": failures,
             "backlog_records": backlog,
             "rate": rate,
+            "writing_per_second": writing,
             "to_ready_seconds": [round(x, 2) for x in ready],
             "to_ready_median_seconds": round(statistics.median(ready), 2),
             "to_ready_max_seconds": round(max(ready), 2),
@@ -265,6 +316,72 @@ def _pace(progress: list[tuple[float, float]]) -> float | None:
     return (b1 - b0) / (t1 - t0)
 
 
+# -- 3. a broker outage --------------------------------------------------------------------------
+
+
+def outage(
+    workdir: Path,
+    seconds: float = 15.0,
+    backlog: int = 20_000,
+    rate: float = 200.0,
+    timeout: float = 120.0,
+) -> dict[str, Any]:
+    """A broker of its own stopped (SIGSTOP) for ``seconds`` while the scheduler emits a
+    backlog; then the seconds from the broker's return (SIGCONT) until /readyz is 200 and
+    the egress counter moves again (a commit went through)."""
+    state_dir = Path(tempfile.mkdtemp(prefix="fairstream-outage-broker-"))
+    broker = DevBroker(state_dir=state_dir, log=lambda _: None)
+    state = broker.up(engine="local")
+    pid = state.pid
+    try:
+        if pid is None:
+            return {"status": "error", "error": "the broker's pid is unknown"}
+        d = new_deployment(state.bootstrap, "outage", PARTITIONS)
+        fill(state.bootstrap, d.topics.ingest, backlog, 100)
+        args = ["--rate", f"{rate:g}", "--group-instance-id", unique("member")]
+        process = scheduler(d, workdir, f"outage-{d.app_id}", *args).start()
+        try:
+            process.wait_ready(timeout)
+            _wait(functools.partial(_emitting, process), time.monotonic() + timeout)
+            time.sleep(2.0)  # emitting steadily before the outage
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(seconds)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            back = time.monotonic()
+            before = metrics(process).get(EGRESS, 0.0)
+            unready = process.get("/readyz")[0] != 200
+            ready_at = emitting_at = None
+            while time.monotonic() < back + timeout and (ready_at is None or emitting_at is None):
+                if not process.alive():
+                    raise RuntimeError(f"scheduler exited:\n{process.tail()}")
+                now = time.monotonic()
+                if ready_at is None and process.get("/readyz")[0] == 200:
+                    ready_at = now
+                if emitting_at is None and metrics(process).get(EGRESS, 0.0) > before:
+                    emitting_at = now
+                time.sleep(POLL)
+        finally:
+            kill(process)
+    finally:
+        broker.down()
+        shutil.rmtree(state_dir, ignore_errors=True)
+    result = {
+        "status": "ok",
+        "outage_seconds": seconds,
+        "rate": rate,
+        "unready_when_back": unready,
+        "to_ready_seconds": None if ready_at is None else round(ready_at - back, 2),
+        "to_egress_seconds": None if emitting_at is None else round(emitting_at - back, 2),
+    }
+    log(
+        f"broker outage of {seconds:g} s: ready {num(result['to_ready_seconds'], '.2f')} s, "
+        f"egress again {num(result['to_egress_seconds'], '.2f')} s after it ended"
+    )
+    return result
+
+
 # -- the phase, its targets and its report ---------------------------------------------------------
 
 
@@ -299,6 +416,12 @@ def phase(
         except Exception as exc:
             log(f"empty disk failed: {exc!r}")
             out["empty_disk"] = {"status": "error", "error": repr(exc)[:500]}
+    if only is None or "outage" in only:
+        try:
+            out["outage"] = outage(workdir)
+        except Exception as exc:
+            log(f"outage failed: {exc!r}")
+            out["outage"] = {"status": "error", "error": repr(exc)[:500]}
     return out
 
 
@@ -309,7 +432,7 @@ def main() -> None:
     parser.add_argument("--restarts", type=int, help="kill -9s on the own data dir [10]")
     parser.add_argument("--records", type=int, help="records buffered for the empty disk [1e6]")
     parser.add_argument("--restore-timeout", type=float, help="seconds for the empty disk [120]")
-    parser.add_argument("--only", help="own_disk,empty_disk [both]")
+    parser.add_argument("--only", help="own_disk,empty_disk,outage [all]")
     parser.add_argument("--workdir", type=Path, help="keep the schedulers' logs here")
     parser.add_argument("--json", action="store_true", help="also print the result as JSON")
     args = parser.parse_args()

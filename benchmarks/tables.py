@@ -368,6 +368,7 @@ def restart_table(results: dict[str, Any]) -> list[str]:
     """The "Restarts" table."""
     own = get(results, "restart", "own_disk") or {}
     empty = get(results, "restart", "empty_disk") or {}
+    out = get(results, "restart", "outage") or {}
     lines = [
         "**Restarts** (kill -9, then a new process with the same `--group-instance-id`, "
         f"static membership; {restart.PARTITIONS} ingest partitions; `benchmarks/restart.py`):",
@@ -406,6 +407,15 @@ def restart_table(results: dict[str, Any]) -> list[str]:
         )
     elif empty:
         lines.append(f"| empty data dir | failed: {cell(str(empty.get('error')))[:200]} | |")
+    if out.get("status") == "ok":
+        lines.append(
+            f"| broker stopped {out['outage_seconds']:g} s (SIGSTOP) while emitting at "
+            f"`--rate {out['rate']:g}` | after it ended: to /readyz "
+            f"{num(out.get('to_ready_seconds'), '.2f')} s, to egress again "
+            f"{num(out.get('to_egress_seconds'), '.2f')} s | printed |"
+        )
+    elif out:
+        lines.append(f"| broker outage | failed: {cell(str(out.get('error')))[:200]} | |")
     return lines
 
 

@@ -99,6 +99,24 @@ class TenantCostCollector(Collector):
             yield family
 
 
+class ConditionCollector(Collector):
+    """One series per condition of the instance now (degraded or unready), read at scrape."""
+
+    def __init__(self, current: Callable[[], Iterable[tuple[str, bool]]]) -> None:
+        self._current = current
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "fairstream_condition",
+            "Something wrong with this instance now (1 per condition; the reason is in "
+            "/readyz): blocks_ready=true makes it unready, false only degraded.",
+            labels=["name", "blocks_ready"],
+        )
+        for name, blocks in self._current():
+            family.add_metric([name, "true" if blocks else "false"], 1)
+        yield family
+
+
 class CheapHistogram(Collector):
     """A histogram with a value per egress record, observed from one thread.
 
@@ -334,6 +352,38 @@ class Metrics:
         self.fairness_windows = Counter(
             "fairstream_fairness_windows", "Fairness windows closed.", registry=r
         )
+
+        # The service's own health (fairstream.scheduler.supervise, observe.Conditions).
+        self.thread_up = Gauge(
+            "fairstream_thread_up",
+            "1 while the supervised thread runs, 0 while it waits to be restarted.",
+            ["thread"],
+            registry=r,
+        )
+        self.thread_restarts = Counter(
+            "fairstream_thread_restarts",
+            "Restarts of a supervised thread after it failed.",
+            ["thread"],
+            registry=r,
+        )
+        self.snapshot_age = Gauge(
+            "fairstream_metrics_snapshot_age_seconds",
+            "Age of the emitter's figures in this scrape (per-tenant backlog): 0 when read "
+            "now, more when the emitter was busy (a long commit) and the last snapshot was "
+            "served instead.",
+            registry=r,
+        )
+        self.snapshot_stale = Gauge(
+            "fairstream_metrics_snapshot_stale",
+            "1 when this scrape served the emitter's last snapshot because the emitter did "
+            "not answer in time (a long commit), 0 when its figures are fresh.",
+            registry=r,
+        )
+
+    def watch_conditions(self, current: Callable[[], Iterable[tuple[str, bool]]]) -> None:
+        """``fairstream_condition{name, blocks_ready}``: 1 per condition now (see
+        ``fairstream.scheduler.observe.Conditions``)."""
+        self.registry.register(ConditionCollector(current))
 
     def watch_costs(
         self, costs: Callable[[], Mapping[str, list[int]]], top_tenants: int = 20

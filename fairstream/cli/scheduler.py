@@ -25,6 +25,11 @@ def scheduler(**options: Any) -> None:
     ingest partitions / all ingest partitions). Egress and dead-letter records are written
     in Kafka transactions (read them with isolation.level=read_committed). SIGTERM commits
     what is open and leaves the group.
+
+    Several instances on one host: give each its own --web-port. Each locks its
+    --data-dir (its identity); with the default directory each takes a free slot of it
+    (<default>/instance-N), so started by hand they all work; with an explicit --data-dir
+    in use, the second exits at once naming the first (pid, host, start time).
     """
     settings = settings_from_options(**options)
     try:

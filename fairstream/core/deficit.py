@@ -150,6 +150,23 @@ class FairScheduler(Generic[T]):
         else:
             self._join_tail(t)
 
+    def push_front(self, tenant: str, item: T, cost: int = 1) -> None:
+        """Put ``item`` back at the head of ``tenant``'s queue: a pick the service could not
+        send now (its payload could not be read back yet), so that it goes first, before
+        the tenant's later items, whenever the tenant is picked again.
+
+        Caller: the service, with the item of a ``Pick`` it just took. Affects: as ``push``.
+        """
+        if type(cost) is not int or cost < 1:
+            raise ValueError(f"cost must be a positive integer, got {cost!r}")
+        t = self._tenants.get(tenant)
+        if t is not None:
+            t.queue.appendleft(new_pick(Pick, (tenant, item, cost)))
+            t.cost += cost
+            self._len += 1
+            return
+        self.push(tenant, item, cost)
+
     def charge(self, tenant: str, amount: float) -> bool:
         """Charge a backlogged ``tenant``'s deficit ``amount`` more cost units (a negative
         amount refunds), e.g. the measured cost of a request minus the cost it declared.

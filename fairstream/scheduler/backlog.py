@@ -32,6 +32,7 @@ from fairstream import wire
 from fairstream.core import FairScheduler
 from fairstream.scheduler import holding
 from fairstream.scheduler.egress import FOOTPRINT, dead_letter, footprint
+from fairstream.scheduler.fetch import Gone
 from fairstream.scheduler.handoff import Parsed
 from fairstream.wire.dead_letter import (
     RECORD_OVERHEAD,
@@ -206,6 +207,7 @@ def drop(em: Emitter, gone: set[int]) -> None:
             em.cached -= footprint(held.item[4])
     em.letters = deque(letter for letter in em.letters if letter[1][0] not in gone)
     em.overflow.drop(gone)
+    em.unread_letters = deque(letter for letter in em.unread_letters if letter[1][0] not in gone)
 
 
 def purge(em: Emitter, tenant: str, before_ms: int) -> int:
@@ -231,7 +233,8 @@ def purge(em: Emitter, tenant: str, before_ms: int) -> int:
 def send_letters(em: Emitter, limit: int) -> int:
     """Produce up to ``limit`` of ``em``'s pending dead letters in its open transaction, the
     overflow's last; a payload not held is read back first (gone from the log: the letter
-    says ``lost``). How many it sent.
+    says ``lost``; not readable now: the letter waits in ``unread_letters`` for the
+    fetcher's next try). How many it took.
 
     Affects: ``em``'s letters and overflow (with its held bytes), progress (settled) and
     dead letters counted per reason.
@@ -290,12 +293,19 @@ def send_letters(em: Emitter, limit: int) -> int:
 
 
 def _send_letter(em: Emitter, tenant: str | None, entry: Entry, reason: str, detail: str) -> None:
-    """One dead letter, read back if need be, fitted to its topic, and its offset settled."""
+    """One dead letter, read back if need be, fitted to its topic, and its offset settled.
+    A payload the log still holds but cannot give now: the letter waits in
+    ``unread_letters`` (never a ``lost`` one: that needs the log start past the record)."""
     partition, offset, _enqueued, _deadline, msg, _cost = entry
     if msg is None and reason != wire.LOST:
-        msg = em.fetcher.get(partition, offset)
-        if msg is None:
-            reason, detail = wire.LOST, lost_detail(partition, offset)
+        read = em.fetcher.get(partition, offset)
+        if read is None:
+            em.unread_letters.append((tenant, entry, reason, detail))
+            return
+        if isinstance(read, Gone):
+            reason, detail = wire.LOST, lost_detail(partition, offset, read.log_start)
+        else:
+            msg = read
     source = (
         (em.ingest_topic, partition, offset)
         if partition >= 0

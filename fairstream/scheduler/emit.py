@@ -38,7 +38,7 @@ from fairstream.core import FairScheduler, MonotonicClock, TenantPolicy
 from fairstream.core.emission import EmissionRule
 from fairstream.core.shares import ClassDemand, backlogged_demand
 from fairstream.metrics import Metrics
-from fairstream.scheduler import backlog, holding, send
+from fairstream.scheduler import backlog, faults, holding, send
 from fairstream.scheduler import progress as progress_codec
 from fairstream.scheduler.egress import Limits, Stamper
 from fairstream.scheduler.feedback import AdaptiveChange, FeedbackBatch
@@ -80,6 +80,8 @@ class Emitter:
     """Runs ``run`` on a thread of its own. Caller: ``SchedulerService``."""
 
     _lease_expiries = 0  # concurrency slots' lease expiries counted in the metrics so far
+    letters: deque[Letter]
+    unread_letters: deque[Letter]
 
     def __init__(  # noqa: PLR0915 (one statement per piece of state it owns)
         self,
@@ -133,7 +135,9 @@ class Emitter:
         self.progress: dict[int, PartitionProgress] = {}
         self.queues: dict[int, deque[Parsed]] = {}  # the handoff queues of owned partitions
         self.ahead: set[int] = set()  # partitions not taken from for now (``holding``)
-        self.letters: deque[Letter] = deque()
+        # Dead letters to send, and those whose payload could not be read back yet
+        # (``fetch``): back into ``letters`` when the fetcher tries again.
+        self.letters, self.unread_letters = deque(), deque()
         # A flood's overflow (refused by its tenant's backlog limits): written after the
         # other letters, in bounded turns (``backlog``), its payloads held within a budget.
         self.overflow = backlog.Overflow(settings.buffer_memory // 8)
@@ -238,6 +242,9 @@ class Emitter:
                 self._next_commit = done + interval
                 self._soonest_commit = done + soonest
                 continue  # what arrived during the commit applies first
+            if self.unread_letters and now >= self.fetcher.retry_at:
+                self.letters.extend(self.unread_letters)
+                self.unread_letters.clear()
             # Emission goes first; dead letters (a flood's overflow can be hundreds of
             # thousands) take a bounded turn after each round, and the time emission would
             # spend waiting (see issue 22: written first, 900,000 of them held every quiet
@@ -482,6 +489,7 @@ class Emitter:
         ]
         if not self.txn.open and not changed:
             return
+        faults.hold("commit")  # tests only: a commit held as by a slow broker
         self._seq += 1
         token = f"{self._token_prefix}:{self._seq}"
         offsets = self._progress_records(token, changed)
@@ -581,6 +589,7 @@ class Emitter:
         self._committed_marks = {}
         self.letters = deque()
         self.overflow.clear()
+        self.unread_letters = deque()
         self.prepared.clear()  # picks of the old core, read again from the committed marks
         self.core = self.policies.new_core(self.clock)
         self.rule.replace_core(self.core)
@@ -642,4 +651,4 @@ def _snapshot(
 
 
 def _resumed(tenant: str) -> None:
-    log.info("tenant %r resumed after its upstream quota's pause", tenant)
+    log.info("tenant %r resumed after a pause (its upstream quota, or a read-back)", tenant)

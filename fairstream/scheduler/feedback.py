@@ -124,14 +124,13 @@ class FeedbackReader:
         self._on_rate = on_rate
         self._slots = slots
         self._stopping = threading.Event()
-        self._consumer = Consumer(
-            {
-                **config,
-                "group.id": f"{topic}.scheduler",  # never joins: assigned by hand
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": 20,
-            }
-        )
+        self._config = {
+            **config,
+            "group.id": f"{topic}.scheduler",  # never joins: assigned by hand
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 20,
+        }
+        self._consumer: Consumer | None = Consumer(self._config)
         self._published: AdaptiveChange | None = None
         self.last_rate = ceiling  # what the web endpoints show (read by another thread)
         self.hold_until = 0.0  # monotonic
@@ -140,6 +139,12 @@ class FeedbackReader:
         self._stopping.set()
 
     def run(self) -> None:
+        """Follow the topic until stopped. An error ends it with the exception; the
+        service's supervisor runs it again (``supervise``) with a new consumer, from the
+        topic's end."""
+        if self._consumer is None:
+            self._consumer = Consumer(self._config)
+        consumer = self._consumer
         try:
             while not self._stopping.is_set() and not self._assign():
                 self._stopping.wait(RETRY_TOPIC)
@@ -149,9 +154,9 @@ class FeedbackReader:
                 # What is there, else wait for one record: consume() waits out its whole
                 # timeout unless it fills num_messages (measured: 1 record, 1.0 s of 1.0),
                 # and a completion waiting here is a concurrency slot kept idle.
-                messages = self._consumer.consume(num_messages=1000, timeout=0)
+                messages = consumer.consume(num_messages=1000, timeout=0)
                 if not messages:
-                    messages = self._consumer.consume(num_messages=1, timeout=0.05)
+                    messages = consumer.consume(num_messages=1, timeout=0.05)
                 for msg in messages:
                     if msg.error() is None:
                         self._read(msg.key(), msg.value(), batch)
@@ -161,13 +166,14 @@ class FeedbackReader:
                 if self.adaptive is not None and now >= next_publish:
                     next_publish = now + PUBLISH_EVERY
                     self._publish(now)
-        except Exception:
-            log.exception("the feedback reader failed; the rate stays where it was")
         finally:
-            self._consumer.close()
+            consumer.close()
+            self._consumer = None
 
     def _assign(self) -> bool:
-        metadata = self._consumer.list_topics(self.topic, timeout=30)
+        consumer = self._consumer
+        assert consumer is not None  # run opened it
+        metadata = consumer.list_topics(self.topic, timeout=30)
         info = metadata.topics.get(self.topic)
         if info is None or info.error is not None:
             log.warning(
@@ -177,7 +183,7 @@ class FeedbackReader:
                 self.topic,
             )
             return False
-        self._consumer.assign([TopicPartition(self.topic, p, OFFSET_END) for p in info.partitions])
+        consumer.assign([TopicPartition(self.topic, p, OFFSET_END) for p in info.partitions])
         log.info("following feedback on %s", self.topic)
         return True
 

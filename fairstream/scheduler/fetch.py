@@ -7,7 +7,18 @@ is partition ``p`` of it, ``holding``). A read fetches a run of records from tha
 and keeps them in a small window, because the next turns usually want their neighbours: a
 bursting tenant's records sit next to each other in its partition.
 
-Caller: the emitter thread (not thread-safe). Affects: nothing but its own consumer.
+A read that does not find its record cannot tell by itself "deleted" from "broker slow or
+away", so it asks the partition's log start (the low watermark, from the leader): only a
+log start past the record means the log no longer holds it (``Gone``, with that log start,
+which the ``lost`` dead letter then gives). Anything else (a timeout, a leader away, a log
+start at or below the record) is "not now" (None): the partition backs off (``BACKOFF``
+doubling to ``MAX_BACKOFF``) and every read of it answers None at once until the backoff
+ends, so the emitter spends at most ``READ_TIMEOUT`` plus ``WATERMARK_TIMEOUT`` per
+partition per backoff and goes on with the tenants it can serve. ``failing`` says which
+partitions cannot be read back, since when, and why (the service's readiness condition).
+
+Caller: the emitter thread (not thread-safe). Affects: nothing but its own consumer;
+``failing`` is replaced whole (a reference swap) for other threads to read.
 """
 
 from __future__ import annotations
@@ -15,16 +26,39 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from fairstream.adapters.clients import assigned_consumer_config
+from fairstream.scheduler import faults
 
 log = logging.getLogger("fairstream.fetch")
 
 WINDOW_BYTES = 32 * 1024 * 1024  # records read ahead and kept for the next turns
-READ_TIMEOUT = 10.0
+READ_TIMEOUT = 2.0  # seconds one read waits for its record
+WATERMARK_TIMEOUT = 2.0  # seconds the log start is asked for, when the record was not read
+BACKOFF = 0.25  # seconds before a partition that could not be read is read again
+MAX_BACKOFF = 5.0
+
+
+@dataclass(frozen=True)
+class Gone:
+    """The log no longer holds the record: its partition's log start is past it."""
+
+    log_start: int
+
+
+@dataclass(frozen=True)
+class Failing:
+    """A partition whose read-backs fail for now (published in ``PayloadFetcher.failing``)."""
+
+    since: float  # monotonic time of the first failure in a row
+    attempts: int
+    offset: int  # the record last wanted
+    error: str  # why the last attempt did not read it
+    retry_at: float  # monotonic
 
 
 class PayloadFetcher:
@@ -36,6 +70,7 @@ class PayloadFetcher:
         self._window: OrderedDict[tuple[int, int], Message] = OrderedDict()
         self._bytes = 0
         self.reads = 0
+        self.failing: dict[int, Failing] = {}  # replaced whole: read by other threads
 
     def _reader(self) -> Consumer:
         if self._consumer is None:
@@ -54,14 +89,51 @@ class PayloadFetcher:
             )
         return self._consumer
 
-    def get(self, partition: int, offset: int) -> Message | None:
-        """The record at ``offset``, or None when the log no longer has it (deleted)."""
+    def get(self, partition: int, offset: int) -> Message | Gone | None:
+        """The record at ``offset``; ``Gone`` when the log no longer has it (its log start
+        is past it); None when it cannot be read now (try again after ``retry_in``)."""
         key = (partition, offset)
         hit = self._window.pop(key, None)
         if hit is not None:
             self._bytes -= _size(hit)
             return hit
+        failing = self.failing.get(partition)
+        if failing is not None and time.monotonic() < failing.retry_at:
+            return None  # backing off: the emitter serves others meanwhile
         self.reads += 1
+        found, error = self._read(partition, offset)
+        if found is not None:
+            self._recovered(partition)
+            return found
+        try:
+            low, _high = self._reader().get_watermark_offsets(
+                TopicPartition(self.topic, partition), timeout=WATERMARK_TIMEOUT, cached=False
+            )
+        except KafkaException as exc:
+            self._failed(partition, offset, f"{error}; log start unknown: {exc.args[0]}")
+            return None
+        if low > offset:
+            self._recovered(partition)
+            log.error(
+                "ingest record %d@%d is gone from the log (log start %d)", partition, offset, low
+            )
+            return Gone(int(low))
+        self._failed(partition, offset, f"{error}; the log still holds it (log start {low})")
+        return None
+
+    def retry_in(self, partition: int) -> float:
+        """Seconds until a read of ``partition`` is tried again (0: now)."""
+        failing = self.failing.get(partition)
+        return 0.0 if failing is None else max(0.0, failing.retry_at - time.monotonic())
+
+    @property
+    def retry_at(self) -> float:
+        """The monotonic time the first backing-off partition is read again (0: none)."""
+        return min((f.retry_at for f in self.failing.values()), default=0.0)
+
+    def _read(self, partition: int, offset: int) -> tuple[Message | None, str]:
+        if faults.take("readback"):  # tests only: a read that finds nothing in time
+            return None, "injected miss (FAIRSTREAM_TEST_FAULTS)"
         reader = self._reader()
         topic, real = self.topic, partition
         if partition < 0 and self.holding is not None:
@@ -69,14 +141,17 @@ class PayloadFetcher:
         reader.assign([TopicPartition(topic, real, offset)])
         deadline = time.monotonic() + READ_TIMEOUT
         found: Message | None = None
-        passed = False  # the log is past ``offset`` without it: it was deleted
+        passed = False  # the log is past ``offset`` without it: deleted, or so it seems
+        error = f"not read within {READ_TIMEOUT:g} s"
         while found is None and not passed and time.monotonic() < deadline:
             for msg in reader.consume(num_messages=1000, timeout=0.5):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         passed = True
+                        error = "the end of the log came first"
                     else:
+                        error = err.str()
                         log.warning("reading back partition %d: %s", partition, err.str())
                     continue
                 at = msg.offset()
@@ -85,14 +160,38 @@ class PayloadFetcher:
                 if at == offset:
                     found = msg
                 else:
-                    # Records come in offset order: one past ``offset`` before it means the
-                    # log no longer has it (deleted by retention, or trimmed).
-                    passed = passed or found is None
+                    # Records come in offset order: one past ``offset`` before it suggests
+                    # the log no longer has it; the log start decides (``get``).
+                    if found is None and not passed:
+                        passed = True
+                        error = f"offset {at} came first"
                     self._keep((partition, at), msg)
         self._trim()
-        if found is None and (partition, offset) not in self._window:
-            log.error("ingest record %d@%d could not be read back", partition, offset)
-        return found
+        return found, error
+
+    def _failed(self, partition: int, offset: int, error: str) -> None:
+        now = time.monotonic()
+        last = self.failing.get(partition)
+        attempts = 1 if last is None else last.attempts + 1
+        delay = min(MAX_BACKOFF, BACKOFF * 2 ** (attempts - 1))
+        since = now if last is None else last.since
+        log.warning(
+            "ingest record %d@%d not read back (%s); trying again in %.2f s",
+            partition,
+            offset,
+            error,
+            delay,
+        )
+        failing = dict(self.failing)
+        failing[partition] = Failing(since, attempts, offset, error, now + delay)
+        self.failing = failing
+
+    def _recovered(self, partition: int) -> None:
+        if partition in self.failing:
+            failing = dict(self.failing)
+            del failing[partition]
+            self.failing = failing
+            log.info("ingest partition %d is read back again", partition)
 
     def _keep(self, key: tuple[int, int], msg: Message) -> None:
         if key not in self._window:
@@ -108,6 +207,8 @@ class PayloadFetcher:
         """Drop the window's records of a partition this instance no longer owns."""
         for key in [k for k in self._window if k[0] == partition]:
             self._bytes -= _size(self._window.pop(key))
+        if partition in self.failing:
+            self.failing = {p: f for p, f in self.failing.items() if p != partition}
 
     def close(self) -> None:
         if self._consumer is not None:

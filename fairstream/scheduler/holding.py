@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING
 
 from fairstream import wire
 from fairstream.scheduler.egress import footprint, message_headers
+from fairstream.scheduler.fetch import Gone
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
 from fairstream.scheduler.recovery import holding_id
 from fairstream.wire.dead_letter import lost_detail
@@ -192,8 +193,13 @@ def _park(em: Emitter, partition: int, tenant: str) -> int:
     for entry in items:
         if entry[0] != partition and entry[0] != back:
             core.push(tenant, entry, entry[5])  # another partition's: stays
-    for entry in mine:
-        _write(em, partition, hold, tenant, entry)
+    for i, entry in enumerate(mine):
+        if not _write(em, partition, hold, tenant, entry):
+            # Its payload cannot be read back now (``fetch``): it and the rest stay in the
+            # backlog, in order, ahead of what came back to the core above.
+            for rest in reversed(mine[i:]):
+                core.push_front(tenant, rest, rest[5])
+            return i
     return len(mine)
 
 
@@ -206,17 +212,22 @@ def park_new(em: Emitter, tenant: str, entry: Entry) -> None:
     em.metrics.parked.inc()
 
 
-def _write(em: Emitter, partition: int, hold: HoldingProgress, tenant: str, entry: Entry) -> None:
+def _write(em: Emitter, partition: int, hold: HoldingProgress, tenant: str, entry: Entry) -> bool:
     """Write ``entry``'s record to the holding log of ingest ``partition`` in the open
     transaction and settle it where it was (the ingest log, or the holding log itself); a
-    payload not held is read back first."""
+    payload not held is read back first. False when it cannot be read back now (the log
+    still holds it; nothing was written); gone from the log, it becomes a ``lost`` letter."""
     source, offset, enqueued, _deadline, msg, _cost = entry
     if msg is None:
-        msg = em.fetcher.get(source, offset)
+        read = em.fetcher.get(source, offset)
         em.metrics.refetches.inc()
-        if msg is None:
-            em.letters.append((tenant, entry, wire.LOST, lost_detail(source, offset)))
-            return
+        if read is None:
+            return False
+        if isinstance(read, Gone):
+            detail = lost_detail(source, offset, read.log_start)
+            em.letters.append((tenant, entry, wire.LOST, detail))
+            return True
+        msg = read
     else:
         em.cached -= footprint(msg)
     headers = list(message_headers(msg))
@@ -226,3 +237,4 @@ def _write(em: Emitter, partition: int, hold: HoldingProgress, tenant: str, entr
     em.txn.produce(em.holding_topic, msg.value(), msg.key(), headers, partition, timestamp=enqueued)
     em.progress[source].settle(offset)
     hold.parked_one(tenant)
+    return True

@@ -1,4 +1,5 @@
-"""What an instance remembers about its tenants for people: emitted counts and recent dwell.
+"""What an instance tells people: emitted counts and recent dwell per tenant (``Observed``),
+and what is wrong with it now (``Conditions``: readiness reasons any thread can raise).
 
 Bounded: the last ``DWELL_SAMPLES`` dwell times of the ``DWELL_TENANTS`` latest emitters.
 Caller: the emitter thread (the only writer); read for ``/tenants`` and by the audit thread
@@ -10,7 +11,9 @@ transaction, the rest when ``/tenants`` or the auditor asks.
 from __future__ import annotations
 
 import heapq
+import threading
 from collections import OrderedDict, defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,3 +180,62 @@ class Observed:
             "emitted": sum(self.emitted_by_tenant.values()),
             "tenants": rows,
         }
+
+
+@dataclass(frozen=True)
+class Condition:
+    """Something an operator should know about this instance now: ``name`` (a machine
+    word, the metric's label), ``reason`` (a sentence), and whether it makes the instance
+    unready (``/readyz`` 503) or only degraded (``/readyz`` stays 200 and says so)."""
+
+    name: str
+    reason: str
+    blocks_ready: bool = False
+
+
+class Conditions:
+    """Readiness reasons, from any thread: the one place ``/readyz`` and the
+    ``fairstream_condition`` metric read what is wrong.
+
+    Two ways in: ``set``/``clear`` from the thread that sees the condition start and end
+    (the supervisor of a restarting thread, the group thread's coordination), or ``watch``
+    a probe that is asked at each read (state another thread owns and publishes by a
+    reference swap, such as the emitter's read-back failures). Thread-safe; the probes must
+    be cheap and must not block (they run on the web's threads).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._set: dict[str, Condition] = {}
+        self._probes: dict[str, Callable[[], Condition | None]] = {}
+
+    def set(self, name: str, reason: str, *, blocks_ready: bool = False) -> None:
+        with self._lock:
+            self._set[name] = Condition(name, reason, blocks_ready)
+
+    def clear(self, name: str) -> None:
+        with self._lock:
+            self._set.pop(name, None)
+
+    def watch(self, name: str, probe: Callable[[], Condition | None]) -> None:
+        with self._lock:
+            self._probes[name] = probe
+
+    def current(self) -> list[Condition]:
+        """The conditions now, set ones first, each name once."""
+        with self._lock:
+            found = dict(self._set)
+            probes = list(self._probes.items())
+        for name, probe in probes:
+            if name in found:
+                continue
+            try:
+                condition = probe()
+            except Exception as exc:  # a broken probe is a condition too, never a 500
+                condition = Condition(name, f"its probe failed: {exc!r}")
+            if condition is not None:
+                found[name] = condition
+        return list(found.values())
+
+    def blocking(self) -> list[Condition]:
+        return [c for c in self.current() if c.blocks_ready]

@@ -83,39 +83,49 @@ class Policies:
         log.info("policy of %r: %s", tenant, record.policy if record else "defaults")
 
 
+RETRY_TOPIC = 30.0  # seconds between two looks for a policy topic that is missing
+
+
 class PolicyReader:
-    """Follows the policy topic on a thread of its own; hands records to the emitter."""
+    """Follows the policy topic on a thread of its own; hands records to the emitter.
+
+    ``run`` returns only once stopped; an error ends it with the exception, and the
+    service's supervisor runs it again (``supervise``): each run opens a consumer of its
+    own and reads the topic from the beginning again (applying a policy twice is harmless).
+    """
 
     def __init__(self, settings: Settings, handoff: Handoff) -> None:
         self.topic = settings.topics.policy
         self.handoff = handoff
         self._stopping = threading.Event()
-        self.consumer = Consumer(
-            assigned_consumer_config(
-                settings.kafka.librdkafka(), f"{settings.app_id}.policy", {"fetch.wait.max.ms": 100}
-            )
+        self._config = assigned_consumer_config(
+            settings.kafka.librdkafka(), f"{settings.app_id}.policy", {"fetch.wait.max.ms": 100}
         )
 
     def stop(self) -> None:
         self._stopping.set()
 
     def run(self) -> None:
+        consumer = Consumer(self._config)
         try:
-            metadata = self.consumer.list_topics(self.topic, timeout=30)
-            info = metadata.topics.get(self.topic)
-            if info is None or info.error is not None:
-                log.warning(
-                    "policy topic %s not found: every tenant follows the defaults", self.topic
-                )
-                return
-            self.consumer.assign(
-                [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in info.partitions]
-            )
+            while not self._stopping.is_set() and not self._assign(consumer):
+                self._stopping.wait(RETRY_TOPIC)
             while not self._stopping.is_set():
-                for msg in self.consumer.consume(num_messages=500, timeout=0.1):
+                for msg in consumer.consume(num_messages=500, timeout=0.1):
                     if msg.error() is None:
                         self.handoff.put(PolicyChange(msg.key(), msg.value()))
-        except Exception:
-            log.exception("policy reader failed; policies are no longer followed")
         finally:
-            self.consumer.close()
+            consumer.close()
+
+    def _assign(self, consumer: Consumer) -> bool:
+        metadata = consumer.list_topics(self.topic, timeout=30)
+        info = metadata.topics.get(self.topic)
+        if info is None or info.error is not None:
+            log.warning(
+                "policy topic %s not found: every tenant follows the defaults until it exists "
+                "(fairstream topics create)",
+                self.topic,
+            )
+            return False
+        consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in info.partitions])
+        return True

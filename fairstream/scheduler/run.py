@@ -6,6 +6,8 @@ Caller: ``fairstream scheduler`` (``fairstream.cli.scheduler``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import errno
 import gc
 import logging
 import signal
@@ -19,7 +21,8 @@ from fairstream.adapters.admin import (
     partition_count,
     topic_configs,
 )
-from fairstream.config import Settings
+from fairstream.config import Settings, default_data_dir
+from fairstream.scheduler import datadir
 
 SHUTDOWN_TIMEOUT = 30.0  # seconds from SIGTERM (or a fatal error) to exit
 
@@ -85,6 +88,32 @@ def tune_garbage_collector() -> None:
     gc.set_threshold(100_000, 50, 1000)
 
 
+def lock_data_dir(settings: Settings) -> tuple[Settings, datadir.DataDirLock]:
+    """Lock the data directory for this process (``datadir``); with the default directory,
+    its lowest free slot, which becomes the settings' ``data_dir``."""
+    app_id, port = settings.app_id, settings.web_port
+    if settings.data_dir == default_data_dir():
+        held = datadir.lock_default(settings.data_dir, app_id=app_id, web_port=port)
+        if held.directory != settings.data_dir:
+            log.info(
+                "the default data directory is in use by another scheduler; this one uses %s",
+                held.directory,
+            )
+        return dataclasses.replace(settings, data_dir=held.directory), held
+    return settings, datadir.lock(settings.data_dir, app_id=app_id, web_port=port)
+
+
+def _port_in_use(settings: Settings, exc: OSError) -> str:
+    others = [
+        h for h in datadir.holders(default_data_dir()) if not h.startswith(f"{settings.data_dir}:")
+    ]
+    who = f"; schedulers on this host: {'; '.join(others)}" if others else ""
+    return (
+        f"the web port {settings.web_port} on {settings.web_host or '*'} is in use ({exc.strerror})"
+        f"{who}. Give each instance on one host its own --web-port."
+    )
+
+
 def run(settings: Settings) -> int:
     """Run until SIGTERM or SIGINT (exit 0) or a fatal error (exit 1)."""
     from fairstream.scheduler.service import SchedulerService
@@ -95,6 +124,18 @@ def run(settings: Settings) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    try:
+        settings, held = lock_data_dir(settings)
+    except datadir.DataDirInUse as exc:
+        print(f"fairstream scheduler: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _run(settings, SchedulerService, start_web)
+    finally:
+        held.release()
+
+
+def _run(settings: Settings, service_class: Any, start_web: Any) -> int:
     tune_garbage_collector()
     partitions, limits, retention_ms = inspect_topics(settings)
     ensure_internal_topics(
@@ -104,14 +145,20 @@ def run(settings: Settings) -> int:
         settings.replication_factor,
         settings.topics.ingest,
     )
-    service = SchedulerService(settings, partitions, limits=limits, retention_ms=retention_ms)
-    service.start()
+    service = service_class(settings, partitions, limits=limits, retention_ms=retention_ms)
+    failed_to_serve: list[str] = []
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, service.stop)
-        runner = await start_web(service, settings.web_host, settings.web_port)
+        # The web endpoints first (before joining the group): a port in use fails here, in
+        # a second, instead of after this instance took partitions.
+        try:
+            runner = await start_web(service, settings.web_host, settings.web_port)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            failed_to_serve.append(_port_in_use(settings, exc))
+            return
         log.info(
             "web endpoints on %s:%d (%s/healthz /readyz /metrics /tenants)",
             settings.web_host,
@@ -119,6 +166,9 @@ def run(settings: Settings) -> int:
             "the console at /, " if settings.console else "",
         )
         try:
+            await asyncio.to_thread(service.start)
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, service.stop)
             await asyncio.to_thread(service.done.wait)
             # Stopping: /healthz keeps answering (503 after a fatal error) meanwhile.
             clean = await asyncio.to_thread(service.join, SHUTDOWN_TIMEOUT)
@@ -128,6 +178,9 @@ def run(settings: Settings) -> int:
             await runner.cleanup()
 
     asyncio.run(serve())
+    if failed_to_serve:
+        print(f"fairstream scheduler: {failed_to_serve[0]}", file=sys.stderr)
+        return 2
     if service.fatal is not None:
         print(f"fairstream scheduler: fatal: {service.fatal}", file=sys.stderr)
         return 1

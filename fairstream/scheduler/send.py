@@ -34,12 +34,13 @@ from fairstream import wire
 from fairstream.core import Pick
 from fairstream.core.emission import Expire, Wait
 from fairstream.scheduler.egress import FOOTPRINT, footprint
+from fairstream.scheduler.fetch import Gone
 from fairstream.wire.dead_letter import HeaderList, expired_detail, lost_detail
 
 if TYPE_CHECKING:
     from fairstream.scheduler.emit import Emitter, Entry
 
-__all__ = ["EMIT_BATCH", "Prepared", "emit_batch", "emit_one", "expire", "prepare"]
+__all__ = ["EMIT_BATCH", "Prepared", "emit_batch", "emit_one", "expire", "prepare", "unread"]
 
 EMIT_BATCH = 256  # picks between two looks at the handoff queue
 PREPARE_CHUNK = 64  # picks prepared between two looks at the commit in flight
@@ -186,6 +187,16 @@ def request_id(headers: HeaderList, partition: int, offset: int) -> bytes | tupl
     return (partition, offset)
 
 
+def unread(em: Emitter, pick: Pick[Entry]) -> None:
+    """A pick whose payload cannot be read back now (the broker is slow or away; the log
+    still holds it): back to the head of its tenant's queue, and the tenant paused until
+    the fetcher tries its partition again, so that its order holds and the others go on.
+    Never a ``lost`` dead letter: that needs the log start past the record (``fetch``)."""
+    tenant, entry, cost = pick
+    em.core.push_front(tenant, entry, cost)
+    em.rule.pause(tenant, max(0.01, em.fetcher.retry_in(entry[0])))
+
+
 def expire(em: Emitter, step: Expire[Entry], stamp: int) -> None:
     """A pick past its deadline becomes a dead letter (``expired``)."""
     tenant, entry, _ = step
@@ -203,11 +214,16 @@ def emit_one(em: Emitter, pick: Pick[Entry], stamp: int) -> None:
     if msg is not None:
         em.cached -= footprint(msg)
     else:
-        msg = em.fetcher.get(partition, offset)
-        em.metrics.refetches.inc()
-        if msg is None:
-            em.letters.append((tenant, entry, wire.LOST, lost_detail(partition, offset)))
+        read = em.fetcher.get(partition, offset)
+        if read is None:
+            unread(em, pick)
             return
+        em.metrics.refetches.inc()
+        if isinstance(read, Gone):
+            detail = lost_detail(partition, offset, read.log_start)
+            em.letters.append((tenant, entry, wire.LOST, detail))
+            return
+        msg = read
     key, value = msg.key(), msg.value()
     headers = em.stamper.headers(msg, key, value, partition, offset, enqueued, stamp)
     if headers is None:

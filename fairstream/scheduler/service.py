@@ -1,16 +1,46 @@
 """One scheduler instance: its threads, its identity, and how it stops.
 
-Three threads do the work (see ``ingest``, ``emit``, ``policies``), a fourth keeps the
-ingest topic trimmed (``trim``) and a fifth audits fairness and keeps the console's recent
-history (``audit``); the main thread serves the web endpoints and waits for
-SIGTERM or a fatal error. A fatal error (fenced by a newer instance with the same
-transactional id, a failed thread) makes the process exit non-zero within the shutdown
-timeout, with the reason on stderr, so that an orchestrator restarts it.
+Thread map (who owns what, how they hand off, what happens when one fails):
+
+- **emitter** (``emit``), fatal: owns the fair core, every partition's progress, the
+  transactional producer and the payload fetcher; reads its mailbox (``Handoff``: records
+  per partition, controls, ``Call``s), and nothing else touches what it owns.
+- **ingest** (``ingest``), fatal: owns the group consumer, the partition readers and
+  recovery; hands records and ``Assign``/``Revoke`` controls to the emitter, and the group
+  metadata by reference swap.
+- **policies** (``policies``), restarted: a consumer of the policy topic; hands
+  ``PolicyChange`` controls to the emitter.
+- **trim** (``trim``), restarted: an AdminClient and a watch consumer; gets the committed
+  marks from the emitter by reference swap (``Trimmer.committed``).
+- **feedback** (``feedback``, with a feedback topic), restarted: a consumer of the feedback
+  topic and the adaptive rate; hands ``FeedbackBatch``/``AdaptiveChange`` controls to the
+  emitter and the rate to the group thread.
+- **audit** (``audit``), restarted: the fairness windows and the console's history (under
+  its lock, which the web threads read under); probes the emitter with ``Handoff.call``.
+- **group** (``group``, with shares by demand), fatal (its run cannot run twice): the
+  coordination topic's producer, consumer and reports; hands ``ShareChange`` controls to
+  the emitter, reads its demand with ``Handoff.call``.
+- **main** (``run``): the web server (asyncio) and signals; reads what the others publish,
+  and the emitter through ``Handoff.call`` waiting ``SCRAPE_WAIT`` at most.
+
+"fatal": the thread ends with the reason in ``fail``: ``/healthz`` answers 503 with it and
+the process exits non-zero within the shutdown timeout (stderr says why), for the
+orchestrator to restart it. "restarted": ``supervise.Supervisor``: logged, counted
+(``fairstream_thread_restarts_total``), raised as a condition in ``/readyz``, run again with
+backoff; ``supervise.MAX_RESTARTS`` failures in a row are fatal. No thread ends silently:
+a supervised body that returns while not stopped counts as a failure.
+
+What is wrong now, short of fatal, is a condition (``observe.Conditions``, ``self.conditions``):
+any thread may ``set``/``clear`` one, or ``watch`` a probe of state it publishes; ``/readyz``
+lists them all and is 503 while one ``blocks_ready``; ``fairstream_condition{name}`` exports
+them. ``/metrics`` and ``/tenants`` never wait for a busy emitter longer than
+``SCRAPE_WAIT``: they serve its last snapshot, marked stale.
 
 Identity: the transactional id is ``<app-id>-<group-instance-id>`` with static membership,
-else ``<app-id>-<uuid>`` with the uuid kept in ``--data-dir``. A restart with the same
-identity fences its previous run at once (``init_transactions`` aborts what it left open);
-a new identity waits until the broker aborts the orphan (``--transaction-timeout``).
+else ``<app-id>-<uuid>`` with the uuid kept in ``--data-dir``, which one process at a time
+holds (``datadir``). A restart with the same identity fences its previous run at once
+(``init_transactions`` aborts what it left open); a new identity waits until the broker
+aborts the orphan (``--transaction-timeout``).
 """
 
 from __future__ import annotations
@@ -29,16 +59,18 @@ from fairstream.scheduler.feedback import FeedbackReader
 from fairstream.scheduler.group import GroupShares
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest import Ingest
-from fairstream.scheduler.observe import Probe
+from fairstream.scheduler.observe import Condition, Conditions, Probe
 from fairstream.scheduler.policies import PolicyReader
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.recovery import Recovery, holding_topic
+from fairstream.scheduler.supervise import Supervisor
 from fairstream.scheduler.transaction import FatalError
 from fairstream.scheduler.trim import Trimmer
 
 log = logging.getLogger("fairstream.scheduler")
 
 IDENTITY_FILE = "instance-id"
+SCRAPE_WAIT = 1.0  # s a scrape waits for the emitter before serving its last snapshot
 
 
 def _ignore(_rate: float) -> None:
@@ -77,6 +109,13 @@ class SchedulerService:
         self.handoff = Handoff()
         self.fatal: str | None = None
         self.done = threading.Event()
+        # Readiness reasons any thread may raise (``/readyz``, ``fairstream_condition``).
+        self.conditions = Conditions()
+        self.supervisor = Supervisor(self.metrics, self.conditions, self.fail, self.done)
+        # The emitter's last answers for /metrics and /tenants, with their monotonic time:
+        # served (marked stale) when the emitter is too busy to answer (a long commit).
+        self._backlog_snapshot: tuple[dict[str, int], float] = ({}, time.monotonic())
+        self._stats_snapshot: tuple[dict[str, Any], float] | None = None
         librdkafka = settings.kafka.librdkafka()
         self.trimmer = Trimmer(
             librdkafka,
@@ -139,21 +178,25 @@ class SchedulerService:
         self.auditor = Auditor(self._probe, self.metrics, settings.fairness_window)
         self._emitter_thread = threading.Thread(target=self._emit, name="emitter", daemon=True)
         self._ingest_thread = threading.Thread(target=self.ingest.run, name="ingest", daemon=True)
+        supervised = self.supervisor.thread
         self._threads = [
             self._emitter_thread,
             self._ingest_thread,
-            threading.Thread(target=self.policies.run, name="policies", daemon=True),
-            threading.Thread(target=self.trimmer.run, name="trim", daemon=True),
-            threading.Thread(target=self.auditor.run, name="audit", daemon=True),
+            supervised("policies", self.policies.run),
+            supervised("trim", self.trimmer.run),
+            supervised("audit", self.auditor.run),
         ]
         if self.group is not None:
-            self._threads.append(threading.Thread(target=self.group.run, name="group", daemon=True))
+            # Not restartable (its run leaves the group for good when it ends): fatal.
+            self._threads.append(supervised("group", self.group.run, restart=False))
         if self.feedback is not None:
-            self._threads.append(
-                threading.Thread(target=self.feedback.run, name="feedback", daemon=True)
-            )
+            self._threads.append(supervised("feedback", self.feedback.run))
         self.metrics.watch_costs(lambda: dict(self.emitter.observed.cost_by_tenant))
-        self.metrics.watch_tenants(self._backlog_by_tenant, self._emitted_by_tenant)
+        self.metrics.watch_tenants(lambda: self._backlog_snapshot[0], self._emitted_by_tenant)
+        self.conditions.watch("payload-readback", self._readback_condition)
+        self.metrics.watch_conditions(
+            lambda: [(c.name, c.blocks_ready) for c in self.conditions.current()]
+        )
         self.metrics.backlog.set_function(lambda: len(self.emitter.core))
         self.metrics.in_flight.set_function(lambda: self.emitter.in_flight)
         self.metrics.payload_bytes.set_function(lambda: self.emitter.cached)
@@ -163,7 +206,26 @@ class SchedulerService:
 
     @property
     def ready(self) -> bool:
-        return self.fatal is None and self.ingest.joined.is_set() and self.emitter.ready
+        return self.readiness()[0]
+
+    def readiness(self) -> tuple[bool, list[str]]:
+        """Whether the instance is ready, and every reason it is not or is degraded (the
+        conditions, ``observe.Conditions``): what ``/readyz`` answers."""
+        reasons: list[str] = []
+        if self.fatal is not None:
+            reasons.append(f"failed: {self.fatal}")
+        elif self.done.is_set():
+            reasons.append("stopping")
+        elif not self.ingest.joined.is_set():
+            reasons.append("joining the group and recovering its partitions")
+        elif not self.emitter.ready:
+            reasons.append("rewinding to the committed progress after an aborted transaction")
+        ready = not reasons
+        for condition in self.conditions.current():
+            ready = ready and not condition.blocks_ready
+            kind = "unready" if condition.blocks_ready else "degraded"
+            reasons.append(f"{kind}: {condition.name}: {condition.reason}")
+        return ready, reasons
 
     def start(self) -> None:
         """Fence older runs of this instance, then start the threads."""
@@ -220,11 +282,43 @@ class SchedulerService:
 
     # -- reads for the web endpoints --------------------------------------------------------
 
-    def _backlog_by_tenant(self) -> dict[str, int]:
-        if not self._emitter_thread.is_alive():
-            return {}
-        result: dict[str, int] = self.handoff.call(self.emitter.backlog_by_tenant)
-        return result
+    def _readback_condition(self) -> Condition | None:
+        """Degraded while payloads of some partition cannot be read back (``fetch``): their
+        tenants wait (nothing is dead-lettered, the log still holds them), others go on."""
+        failing = self.emitter.fetcher.failing  # replaced whole by the emitter
+        if not failing:
+            return None
+        now = time.monotonic()
+        parts = "; ".join(
+            f"partition {p} since {now - f.since:.0f} s, {f.attempts} tries ({f.error})"
+            for p, f in sorted(failing.items())
+        )
+        return Condition(
+            "payload-readback",
+            f"payloads cannot be read back from the ingest log: {parts}; their tenants "
+            "wait, the others are served",
+        )
+
+    def refresh_metrics(self) -> None:
+        """Before a scrape: the emitter's per-tenant backlog, or, when it does not answer
+        within ``SCRAPE_WAIT`` (a long commit), its last snapshot, marked stale
+        (``fairstream_metrics_snapshot_stale`` 1, and its age). Caller: ``/metrics``."""
+        now = time.monotonic()
+        if self._emitter_thread.is_alive():
+            try:
+                fresh: dict[str, int] = self.handoff.call(
+                    self.emitter.backlog_by_tenant, timeout=SCRAPE_WAIT
+                )
+            except TimeoutError:
+                _, at = self._backlog_snapshot
+                self.metrics.snapshot_stale.set(1)
+                self.metrics.snapshot_age.set(now - at)
+                return
+            self._backlog_snapshot = (fresh, now)
+        else:
+            self._backlog_snapshot = ({}, now)
+        self.metrics.snapshot_stale.set(0)
+        self.metrics.snapshot_age.set(0)
 
     def _emitted_by_tenant(self) -> dict[str, int]:
         return dict(self.emitter.observed.emitted_by_tenant)
@@ -244,10 +338,28 @@ class SchedulerService:
         auditor's egress rates, shares and last fairness window merged in here, on the
         caller's thread; with ``history_since`` (epoch ms), the auditor's per-second
         samples after it too (the console's charts)."""
+        result: dict[str, Any]
         if not self._emitter_thread.is_alive():
-            result: dict[str, Any] = {"ready": False, "partitions": [], "tenants": []}
+            result = {"ready": False, "partitions": [], "tenants": []}
         else:
-            result = self.handoff.call(lambda: self.emitter.tenant_stats(limit))
+            now = time.monotonic()
+            try:
+                result = self.handoff.call(
+                    lambda: self.emitter.tenant_stats(limit), timeout=SCRAPE_WAIT
+                )
+                self._stats_snapshot = (result, now)
+                result = {**result, "stale": False}
+            except TimeoutError:
+                if self._stats_snapshot is None:
+                    raise
+                last, at = self._stats_snapshot
+                # The emitter is busy (a long commit): its last answer, marked stale.
+                result = {
+                    **last,
+                    "tenants": [dict(row) for row in last["tenants"]],
+                    "stale": True,
+                    "snapshot_age_s": now - at,
+                }
         rates, total = self.auditor.rates()
         result["app_id"] = self.settings.app_id
         result["group_instance_id"] = self.settings.group_instance_id

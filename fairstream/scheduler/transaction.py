@@ -25,6 +25,7 @@ from fairstream.errors import Error
 log = logging.getLogger("fairstream.transaction")
 
 API_TIMEOUT = 30.0  # seconds for a transactional call
+INIT_DEADLINE = 120.0  # seconds init_transactions is retried while it fails retriably
 RETRY_FOR = 120.0  # seconds a retriable commit or abort is tried again (a broker restart)
 OFFSETS_TIMEOUT = 10.0  # seconds send_offsets_to_transaction may take before it is aborted
 POLL_EVERY = 1000  # records produced between two polls of the producer (its callbacks)
@@ -142,10 +143,24 @@ class Transaction:
             )
         return FatalError(f"the transactional producer failed: {reason}")
 
-    def init(self) -> None:
+    def init(self, deadline: float = INIT_DEADLINE) -> None:
         """Register the transactional id, fencing an older producer with the same id (a
-        previous run of this instance) and aborting what it left open."""
-        self.producer.init_transactions(API_TIMEOUT)
+        previous run of this instance) and aborting what it left open.
+
+        A retriable failure (a timeout while the broker or its transaction coordinator is
+        away, as during a broker restart: librdkafka says "retry call to resume") is
+        retried for up to ``deadline`` seconds; anything else, or longer, raises."""
+        until = time.monotonic() + deadline
+        while True:
+            try:
+                self.producer.init_transactions(API_TIMEOUT)
+                return
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                retriable = isinstance(err, KafkaError) and err.retriable() and not err.fatal()
+                if not retriable or time.monotonic() >= until:
+                    raise
+                log.warning("init_transactions: %s; trying again", exc)
 
     def begin(self) -> None:
         if not self.open:

@@ -65,6 +65,8 @@ class Trimmer:
         self._stopping.set()
 
     def run(self) -> None:
+        """Trim and watch every ``INTERVAL`` until stopped. An error ends it with the
+        exception; the service's supervisor runs it again (``supervise``)."""
         try:
             while not self._stopping.wait(INTERVAL):
                 marks = self._marks
@@ -77,11 +79,10 @@ class Trimmer:
                     trimmed = {p: m for p, m in trimmed.items() if p >= 0}
                 self._trim(trimmed)
                 self._watch({p: m for p, m in marks.items() if p >= 0})
-        except Exception:
-            log.exception("the trimmer failed; the ingest topic is no longer trimmed")
         finally:
             if self._reader is not None:
                 self._reader.close()
+                self._reader = None  # a restarted run opens a new one
 
     def _trim(self, marks: dict[int, int]) -> None:
         due = [self._tp(p, m) for p, m in marks.items() if m > self._trimmed.get(p, -1)]

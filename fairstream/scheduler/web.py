@@ -3,7 +3,10 @@ scheduler instance.
 
 A small aiohttp server on the main thread; it answers from the start, during recovery too.
 Reads that need the core run on the emitter thread (``Handoff.call``), so the handlers hand
-them to a worker thread and never block the event loop.
+them to a worker thread and never block the event loop; when the emitter is too busy to
+answer in time (a long commit), ``/metrics`` and ``/tenants`` serve its last snapshot,
+marked stale, instead of failing. ``/readyz`` lists every reason the instance is unready or
+degraded (``SchedulerService.readiness``).
 
 The console is three static files shipped in the package (``console/``: HTML, JavaScript,
 CSS; no build step, nothing from elsewhere) that poll ``/tenants``. It is read-only and
@@ -63,11 +66,16 @@ def build_web_app(service: SchedulerService) -> web.Application:
         return web.Response(text="ok\n")
 
     async def readyz(_: web.Request) -> web.Response:
-        if service.ready:
-            return web.Response(text="ready\n")
-        return web.Response(status=503, text="recovering, rebalancing or stopping\n")
+        ready, reasons = service.readiness()
+        text = "".join(f"{reason}\n" for reason in reasons)
+        if ready:
+            return web.Response(text="ready\n" + text)
+        return web.Response(status=503, text=text or "not ready\n")
 
     async def metrics(_: web.Request) -> web.Response:
+        # The emitter's figures first (or its last snapshot, marked stale, when it is busy
+        # committing): a scrape never waits on the emitter longer than SCRAPE_WAIT.
+        await asyncio.to_thread(service.refresh_metrics)
         body = await asyncio.to_thread(generate_latest, service.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

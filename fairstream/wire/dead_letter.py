@@ -87,9 +87,10 @@ def purge_detail(tenant: str, before_ms: int) -> str:
     )
 
 
-def lost_detail(partition: int, offset: int) -> str:
+def lost_detail(partition: int, offset: int, log_start: int | None = None) -> str:
+    where = "" if log_start is None else f" (the partition's log starts at {log_start} now)"
     return (
-        f"ingest record {partition}@{offset} was deleted from the log (retention or "
+        f"ingest record {partition}@{offset} was deleted from the log{where} (retention or "
         "delete_records) before it could be emitted"
     )
 

@@ -381,3 +381,30 @@ def test_held_back_is_paused_capped_waiting_or_a_lower_class_being_starved():
         assert scheduler.pick(clock.now()) is not None
     # Class 0 has nobody to serve now (the capped tenant waits for a token): class 1 goes.
     assert not scheduler.held_back("low")
+
+
+def test_push_front_puts_a_pick_back_ahead_of_the_tenants_later_items():
+    scheduler, _ = make()
+    for i in range(3):
+        scheduler.push("a", f"a{i}")
+    scheduler.push("b", "b0")
+    first = scheduler.pick()
+    assert first is not None
+    assert first.item == "a0"
+    scheduler.push_front("a", first.item)
+    assert len(scheduler) == 4
+    assert scheduler.backlog("a") == (3, 3)
+    assert [x for x in drain(scheduler) if x.startswith("a")] == ["a0", "a1", "a2"]
+
+
+def test_push_front_of_a_tenant_whose_queue_emptied_makes_it_backlogged_again():
+    scheduler, _ = make()
+    scheduler.push("a", "a0")
+    picked = scheduler.pick()
+    assert picked is not None
+    assert "a" not in scheduler
+    scheduler.push_front("a", picked.item, 2)
+    assert scheduler.backlog("a") == (1, 2)
+    assert drain(scheduler) == ["a0"]
+    with pytest.raises(ValueError, match="cost"):
+        scheduler.push_front("a", "x", 0)

@@ -377,3 +377,75 @@ def test_tenant_stats_show_the_slots_when_a_limit_exists(make):
     assert stats["concurrency"]["limit"] == 2
     assert {r["tenant"]: r["in_flight"] for r in stats["tenants"]} == {"A": 2}
     assert "concurrency" not in make().tenant_stats(10)
+
+
+class Readback:
+    """A fetcher whose answers the test sets per offset: a message, ``Gone`` or None."""
+
+    def __init__(self) -> None:
+        self.answers: dict[int, Any] = {}
+        self.asked: list[int] = []
+        self.failing: dict[int, Any] = {}
+        self.retry_at = 0.0
+
+    def get(self, partition: int, offset: int) -> Any:
+        self.asked.append(offset)
+        return self.answers.get(offset)
+
+    def retry_in(self, partition: int) -> float:
+        return 0.5
+
+    def forget(self, partition: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_payload_not_readable_now_waits_in_order_and_is_never_lost(make):
+    from fairstream.scheduler.fetch import Gone
+
+    emitter = make()
+    fetcher = emitter.fetcher = Readback()
+    for offset in range(3):  # A's records, none held: read back when they go
+        emitter.core.push("A", (0, offset, 1, None, None, 1), 1)
+    push(emitter, "B", 10)
+    emitter._emit_some()
+    # A's first read fails for now: A waits (paused), B goes, nothing is dead-lettered.
+    assert sent(emitter) == [(b"B", b"fairstream.ingest-0-10")]
+    assert not emitter.letters
+    assert emitter.core.backlog("A") == (3, 3)
+    assert emitter.core.policy("A").paused
+    assert emitter.progress[0].lwm == 0
+    # Readable again once the pause ends: A's records go in their order.
+    fetcher.answers = {offset: message(offset) for offset in range(3)}
+    emitter.rule._resume(time.monotonic() + 1)
+    emitter._emit_some()
+    assert [rid for key, rid in sent(emitter) if key == b"A"] == [
+        b"fairstream.ingest-0-0",
+        b"fairstream.ingest-0-1",
+        b"fairstream.ingest-0-2",
+    ]
+    # Gone for real (the log start passed it): a lost dead letter saying the log start.
+    emitter.core.push("A", (0, 3, 1, None, None, 1), 1)
+    fetcher.answers[3] = Gone(7)
+    emitter._emit_some()
+    [(tenant, entry, reason, detail)] = emitter.letters
+    assert (tenant, entry[1], reason) == ("A", 3, wire.LOST)
+    assert "log starts at 7" in detail
+
+
+def test_a_dead_letter_whose_payload_is_not_readable_now_waits(make):
+    emitter = make()
+    fetcher = emitter.fetcher = Readback()
+    emitter.letters.append(("A", (0, 4, 1, None, None, 1), wire.EXPIRED, "late"))
+    emitter._send_letters(10)
+    assert not emitter.letters
+    assert len(emitter.unread_letters) == 1
+    assert emitter.txn.producer.sent == []
+    fetcher.answers[4] = message(4)
+    emitter.letters.extend(emitter.unread_letters)
+    emitter.unread_letters.clear()
+    emitter._send_letters(10)
+    [(_, _, _, headers)] = emitter.txn.producer.sent
+    assert dict(headers)["fairstream-dlq-reason"] == b"expired"
