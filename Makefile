@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install test unit integration lint fmt broker-jars browser screenshot demo bench clean
+.PHONY: install test unit integration lint fmt broker-jars browser faketime screenshot demo bench clean
 
 install: $(STAMP)
 
@@ -37,13 +37,23 @@ browser:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }
 	@$(CHROMIUM) --version
 
-test: install broker-jars browser
+# libfaketime from Debian's packages, for the clock-skew test (tests/integration/
+# test_group_coordination.py runs one scheduler with its wall clock 3 s behind).
+faketime:
+	@command -v faketime >/dev/null 2>&1 || { \
+		echo "installing Debian's faketime (the clock-skew test needs libfaketime)"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends faketime; }
+	@test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || { \
+		echo "faketime is installed but not libfaketime.so.1 where the test looks"; exit 1; }
+
+test: install broker-jars browser faketime
 	$(BIN)/python -m pytest tests/unit tests/integration $(PYTEST_ARGS)
 
 unit: install
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: install broker-jars browser
+integration: install broker-jars browser faketime
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
 
 # Refresh docs/console.png (the README's screenshot) from the browser test's live console.

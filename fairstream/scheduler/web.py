@@ -63,9 +63,13 @@ def build_web_app(service: SchedulerService) -> web.Application:
         return web.Response(text="ok\n")
 
     async def readyz(_: web.Request) -> web.Response:
+        # At the safe share (coordination failing) an instance stays ready, since it still
+        # emits at a rate that cannot overshoot; the second line says so (group.py).
+        coordination = service.coordination
+        detail = "" if coordination is None else f"coordination: {coordination.describe()}\n"
         if service.ready:
-            return web.Response(text="ready\n")
-        return web.Response(status=503, text="recovering, rebalancing or stopping\n")
+            return web.Response(text="ready\n" + detail)
+        return web.Response(status=503, text="recovering, rebalancing or stopping\n" + detail)
 
     async def metrics(_: web.Request) -> web.Response:
         body = await asyncio.to_thread(generate_latest, service.metrics.registry)
