@@ -164,6 +164,21 @@ class Settings:
         help="Seconds without heartbeats after which the group gives a dead "
         "instance's partitions to the others.",
     )
+    revoke_wait: float = setting(
+        60.0,
+        low=0.1,
+        high=3600,
+        help="Seconds a revocation waits for the emitter to commit the partitions leaving. "
+        "Past that they go anyway, and the emitter aborts what it holds for them (it never "
+        "commits them under a later generation).",
+    )
+    test_hold_revoke: float = setting(
+        0.0,
+        low=0,
+        high=3600,
+        help="For tests only: seconds the emitter waits before committing a revocation, "
+        "to show what happens when it is slower than --revoke-wait. [default: 0, off]",
+    )
     group_instance_id: str | None = setting(
         None,
         empty_is_none=True,

@@ -26,7 +26,7 @@ from fairstream.metrics import Metrics
 from fairstream.scheduler.audit import CHART_TENANTS, Auditor
 from fairstream.scheduler.emit import Emitter, Limits
 from fairstream.scheduler.feedback import FeedbackReader
-from fairstream.scheduler.group import GroupShares
+from fairstream.scheduler.group import Coordination, GroupShares
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest import Ingest
 from fairstream.scheduler.observe import Probe
@@ -102,7 +102,6 @@ class SchedulerService:
             self.metrics,
             transactional_id=transactional_id(settings),
             limits=limits,
-            group_metadata=self.ingest.group_metadata,
             request_rewind=self.ingest.request_rewind,
             on_committed=self.trimmer.committed,
             recent=recent,
@@ -119,6 +118,7 @@ class SchedulerService:
                 self.handoff,
                 self.metrics,
                 demand=self.emitter.demand,
+                partitions=partitions,
             )
         self.feedback: FeedbackReader | None = None
         if settings.feedback_topic:
@@ -162,6 +162,11 @@ class SchedulerService:
     @property
     def ready(self) -> bool:
         return self.fatal is None and self.ingest.joined.is_set() and self.emitter.ready
+
+    @property
+    def coordination(self) -> Coordination | None:
+        """The group thread's last coordination snapshot (None without group shares)."""
+        return self.group.state if self.group is not None else None
 
     def start(self) -> None:
         """Fence older runs of this instance, then start the threads."""

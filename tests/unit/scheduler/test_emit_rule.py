@@ -89,7 +89,6 @@ def make(monkeypatch: pytest.MonkeyPatch):
             Metrics(),
             transactional_id="test",
             limits=Limits(),
-            group_metadata=lambda: None,
             request_rewind=lambda: None,
             on_committed=lambda marks: None,
         )
