@@ -247,7 +247,15 @@ class GroupView:
         report = Report(
             self.instance, now_ms(), partitions, demand, coordinated, self.run, self._seq
         )
-        self._sent[self._seq] = (now, coordinated)
+        sent = self._sent
+        sent[self._seq] = (now, coordinated)
+        # Reports never read back (the topic refuses them) are forgotten once too old to
+        # make this instance coordinated anyway: the map stays small.
+        while sent:
+            first = next(iter(sent))
+            if now - sent[first][0] <= LEASE:
+                break
+            del sent[first]
         if coordinated:
             self._last_coordinated_sent = now
         self.own = report

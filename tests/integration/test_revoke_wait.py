@@ -12,6 +12,7 @@ along by a consumer that reads the group's offsets without joining it).
 from __future__ import annotations
 
 import threading
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -66,9 +67,7 @@ class CommittedOffsets:
 
     def backwards(self) -> dict[int, list[int]]:
         return {
-            p: seen
-            for p, seen in self.history.items()
-            if any(b < a for a, b in zip(seen, seen[1:], strict=False))
+            p: seen for p, seen in self.history.items() if any(b < a for a, b in pairwise(seen))
         }
 
 

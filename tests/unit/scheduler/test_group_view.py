@@ -207,3 +207,12 @@ def test_an_earlier_run_of_this_instance_is_no_peer_and_no_echo() -> None:
     log.read(new)
     assert not new.reads()
     assert new.peers == {}
+
+
+def test_reports_never_read_back_are_not_kept_forever() -> None:
+    clock = ManualClock()
+    view = GroupView("a", 1, clock.now)
+    for _ in range(10_000):
+        view.failed(view.report(BUSY, (0,)).seq, "Broker: Message size too large")
+        clock.advance(0.5)
+    assert len(view._sent) <= LEASE / 0.5 + 1
