@@ -13,7 +13,15 @@ waits take their deadlines from it: with the clock behind they time out at once 
 (measured: one idle consumer 0.79 CPU s in 3 s against 0.13 without), and Python's
 ``time.sleep`` fails with EINVAL under ``FAKETIME_DONT_FAKE_MONOTONIC``. So this runs as a
 benchmark, not in the test suite; ``--python-only`` moves the Python clock alone instead
-(``tests/integration/skewed_clock``, what the integration test uses). Asserts nothing.
+(``tests/integration/skewed_clock``, what the integration test uses). Egress is read for
+a time budget (``--seconds``), not to a count: under libfaketime a loaded machine may not
+drain the backlog. Asserts nothing.
+
+Measured at bceb9ba on 2 cores shared with other engineers' tests (load average 14-35):
+libfaketime -3 s: worst 1 s window 210 by broker time, 209 by receipt (bound 220); 1,558
+records in 120 s (the skewed scheduler used 172 CPU s against the other's 4: librdkafka's
+spin starves it; B got 58 of them); ``--python-only`` in the integration test: 210-211 by
+broker time, group 200/s of 200, split 900/900.
 
     .venv/bin/python -m benchmarks.skew [--bootstrap HOST:PORT] [--offset -3] [--python-only]
 """
@@ -86,7 +94,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run(bootstrap: str, workdir: Path, offset: float, python_only: bool) -> dict[str, Any]:
+def run(
+    bootstrap: str, workdir: Path, offset: float, python_only: bool, seconds: float
+) -> dict[str, Any]:
     deployment = Deployment(bootstrap, partitions=PARTITIONS)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     egress_topic = NewTopic(
@@ -125,20 +135,19 @@ def run(bootstrap: str, workdir: Path, offset: float, python_only: bool) -> dict
                     deployment.topics.ingest, b"%s-%d" % (tenant, i), tenant, partition=partition
                 )
         producer.flush(30)
-        log(f"backlog of {2 * PER_TENANT} written; reading egress")
+        log(f"backlog of {2 * PER_TENANT} written; reading egress for at most {seconds} s")
         started = time.monotonic()
-
-        def enough() -> bool:
+        # A time budget, not a count: under libfaketime a loaded machine may not drain it all.
+        while time.monotonic() - started < seconds and len(egress.messages) < 2 * PER_TENANT:
             new = egress.poll(0.01)
             received.extend([time.time()] * len(new))
-            return len(egress.messages) >= 2 * PER_TENANT - 200
-
-        wait_until(enough, 600, lambda: f"egress records (have {len(egress.messages)})", interval=0)
-        seconds = time.monotonic() - started
+        elapsed = time.monotonic() - started
+        if len(egress.messages) < 600:
+            raise RuntimeError(f"only {len(egress.messages)} egress records in {elapsed:.0f} s")
         assert all(p.proc is not None for p in procs)
         cpu = [cpu_seconds(p.proc.pid) for p in procs if p.proc is not None]
         ordered = sorted(egress.messages, key=broker_ms)
-        settled = ordered[400:-200]
+        settled = ordered[len(ordered) // 6 :]  # after the settling
         span = (broker_ms(settled[-1]) - broker_ms(settled[0])) / 1000
         lag: dict[str, int] = {}
         for m in egress.messages:
@@ -154,14 +163,17 @@ def run(bootstrap: str, workdir: Path, offset: float, python_only: bool) -> dict
             "group_rate": round((len(settled) - 1) / span, 1),
             "split": {k.decode(): v for k, v in Counter(m.key() for m in settled).items()},
             "broker_minus_scheduled_ms": lag,
-            "seconds": round(seconds, 1),
+            "seconds": round(elapsed, 1),
             "cpu_s": {"s0": round(cpu[0], 1), "s1 (skewed)": round(cpu[1], 1)},
         }
     finally:
         egress.close()
         for proc in procs:
             if proc.alive():
-                proc.terminate()
+                try:
+                    proc.terminate(30)
+                except AssertionError as exc:  # under libfaketime a stop can hang: say so
+                    log(f"{exc}"[:300])
 
 
 def main() -> None:
@@ -169,11 +181,12 @@ def main() -> None:
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     parser.add_argument("--offset", type=float, default=-3.0, help="seconds (default -3)")
     parser.add_argument("--python-only", action="store_true")
+    parser.add_argument("--seconds", type=float, default=120, help="egress read budget")
     args = parser.parse_args()
     broker = Broker.find(args.bootstrap)
     workdir = Path(tempfile.mkdtemp(prefix="fairstream-skew-"))
     try:
-        result = run(broker.bootstrap, workdir, args.offset, args.python_only)
+        result = run(broker.bootstrap, workdir, args.offset, args.python_only, args.seconds)
     finally:
         broker.stop()
     print(json.dumps(result, indent=2))
@@ -181,7 +194,8 @@ def main() -> None:
         f"one clock {result['offset_s']:+g} s ({result['clock']}): worst 1 s window "
         f"{result['worst_1s_broker']} by broker time, {result['worst_1s_receipt']} by receipt "
         f"(bound {result['bound']}); group {result['group_rate']}/s of {RATE}; split "
-        f"{result['split']}; CPU s {result['cpu_s']} over {result['seconds']} s"
+        f"{result['split']}; {result['records']} records; CPU s {result['cpu_s']} over "
+        f"{result['seconds']} s"
     )
 
 

@@ -329,6 +329,15 @@ class Emitter:
                 if hold:
                     time.sleep(hold)  # a test's stand-in for a slow emitter (off by default)
                 self._commit()
+                if revoke.given_up.is_set():
+                    log.warning(
+                        "partitions %s were let go before this emitter committed them "
+                        "(--revoke-wait): %s",
+                        sorted(gone),
+                        "the broker refused the old generation's commit; aborted"
+                        if self.rewinding
+                        else "committed under the generation that owned them, or nothing",
+                    )
                 if self.rewinding:
                     return
             self._drop(gone)

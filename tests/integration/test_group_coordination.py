@@ -102,11 +102,19 @@ def test_an_unwritable_coordination_topic_leaves_each_instance_its_safe_share(
     egress = TopicReader(kafka_bootstrap, deployment.topics.egress)
     try:
         for proc in procs:
+
+            def refused(proc: SchedulerProcess = proc) -> bool:
+                body = proc.get("/readyz")[1]
+                return "cannot publish reports" in body and "safe share (0.500" in body
+
+            wait_until(
+                refused,
+                60,
+                lambda proc=proc: f"/readyz gives the reason: {proc.get('/readyz')}",
+            )
             status, body = proc.get("/readyz")
             print(f"\n/readyz {status}: {body.strip()}")
             assert status == 200  # still emitting: ready, with the reason on the next line
-            assert "safe share" in body
-            assert "cannot publish reports" in body
             assert "too large" in body.lower()
             assert metric(proc, "fairstream_group_coordinated") == 0
             assert metric(proc, "fairstream_group_coordination_errors_total") > 0
