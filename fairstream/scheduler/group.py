@@ -54,11 +54,14 @@ Transitions (where two instances can briefly claim the same rate):
   by the peers about when this instance reads it: they stop reserving its partitions and
   count its demand, it moves to its demand share; whoever gains, gains ``RAISE_DELAY``
   later.
-- *Rebalance.* An instance that loses partitions reports the new set at its next look at
-  its demand (``DEMAND_EVERY``), lowered at once; the new owner gets them only after the
-  revocation completed and recovers them before it emits. Until the old owner's report is
-  replaced, a peer may see a partition listed twice or reserved: both make the sum smaller,
-  not larger.
+- *Rebalance.* An instance that loses partitions lowers its rate at once and reports the
+  new set at its next look at its demand (``DEMAND_EVERY``); the new owner gets them only
+  after the revocation completed, and recovers them (and warms up) before it emits, by
+  when the old owner's new report is normally read. A peer still reading the old report
+  counts the old owner's demand for those partitions instead of reserving their safe
+  share: for that moment two instances claim the same partitions' rate, and the burst
+  absorbs it (measured: ``tests/integration/test_group_shares.py``, a 1 s window never
+  above rate + burst across joins and a kill).
 - *Death.* A killed instance's report ages out; its partitions are reserved until their new
   owner reports them (a session timeout): the survivors do not take its share early. On
   SIGTERM an instance deletes its report (a tombstone).
