@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install test test-brokers unit integration lint fmt broker-jars browser screenshot demo bench clean compat
+.PHONY: install test test-brokers unit integration lint fmt broker-jars browser faketime screenshot demo bench clean compat
 
 install: $(STAMP)
 
@@ -67,6 +67,16 @@ browser:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }
 	@$(CHROMIUM) --version
 
+# libfaketime from Debian's packages, for the clock-skew benchmark (benchmarks/skew.py runs
+# one scheduler under libfaketime with its wall clock 3 s behind).
+faketime:
+	@command -v faketime >/dev/null 2>&1 || { \
+		echo "installing Debian's faketime (the clock-skew test needs libfaketime)"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends faketime; }
+	@test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || { \
+		echo "faketime is installed but not libfaketime.so.1 where the test looks"; exit 1; }
+
 test: install broker-jars browser
 	$(BIN)/python -m pytest tests/unit tests/integration $(PYTEST_ARGS)
 
@@ -118,7 +128,8 @@ demo: install broker-jars
 	$(BIN)/fairstream demo --bootstrap "$$BOOTSTRAP"
 
 # The benchmarks, on the development broker unless KAFKA_BOOTSTRAP_SERVERS is set; run_all.py
-# rewrites docs/benchmarks.md. Its Quix Streams peer gets a virtualenv of its own
+# rewrites docs/benchmarks.md, then benchmarks/skew.py prints the clock-skew run (under
+# libfaketime). Its Quix Streams peer gets a virtualenv of its own
 # (quixstreams pins confluent-kafka below 2.13; fairstream needs 2.16 or later).
 QUIX_VENV := $(VENV)/peer-quix
 
@@ -127,11 +138,12 @@ $(QUIX_VENV)/.installed: benchmarks/requirements-quix.txt
 	$(QUIX_VENV)/bin/python -m pip install --quiet -r benchmarks/requirements-quix.txt
 	@touch $@
 
-bench: install broker-jars $(QUIX_VENV)/.installed
+bench: install broker-jars faketime $(QUIX_VENV)/.installed
 	$(BIN)/python -m benchmarks.core_decisions
 	@BOOTSTRAP="$${KAFKA_BOOTSTRAP_SERVERS:-$$($(BIN)/fairstream-dev kafka up)}" && \
 	$(BIN)/python -m benchmarks.service_throughput --bootstrap "$$BOOTSTRAP" && \
-	$(BIN)/python -m benchmarks.run_all --bootstrap "$$BOOTSTRAP"
+	$(BIN)/python -m benchmarks.run_all --bootstrap "$$BOOTSTRAP" && \
+	$(BIN)/python -m benchmarks.skew --bootstrap "$$BOOTSTRAP"
 
 # One chaos run of the whole system on a development broker of its own (benchmarks/soak.py:
 # kills, SIGTERMs, a broker restart, a rebalance; about 8 minutes); rewrites docs/soak.md and

@@ -271,13 +271,27 @@ class Metrics:
         )
         self.group_instances = Gauge(
             "fairstream_group_instances",
-            "Live instances of the group (reports fresher than the staleness limit).",
+            "Instances counted in this instance's share (fresh coordinated reports, its own "
+            "included).",
             registry=r,
         )
         self.group_demand = Gauge(
             "fairstream_group_demand_weight",
             "Total weight of the group's backlogged uncapped tenants, per priority class.",
             ["priority"],
+            registry=r,
+        )
+        self.group_coordinated = Gauge(
+            "fairstream_group_coordinated",
+            "1 while this instance's share follows the group's demand; 0 while it takes the "
+            "safe share (its partitions over the ingest topic's): it cannot publish or read "
+            "the coordination topic, or is starting (the reason is in /readyz).",
+            registry=r,
+        )
+        self.group_coordination_errors = Counter(
+            "fairstream_group_coordination_errors",
+            "Failures to publish (delivery) or read the coordination topic, by kind.",
+            ["kind"],
             registry=r,
         )
         self.group_share = Gauge(

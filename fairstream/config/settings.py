@@ -194,6 +194,14 @@ class Settings:
         help="Seconds without heartbeats after which the group gives a dead "
         "instance's partitions to the others.",
     )
+    revoke_wait: float = setting(
+        60.0,
+        low=0.1,
+        high=3600,
+        help="Seconds a revocation waits for the emitter to commit the partitions leaving. "
+        "Past that they go anyway, and the emitter aborts what it holds for them (it never "
+        "commits them under a later generation).",
+    )
     group_instance_id: str | None = setting(
         None,
         empty_is_none=True,

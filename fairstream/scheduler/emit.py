@@ -13,8 +13,11 @@ transactional producer, so none of them needs a lock. Its loop:
 3. every ``--commit-interval`` (or after ``--max-in-flight`` records) commits: the egress
    records, a progress record for each partition with settled ranges above its mark, and
    the marks as the group's offsets, with the group metadata of the member that owns them.
-   A member fenced out of its generation cannot commit, so a zombie adds nothing. While
-   the broker commits, the next records are picked and stamped (``send.prepare``).
+   A member fenced out of its generation cannot commit, so a zombie adds nothing. The
+   metadata is the one the last ``Assign`` or ``Revoke`` carried, never one read at commit
+   time (that could be a newer generation's, in which the partitions are another member's;
+   see ``ingest``). While the broker commits, the next records are picked and stamped
+   (``send.prepare``).
 
 An aborted transaction (a failed send, a lost generation) leaves the instance's state ahead
 of what is committed: it forgets everything and asks the ingest thread to recover again
@@ -92,7 +95,6 @@ class Emitter:
         *,
         transactional_id: str,
         limits: Limits,
-        group_metadata: Callable[[], Any],
         request_rewind: Callable[[], None],
         on_committed: Callable[[dict[int, int]], None],
         recent: RecentRequests | None = None,
@@ -102,7 +104,8 @@ class Emitter:
         self.handoff = handoff
         self.metrics = metrics
         self.limits = limits
-        self._group_metadata = group_metadata
+        # The group metadata of the generation the partitions were handed over in.
+        self._metadata: Any = None
         self._request_rewind = request_rewind
         self._on_committed = on_committed
         self.ingest_topic = settings.topics.ingest
@@ -168,7 +171,7 @@ class Emitter:
         )
         self._fraction: float | None = None
         if self.group_shares:
-            self.rule.lease(0.0)  # nothing goes before the group has heard our demand
+            self.rule.lease(0.0)  # nothing goes before the group thread sets a share
         # Feedback from the paid API (``feedback``): the adapted rate as a fraction of
         # --rate, applied here when the group does not share by demand.
         self._adaptive = 1.0
@@ -327,6 +330,8 @@ class Emitter:
         return False
 
     def _assign(self, assign: Assign) -> None:
+        if assign.metadata is not None:
+            self._metadata = assign.metadata
         if assign.rewind:
             if not self.rewinding:
                 return
@@ -351,20 +356,34 @@ class Emitter:
         try:
             self.metrics.rebalances.inc()
             gone = set(revoke.partitions)
+            if revoke.metadata is not None:
+                self._metadata = revoke.metadata  # the generation that still owns them
             if self.rewinding:
                 return  # nothing uncommitted; the rewind recovers only what stays ours
-            if revoke.lost:
-                # The group gave them away already: what is open cannot commit. Abort it and
-                # recover the partitions that stay ours from their committed marks.
+            if revoke.lost or revoke.given_up.is_set():
+                # The group gave them away already (or will have, past --revoke-wait): what
+                # is open cannot commit. Abort it and recover the partitions that stay ours
+                # from their committed marks.
                 if self.txn.open:
+                    why = "lost" if revoke.lost else "let go after --revoke-wait"
                     try:
-                        self.txn.abort(f"partitions {sorted(gone)} were lost")
+                        self.txn.abort(f"partitions {sorted(gone)} were {why}")
                     except FatalError as exc:
                         self._renew_transaction(exc)
                     self._rewind()
                     return
             else:
+                faults.hold("revoke")  # tests only: a slow emitter (FAIRSTREAM_TEST_FAULTS)
                 self._commit()
+                if revoke.given_up.is_set():
+                    log.warning(
+                        "partitions %s were let go before this emitter committed them "
+                        "(--revoke-wait): %s",
+                        sorted(gone),
+                        "the broker refused the old generation's commit; aborted"
+                        if self.rewinding
+                        else "committed under the generation that owned them, or nothing",
+                    )
                 if self.rewinding:
                     return
             self._drop(gone)
@@ -496,7 +515,7 @@ class Emitter:
         started = time.monotonic()
         meanwhile = (lambda: send.prepare(self)) if prepare else None
         try:
-            self.txn.commit(offsets, self._group_metadata(), meanwhile)
+            self.txn.commit(offsets, self._metadata, meanwhile)
         except Aborted:
             self._rewind()
             return

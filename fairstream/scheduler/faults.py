@@ -7,6 +7,8 @@
   first N runs, as an unexpected error inside it would;
 - ``hold:commit=S``: the emitter's next commit waits S seconds first, once, as a commit
   held by a slow broker would;
+- ``hold:revoke=S``: the emitter waits S seconds before it commits its first revocation,
+  once, as a slow emitter would (to outlast ``--revoke-wait``);
 - ``miss:readback=N``: the payload fetcher's first N reads of the log find nothing, as
   reads from a slow broker would (what follows is real: the log start is asked).
 

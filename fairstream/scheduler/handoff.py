@@ -36,21 +36,28 @@ HIGH_WATER = 20_000  # parsed records of one partition waiting before it is not 
 class Assign:
     """Partitions now owned, with the progress recovered for each and the queue their
     records will arrive in. ``rewind``: the answer to a rewind the emitter asked for after an
-    aborted transaction."""
+    aborted transaction. ``metadata``: the member's group metadata (generation) read in the
+    callback: what the emitter commits with from now on."""
 
     progress: dict[int, PartitionProgress]
     queues: dict[int, deque[Parsed]] = field(default_factory=dict)
     rewind: bool = False
+    metadata: Any = None
 
 
 @dataclass
 class Revoke:
     """Partitions leaving: commit what was emitted for them, then forget them.
-    ``lost``: the group already gave them away (session expired): abort instead."""
+    ``lost``: the group already gave them away (session expired): abort instead.
+    ``metadata``: the group metadata of the generation that still owns them (read in the
+    revocation callback). ``given_up``: set by the ingest thread when it stopped waiting
+    (``--revoke-wait``) and let the partitions go: the emitter must abort, not commit."""
 
     partitions: list[int]
     lost: bool = False
     done: threading.Event = field(default_factory=threading.Event)
+    metadata: Any = None
+    given_up: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass

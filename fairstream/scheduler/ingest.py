@@ -12,6 +12,15 @@ The thread takes a slice from each reader in turn and parses each record against
 contract; it keeps no state of its own and writes nothing. Parsed records and rebalance
 events go to the emitter through the handoff queues, in order per partition.
 
+Generations: every ``Assign`` and ``Revoke`` carries the group metadata read in its
+callback, and the emitter commits only with the metadata it was last handed, never with
+one read later: after a revocation it commits with the generation that still owned the
+partitions, so once they belong to another member (a newer generation) the broker refuses
+that commit and the emitter aborts. A revocation waits ``--revoke-wait`` seconds for the
+emitter to commit; past that the partitions go anyway (the group must not wait forever on
+a stuck emitter) and the ``Revoke`` is marked given up: the emitter, when it gets to it,
+aborts what is open and recovers what stays its own instead of committing.
+
 Caller: ``SchedulerService``. Affects: the group membership, the handoff queues.
 """
 
@@ -44,7 +53,6 @@ log = logging.getLogger("fairstream.ingest")
 
 BATCH = 2000  # records per consume call
 TENANT_CACHE = 100_000  # tenant ids whose keys were validated (a dict lookup per record)
-REVOKE_WAIT = 60.0  # seconds a revocation waits for the emitter to commit
 
 
 def consumer_config(settings: Settings) -> dict[str, Any]:
@@ -92,7 +100,6 @@ class Ingest:
         self._stopping = threading.Event()
         self._rewind = threading.Event()
         self._tenants: dict[bytes, str] = {}
-        self._metadata: Any = None
         self.readers = Readers(
             reader_config(consumer_config(settings), settings.app_id),
             self.topic,
@@ -108,14 +115,6 @@ class Ingest:
         """After an aborted transaction: recover every owned partition and read again.
         Caller: the emitter thread."""
         self._rewind.set()
-
-    def group_metadata(self) -> Any:
-        """This member's group metadata (generation), for ``send_offsets_to_transaction``.
-
-        Read by the ingest thread after every rebalance callback and consume call: the
-        consumer's methods block while another thread is inside ``consume``.
-        """
-        return self._metadata
 
     # -- the thread ----------------------------------------------------------------------------
 
@@ -145,7 +144,6 @@ class Ingest:
             # The member's own partitions stay paused: this call serves the group
             # (callbacks, liveness) and is where the thread waits when nothing came.
             self.consumer.consume(num_messages=1, timeout=0.005 if idle else 0)
-            self._metadata = self.consumer.consumer_group_metadata()
             full = {
                 key
                 for p in self.assigned
@@ -166,9 +164,9 @@ class Ingest:
             self._parse(partition, messages, queue)
 
     def _await_emitter(self, done: threading.Event) -> bool:
-        """Wait for the emitter to act on a control (at most REVOKE_WAIT seconds), or to die:
-        an emitter that failed will never answer, and the stop must not wait for it."""
-        deadline = time.monotonic() + REVOKE_WAIT
+        """Wait for the emitter to act on a control (at most ``--revoke-wait`` seconds), or
+        to die: an emitter that failed will never answer, and the stop must not wait for it."""
+        deadline = time.monotonic() + self.settings.revoke_wait
         while not done.wait(0.1):
             if not self._emitter_alive() or time.monotonic() >= deadline:
                 return False
@@ -244,7 +242,7 @@ class Ingest:
     # -- rebalance callbacks (run inside consume, on this thread) ------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._metadata = consumer.consumer_group_metadata()  # the new generation's
+        metadata = consumer.consumer_group_metadata()  # the new generation's
         wanted = sorted(tp.partition for tp in partitions)
         if wanted:
             progress, lost = self.recovery.recover(consumer, wanted)
@@ -252,7 +250,7 @@ class Ingest:
                 self._on_lost_records(lost)
             keys = [*wanted, *(holding_id(p) for p in wanted)]  # ingest and holding logs
             queues = {key: self.handoff.open(key) for key in keys}
-            self.handoff.put(Assign(progress, queues))
+            self.handoff.put(Assign(progress, queues, metadata=metadata))
             # The member holds the partitions paused; a reader of its own reads each log.
             owned = [TopicPartition(self.topic, p, progress[p].lwm) for p in wanted]
             consumer.incremental_assign(owned)
@@ -266,7 +264,7 @@ class Ingest:
                 {p: progress[p].lwm for p in wanted},
             )
         else:
-            self.handoff.put(Assign({}))
+            self.handoff.put(Assign({}, metadata=metadata))
         self.joined.set()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -278,16 +276,23 @@ class Ingest:
     def _give_up(self, consumer: Consumer, partitions: list[TopicPartition], lost: bool) -> None:
         parts = sorted(tp.partition for tp in partitions)
         # The emitter commits with the generation that still owns the partitions.
-        self._metadata = consumer.consumer_group_metadata()
+        metadata = consumer.consumer_group_metadata()
         for p in parts:
             self.readers.close(p)
             self.readers.close(holding_id(p))
         if parts and self._emitter_alive():
-            revoke = Revoke(parts, lost=lost)
+            revoke = Revoke(parts, lost=lost, metadata=metadata)
             self.handoff.put(revoke)
             # The emitter commits (or, for lost partitions, aborts) before they move on.
             if not self._await_emitter(revoke.done):
-                log.error("the emitter did not settle partitions %s in time", parts)
+                # Mark it before the partitions go: an emitter that gets to it later aborts.
+                revoke.given_up.set()
+                log.error(
+                    "the emitter did not settle partitions %s within --revoke-wait (%.1f s): "
+                    "letting them go; what it holds for them will be aborted",
+                    parts,
+                    self.settings.revoke_wait,
+                )
         consumer.incremental_unassign(partitions)
         self.assigned.difference_update(parts)
         for p in parts:
@@ -306,5 +311,6 @@ class Ingest:
             # The reader drops what it prefetched; the fresh queue what was parsed before.
             self.readers.open(p, progress[p].lwm)
             queues[p] = self.handoff.open(p)
-        self.handoff.put(Assign(progress, queues, rewind=True))
+        metadata = self.consumer.consumer_group_metadata()  # this generation's (no callback)
+        self.handoff.put(Assign(progress, queues, rewind=True, metadata=metadata))
         log.info("rewound ingest partitions %s to %s", parts, {p: progress[p].lwm for p in parts})

@@ -56,7 +56,7 @@ from fairstream.metrics import Metrics
 from fairstream.scheduler.audit import CHART_TENANTS, Auditor
 from fairstream.scheduler.emit import Emitter, Limits
 from fairstream.scheduler.feedback import FeedbackReader
-from fairstream.scheduler.group import GroupShares
+from fairstream.scheduler.group import Coordination, GroupShares
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest import Ingest
 from fairstream.scheduler.observe import Condition, Conditions, Probe
@@ -142,7 +142,6 @@ class SchedulerService:
             self.metrics,
             transactional_id=transactional_id(settings),
             limits=limits,
-            group_metadata=self.ingest.group_metadata,
             request_rewind=self.ingest.request_rewind,
             on_committed=self.trimmer.committed,
             recent=recent,
@@ -159,6 +158,7 @@ class SchedulerService:
                 self.handoff,
                 self.metrics,
                 demand=self.emitter.demand,
+                partitions=partitions,
             )
         self.feedback: FeedbackReader | None = None
         if settings.feedback_topic:
@@ -221,11 +221,22 @@ class SchedulerService:
         elif not self.emitter.ready:
             reasons.append("rewinding to the committed progress after an aborted transaction")
         ready = not reasons
+        # At the safe share (coordination failing) an instance stays ready, since it still
+        # emits at a rate that cannot overshoot; this line says where its share comes from.
+        coordination = self.coordination
+        if coordination is not None:
+            kind = "coordination" if coordination.coordinated else "degraded: coordination"
+            reasons.append(f"{kind}: {coordination.describe()}")
         for condition in self.conditions.current():
             ready = ready and not condition.blocks_ready
             kind = "unready" if condition.blocks_ready else "degraded"
             reasons.append(f"{kind}: {condition.name}: {condition.reason}")
         return ready, reasons
+
+    @property
+    def coordination(self) -> Coordination | None:
+        """The group thread's last coordination snapshot (None without group shares)."""
+        return self.group.state if self.group is not None else None
 
     def start(self) -> None:
         """Fence older runs of this instance, then start the threads."""

@@ -2,7 +2,9 @@
 
 Egress records, dead letters and progress records are produced inside one transaction;
 ``commit`` sends the low-water marks as the group's offsets with the owning member's group
-metadata (KIP-447) and commits. A commit the broker refuses for a reason that allows an
+metadata (KIP-447) and commits. The caller passes the metadata of the generation that owns
+the partitions (captured when they were handed over), so the broker refuses offsets sent
+for a generation that is gone. A commit the broker refuses for a reason that allows an
 abort (a stale generation, a failed send) raises ``Aborted`` after aborting; anything
 else (fenced by a newer producer with the same transactional id) raises ``FatalError``.
 
@@ -34,6 +36,18 @@ POLL_EVERY = 1000  # records produced between two polls of the producer (its cal
 # What a fenced producer is told: a newer one with its transactional id exists.
 _FENCED = frozenset(
     {KafkaError._FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError.PRODUCER_FENCED}
+)
+
+
+# What the group coordinator answers offsets sent with a generation that is gone: the
+# partitions may be another member's now. Nothing of the transaction may commit.
+_GENERATION_GONE = frozenset(
+    {
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.FENCED_INSTANCE_ID,
+        KafkaError.REBALANCE_IN_PROGRESS,
+    }
 )
 
 
@@ -221,6 +235,8 @@ class Transaction:
     ) -> None:
         """Send the offsets with the member's group metadata and commit. ``meanwhile`` is
         called while the broker works, until it returns False (see ``_bounded``)."""
+        if offsets and group_metadata is None:
+            raise ValueError("offsets without the group metadata of the generation owning them")
         self.begin()
         try:
             _bounded(
@@ -233,7 +249,7 @@ class Transaction:
             )
         except KafkaException as exc:
             err = exc.args[0]
-            if err.txn_requires_abort() or err.retriable():
+            if err.txn_requires_abort() or err.retriable() or err.code() in _GENERATION_GONE:
                 # A broker away (restart, network) or a generation gone: nothing of this
                 # transaction is committed, so abort it and read again what it held.
                 self.abort(err.str())

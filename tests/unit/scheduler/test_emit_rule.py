@@ -16,7 +16,7 @@ from fairstream.metrics import Metrics
 from fairstream.scheduler import send, transaction
 from fairstream.scheduler.egress import Limits, Stamper, dead_letter, footprint
 from fairstream.scheduler.emit import Emitter
-from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.handoff import Assign, Handoff, Revoke
 from fairstream.scheduler.progress import PartitionProgress
 
 
@@ -42,6 +42,8 @@ class Txn(transaction.Transaction):
         self._produced = 0
         self.producer = Producer()  # type: ignore[assignment]
         self.commits: list[tuple[list[Any], int]] = []  # (offsets, records) per commit
+        self.metadata: list[Any] = []  # the group metadata each commit was made with
+        self.aborted: list[str] = []
 
     def begin(self) -> None:
         self.open = True
@@ -51,6 +53,12 @@ class Txn(transaction.Transaction):
         while meanwhile is not None and meanwhile():
             pass
         self.commits.append((offsets, self.records))
+        self.metadata.append(metadata)
+        self.open = False
+        self.records = 0
+
+    def abort(self, why: str) -> None:
+        self.aborted.append(why)
         self.open = False
         self.records = 0
 
@@ -89,7 +97,6 @@ def make(monkeypatch: pytest.MonkeyPatch):
             Metrics(),
             transactional_id="test",
             limits=Limits(),
-            group_metadata=lambda: None,
             request_rewind=lambda: None,
             on_committed=lambda marks: None,
         )
@@ -449,3 +456,37 @@ def test_a_dead_letter_whose_payload_is_not_readable_now_waits(make):
     emitter._send_letters(10)
     [(_, _, _, headers)] = emitter.txn.producer.sent
     assert dict(headers)["fairstream-dlq-reason"] == b"expired"
+
+
+def test_commits_carry_the_metadata_of_the_last_hand_over(make):
+    """Never metadata read at commit time: the generation the partitions came with, then
+    the one that still owned them at their revocation (issue 21)."""
+    emitter = make()
+    emitter._assign(Assign({}, metadata="generation 1"))
+    push(emitter, "A", 0)
+    emitter._emit_some()
+    emitter._commit()
+    emitter._revoke(Revoke([1], metadata="generation 2"))
+    assert emitter.txn.metadata == ["generation 1"]  # nothing open at the revocation
+    push(emitter, "A", 1)
+    emitter._emit_some()
+    emitter._commit()
+    assert emitter.txn.metadata == ["generation 1", "generation 2"]
+
+
+def test_a_revocation_given_up_on_aborts_instead_of_committing(make):
+    rewinds: list[bool] = []
+    emitter = make()
+    emitter._request_rewind = lambda: rewinds.append(True)
+    emitter._assign(Assign({}, metadata="generation 1"))
+    push(emitter, "A", 0)
+    emitter._emit_some()
+    assert emitter.txn.open
+    revoke = Revoke([0], metadata="generation 1")
+    revoke.given_up.set()  # the ingest thread stopped waiting and let partition 0 go
+    emitter._revoke(revoke)
+    assert emitter.txn.commits == []
+    assert emitter.txn.aborted == ["partitions [0] were let go after --revoke-wait"]
+    assert rewinds == [True]
+    assert emitter.rewinding
+    assert revoke.done.is_set()

@@ -56,7 +56,6 @@ def emitter(monkeypatch: pytest.MonkeyPatch) -> Emitter:
         Metrics(),
         transactional_id="test",
         limits=Limits(),
-        group_metadata=lambda: None,
         request_rewind=lambda: None,
         on_committed=lambda marks: None,
     )

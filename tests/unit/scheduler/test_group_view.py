@@ -1,0 +1,218 @@
+"""GroupView: the group rate split without wall clocks, and the safe share (issue 21).
+
+A list stands for the coordination topic's one partition: each view reads it in order from
+its own position, as the group thread's consumer does. Time is a ManualClock shared by the
+views (each host's monotonic clock; their offsets never matter, only durations).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fairstream.core import ManualClock
+from fairstream.core.shares import ClassDemand
+from fairstream.scheduler.group import (
+    DELIVERY_TIMEOUT,
+    LEASE,
+    RAISE_DELAY,
+    STALE,
+    GroupView,
+    Report,
+)
+
+RATE = 100.0
+BUSY = {0: ClassDemand(1.0)}
+IDLE: dict[int, ClassDemand] = {}
+
+
+class Log:
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes | None]] = []
+        self.positions: dict[str, int] = {}
+
+    def publish(
+        self, view: GroupView, demand: dict[int, ClassDemand], parts: tuple[int, ...]
+    ) -> Report:
+        report = view.report(demand, parts)
+        self.records.append((view.instance, report.encode()))
+        view.acked(report.seq)
+        return report
+
+    def read(self, view: GroupView) -> None:
+        start = self.positions.get(view.instance, 0)
+        for key, value in self.records[start:]:
+            view.received(key, value)
+        self.positions[view.instance] = len(self.records)
+
+
+def settle(
+    clock: ManualClock,
+    log: Log,
+    views: dict[GroupView, tuple[dict[int, ClassDemand], tuple[int, ...]]],
+    rounds: int = 4,
+) -> dict[str, float]:
+    """Rounds of publish, read, decide (each past the raise delay); the last rates."""
+    rates: dict[str, float] = {}
+    for _ in range(rounds):
+        for view, (demand, parts) in views.items():
+            log.publish(view, demand, parts)
+        for view in views:
+            log.read(view)
+        for view, (demand, parts) in views.items():
+            view.decide(demand, parts, RATE)
+        clock.advance(RAISE_DELAY + 0.01)
+        for view, (demand, parts) in views.items():
+            rates[view.instance] = view.decide(demand, parts, RATE).rate
+    return rates
+
+
+def test_alone_it_starts_at_its_safe_share_and_then_coordinates() -> None:
+    clock = ManualClock(1000.0)
+    view = GroupView("a", 4, clock.now)
+    assert not view.coordinated()
+    assert view.reason() == "starting: no report of this instance read back yet"
+    first = view.decide(BUSY, (0, 1), RATE)
+    assert first.rate == 0  # a raise waits for the raise delay
+    clock.advance(RAISE_DELAY)
+    assert view.decide(BUSY, (0, 1), RATE).rate == pytest.approx(RATE / 2)  # 2 of 4 partitions
+    log = Log()
+    rates = settle(clock, log, {view: (BUSY, (0, 1, 2, 3))})
+    assert view.coordinated()
+    assert view.reason() is None
+    assert rates["a"] == pytest.approx(RATE)
+
+
+def test_a_peers_wall_clock_plays_no_part() -> None:
+    clock = ManualClock(50.0)
+    log = Log()
+    a, b = GroupView("a", 4, clock.now), GroupView("b", 4, clock.now)
+    settle(clock, log, {a: (BUSY, (0, 1)), b: (BUSY, (2, 3))})
+    # b's host clock is a day behind: its reports' sent_ms say so; nobody looks.
+    late = Report("b", 1, (2, 3), BUSY, True, b.run, 999)
+    log.records.append(("b", late.encode()))
+    log.publish(a, BUSY, (0, 1))
+    log.read(a)
+    log.records.append(("b", Report("b", 1, (2, 3), BUSY, True, b.run, 1000).encode()))
+    log.read(a)
+    assert set(a.live()) == {"b"}
+    rates = settle(clock, log, {a: (BUSY, (0, 1)), b: (BUSY, (2, 3))})
+    assert rates == {"a": pytest.approx(RATE / 2), "b": pytest.approx(RATE / 2)}
+
+
+def test_a_reader_that_fell_behind_counts_no_old_report() -> None:
+    clock = ManualClock()
+    log = Log()
+    a, b = GroupView("a", 2, clock.now), GroupView("b", 2, clock.now)
+    settle(clock, log, {a: (BUSY, (0,)), b: (BUSY, (1,))})
+    log.publish(b, BUSY, (1,))  # b's last report, then b goes silent
+    clock.advance(STALE + 1)
+    log.read(a)  # a reads it only now: received just now, but written before a's last echo
+    assert "b" not in a.live()
+
+
+def test_an_unwritable_topic_leaves_the_safe_share_not_silence() -> None:
+    clock = ManualClock()
+    log = Log()
+    a, b = GroupView("a", 4, clock.now), GroupView("b", 4, clock.now)
+    # a has one busy tenant, b has three: a's demand share (1/4) is below its partition share.
+    b_busy = {0: ClassDemand(3.0)}
+    rates = settle(clock, log, {a: (BUSY, (0, 1)), b: (b_busy, (2, 3))})
+    assert rates["a"] == pytest.approx(RATE / 4)
+    # From now on a's reports never reach the topic.
+    for _ in range(int((LEASE + 1) / 0.1)):
+        report = a.report(BUSY, (0, 1))
+        a.failed(report.seq, "Broker: Message size too large")
+        log.publish(b, b_busy, (2, 3))
+        log.read(a)
+        log.read(b)
+        clock.advance(0.1)
+        a_rate = a.decide(BUSY, (0, 1), RATE).rate
+        b_rate = b.decide(b_busy, (2, 3), RATE).rate
+        assert a_rate + b_rate <= RATE + 1e-6
+        assert a_rate == pytest.approx(RATE / 4)  # never above what b leaves it, never 0
+    assert not a.coordinated()
+    assert a.reason() == "cannot publish reports: Broker: Message size too large"
+    # b stopped counting a: it reserves a's two partitions and takes its own half.
+    assert "a" not in b.live()
+    assert b.decide(b_busy, (2, 3), RATE).rate == pytest.approx(RATE / 2)
+    # Once every peer must have aged a's last coordinated report out, a takes its half.
+    clock.advance(DELIVERY_TIMEOUT + STALE)
+    a.decide(BUSY, (0, 1), RATE)
+    clock.advance(RAISE_DELAY)
+    assert a.decide(BUSY, (0, 1), RATE).rate == pytest.approx(RATE / 2)
+
+
+def test_an_instance_that_reads_nothing_says_so_and_peers_reserve_its_partitions() -> None:
+    clock = ManualClock()
+    log = Log()
+    a, b = GroupView("a", 3, clock.now), GroupView("b", 3, clock.now)
+    settle(clock, log, {b: (BUSY, (1, 2))})
+    a.read_failed("Broker: Topic authorization failed")
+    for _ in range(5):
+        log.publish(a, BUSY, (0,))  # a can publish, never reads
+        log.publish(b, BUSY, (1, 2))
+        log.read(b)
+        clock.advance(RAISE_DELAY + 0.01)
+        a_rate = a.decide(BUSY, (0,), RATE).rate
+        b_rate = b.decide(BUSY, (1, 2), RATE).rate
+        assert a_rate + b_rate <= RATE + 1e-6
+    assert a.reason() == "cannot read reports: Broker: Topic authorization failed"
+    assert a_rate == pytest.approx(RATE / 3)
+    assert "a" not in b.live()  # its reports say it is not coordinated
+    assert b_rate == pytest.approx(2 * RATE / 3)
+
+
+def test_partitions_no_report_lists_are_reserved() -> None:
+    clock = ManualClock()
+    log = Log()
+    a = GroupView("a", 4, clock.now)
+    rates = settle(clock, log, {a: (BUSY, (0, 1, 2))})
+    assert rates["a"] == pytest.approx(3 * RATE / 4)  # partition 3's owner is unknown
+
+
+def test_a_killed_peers_share_is_not_taken_before_its_partitions_move() -> None:
+    clock = ManualClock()
+    log = Log()
+    a, b = GroupView("a", 2, clock.now), GroupView("b", 2, clock.now)
+    settle(clock, log, {a: (BUSY, (0,)), b: (BUSY, (1,))})
+    rates = settle(clock, log, {a: (BUSY, (0,))}, rounds=int(STALE / RAISE_DELAY) + 2)
+    assert "b" not in a.live()
+    assert rates["a"] == pytest.approx(RATE / 2)
+    rates = settle(clock, log, {a: (BUSY, (0, 1))})  # the survivor got b's partition
+    assert rates["a"] == pytest.approx(RATE)
+
+
+def test_rejoining_waits_for_a_coordinated_report_to_come_back() -> None:
+    clock = ManualClock()
+    log = Log()
+    a = GroupView("a", 1, clock.now)
+    report = log.publish(a, BUSY, (0,))
+    assert not report.coordinated  # sent before anything was read back
+    log.read(a)
+    assert a.reads()
+    assert not a.coordinated()
+    assert a.reason() == "rejoining: waiting for a coordinated report of this instance to come back"
+    assert log.publish(a, BUSY, (0,)).coordinated
+    log.read(a)
+    assert a.coordinated()
+
+
+def test_an_earlier_run_of_this_instance_is_no_peer_and_no_echo() -> None:
+    clock = ManualClock()
+    log = Log()
+    old = GroupView("a", 1, clock.now, run="old")
+    log.publish(old, BUSY, (0,))
+    new = GroupView("a", 1, clock.now, run="new")
+    new.report(BUSY, (0,))  # seq 1, as old's was
+    log.read(new)
+    assert not new.reads()
+    assert new.peers == {}
+
+
+def test_reports_never_read_back_are_not_kept_forever() -> None:
+    clock = ManualClock()
+    view = GroupView("a", 1, clock.now)
+    for _ in range(10_000):
+        view.failed(view.report(BUSY, (0,)).seq, "Broker: Message size too large")
+        clock.advance(0.5)
+    assert len(view._sent) <= LEASE / 0.5 + 1
