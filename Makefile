@@ -84,7 +84,7 @@ test: install broker-jars browser
 # producer's contract), once more on each broker version of BROKER_VERSIONS: the oldest
 # supported and the newest released. Each runs on a development broker of its own, started
 # and stopped here (.cache/dev-kafka-<version>).
-BROKER_VERSIONS ?= 3.7.2 4.4.0
+BROKER_VERSIONS ?= 3.7.2 4.1.1
 BROKER_TESTS ?= tests/integration/test_exactly_once.py tests/integration/test_group_shares.py \
 	tests/integration/test_feedback_loop.py tests/integration/test_producer.py
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from fairstream_dev.kafka import BrokerError, DevBroker, answers_metadata
+from fairstream_dev.kafka import KAFKA_VERSION, BrokerError, DevBroker, answers_metadata
 from fairstream_dev.kafka.docker_engine import docker_available
+from fairstream_dev.kafka.local_engine import version_tuple
 
 
 def _no_broker(reason: str) -> None:
@@ -62,14 +63,18 @@ SHARE_KAFKA_VERSION = "4.4.0"
 
 
 @pytest.fixture(scope="session")
-def share_bootstrap() -> Iterator[str]:
-    """A broker with share groups: ``KAFKA_SHARE_BOOTSTRAP_SERVERS`` if set, else a
-    development broker of ``SHARE_KAFKA_VERSION`` of its own, beside the session's."""
+def share_bootstrap(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A broker with share groups: ``KAFKA_SHARE_BOOTSTRAP_SERVERS`` if set; the session's
+    development broker when it is of 4.2 or later (the default); else a development broker
+    of ``SHARE_KAFKA_VERSION`` of its own, beside the session's."""
     given = os.environ.get("KAFKA_SHARE_BOOTSTRAP_SERVERS")
     if given:
         if not answers_metadata(given, timeout=10):
             _no_broker(f"KAFKA_SHARE_BOOTSTRAP_SERVERS={given} does not answer")
         yield given
+        return
+    if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS") and version_tuple(KAFKA_VERSION) >= (4, 2):
+        yield request.getfixturevalue("kafka_bootstrap")
         return
     base = os.environ.get("FAIRSTREAM_DEV_KAFKA_DIR")
     state_dir = Path(f"{base}-share") if base else None

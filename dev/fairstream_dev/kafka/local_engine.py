@@ -17,6 +17,7 @@ from fairstream_dev.kafka.state import (
     BROKER_LOG,
     BROKER_SASL_USER,
     HOST,
+    KAFKA_VERSION,
     SCRAM_MECHANISM,
     STDOUT_LOG,
     BrokerError,
@@ -56,7 +57,7 @@ def server_properties(
     port: int,
     controller_port: int,
     broker_password: str | None = None,
-    kafka_version: str = "4.1.1",
+    kafka_version: str = KAFKA_VERSION,
 ) -> str:
     """The broker configuration: one combined KRaft node, fit for a single machine.
 
@@ -121,7 +122,7 @@ def format_storage(
     jvm: list[str],
     properties: Path,
     scram: list[tuple[str, str]] | None = None,
-    kafka_version: str = "4.1.1",
+    kafka_version: str = KAFKA_VERSION,
 ) -> None:
     """Format the KRaft storage of a new broker, with its SCRAM users (``--add-scram``)."""
     cluster_id = subprocess.run(

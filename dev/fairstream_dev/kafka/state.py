@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-KAFKA_VERSION = "4.1.1"
+KAFKA_VERSION = "4.4.0"
 SCALA_VERSION = "2.13"
 HOST = "127.0.0.1"
 STATE_FILE = "state.json"

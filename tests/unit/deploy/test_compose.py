@@ -61,7 +61,7 @@ def test_reference_check_catches_broken_references(validator, compose):
 
 def test_the_demo_pipeline_is_complete(compose):
     services = compose["services"]
-    assert services["kafka"]["image"] == "apache/kafka:4.1.1"
+    assert services["kafka"]["image"] == "apache/kafka:4.4.0"
     assert services["scheduler"]["depends_on"]["topics"]["condition"] == (
         "service_completed_successfully"
     )
