@@ -187,7 +187,20 @@ def test_a_killed_instance_hands_its_share_over(kafka_bootstrap: str, tmp_path: 
             return len(owned_partitions(procs[1])) == 4
 
         wait_until(survivor_owns_all, 60, "the survivor took every partition", interval=0.2)
-        egress.read_until(len(egress.messages) + 1200, timeout=60)
+
+        def share() -> float:
+            egress.poll()
+            status, body = procs[1].get("/metrics")
+            for line in body.splitlines() if status == 200 else []:
+                if line.startswith("fairstream_group_rate_share "):
+                    return float(line.split()[1])
+            return 0.0
+
+        # The dead instance's partitions are reserved until their new owner reports them and
+        # reads its report back (group.py, "Death"): then the survivor takes the whole rate.
+        wait_until(lambda: share() >= 0.99, 60, lambda: f"the whole rate ({share():.2f})")
+        marker = len(egress.messages)
+        egress.read_until(marker + 1200, timeout=60)
         after = sorted(egress.messages, key=scheduled_ms)[marker:]
         window = after[-800:]
         worst = worst_second(egress.messages)
