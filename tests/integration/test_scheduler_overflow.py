@@ -22,13 +22,15 @@ from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, Topic
 from tests.integration.exactly_once import read_to_end
 
 FLOOD, QUIET = b"flood", b"quiet"
-FLOOD_RECORDS = 100_000
+FLOOD_RECORDS = 200_000
 CAP = 2_000
 QUIET_RECORDS = 150
 # Dead letters the scheduler may write between a quiet record's arrival and its emission:
-# the letters of the rounds in flight while the record is read and handed over. Written
-# ahead of emission, the whole overflow (about 95,000 here) would be.
-OVERTAKEN_AT_MOST = 20_000
+# the letters of the rounds in flight while the record is read and handed over, so a count
+# set by that latency, not by the flood's size (measured: about 5,600 on an idle machine,
+# 37,359 once in CI). Written ahead of emission, the whole overflow (about 196,000 here)
+# would be ahead of the first quiet records.
+OVERTAKEN_AT_MOST = 60_000
 
 
 def created_ms(msg: Message) -> int:
@@ -133,4 +135,7 @@ def test_quiet_records_go_out_while_the_overflow_is_dead_lettered(
         f"dead letters written ahead of them: max {max(overtaken, default=0)}"
     )
     assert during, "quiet records arrived while the overflow was dead-lettered"
+    # Some arrived with most of the overflow still unwritten, where letters written ahead of
+    # emission would have overtaken them by far more than the bound.
+    assert any(bisect_right(written, arrived) < len(written) // 2 for arrived, _ in during)
     assert max(overtaken) <= OVERTAKEN_AT_MOST, overtaken

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import collections
 import os
+import queue
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -195,14 +197,28 @@ def test_a_worker_killed_mid_call_loses_nothing(share_bootstrap: str) -> None:
         cwd=REPO,
         env={**os.environ},
     )
-    held: list[str] = []
-    try:
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
         assert stuck.stdout is not None
         for line in stuck.stdout:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    held: list[str] = []
+    try:
+        # Up to its concurrency (four) calls in flight: a poll may hand it fewer records
+        # than that, and the next poll waits for the batch, so it is killed holding what its
+        # first batch held once no more arrive for a few seconds.
+        deadline = time.monotonic() + 60
+        while len(held) < 4 and time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=5 if held else deadline - time.monotonic())
+            except queue.Empty:
+                break
             if line.startswith("holding "):
                 held.append(line.split()[1])
-            if len(held) == 4:  # its concurrency: four calls in flight
-                break
+        assert held, f"the stuck worker took no record within 60 s (exit {stuck.poll()})"
     finally:
         stuck.send_signal(signal.SIGKILL)
         stuck.wait(30)
