@@ -1,7 +1,7 @@
 """Compare the end-to-end throughput of two commits, alternating, on one broker.
 
     .venv/bin/python -m benchmarks.compare REV_A REV_B [--rounds 4] [--records 200000]
-        [--bootstrap HOST:PORT]
+        [--overflow N] [--bootstrap HOST:PORT]
 
 Each revision is checked out in a git worktree of its own (under a temporary directory,
 removed at the end). Each round runs, for each revision in turn, one round of
@@ -10,6 +10,11 @@ rate limit draining a pre-filled topic, run from the revision's worktree. The sc
 runs as ``python -m fairstream`` with the worktree as its working directory, which is what
 makes it import that revision: ``-m`` puts the working directory first on ``sys.path``, ahead of
 ``PYTHONPATH`` (so setting ``PYTHONPATH`` alone compares a checkout with itself).
+
+With ``--overflow N`` a round is instead the overflow scenario of ``benchmarks/overflow.py``
+(N records flooding partition 0 of 4 at ``--rate 500``, the default cap, quiet tenants
+sending meanwhile): the dead letters written per second, the time to take the flood in and
+the quiet tenants' p99, per revision.
 
 Prints one line per drain (records/s, ratio to the loop run just before, µs of scheduler
 CPU per record, commits) and the medians. The shared machine's speed drifts within minutes:
@@ -28,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import fairstream_dev.harness.scheduler as harness
-from benchmarks import sampling, throughput
+from benchmarks import burst, sampling, throughput
 from benchmarks.common import REPO, Broker, delete_topics, log
 
 
@@ -64,10 +69,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--deadline", type=float, default=300.0)
+    parser.add_argument(
+        "--overflow", type=int, metavar="N", help="compare the overflow scenario of N records"
+    )
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     args = parser.parse_args()
     broker = Broker.find(args.bootstrap)
     sampling.broker_pid = broker.pid
+    if args.overflow:
+        try:
+            compare_overflow(broker.bootstrap, args.revisions, args.rounds, args.overflow)
+        finally:
+            broker.stop()
+        return
     results: dict[str, list[dict[str, float]]] = {rev: [] for rev in args.revisions}
     workdir = Path(tempfile.mkdtemp(prefix="fairstream-compare-data-"))
     topics = throughput.shared_topic(broker.bootstrap, args.records)
@@ -113,6 +127,46 @@ def main() -> None:
             f"{statistics.median(r['cpu_us'] for r in rows):.1f} µs CPU/record "
             f"({len(rows)} rounds)"
         )
+
+
+def overflow_row(bootstrap: str, data: Path, records: int) -> dict[str, float | None]:
+    """One overflow run (``benchmarks/overflow.py``'s first scenario, shorter) of the
+    revision ``harness.REPO`` points at."""
+    out = burst.run_once(
+        bootstrap, data, records, 500.0, 10.0, raise_cap=False, partitions=4, floods=(0,)
+    )
+    dwell = out["dwell"]
+    return {
+        "dead_letters_per_s": out["dead_letters_per_s"],
+        "absorbed_s": out["burst_absorbed_seconds"],
+        "quiet_p99_other": dwell["other_partitions"]["fairstream"].get("p99_s"),
+        "quiet_p99_own": dwell["burst_partition"]["fairstream"].get("p99_s"),
+    }
+
+
+def compare_overflow(bootstrap: str, revisions: list[str], rounds: int, records: int) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="fairstream-compare-data-"))
+    rows: dict[str, list[dict[str, float | None]]] = {rev: [] for rev in revisions}
+    try:
+        with worktrees(revisions) as trees:
+            for round_ in range(rounds):
+                for i, (rev, tree) in enumerate(zip(revisions, trees, strict=True)):
+                    harness.REPO = tree
+                    data = workdir / f"round{round_}-{i}"
+                    data.mkdir()
+                    row = overflow_row(bootstrap, data, records)
+                    rows[rev].append(row)
+                    log(f"round {round_ + 1} {rev}: {row}")
+    finally:
+        harness.REPO = REPO
+    for rev, got in rows.items():
+        medians = {
+            key: statistics.median(v for r in got if (v := r[key]) is not None)
+            if any(r[key] is not None for r in got)
+            else None
+            for key in got[0]
+        }
+        print(f"{rev}: median of {len(got)} rounds: {medians}")
 
 
 if __name__ == "__main__":
