@@ -210,7 +210,15 @@ class Emitter:
 
     def run(self) -> None:
         try:
-            self._run()
+            while True:
+                try:
+                    self._run()
+                    return
+                except FatalError as exc:
+                    # A produce mid-round met a broken or expired producer (the commit and
+                    # abort paths renew it themselves): renew it, or exit if it cannot be.
+                    self._renew_transaction(exc)
+                    self._rewind()
         finally:
             self.stopped = True
             self.fetcher.close()
@@ -586,12 +594,23 @@ class Emitter:
         a new one with the same transactional id takes over, fencing the old one, and what
         was open is read again. Fenced by another process with our id: that is fatal."""
         now = time.monotonic()
-        if exc.fenced or now - self._renewed_at < RENEW_EVERY:
+        # Fenced while the transaction had outlived --transaction-timeout: the broker
+        # aborted it and bumped the epoch itself (a broker that hung, a stalled emitter),
+        # which librdkafka reports as a fence. This instance's data directory is locked, so
+        # no other process on this host has the id: a new producer takes over.
+        expired = exc.fenced and self.txn.outlived_timeout(now)
+        if (exc.fenced and not expired) or now - self._renewed_at < RENEW_EVERY:
             # Another process has our id (it would be fenced back in turn), or producers
             # keep breaking: exit, and let the orchestrator (or the operator) sort it out.
             raise exc
         self._renewed_at = now
-        log.warning("replacing the transactional producer after: %s", exc)
+        log.warning(
+            "replacing the transactional producer after: %s%s",
+            exc,
+            " (the transaction had been open past --transaction-timeout: the broker aborted it)"
+            if expired
+            else "",
+        )
         # init_transactions fences the old producer (same id) and aborts what it left open.
         self.txn = Transaction(*self._txn_config)
         self.txn.init()

@@ -123,7 +123,9 @@ class Transaction:
         )
         self.fatal_reason: str | None = None  # librdkafka's words for a fatal error
         self.transactional_id = transactional_id
+        self.timeout = timeout
         self.open = False
+        self.opened_at: float | None = None  # monotonic time the open transaction began
         self.records = 0  # records produced in the open transaction
         self._produced = 0
 
@@ -184,6 +186,16 @@ class Transaction:
                 fatal = self.failure(exc)
                 raise (fatal or FatalError(f"beginning a transaction: {exc}")) from exc
             self.open = True
+            self.opened_at = time.monotonic()
+
+    def outlived_timeout(self, now: float | None = None) -> bool:
+        """Whether the open transaction has been open for ``transaction.timeout.ms``: the
+        broker then aborts it itself and bumps the producer's epoch, so this producer is
+        told it is fenced although no other process has its transactional id (seen after
+        the broker hung for 15 s mid-transaction)."""
+        if not self.open or self.opened_at is None:
+            return False
+        return (time.monotonic() if now is None else now) - self.opened_at >= self.timeout
 
     def produce(
         self,
@@ -283,6 +295,7 @@ class Transaction:
                 fenced=bool(fatal and fatal.fenced),
             ) from exc
         self.open = False
+        self.opened_at = None
         self.records = 0
 
     def _retrying(self, call: Callable[[], None], name: str) -> None:
@@ -315,6 +328,7 @@ class Transaction:
                 f"aborting the transaction failed: {reason}", fenced=bool(fatal and fatal.fenced)
             ) from exc
         self.open = False
+        self.opened_at = None
         self.records = 0
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -65,6 +65,29 @@ def serving(*workers: ShareWorker) -> Iterator[None]:
             thread.join(60)
         assert not any(t.is_alive() for t in threads), "a share worker did not stop"
     assert not errors, errors
+
+
+# librdkafka 2.16's share consumer (early access) was seen in CI, once in three runs, never
+# to join its group: the broker logged no member for it in 60 s while the worker sat
+# subscribed. A test whose records wait before its worker starts replaces a worker that has
+# received nothing after SILENT seconds, once, and says so: it judges the worker's handling,
+# not that join (README, troubleshooting).
+SILENT = 40.0
+
+
+@contextmanager
+def serving_fed(make: Callable[[], ShareWorker]) -> Iterator[ShareWorker]:
+    """``serving`` one worker, for records fed before it starts (see ``SILENT``)."""
+    for attempt in (1, 2):
+        worker = make()
+        with serving(worker):
+            deadline = time.monotonic() + SILENT
+            while worker.received == 0 and time.monotonic() < deadline and attempt == 1:
+                time.sleep(0.05)
+            if worker.received or attempt == 2:
+                yield worker
+                return
+        print(f"\nthe share worker received nothing in {SILENT:.0f} s: replaced once")
 
 
 def topics(bootstrap: str) -> tuple[str, str, str]:
@@ -140,8 +163,7 @@ def test_a_rate_limited_record_is_released_and_retried(share_bootstrap: str) -> 
         if request.attempt == 1:
             raise RateLimited(retry_after=600)  # longer than the lock: released, not waited
 
-    worker = share_worker(share_bootstrap, egress, dlq, group, handler)
-    with serving(worker):
+    with serving_fed(lambda: share_worker(share_bootstrap, egress, dlq, group, handler)) as worker:
         wait_until(lambda: worker.handled == 1, 60, lambda: f"handled after a 429: {attempts}")
     assert attempts == [1, 2]
     assert worker.released == 1
@@ -158,8 +180,9 @@ def test_the_last_delivery_dead_letters(share_bootstrap: str) -> None:
         if request.request_id == "r-bad":
             raise ValueError("upstream said 422")
 
-    worker = share_worker(share_bootstrap, egress, dlq, group, handler, max_attempts=3)
-    with serving(worker):
+    with serving_fed(
+        lambda: share_worker(share_bootstrap, egress, dlq, group, handler, max_attempts=3)
+    ) as worker:
         wait_until(lambda: worker.dead_lettered == 1, 60, lambda: f"dead-lettered: {attempts}")
         # Rejected, not released: a record fed after it is handled, and it is not seen again.
         feed(share_bootstrap, egress, [egress_record("acme", "r-after", b"ok")])
@@ -185,13 +208,14 @@ ShareWorker(handler, bootstrap=bootstrap, egress_topic=egress, dlq_topic=dlq, gr
 """
 
 
-def test_a_worker_killed_mid_call_loses_nothing(share_bootstrap: str) -> None:
-    egress, dlq, group = topics(share_bootstrap)
-    share_worker(share_bootstrap, egress, dlq, group, lambda r: None).configure_group()
-    set_lock(share_bootstrap, group, 15_000)  # the broker's minimum: locks expire sooner
-    feed(share_bootstrap, egress, [egress_record("acme", f"r-{i}", b"x") for i in range(20)])
+def killed_holding(bootstrap: str, egress: str, dlq: str, group: str) -> list[str]:
+    """Run ``STUCK_WORKER`` until it holds its calls, kill -9 it; the request ids it held.
+
+    Up to its concurrency (four) calls are in flight: a poll may hand it fewer records than
+    that, and its next poll waits for the batch, so once no more arrive for 5 s it is killed
+    holding what it has. Nothing after ``SILENT`` s: killed holding nothing."""
     stuck = subprocess.Popen(
-        [sys.executable, "-c", STUCK_WORKER, share_bootstrap, egress, dlq, group],
+        [sys.executable, "-c", STUCK_WORKER, bootstrap, egress, dlq, group],
         stdout=subprocess.PIPE,
         text=True,
         cwd=REPO,
@@ -207,28 +231,39 @@ def test_a_worker_killed_mid_call_loses_nothing(share_bootstrap: str) -> None:
     threading.Thread(target=read, daemon=True).start()
     held: list[str] = []
     try:
-        # Up to its concurrency (four) calls in flight: a poll may hand it fewer records
-        # than that, and the next poll waits for the batch, so it is killed holding what its
-        # first batch held once no more arrive for a few seconds.
-        deadline = time.monotonic() + 60
-        while len(held) < 4 and time.monotonic() < deadline:
+        deadline = time.monotonic() + SILENT
+        while len(held) < 4:
+            wait = 5.0 if held else deadline - time.monotonic()
+            if wait <= 0:
+                break
             try:
-                line = lines.get(timeout=5 if held else deadline - time.monotonic())
+                line = lines.get(timeout=wait)
             except queue.Empty:
                 break
             if line.startswith("holding "):
                 held.append(line.split()[1])
-        assert held, f"the stuck worker took no record within 60 s (exit {stuck.poll()})"
     finally:
         stuck.send_signal(signal.SIGKILL)
         stuck.wait(30)
+    return held
+
+
+def test_a_worker_killed_mid_call_loses_nothing(share_bootstrap: str) -> None:
+    egress, dlq, group = topics(share_bootstrap)
+    share_worker(share_bootstrap, egress, dlq, group, lambda r: None).configure_group()
+    set_lock(share_bootstrap, group, 15_000)  # the broker's minimum: locks expire sooner
+    feed(share_bootstrap, egress, [egress_record("acme", f"r-{i}", b"x") for i in range(20)])
+    held = killed_holding(share_bootstrap, egress, dlq, group)
+    if not held:  # see SILENT
+        print(f"\nthe stuck share worker received nothing in {SILENT:.0f} s: replaced once")
+        held = killed_holding(share_bootstrap, egress, dlq, group)
+    assert held, f"the stuck worker took no record within {SILENT:.0f} s, twice"
     handled: collections.Counter[str] = collections.Counter()
 
     def handler(request: Request) -> None:
         handled[request.request_id] += 1
 
-    worker = share_worker(share_bootstrap, egress, dlq, group, handler)
-    with serving(worker):
+    with serving_fed(lambda: share_worker(share_bootstrap, egress, dlq, group, handler)):
         wait_until(lambda: len(handled) >= 20, 120, lambda: f"all 20 records ({len(handled)})")
     assert set(handled) == {f"r-{i}" for i in range(20)}
     assert set(held) <= set(handled), "the killed worker's records came back"

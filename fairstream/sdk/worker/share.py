@@ -151,6 +151,7 @@ class ShareWorker:
         self.backoff_initial, self.backoff_max = backoff_initial, backoff_max
         self.concurrency = concurrency
         self.metrics = WorkerMetrics()
+        self.received = 0  # records polled (deliveries, retries included)
         self.handled = 0  # handler calls that succeeded
         self.dead_lettered = 0
         self.released = 0
@@ -261,6 +262,7 @@ class ShareWorker:
             while not self._stopping.is_set():
                 batch = [m for m in consumer.poll(POLL_TIMEOUT) if self._usable(m)]
                 self._auth.check()
+                self.received += len(batch)
                 if batch:
                     verdicts = self._wait(
                         asyncio.run_coroutine_threadsafe(self._handle_all(batch), loop)

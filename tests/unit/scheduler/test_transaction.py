@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fairstream.scheduler.transaction import FatalError, _bounded
+from fairstream.scheduler.transaction import FatalError, Transaction, _bounded
 
 
 def test_meanwhile_runs_until_the_call_returns_or_it_has_nothing_to_do() -> None:
@@ -61,3 +61,17 @@ def test_a_failure_meanwhile_waits_for_the_call_to_land() -> None:
     with pytest.raises(RuntimeError, match="preparing"):
         _bounded(call, 5, "test", meanwhile)
     assert landed.is_set()  # the producer's state is the call's outcome, not half of it
+
+
+def test_a_transaction_open_past_its_timeout_is_one_the_broker_aborted_itself() -> None:
+    """After the broker aborted a transaction that outlived ``transaction.timeout.ms`` (and
+    bumped the epoch), librdkafka reports a fence: the emitter tells that case from another
+    process with its transactional id by the open transaction's age."""
+    txn = Transaction({"bootstrap.servers": "127.0.0.1:1"}, "fairstream-unit-txn", 10.0)
+    try:
+        assert not txn.outlived_timeout(1e9)  # nothing open
+        txn.open, txn.opened_at = True, 100.0
+        assert not txn.outlived_timeout(109.9)
+        assert txn.outlived_timeout(110.0)
+    finally:
+        txn.open = False
