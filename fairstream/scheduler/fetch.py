@@ -41,6 +41,9 @@ READ_TIMEOUT = 2.0  # seconds one read waits for its record
 WATERMARK_TIMEOUT = 2.0  # seconds the log start is asked for, when the record was not read
 BACKOFF = 0.25  # seconds before a partition that could not be read is read again
 MAX_BACKOFF = 5.0
+BATCH = 1000  # records one consume call takes at most
+READ_AHEAD = 10_000  # records already fetched that a read keeps beyond the one it wanted
+SKIP_AHEAD = 20_000  # offsets a read passes over rather than seek
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ class PayloadFetcher:
         self._consumer: Consumer | None = None
         self._window: OrderedDict[tuple[int, int], Message] = OrderedDict()
         self._bytes = 0
+        self._next: tuple[int, int] | None = None  # where the reader stands, if streaming
         self.reads = 0
         self.failing: dict[int, Failing] = {}  # replaced whole: read by other threads
 
@@ -84,6 +88,15 @@ class PayloadFetcher:
                         "enable.partition.eof": True,
                         "fetch.wait.max.ms": 10,
                         "max.partition.fetch.bytes": 1024 * 1024,
+                        # Between two reads the reader prefetches until its queue holds
+                        # queued.min.messages, and then waits fetch.queue.backoff.ms
+                        # (1 s by default) before fetching again: the next read, after a
+                        # seek, waited out that second (measured: reads of 1.05 s, dead
+                        # letters of a flood's overflow at 2,400/s). A small queue and a
+                        # short backoff keep a read to a round trip.
+                        "queued.min.messages": 10_000,
+                        "queued.max.messages.kbytes": 8192,
+                        "fetch.queue.backoff.ms": 5,
                     },
                 )
             )
@@ -138,13 +151,21 @@ class PayloadFetcher:
         topic, real = self.topic, partition
         if partition < 0 and self.holding is not None:
             topic, real = self.holding, ~partition
-        reader.assign([TopicPartition(topic, real, offset)])
+        stands = self._next
+        if stands is None or stands[0] != partition or not 0 <= offset - stands[1] <= SKIP_AHEAD:
+            # A seek: librdkafka drops what it fetched ahead. Reading on from where the
+            # last read stopped (the next unheld letter of a flood's overflow, the next
+            # record of a bursting tenant) keeps the stream and what it has fetched, and
+            # passing over a few thousand records costs less than a seek's round trip.
+            reader.assign([TopicPartition(topic, real, offset)])
+        self._next = None
         deadline = time.monotonic() + READ_TIMEOUT
         found: Message | None = None
         passed = False  # the log is past ``offset`` without it: deleted, or so it seems
         error = f"not read within {READ_TIMEOUT:g} s"
+        last = -1
         while found is None and not passed and time.monotonic() < deadline:
-            for msg in reader.consume(num_messages=1000, timeout=0.5):
+            for msg in reader.consume(num_messages=BATCH, timeout=0.5):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
@@ -157,6 +178,7 @@ class PayloadFetcher:
                 at = msg.offset()
                 if msg.partition() != real or at is None or at < offset:
                     continue
+                last = max(last, at)
                 if at == offset:
                     found = msg
                 else:
@@ -166,6 +188,23 @@ class PayloadFetcher:
                         passed = True
                         error = f"offset {at} came first"
                     self._keep((partition, at), msg)
+        if found is not None:
+            # What the reader has fetched already is kept too (the next turns want the
+            # neighbours), without waiting for more.
+            taken = 0
+            while taken < READ_AHEAD:
+                batch = reader.consume(num_messages=BATCH, timeout=0)
+                if not batch:
+                    break
+                taken += len(batch)
+                for msg in batch:
+                    at = msg.offset()
+                    if msg.error() is None and msg.partition() == real and at is not None:
+                        last = max(last, at)
+                        self._keep((partition, at), msg)
+            # The reader stands after the last record it handed over (transaction markers
+            # between are skipped by the next consume).
+            self._next = (partition, last + 1)
         self._trim()
         return found, error
 
@@ -205,12 +244,15 @@ class PayloadFetcher:
 
     def forget(self, partition: int) -> None:
         """Drop the window's records of a partition this instance no longer owns."""
+        if self._next is not None and self._next[0] == partition:
+            self._next = None
         for key in [k for k in self._window if k[0] == partition]:
             self._bytes -= _size(self._window.pop(key))
         if partition in self.failing:
             self.failing = {p: f for p, f in self.failing.items() if p != partition}
 
     def close(self) -> None:
+        self._next = None
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
