@@ -74,7 +74,7 @@ Entry = tuple[int, int, int, int | None, Message | None, int]
 Letter = tuple[str | None, Entry, str, str]
 
 APPLY_BATCH = 4096  # handed-over items applied between two rounds of emission
-LETTER_BATCH = 256  # dead letters sent between two rounds of emission
+LETTER_BATCH = 1024  # dead letters sent between two rounds of emission
 WARM_UP = 1.0  # seconds emission may wait for every new partition's first fetch
 RENEW_EVERY = 60.0  # seconds: a broken producer is replaced at most this often
 
