@@ -3,9 +3,9 @@
 One tenant writes far more records than its ``--max-backlog`` into one partition while a
 quiet tenant keeps sending on another. Judged on counts and on the order the scheduler wrote
 things (the CreateTime stamps of its own egress and dead-letter records, one clock), not on
-seconds: how many of the flood's dead letters the scheduler wrote between a quiet record's
-arrival and its emission. Written first (the old emitter), nearly the whole overflow went
-out ahead of every quiet record that arrived during it.
+seconds: a quiet record that arrived with most of the overflow still to be dead-lettered
+goes out before the overflow's last letter. Written first (the old emitter), the whole
+overflow went out ahead of every quiet record that arrived during it.
 """
 
 from __future__ import annotations
@@ -25,12 +25,6 @@ FLOOD, QUIET = b"flood", b"quiet"
 FLOOD_RECORDS = 200_000
 CAP = 2_000
 QUIET_RECORDS = 150
-# Dead letters the scheduler may write between a quiet record's arrival and its emission:
-# the letters of the rounds in flight while the record is read and handed over, so a count
-# set by that latency, not by the flood's size (measured: about 5,600 on an idle machine,
-# 37,359 once in CI). Written ahead of emission, the whole overflow (about 196,000 here)
-# would be ahead of the first quiet records.
-OVERTAKEN_AT_MOST = 60_000
 
 
 def created_ms(msg: Message) -> int:
@@ -135,7 +129,14 @@ def test_quiet_records_go_out_while_the_overflow_is_dead_lettered(
         f"dead letters written ahead of them: max {max(overtaken, default=0)}"
     )
     assert during, "quiet records arrived while the overflow was dead-lettered"
-    # Some arrived with most of the overflow still unwritten, where letters written ahead of
-    # emission would have overtaken them by far more than the bound.
-    assert any(bisect_right(written, arrived) < len(written) // 2 for arrived, _ in during)
-    assert max(overtaken) <= OVERTAKEN_AT_MOST, overtaken
+    # Those that arrived with most of the overflow still unwritten went out before its last
+    # letter: written ahead of emission (the old emitter), every one of them came after all
+    # of it. (How many letters overtook each depends on the machine's speed: printed.)
+    early = [
+        (arrived, out)
+        for arrived, out in during
+        if bisect_right(written, arrived) < len(written) // 2
+    ]
+    assert early, "quiet records arrived in the first half of the overflow"
+    behind = [(arrived, out) for arrived, out in early if out >= last]
+    assert not behind, f"{len(behind)} of {len(early)} came after the whole overflow"
