@@ -1,7 +1,7 @@
 """Compare the end-to-end throughput of two commits, alternating, on one broker.
 
     .venv/bin/python -m benchmarks.compare REV_A REV_B [--rounds 4] [--records 200000]
-        [--overflow N] [--bootstrap HOST:PORT]
+        [--overflow N [--raised]] [--bootstrap HOST:PORT]
 
 Each revision is checked out in a git worktree of its own (under a temporary directory,
 removed at the end). Each round runs, for each revision in turn, one round of
@@ -14,7 +14,8 @@ makes it import that revision: ``-m`` puts the working directory first on ``sys.
 With ``--overflow N`` a round is instead the overflow scenario of ``benchmarks/overflow.py``
 (N records flooding partition 0 of 4 at ``--rate 500``, the default cap, quiet tenants
 sending meanwhile): the dead letters written per second, the time to take the flood in and
-the quiet tenants' p99, per revision.
+the quiet tenants' p99, per revision; with ``--raised`` the same burst with the cap raised
+above it (nothing dead-lettered: ``benchmarks/burst.py``'s run).
 
 Prints one line per drain (records/s, ratio to the loop run just before, µs of scheduler
 CPU per record, commits) and the medians. The shared machine's speed drifts within minutes:
@@ -72,13 +73,16 @@ def main() -> None:
     parser.add_argument(
         "--overflow", type=int, metavar="N", help="compare the overflow scenario of N records"
     )
+    parser.add_argument("--raised", action="store_true", help="--overflow with the cap raised")
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     args = parser.parse_args()
     broker = Broker.find(args.bootstrap)
     sampling.broker_pid = broker.pid
     if args.overflow:
         try:
-            compare_overflow(broker.bootstrap, args.revisions, args.rounds, args.overflow)
+            compare_overflow(
+                broker.bootstrap, args.revisions, args.rounds, args.overflow, raised=args.raised
+            )
         finally:
             broker.stop()
         return
@@ -129,11 +133,13 @@ def main() -> None:
         )
 
 
-def overflow_row(bootstrap: str, data: Path, records: int) -> dict[str, float | None]:
+def overflow_row(
+    bootstrap: str, data: Path, records: int, *, raised: bool = False
+) -> dict[str, float | None]:
     """One overflow run (``benchmarks/overflow.py``'s first scenario, shorter) of the
     revision ``harness.REPO`` points at."""
     out = burst.run_once(
-        bootstrap, data, records, 500.0, 10.0, raise_cap=False, partitions=4, floods=(0,)
+        bootstrap, data, records, 500.0, 10.0, raise_cap=raised, partitions=4, floods=(0,)
     )
     dwell = out["dwell"]
     return {
@@ -144,7 +150,9 @@ def overflow_row(bootstrap: str, data: Path, records: int) -> dict[str, float | 
     }
 
 
-def compare_overflow(bootstrap: str, revisions: list[str], rounds: int, records: int) -> None:
+def compare_overflow(
+    bootstrap: str, revisions: list[str], rounds: int, records: int, *, raised: bool = False
+) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="fairstream-compare-data-"))
     rows: dict[str, list[dict[str, float | None]]] = {rev: [] for rev in revisions}
     try:
@@ -154,7 +162,7 @@ def compare_overflow(bootstrap: str, revisions: list[str], rounds: int, records:
                     harness.REPO = tree
                     data = workdir / f"round{round_}-{i}"
                     data.mkdir()
-                    row = overflow_row(bootstrap, data, records)
+                    row = overflow_row(bootstrap, data, records, raised=raised)
                     rows[rev].append(row)
                     log(f"round {round_ + 1} {rev}: {row}")
     finally:
