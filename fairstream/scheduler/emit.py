@@ -96,7 +96,7 @@ class Emitter:
         transactional_id: str,
         limits: Limits,
         request_rewind: Callable[[], None],
-        on_committed: Callable[[dict[int, int]], None],
+        on_committed: Callable[[dict[int, int] | None], None],
         recent: RecentRequests | None = None,
     ) -> None:
         self.settings = settings
@@ -625,6 +625,7 @@ class Emitter:
         self.queues = {}
         self._committed_changes = {}
         self._committed_marks = {}
+        self._on_committed(None)  # marks handed over before are not trimmed to unripe
         self.letters = deque()
         self.overflow.clear()
         self.unread_letters = deque()

@@ -2,7 +2,12 @@
 
 After commits, the committed low-water marks of owned partitions are handed here; every
 ``INTERVAL`` seconds this thread deletes the ingest records below them (AdminClient
-``delete_records``), so the ingest topic holds exactly what is still buffered. With
+``delete_records``), so the ingest topic holds what is still buffered, plus ``TRIM_LAG``
+seconds: a mark is trimmed to once it has stood that long without a rewind (``Seasoned``).
+A rewind (an abort, a replaced producer) forgets the marks not yet trimmed to. Why: in the
+soak, a broker restart came a second after a commit, the emitter aborted and rewound 17 s
+later, and the group's committed offset was one record short of the mark trimmed to right
+after that commit: an unsettled record was gone. With
 ``--no-trim`` it only watches. The holding topic of parked records (``holding``; its marks
 come under negative keys, ``holding_id``) is internal: it is trimmed below its own marks
 whatever ``--no-trim`` says.
@@ -20,6 +25,8 @@ import logging
 import math
 import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -31,6 +38,44 @@ from fairstream.metrics import Metrics
 log = logging.getLogger("fairstream.trim")
 
 INTERVAL = 2.0  # seconds between two rounds
+TRIM_LAG = 20.0  # seconds a committed mark stands, with no rewind, before it is trimmed to
+
+
+class Seasoned:
+    """The committed marks old enough to trim to. Pure; the trimmer thread's own.
+
+    ``observe`` takes each hand-over of the emitter's committed marks (with the generation
+    the emitter bumps at each rewind, and when they were handed over); ``ripe(now)`` says, per
+    partition still handed over, the newest mark that has stood for ``lag`` seconds. A new
+    generation forgets the marks that had not ripened yet: they came from before a rewind.
+    """
+
+    def __init__(self, lag: float = TRIM_LAG) -> None:
+        self.lag = lag
+        self._generation = 0
+        self._unripe: dict[int, deque[tuple[float, int]]] = {}  # partition -> (at, mark)
+        self._ripe: dict[int, int] = {}
+
+    def observe(self, generation: int, at: float, marks: dict[int, int]) -> None:
+        if generation != self._generation:
+            self._generation = generation
+            self._unripe = {}
+        for partition in [p for p in self._unripe if p not in marks]:
+            del self._unripe[partition]
+        for partition in [p for p in self._ripe if p not in marks]:
+            del self._ripe[partition]
+        for partition, mark in marks.items():
+            waiting = self._unripe.setdefault(partition, deque())
+            newest = waiting[-1][1] if waiting else self._ripe.get(partition, -1)
+            if mark > newest:
+                waiting.append((at, mark))
+
+    def ripe(self, now: float) -> dict[int, int]:
+        for partition, waiting in self._unripe.items():
+            while waiting and waiting[0][0] <= now - self.lag:
+                _at, mark = waiting.popleft()
+                self._ripe[partition] = max(mark, self._ripe.get(partition, -1))
+        return dict(self._ripe)
 
 
 class Trimmer:
@@ -43,6 +88,8 @@ class Trimmer:
         trim: bool,
         retention_ms: int | None,
         holding: str | None = None,
+        lag: float = TRIM_LAG,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.topic = topic
         self.holding = holding
@@ -51,15 +98,24 @@ class Trimmer:
         self.retention_ms = retention_ms if retention_ms and retention_ms > 0 else None
         self._config = config
         self._admin = AdminClient(config)
-        self._marks: dict[int, int] = {}
+        self._clock = clock
+        # (generation, when handed over, marks): one reference swapped by the emitter thread
+        self._marks: tuple[int, float, dict[int, int]] = (0, clock(), {})
+        self._seasoned = Seasoned(lag)
         self._trimmed: dict[int, int] = {}  # partition -> mark the last trim reached
         self._starts: dict[int, int] = {}  # partition -> its log start after that trim
         self._stopping = threading.Event()
         self._reader: Consumer | None = None
 
-    def committed(self, marks: dict[int, int]) -> None:
-        """The committed marks of the partitions owned now. Caller: the emitter thread."""
-        self._marks = marks  # one reference swap: read whole by this thread
+    def committed(self, marks: dict[int, int] | None) -> None:
+        """The committed marks of the partitions owned now; None after a rewind: what was
+        handed over before is not trimmed to unless it had ripened. Caller: the emitter
+        thread (the only writer: one reference swap, read whole by this thread)."""
+        generation = self._marks[0]
+        if marks is None:
+            self._marks = (generation + 1, self._clock(), {})
+        else:
+            self._marks = (generation, self._clock(), marks)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -69,16 +125,18 @@ class Trimmer:
         exception; the service's supervisor runs it again (``supervise``)."""
         try:
             while not self._stopping.wait(INTERVAL):
-                marks = self._marks
+                generation, at, latest = self._marks
+                self._seasoned.observe(generation, at, latest)
+                marks = self._seasoned.ripe(self._clock())
                 for partition in list(self._trimmed):
-                    if partition not in marks:
+                    if partition not in latest:
                         del self._trimmed[partition]
                         self._starts.pop(partition, None)
                 trimmed = marks if self.trim else {p: m for p, m in marks.items() if p < 0}
                 if self.holding is None:
                     trimmed = {p: m for p, m in trimmed.items() if p >= 0}
                 self._trim(trimmed)
-                self._watch({p: m for p, m in marks.items() if p >= 0})
+                self._watch({p: m for p, m in latest.items() if p >= 0})
         finally:
             if self._reader is not None:
                 self._reader.close()
