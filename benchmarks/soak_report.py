@@ -169,19 +169,21 @@ def print_report(report: Report) -> None:
 # What runs of the soak found in the scheduler, for docs/soak.md (see issue 13). Remove an
 # entry once it is fixed.
 KNOWN_PROBLEMS = """\
-Open (issue 21), seen in the run of 2026-12-01: 2 of 54,030 records lost after the broker
-restart. A scheduler that had taken partitions 5 and 7 over in a rebalance aborted after the
-restart and recovered them: the group's committed offsets (4,633 and 5,584) were one record
-below the partitions' log starts (4,634 and 5,585), so one record of each had been trimmed
-without being settled. The trim goes to the mark the emitter recorded after a commit; how that
-mark got ahead of the group's offset (a commit the broker did not keep across its restart, or
-a mark recorded beyond what was sent) is not known yet. The scheduler logged it ("deleted
-before they could be emitted") and counted it in `fairstream_ingest_lost_records_total`; nothing
-else was lost, duplicated or reordered. Fixed after earlier runs: a broker restart made
-schedulers exit (a retriable `send_offsets_to_transaction` timeout was taken for a fatal
-error), and could leave an instance that no longer emitted while `/readyz` said ready (the
-group-shares thread ended on a timed-out call to a busy emitter, and its lease was never
-renewed).
+Mitigated, cause open (issue 21), seen in the run of 2026-12-01 11:52 UTC: 2 of 54,030
+records lost after the broker restart. A scheduler that had taken partitions 5 and 7 over in
+a rebalance aborted after the restart and recovered them: the group's committed offsets
+(4,633 and 5,584) were one record below the partitions' log starts (4,634 and 5,585), so one
+record of each had been trimmed without being settled. The trim goes to the mark the emitter
+recorded after a commit; how that mark got ahead of the group's offset (a commit the broker
+did not keep across its restart, or a mark recorded beyond what was sent) is not known yet.
+The scheduler logged it ("deleted before they could be emitted") and counted it in
+`fairstream_ingest_lost_records_total`; nothing else was lost, duplicated or reordered.
+Since then the trimmer trims to a mark only once it has stood 20 s without a rewind, and a
+rewind forgets the marks not yet trimmed to; the next run (12:08 UTC, the same seed, the
+report above) lost nothing. Fixed after earlier runs: a broker restart made schedulers exit
+(a retriable `send_offsets_to_transaction` timeout was taken for a fatal error), and could
+leave an instance that no longer emitted while `/readyz` said ready (the group-shares thread
+ended on a timed-out call to a busy emitter, and its lease was never renewed).
 """
 
 

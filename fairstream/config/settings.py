@@ -178,8 +178,9 @@ class Settings:
     trim: bool = setting(
         True,
         help="Delete ingest records below the committed low-water mark (AdminClient "
-        "delete_records), so the ingest topic holds just the backlog. Turn off when other "
-        "consumers read the ingest topic too.",
+        "delete_records) once the mark has stood 20 s without an abort, so the ingest topic "
+        "holds the backlog and about 20 s more. Turn off when other consumers read the "
+        "ingest topic too.",
     )
     replication_factor: int = setting(
         -1,
