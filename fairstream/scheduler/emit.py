@@ -357,6 +357,10 @@ class Emitter:
         if assign.progress:
             self.warming.update(assign.progress)
             self._warm_until = time.monotonic() + WARM_UP
+            # The recovered marks are the group's committed offsets: the trimmer may trim to
+            # them now, not only after this instance's first commit (an instance with
+            # nothing to emit, all its records settled or parked, would never commit).
+            self._on_committed(dict(self._committed_marks))
         self._apply_rate_share()
         self.metrics.assigned.set(len(self.owned))
 
