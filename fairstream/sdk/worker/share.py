@@ -89,6 +89,7 @@ log = logging.getLogger("fairstream.worker.share")
 DEFAULT_SHARE_GROUP = "fairstream-share-workers"
 MAX_DETAIL_CHARS = 2000
 POLL_TIMEOUT = 0.5
+CONFIG_PROPAGATION = 10.0  # seconds a group config set here may take to show in a describe
 
 
 class ShareGroupError(Error):
@@ -218,9 +219,21 @@ class ShareWorker:
         )
         try:
             admin.incremental_alter_configs([resource])[resource].result(30)
-            described = admin.describe_configs([ConfigResource(ResourceType.GROUP, self.group_id)])
-            [future] = described.values()
-            configs = {name: entry.value for name, entry in future.result(30).items()}
+            # A group's config reaches the brokers through the metadata log: a describe right
+            # after the alter may still show the old value (seen in CI). Ask again for a while.
+            deadline = time.monotonic() + CONFIG_PROPAGATION
+            while True:
+                described = admin.describe_configs(
+                    [ConfigResource(ResourceType.GROUP, self.group_id)]
+                )
+                [future] = described.values()
+                configs = {name: entry.value for name, entry in future.result(30).items()}
+                if (
+                    configs.get("share.isolation.level") == "read_committed"
+                    or time.monotonic() >= deadline
+                ):
+                    break
+                time.sleep(0.2)
         except Exception as exc:
             self._auth.check()
             raise ShareGroupError(
