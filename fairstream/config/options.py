@@ -8,7 +8,7 @@ anything connects.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -124,7 +124,13 @@ def scheduler_options(f: F) -> F:
     return options_of(Settings)(f)
 
 
+def from_options(cls: type[T], values: Mapping[str, Any]) -> T:
+    """An instance of settings class ``cls`` from the values click passes a command
+    decorated with ``options_of(cls)`` (refused values are click usage errors)."""
+    return _usage_errors(lambda: build(cls, values))
+
+
 def settings_from_options(**kw: Any) -> Settings:
     """``Settings`` from the keyword arguments click passes a command decorated with
     ``scheduler_options`` (refused values are click usage errors)."""
-    return _usage_errors(lambda: build(Settings, kw))
+    return from_options(Settings, kw)

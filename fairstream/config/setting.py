@@ -7,7 +7,8 @@ command-line options (``fairstream.config.options``), the checks a value must pa
 validation are written in one place.
 
 The flag of a field is ``--<field-name>`` unless declared, its environment variable
-``FAIRSTREAM_<FLAG_NAME>``; a field whose type is itself a settings class (``Settings.kafka``)
+``FAIRSTREAM_<FLAG_NAME>`` unless declared (``env``: the worker's own read
+``FAIRSTREAM_WORKER_*``); a field whose type is itself a settings class (``Settings.kafka``)
 contributes that class's options.
 """
 
@@ -47,6 +48,7 @@ class Option:
     path: Literal["existing-file", "directory"] | None = None
     unit: int = 1  # the option counts in units of this many of the field's (MiB of bytes)
     empty_is_none: bool = False  # an empty value means None (off)
+    env: str | None = None  # None: FAIRSTREAM_<FLAG_NAME>
 
 
 def setting(
@@ -87,7 +89,7 @@ class Declared:
 
     @property
     def env(self) -> str:
-        return ENV_PREFIX + self.name.upper()
+        return self.option.env or ENV_PREFIX + self.name.upper()
 
     @property
     def default(self) -> Any:
@@ -114,9 +116,15 @@ def _fields(cls: type) -> tuple[tuple[dataclasses.Field[Any], Any], ...]:
 
 
 def _plain(kind: Any) -> type:
-    """``float`` for ``float | None``: the type of the option."""
-    args = [arg for arg in typing.get_args(kind) if arg is not type(None)]
+    """``float`` for ``float | None``, ``str`` for a ``Literal`` of strings (its values are
+    the option's ``choices``): the type of the option."""
+    literal = typing.get_origin(kind) is Literal  # its arguments are its values, not types
+    args = [] if literal else [arg for arg in typing.get_args(kind) if arg is not type(None)]
     plain = args[0] if args else kind
+    if typing.get_origin(plain) is Literal and all(
+        isinstance(value, str) for value in typing.get_args(plain)
+    ):
+        return str
     if plain not in (str, int, float, bool, Path):
         raise TypeError(f"a setting cannot be of type {kind!r}")
     return typing.cast(type, plain)
