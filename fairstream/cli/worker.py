@@ -4,24 +4,29 @@
 (plain or ``async def``). As with gunicorn and uvicorn, the current directory is put on
 ``sys.path`` first, so a module next to where the command runs is found. Worker-specific
 options read ``FAIRSTREAM_WORKER_*`` variables so that they never collide with the
-scheduler's; the broker and topic options share the scheduler's variables.
+scheduler's; the broker and topic options share the scheduler's variables. The options the
+``Worker`` also takes as keyword arguments are derived from their declarations in
+``fairstream.sdk.worker.settings`` (default, help, limits, variable).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
-from fairstream.config import KafkaConnection, Settings, Topics, kafka_options, option_of
-from fairstream.sdk.worker.consumer import DEFAULT_GROUP
-from fairstream.sdk.worker.tracking import ORDERINGS, Ordering
+from fairstream.config import KafkaConnection, Settings, kafka_options, option_of
+from fairstream.config.options import click_option, from_options
+from fairstream.config.setting import declared
+from fairstream.sdk.worker.settings import WorkerSettings
 
 
 def load_handler(spec: str) -> Any:
@@ -70,148 +75,47 @@ def resolve_feedback_topic(topic: str, off: bool) -> str | None:
     return topic.strip() or None
 
 
-def _env(name: str) -> dict[str, Any]:
-    return {"envvar": f"FAIRSTREAM_{name}", "show_envvar": True}
+F = TypeVar("F", bound=Callable[..., Any])
 
-
-@click.command("worker")
-@click.option(
+# Not settings of the worker: how the command names its handler and says "no feedback".
+_handler_option = click.option(
     "--handler",
     required=True,
     help="The function to call for every request, as module:function.",
-    **_env("WORKER_HANDLER"),
+    envvar="FAIRSTREAM_WORKER_HANDLER",
+    show_envvar=True,
 )
-@kafka_options
-@option_of(Topics, "egress", help="Topic the scheduler emits and the workers read.")
-@option_of(Topics, "dlq", help="Dead-letter topic for requests whose handler kept failing.")
-@option_of(
-    Settings,
-    "feedback_topic",
-    help="Topic the worker reports outcomes to (rate limits, reported cost) for the "
-    "scheduler; an empty name turns feedback off, as --no-feedback does.",
-)
-@click.option(
+_no_feedback_option = click.option(
     "--no-feedback",
     is_flag=True,
     default=False,
     help="Report nothing on the feedback topic.",
-    **_env("WORKER_NO_FEEDBACK"),
+    envvar="FAIRSTREAM_WORKER_NO_FEEDBACK",
+    show_envvar=True,
 )
-@click.option(
-    "--group-id",
-    default=DEFAULT_GROUP,
-    show_default=True,
-    help="Consumer group of the workers (workers of one group share the egress partitions).",
-    **_env("WORKER_GROUP_ID"),
-)
-@click.option(
-    "--concurrency",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Requests in progress at once (a handler call running, or waiting for its retry).",
-    **_env("WORKER_CONCURRENCY"),
-)
-@click.option(
-    "--ordering",
-    type=click.Choice(ORDERINGS),
-    default="start",
-    show_default=True,
-    help="start: a tenant's requests start in egress order, many at once (up to "
-    "--concurrency), and finish in any order; completion: one at a time per tenant, each "
-    "after the previous one finished (a tenant gets at most 1/latency calls/s).",
-    **_env("WORKER_ORDERING"),
-)
-@click.option(
-    "--max-attempts",
-    type=click.IntRange(min=1),
-    default=5,
-    show_default=True,
-    help="Calls of the handler per request before it is dead-lettered as handler-failed.",
-    **_env("WORKER_MAX_ATTEMPTS"),
-)
-@click.option(
-    "--backoff-initial",
-    type=click.FloatRange(min=0),
-    default=0.1,
-    show_default=True,
-    help="Seconds before the first retry; doubles with each retry.",
-    **_env("WORKER_BACKOFF_INITIAL"),
-)
-@click.option(
-    "--backoff-max",
-    type=click.FloatRange(min=0),
-    default=10.0,
-    show_default=True,
-    help="Longest wait between two attempts, in seconds.",
-    **_env("WORKER_BACKOFF_MAX"),
-)
-@click.option(
-    "--dedup-window",
-    type=click.IntRange(min=0),
-    default=10_000,
-    show_default=True,
-    help="Recent request ids remembered to skip duplicates; 0 turns de-duplication off.",
-    **_env("WORKER_DEDUP_WINDOW"),
-)
-@click.option(
-    "--max-pending",
-    type=click.IntRange(min=1),
-    default=1000,
-    show_default=True,
-    help="Records fetched and not finished before the worker stops fetching.",
-    **_env("WORKER_MAX_PENDING"),
-)
-@click.option(
-    "--session-timeout",
-    type=click.FloatRange(min=6),
-    default=10.0,
-    show_default=True,
-    help="Seconds without heartbeats after which a dead worker's partitions move.",
-    **_env("WORKER_SESSION_TIMEOUT"),
-)
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Serve Prometheus metrics as /metrics on this port (0: any free port, logged). "
-    "[default: off]",
-    **_env("WORKER_METRICS_PORT"),
-)
-@click.option(
-    "--metrics-host",
-    default="0.0.0.0",
-    show_default=True,
-    help="Address /metrics binds to (with --metrics-port).",
-    **_env("WORKER_METRICS_HOST"),
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="info",
-    show_default=True,
-    help="Log level.",
-    **_env("LOG_LEVEL"),
-)
+
+
+def worker_options(f: F) -> F:
+    """Every ``WorkerSettings`` option, derived from its declaration, in field order
+    (``--no-feedback`` right after ``--feedback-topic``)."""
+    for setting in reversed(declared(WorkerSettings)):
+        if setting.field.name == "feedback_topic":
+            f = _no_feedback_option(f)
+        f = click_option(setting)(f)
+    return f
+
+
+@click.command("worker")
+@_handler_option
+@kafka_options
+@worker_options
+@option_of(Settings, "log_level")
 def worker(
     handler: str,
     kafka: KafkaConnection,
-    egress_topic: str,
-    dlq_topic: str,
-    feedback_topic: str,
     no_feedback: bool,
-    group_id: str,
-    concurrency: int,
-    ordering: Ordering,
-    max_attempts: int,
-    backoff_initial: float,
-    backoff_max: float,
-    dedup_window: int,
-    max_pending: int,
-    session_timeout: float,
-    metrics_port: int | None,
-    metrics_host: str,
     log_level: str,
+    **options: Any,
 ) -> None:
     """Consume the egress topic and call HANDLER for every request.
 
@@ -226,31 +130,15 @@ def worker(
     from fairstream.sdk.worker.consumer import Worker
     from fairstream.sdk.worker.metrics import MetricsPortError
 
-    if backoff_max < backoff_initial:
-        raise click.UsageError("--backoff-max must be at least --backoff-initial")
-    feedback = resolve_feedback_topic(feedback_topic, no_feedback)
+    feedback = resolve_feedback_topic(options["feedback_topic"], no_feedback)
+    settings = dataclasses.replace(
+        from_options(WorkerSettings, options), feedback_topic=feedback
+    )  # refused values (--backoff-max below --backoff-initial) are usage errors
     function = load_handler(handler)
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    instance = Worker(
-        function,
-        bootstrap=kafka,
-        egress_topic=egress_topic,
-        dlq_topic=dlq_topic,
-        feedback_topic=feedback,
-        group_id=group_id,
-        max_attempts=max_attempts,
-        backoff_initial=backoff_initial,
-        backoff_max=backoff_max,
-        dedup_window=dedup_window or None,
-        concurrency=concurrency,
-        ordering=ordering,
-        max_pending=max_pending,
-        session_timeout=session_timeout,
-        metrics_port=metrics_port,
-        metrics_host=metrics_host,
-    )
+    instance = Worker(function, bootstrap=kafka, **dataclasses.asdict(settings))
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         logging.getLogger("fairstream.worker").info(

@@ -26,13 +26,14 @@ from prometheus_client import CollectorRegistry
 
 from fairstream.adapters import clients
 from fairstream.adapters.admin import AuthWatch
-from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS, Connection, KafkaConnection
+from fairstream.config import Connection, KafkaConnection
 from fairstream.sdk.worker.feedback import FeedbackWriter, feedback_settings
 from fairstream.sdk.worker.handler import Handler, coordinates, request_from_message, where
 from fairstream.sdk.worker.handling import Handling
 from fairstream.sdk.worker.jobs import Job, Outcome, WorkerStats
 from fairstream.sdk.worker.metrics import MetricsServer, WorkerMetrics
 from fairstream.sdk.worker.serving import Hook, Serving
+from fairstream.sdk.worker.settings import DEFAULT_GROUP, WorkerSettings
 from fairstream.sdk.worker.tracking import (
     Ordering,
     PartitionProgress,
@@ -40,17 +41,22 @@ from fairstream.sdk.worker.tracking import (
     TenantQueues,
     per_tenant,
 )
-from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC
 
 __all__ = ["DEFAULT_GROUP", "Worker"]
 
 log = logging.getLogger("fairstream.worker")
 
-DEFAULT_GROUP = "fairstream-workers"
+# The declared defaults (``WorkerSettings``), which the keyword arguments of ``Worker`` take.
+_DECLARED = WorkerSettings()
 
 
 class Worker(Serving, Handling):
     """Consume the egress topic and call ``handler(request)`` for each record.
+
+    The keyword arguments that ``fairstream worker`` also takes as options are declared,
+    with their defaults, limits and help, once in ``WorkerSettings`` (``settings.py``); a
+    value outside its limits raises ``SettingsError`` (a ``ValueError``) naming the option.
+    ``dedup_window``: request ids remembered to skip duplicates; None or 0 turns it off.
 
     ``run()`` blocks until ``stop()`` (from another thread or a signal handler), with
     handlers on an event loop of its own; ``await serve()`` (or ``async with worker:``)
@@ -78,81 +84,82 @@ class Worker(Serving, Handling):
     only once every record before it is done.
     """
 
-    def __init__(  # noqa: PLR0915 (one statement per setting)
+    def __init__(
         self,
         handler: Handler,
         *,
         bootstrap: Connection,
-        egress_topic: str = DEFAULT_EGRESS,
-        dlq_topic: str = DEFAULT_DLQ,
-        group_id: str = DEFAULT_GROUP,
-        max_attempts: int = 5,
-        backoff_initial: float = 0.1,
-        backoff_max: float = 10.0,
-        dedup_window: int | None = 10_000,
-        concurrency: int = 1,
-        ordering: Ordering = "start",
-        max_pending: int = 1000,
+        egress_topic: str = _DECLARED.egress_topic,
+        dlq_topic: str = _DECLARED.dlq_topic,
+        group_id: str = _DECLARED.group_id,
+        max_attempts: int = _DECLARED.max_attempts,
+        backoff_initial: float = _DECLARED.backoff_initial,
+        backoff_max: float = _DECLARED.backoff_max,
+        dedup_window: int | None = _DECLARED.dedup_window,
+        concurrency: int = _DECLARED.concurrency,
+        ordering: Ordering = _DECLARED.ordering,
+        max_pending: int = _DECLARED.max_pending,
         commit_interval: float = 1.0,
-        session_timeout: float = 10.0,
+        session_timeout: float = _DECLARED.session_timeout,
         drain_timeout: float = 30.0,
         consumer_config: dict[str, Any] | None = None,
         producer_config: dict[str, Any] | None = None,
-        metrics_port: int | None = None,
-        metrics_host: str = "0.0.0.0",
+        metrics_port: int | None = _DECLARED.metrics_port,
+        metrics_host: str = _DECLARED.metrics_host,
         metrics_registry: CollectorRegistry | None = None,
-        feedback_topic: str | None = DEFAULT_FEEDBACK_TOPIC,
+        feedback_topic: str | None = _DECLARED.feedback_topic,
         on_startup: Hook | None = None,
         on_shutdown: Hook | None = None,
     ) -> None:
         if not callable(handler):
             raise TypeError("handler must be callable")
-        if feedback_topic is not None and (
-            not isinstance(feedback_topic, str) or not feedback_topic
-        ):
-            raise ValueError(f"feedback_topic must be a topic name or None, got {feedback_topic!r}")
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-        limit = per_tenant(ordering)  # a clear ValueError for an unknown ordering
-        if backoff_initial < 0 or backoff_max < backoff_initial:
-            raise ValueError("need 0 <= backoff_initial <= backoff_max")
-        if dedup_window is not None and dedup_window < 1:
-            raise ValueError("dedup_window must be at least 1, or None to turn it off")
-        if max_pending < 1:
-            raise ValueError(f"max_pending must be at least 1, got {max_pending}")
-        if metrics_port is not None and not 0 <= metrics_port <= 65535:
-            raise ValueError(f"metrics_port must be 0 to 65535, got {metrics_port}")
+        # The declared checks (a SettingsError, a ValueError, names the setting's flag).
+        settings = WorkerSettings(
+            egress_topic=egress_topic,
+            dlq_topic=dlq_topic,
+            feedback_topic=feedback_topic,
+            group_id=group_id,
+            concurrency=concurrency,
+            ordering=ordering,
+            max_attempts=max_attempts,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
+            dedup_window=dedup_window,
+            max_pending=max_pending,
+            session_timeout=session_timeout,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+        )
+        self.settings = settings
         self.handler = handler
         self.on_startup, self.on_shutdown = on_startup, on_shutdown
         self.kafka = KafkaConnection.of(bootstrap)
         self.bootstrap = self.kafka.bootstrap
-        self.egress_topic = egress_topic
-        self.dlq_topic = dlq_topic
-        self.group_id = group_id
-        self.max_attempts = max_attempts
-        self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
-        self.concurrency = concurrency
-        self.ordering = ordering
-        self.max_pending = max_pending
+        self.egress_topic = settings.egress_topic
+        self.dlq_topic = settings.dlq_topic
+        self.group_id = settings.group_id
+        self.max_attempts = settings.max_attempts
+        self.backoff_initial = settings.backoff_initial
+        self.backoff_max = settings.backoff_max
+        self.concurrency = settings.concurrency
+        self.ordering = settings.ordering
+        self.max_pending = settings.max_pending
         self.commit_interval = commit_interval
         self.drain_timeout = drain_timeout
         self.stats = WorkerStats()
         self.metrics = WorkerMetrics(metrics_registry)
-        self.metrics_port = metrics_port
-        self.metrics_host = metrics_host
+        self.metrics_port = settings.metrics_port
+        self.metrics_host = settings.metrics_host
         self._metrics_server: MetricsServer | None = None
         # Both clients report a refused login here; the consumer thread checks it.
         self._auth = AuthWatch(self.kafka)
         self._consumer_config = self._watching(
             {
                 **self.kafka.librdkafka(),
-                "group.id": group_id,
+                "group.id": settings.group_id,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
-                "session.timeout.ms": int(session_timeout * 1000),
+                "session.timeout.ms": int(settings.session_timeout * 1000),
                 **(consumer_config or {}),
             }
         )
@@ -161,9 +168,9 @@ class Worker(Serving, Handling):
         )
         self._feedback = (
             None
-            if feedback_topic is None
+            if settings.feedback_topic is None
             else FeedbackWriter(
-                feedback_topic,
+                settings.feedback_topic,
                 self._watching(feedback_settings(self.kafka, producer_config)),
                 self.metrics,
             )
@@ -173,7 +180,7 @@ class Worker(Serving, Handling):
             type(handler).__call__
         )
         # Consumer-thread state.
-        self._recent = RecentIds(dedup_window) if dedup_window is not None else None
+        self._recent = RecentIds(settings.dedup) if settings.dedup is not None else None
         self._in_flight_ids: Counter[str] = Counter()
         self._progress: dict[tuple[str, int], PartitionProgress] = {}
         # Records handed to the loop whose outcome is not back, by (topic, partition, offset).
@@ -185,7 +192,7 @@ class Worker(Serving, Handling):
         self._running = threading.Event()
         # Event-loop state (created in run).
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queues: TenantQueues[Job] = TenantQueues(limit)
+        self._queues: TenantQueues[Job] = TenantQueues(per_tenant(settings.ordering))
         self._wakeup: asyncio.Event | None = None
         self._ended: asyncio.Event | None = None
         self._pool: ThreadPoolExecutor | None = None
