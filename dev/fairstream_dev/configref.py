@@ -2,14 +2,16 @@
 
 ``fairstream/config`` declares every setting of ``fairstream scheduler`` once, on its field
 (``setting(...)``: help, flag, limits; the variable is derived). This module renders those
-declarations as markdown tables and keeps a generated block in step with them:
+declarations as markdown tables and keeps two generated blocks in step with them:
 
 - docs/configuration.md, between ``<!-- config:begin -->`` and ``<!-- config:end -->``: every
-  setting (the Kafka connection, the topics, the scheduler's own).
+  setting (the Kafka connection, the topics, the scheduler's own);
+- README.md, between ``<!-- config-short:begin -->`` and ``<!-- config-short:end -->``: the
+  most-used ones (``SHORT``), with the first sentence of their help.
 
     .venv/bin/python -m fairstream_dev.configref            # print docs/configuration.md's block
-    .venv/bin/python -m fairstream_dev.configref --write    # rewrite it (make configref)
-    .venv/bin/python -m fairstream_dev.configref --check    # exit 1 when it is stale
+    .venv/bin/python -m fairstream_dev.configref --write    # rewrite both blocks (make configref)
+    .venv/bin/python -m fairstream_dev.configref --check    # exit 1 when a block is stale
 
 tests/unit/test_configref.py fails when a committed block differs from what this renders.
 """
@@ -227,7 +229,7 @@ def render_short() -> str:
 
 
 def rendered() -> dict[Block, str]:
-    return {FULL_BLOCK: render_full()}
+    return {FULL_BLOCK: render_full(), SHORT_BLOCK: render_short()}
 
 
 def stale() -> list[Block]:

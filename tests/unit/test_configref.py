@@ -1,6 +1,6 @@
 """The configuration reference against the settings' declarations.
 
-docs/configuration.md holds tables rendered by ``fairstream_dev.configref`` from
+docs/configuration.md and README.md hold tables rendered by ``fairstream_dev.configref`` from
 ``fairstream/config``. These tests fail when the committed text differs from what the
 declarations render now: change a setting, then run ``make configref``.
 """
@@ -19,7 +19,9 @@ from fairstream_dev import configref
 STALE = "{path} is stale: run `make configref` (python -m fairstream_dev.configref --write)"
 
 
-@pytest.mark.parametrize("block", [configref.FULL_BLOCK], ids=lambda block: block.name)
+@pytest.mark.parametrize(
+    "block", [configref.FULL_BLOCK, configref.SHORT_BLOCK], ids=lambda block: block.name
+)
 def test_the_committed_reference_is_what_the_declarations_render(block: configref.Block) -> None:
     committed = block.current(block.path.read_text())
     assert committed == configref.rendered()[block], STALE.format(path=block.path.name)
