@@ -28,6 +28,7 @@ from the committed marks (``rewind``). Payloads are held in memory up to
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -96,8 +97,9 @@ class Emitter:
         transactional_id: str,
         limits: Limits,
         request_rewind: Callable[[], None],
-        on_committed: Callable[[dict[int, int] | None], None],
+        on_committed: Callable[[dict[int, int] | None, dict[int, int] | None], None],
         recent: RecentRequests | None = None,
+        token_prefix: str | None = None,
     ) -> None:
         self.settings = settings
         self.partitions = partitions
@@ -181,9 +183,15 @@ class Emitter:
         self._txn_letters: dict[str, int] = {}
         self._committed_changes: dict[int, int] = {}
         self._committed_marks: dict[int, int] = {}
+        # Per key of ``_committed_marks``, the sequence of the commit that made its mark (0:
+        # recovered). The trimmer trims to a mark only once the group's offsets confirm it.
+        self._committed_seqs: dict[int, int] = {}
         self._chunks: dict[int, int] = {}  # partition -> progress chunks its last record had
         self._seq = self._largest_progress = 0
-        self._token_prefix = transactional_id
+        # A commit token names this process too (the transactional id outlives a restart,
+        # the sequence does not): the trimmer compares the sequence in the group's offset
+        # metadata with the one that made a mark, never a previous run's.
+        self._token_prefix = token_prefix or f"{transactional_id}:{os.urandom(4).hex()}"
         self._next_commit = 0.0
         self._soonest_commit = 0.0  # when a waiting emitter may commit (see _run)
         self._paced = False  # the last round of emission ended waiting (on the rule)
@@ -354,13 +362,14 @@ class Emitter:
             self.progress[partition] = prog
             self._committed_changes[partition] = prog.changes
             self._committed_marks[partition] = prog.lwm
+            self._committed_seqs[partition] = 0  # read back from what is committed
         if assign.progress:
             self.warming.update(assign.progress)
             self._warm_until = time.monotonic() + WARM_UP
             # The recovered marks are the group's committed offsets: the trimmer may trim to
             # them now, not only after this instance's first commit (an instance with
             # nothing to emit, all its records settled or parked, would never commit).
-            self._on_committed(dict(self._committed_marks))
+            self._on_committed(dict(self._committed_marks), dict(self._committed_seqs))
         self._apply_rate_share()
         self.metrics.assigned.set(len(self.owned))
 
@@ -410,6 +419,7 @@ class Emitter:
             self.queues.pop(partition, None)
             self._committed_changes.pop(partition, None)
             self._committed_marks.pop(partition, None)
+            self._committed_seqs.pop(partition, None)
             self._chunks.pop(partition, None)
             self.warming.discard(partition)
             self.fetcher.forget(partition)
@@ -542,9 +552,11 @@ class Emitter:
         for partition, prog, hold in changed:
             self._committed_changes[partition] = prog.changes
             self._committed_marks[partition] = prog.lwm
+            self._committed_seqs[partition] = self._seq
             if hold is not None:
                 self._committed_changes[holding_id(partition)] = hold.changes
                 self._committed_marks[holding_id(partition)] = hold.lwm
+                self._committed_seqs[holding_id(partition)] = self._seq
         dwells = self._txn_dwell
         if dwells:
             self.metrics.emitted.inc(sum(len(seconds) for seconds in dwells.values()))
@@ -554,7 +566,10 @@ class Emitter:
         for reason, count in self._txn_letters.items():
             self.metrics.dead_letters.labels(reason).inc(count)
         self._txn_dwell, self._txn_cost, self._txn_letters = {}, 0, {}
-        self._on_committed(dict(self._committed_marks))
+        # The broker's answer to commit_transaction is not yet its word that the offsets are
+        # committed (issue 21: a broker shutting down logged PrepareCommit, then dropped the
+        # markers): the trimmer confirms each mark against the group's offsets first.
+        self._on_committed(dict(self._committed_marks), dict(self._committed_seqs))
         while self.prepared and not self.rewinding:
             send.emit_batch(self)
 
@@ -629,7 +644,8 @@ class Emitter:
         self.queues = {}
         self._committed_changes = {}
         self._committed_marks = {}
-        self._on_committed(None)  # marks handed over before are not trimmed to unripe
+        self._committed_seqs = {}
+        self._on_committed(None, None)  # marks handed over before are not trimmed to unripe
         self.letters = deque()
         self.overflow.clear()
         self.unread_letters = deque()

@@ -117,6 +117,10 @@ class SchedulerService:
         self._backlog_snapshot: tuple[dict[str, int], float] = ({}, time.monotonic())
         self._stats_snapshot: tuple[dict[str, Any], float] | None = None
         librdkafka = settings.kafka.librdkafka()
+        txn_id = transactional_id(settings)
+        # The commit tokens' prefix: the emitter writes it into the group's offset metadata,
+        # the trimmer reads it back there to confirm a mark (this process's only).
+        token_prefix = f"{txn_id}:{uuid.uuid4().hex[:8]}"
         self.trimmer = Trimmer(
             librdkafka,
             settings.topics.ingest,
@@ -124,6 +128,8 @@ class SchedulerService:
             trim=settings.trim,
             retention_ms=retention_ms,
             holding=holding_topic(settings.app_id),
+            group_id=settings.app_id,
+            token_prefix=token_prefix,
         )
         self.ingest = Ingest(
             settings,
@@ -140,11 +146,12 @@ class SchedulerService:
             partitions,
             self.handoff,
             self.metrics,
-            transactional_id=transactional_id(settings),
+            transactional_id=txn_id,
             limits=limits,
             request_rewind=self.ingest.request_rewind,
             on_committed=self.trimmer.committed,
             recent=recent,
+            token_prefix=token_prefix,
         )
         self.policies = PolicyReader(settings, self.handoff)
         self.group: GroupShares | None = None

@@ -4,13 +4,23 @@ After commits, the committed low-water marks of owned partitions are handed here
 ``INTERVAL`` seconds this thread deletes the ingest records below them (AdminClient
 ``delete_records``), so the ingest topic holds what is still buffered, plus ``TRIM_LAG``
 seconds: a mark is trimmed to once it has stood that long without a rewind (``Seasoned``).
-A rewind (an abort, a replaced producer) forgets the marks not yet trimmed to. Why: in the
-soak, a broker restart came a second after a commit, the emitter aborted and rewound 17 s
-later, and the group's committed offset was one record short of the mark trimmed to right
-after that commit: an unsettled record was gone. With
-``--no-trim`` it only watches. The holding topic of parked records (``holding``; its marks
-come under negative keys, ``holding_id``) is internal: it is trimmed below its own marks
-whatever ``--no-trim`` says.
+A rewind (an abort, a replaced producer) forgets the marks not yet trimmed to.
+
+A mark is never trimmed to on the word of ``commit_transaction`` alone: each round reads the
+group's committed offsets back from the coordinator, stable (``require_stable``, which
+librdkafka sets under ``isolation.level=read_committed``, KIP-447: offsets still pending in
+a transaction answer UNSTABLE_OFFSET_COMMIT and wait for a later round). An ingest partition
+is trimmed to at most that offset; a holding log to a mark only once the group's offset
+metadata names a commit of this process at least as new as the one that made the mark
+(``confirmed``). Why (issue 21): in the soak the single broker's controlled shutdown left
+every partition without a leader; a commit whose EndTxn came then was answered with success
+(PrepareCommit logged), its markers were skipped as if its partitions were deleted and
+CompleteCommit was logged, so its egress records and offsets stayed pending until the next
+transaction of the producer was aborted, which aborted them with it. The mark handed over
+after that commit, one record ahead of the offset the group kept, had been trimmed to: the
+record was lost. With ``--no-trim`` it only watches. The holding topic of parked records
+(``holding``; its marks come under negative keys, ``holding_id``) is internal: it is trimmed
+below its own marks whatever ``--no-trim`` says.
 
 It also watches the other way round: when the ingest topic has a finite ``retention.ms``, it
 reads the timestamp of each partition's oldest unsettled record (the one at the mark) and
@@ -23,13 +33,14 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from fairstream.adapters.clients import assigned_consumer_config
@@ -41,22 +52,67 @@ INTERVAL = 2.0  # seconds between two rounds
 TRIM_LAG = 20.0  # seconds a committed mark stands, with no rewind, before it is trimmed to
 
 
+class Committed(NamedTuple):
+    """An ingest partition's offset as the group coordinator reports it, stable, and the
+    sequence of the commit its metadata names when this process wrote it (0 otherwise)."""
+
+    offset: int
+    seq: int
+
+
+def token_seq(metadata: str | None, prefix: str) -> int:
+    """The sequence of the commit token ``metadata`` (``<prefix>:<seq>``) when it has this
+    process's ``prefix``; 0 for anything else (another run's token, or none: that commit
+    wrote no progress snapshot), which confirms only recovered marks."""
+    head, _, tail = (metadata or "").rpartition(":")
+    return int(tail) if prefix and head == prefix and tail.isdigit() else 0
+
+
+def limits(committed: Mapping[int, Committed]) -> dict[int, int]:
+    """Per key, the newest commit sequence ``Seasoned.ripe`` may take a mark from: any for
+    an ingest partition read back (``confirmed`` caps its mark at the offset), the one its
+    offset metadata names for that partition's holding log; no key for the rest."""
+    out = {p: sys.maxsize for p in committed}
+    out.update({~p: c.seq for p, c in committed.items()})
+    return out
+
+
+def confirmed(marks: Mapping[int, int], committed: Mapping[int, Committed]) -> dict[int, int]:
+    """What may be trimmed to of the ripe ``marks``: an ingest partition's mark capped at the
+    group's committed offset; nothing of a partition (nor its holding log) whose offset was
+    not read back stably this round."""
+    out: dict[int, int] = {}
+    for key, mark in marks.items():
+        read = committed.get(key if key >= 0 else ~key)
+        if read is not None:
+            out[key] = min(mark, read.offset) if key >= 0 else mark
+    return out
+
+
 class Seasoned:
     """The committed marks old enough to trim to. Pure; the trimmer thread's own.
 
     ``observe`` takes each hand-over of the emitter's committed marks (with the generation
-    the emitter bumps at each rewind, and when they were handed over); ``ripe(now)`` says, per
-    partition still handed over, the newest mark that has stood for ``lag`` seconds. A new
-    generation forgets the marks that had not ripened yet: they came from before a rewind.
+    the emitter bumps at each rewind, when they were handed over, and per mark the sequence
+    of the commit that made it, 0 when recovered); ``ripe(now)`` says, per partition still
+    handed over, the newest mark that has stood for ``lag`` seconds. A new generation forgets
+    the marks that had not ripened yet: they came from before a rewind. With ``limits``
+    (``limits()``), a mark ripens only once its commit is known committed, too.
     """
 
     def __init__(self, lag: float = TRIM_LAG) -> None:
         self.lag = lag
         self._generation = 0
-        self._unripe: dict[int, deque[tuple[float, int]]] = {}  # partition -> (at, mark)
+        self._unripe: dict[int, deque[tuple[float, int, int]]] = {}  # key -> (at, seq, mark)
         self._ripe: dict[int, int] = {}
 
-    def observe(self, generation: int, at: float, marks: dict[int, int]) -> None:
+    def observe(
+        self,
+        generation: int,
+        at: float,
+        marks: dict[int, int],
+        seqs: Mapping[int, int] | None = None,
+    ) -> None:
         if generation != self._generation:
             self._generation = generation
             self._unripe = {}
@@ -66,14 +122,15 @@ class Seasoned:
             del self._ripe[partition]
         for partition, mark in marks.items():
             waiting = self._unripe.setdefault(partition, deque())
-            newest = waiting[-1][1] if waiting else self._ripe.get(partition, -1)
+            newest = waiting[-1][2] if waiting else self._ripe.get(partition, -1)
             if mark > newest:
-                waiting.append((at, mark))
+                waiting.append((at, (seqs or {}).get(partition, 0), mark))
 
-    def ripe(self, now: float) -> dict[int, int]:
+    def ripe(self, now: float, limits: Mapping[int, int] | None = None) -> dict[int, int]:
         for partition, waiting in self._unripe.items():
-            while waiting and waiting[0][0] <= now - self.lag:
-                _at, mark = waiting.popleft()
+            limit = sys.maxsize if limits is None else limits.get(partition, -1)
+            while waiting and waiting[0][0] <= now - self.lag and waiting[0][1] <= limit:
+                _at, _seq, mark = waiting.popleft()
                 self._ripe[partition] = max(mark, self._ripe.get(partition, -1))
         return dict(self._ripe)
 
@@ -90,6 +147,8 @@ class Trimmer:
         holding: str | None = None,
         lag: float = TRIM_LAG,
         clock: Callable[[], float] = time.monotonic,
+        group_id: str | None = None,
+        token_prefix: str = "",
     ) -> None:
         self.topic = topic
         self.holding = holding
@@ -99,23 +158,30 @@ class Trimmer:
         self._config = config
         self._admin = AdminClient(config)
         self._clock = clock
-        # (generation, when handed over, marks): one reference swapped by the emitter thread
-        self._marks: tuple[int, float, dict[int, int]] = (0, clock(), {})
+        # (generation, when handed over, marks, the sequence of the commit of each): one
+        # reference swapped by the emitter thread
+        self._marks: tuple[int, float, dict[int, int], dict[int, int]] = (0, clock(), {}, {})
+        # The group whose committed offsets confirm a mark (None: marks are trimmed to as
+        # handed over), the emitter's token prefix, and the consumer that reads them back.
+        self._group_id = group_id
+        self._token_prefix = token_prefix
+        self._offsets: Consumer | None = None
         self._seasoned = Seasoned(lag)
         self._trimmed: dict[int, int] = {}  # partition -> mark the last trim reached
         self._starts: dict[int, int] = {}  # partition -> its log start after that trim
         self._stopping = threading.Event()
         self._reader: Consumer | None = None
 
-    def committed(self, marks: dict[int, int] | None) -> None:
-        """The committed marks of the partitions owned now; None after a rewind: what was
-        handed over before is not trimmed to unless it had ripened. Caller: the emitter
-        thread (the only writer: one reference swap, read whole by this thread)."""
+    def committed(self, marks: dict[int, int] | None, seqs: dict[int, int] | None = None) -> None:
+        """The committed marks of the partitions owned now, and per mark the sequence of the
+        commit that made it (0: recovered); None after a rewind: what was handed over before
+        is not trimmed to unless it had ripened. Caller: the emitter thread (the only writer:
+        one reference swap, read whole by this thread)."""
         generation = self._marks[0]
         if marks is None:
-            self._marks = (generation + 1, self._clock(), {})
+            self._marks = (generation + 1, self._clock(), {}, {})
         else:
-            self._marks = (generation, self._clock(), marks)
+            self._marks = (generation, self._clock(), marks, seqs or {})
 
     def stop(self) -> None:
         self._stopping.set()
@@ -125,9 +191,14 @@ class Trimmer:
         exception; the service's supervisor runs it again (``supervise``)."""
         try:
             while not self._stopping.wait(INTERVAL):
-                generation, at, latest = self._marks
-                self._seasoned.observe(generation, at, latest)
-                marks = self._seasoned.ripe(self._clock())
+                generation, at, latest, seqs = self._marks
+                self._seasoned.observe(generation, at, latest, seqs)
+                if self._group_id is None:
+                    marks = self._seasoned.ripe(self._clock())
+                else:  # only what the group's offsets confirm (issue 21)
+                    committed = self._read_committed([p for p in latest if p >= 0])
+                    ripe = self._seasoned.ripe(self._clock(), limits(committed))
+                    marks = confirmed(ripe, committed)
                 for partition in list(self._trimmed):
                     if partition not in latest:
                         del self._trimmed[partition]
@@ -138,9 +209,36 @@ class Trimmer:
                 self._trim(trimmed)
                 self._watch({p: m for p, m in latest.items() if p >= 0})
         finally:
-            if self._reader is not None:
-                self._reader.close()
-                self._reader = None  # a restarted run opens a new one
+            for consumer in (self._reader, self._offsets):
+                if consumer is not None:
+                    consumer.close()
+            self._reader = self._offsets = None  # a restarted run opens new ones
+
+    def _read_committed(self, partitions: list[int]) -> dict[int, Committed]:
+        """The group's committed offsets of ``partitions`` as its coordinator reports them,
+        stable: a partition whose offset is pending in an open transaction
+        (UNSTABLE_OFFSET_COMMIT), has none, or was not read in time is left out."""
+        if not partitions:
+            return {}
+        if self._offsets is None:
+            assert self._group_id is not None
+            self._offsets = Consumer(  # never subscribes: it only sends OffsetFetch
+                assigned_consumer_config(
+                    self._config, self._group_id, {"isolation.level": "read_committed"}
+                )
+            )
+        try:
+            answer = self._offsets.committed(
+                [TopicPartition(self.topic, p) for p in partitions], timeout=5
+            )
+        except KafkaException as exc:
+            log.info("reading the group's offsets to confirm the marks to trim to: %s", exc)
+            return {}
+        return {
+            tp.partition: Committed(tp.offset, token_seq(tp.metadata, self._token_prefix))
+            for tp in answer
+            if tp.error is None and tp.offset >= 0
+        }
 
     def _trim(self, marks: dict[int, int]) -> None:
         due = [self._tp(p, m) for p, m in marks.items() if m > self._trimmed.get(p, -1)]

@@ -98,7 +98,7 @@ def make(monkeypatch: pytest.MonkeyPatch):
             transactional_id="test",
             limits=Limits(),
             request_rewind=lambda: None,
-            on_committed=lambda marks: None,
+            on_committed=lambda marks, seqs: None,
         )
         for partition in (0, 1):
             emitter.progress[partition] = PartitionProgress(0)

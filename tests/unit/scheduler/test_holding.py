@@ -57,7 +57,7 @@ def emitter(monkeypatch: pytest.MonkeyPatch) -> Emitter:
         transactional_id="test",
         limits=Limits(),
         request_rewind=lambda: None,
-        on_committed=lambda marks: None,
+        on_committed=lambda marks, seqs: None,
     )
     em.progress[0] = PartitionProgress(0)
     em.progress[holding_id(0)] = HoldingProgress(0)
