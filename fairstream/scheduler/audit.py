@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fairstream.core import window_fairness
-from fairstream.metrics import OTHER, Metrics
+from fairstream.scheduler.metrics import OTHER, Metrics
 from fairstream.scheduler.observe import Probe, TenantLoad
 
 log = logging.getLogger("fairstream.audit")

@@ -41,7 +41,6 @@ from fairstream.config import Settings
 from fairstream.core import FairScheduler, MonotonicClock, TenantPolicy
 from fairstream.core.emission import EmissionRule
 from fairstream.core.shares import ClassDemand, backlogged_demand
-from fairstream.metrics import Metrics
 from fairstream.scheduler import backlog, faults, holding, send
 from fairstream.scheduler import progress as progress_codec
 from fairstream.scheduler.egress import Limits, Stamper
@@ -58,6 +57,7 @@ from fairstream.scheduler.handoff import (
     Revoke,
     Stop,
 )
+from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.policies import Policies
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress, Snapshot

@@ -40,8 +40,8 @@ from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 from fairstream.core import MonotonicClock
 from fairstream.core.adaptive import AdaptiveRate
 from fairstream.core.usage import cost_correction
-from fairstream.metrics import Metrics
 from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.wire.feedback import (
     FINAL_OUTCOMES,

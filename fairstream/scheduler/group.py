@@ -97,8 +97,8 @@ from confluent_kafka import (
 
 from fairstream.adapters.clients import assigned_consumer_config, producer_config
 from fairstream.core.shares import ClassDemand, Demand, instance_rate
-from fairstream.metrics import Metrics
 from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.metrics import Metrics
 from fairstream.wire import now_ms
 
 log = logging.getLogger("fairstream.group")

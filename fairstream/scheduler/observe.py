@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fairstream.core import FairScheduler, percentile
-from fairstream.metrics import OTHER
+from fairstream.scheduler.metrics import OTHER
 
 DWELL_TENANTS = 1000  # tenants whose recent dwell times are kept, most recent emitters
 EMITTED_TENANTS = 100_000  # tenants whose emitted counts are kept one by one

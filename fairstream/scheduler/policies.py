@@ -18,8 +18,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from fairstream.adapters.clients import assigned_consumer_config
 from fairstream.config import Settings
 from fairstream.core import Clock, FairScheduler, TenantPolicy
-from fairstream.metrics import Metrics
 from fairstream.scheduler.handoff import Handoff, PolicyChange
+from fairstream.scheduler.metrics import Metrics
 from fairstream.wire.policy import DEFAULT_POLICY_KEY, PolicyRecord, SchemaError, decode_policy
 
 if TYPE_CHECKING:

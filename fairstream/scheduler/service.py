@@ -52,13 +52,13 @@ import uuid
 from typing import Any
 
 from fairstream.config import Settings
-from fairstream.metrics import Metrics
 from fairstream.scheduler.audit import CHART_TENANTS, Auditor
 from fairstream.scheduler.emit import Emitter, Limits
 from fairstream.scheduler.feedback import FeedbackReader
 from fairstream.scheduler.group import Coordination, GroupShares
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest import Ingest
+from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Condition, Conditions, Probe
 from fairstream.scheduler.policies import PolicyReader
 from fairstream.scheduler.recent import RecentRequests

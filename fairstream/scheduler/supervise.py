@@ -29,8 +29,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from fairstream.metrics import Metrics
 from fairstream.scheduler import faults
+from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Conditions
 
 log = logging.getLogger("fairstream.scheduler")

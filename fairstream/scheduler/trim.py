@@ -44,7 +44,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from fairstream.adapters.clients import assigned_consumer_config
-from fairstream.metrics import Metrics
+from fairstream.scheduler.metrics import Metrics
 
 log = logging.getLogger("fairstream.trim")
 

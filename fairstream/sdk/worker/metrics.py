@@ -1,6 +1,6 @@
 """Prometheus metrics of one ``fairstream.Worker``, and the HTTP endpoint that serves them.
 
-Per-tenant series are bounded as the scheduler's are (``fairstream.metrics``): at each
+Per-tenant series are bounded as the scheduler's are (``fairstream.scheduler.metrics``): at each
 scrape the ``top_tenants`` tenants with the largest value get a label of their own and the
 rest are summed under ``tenant="__other__"``, each metric ranked separately.
 """
@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from fairstream.errors import Error
-from fairstream.metrics import OTHER
+from fairstream.scheduler.metrics import OTHER
 
 # Handler calls of paid APIs: from a cached answer (ms) to a long generation (minutes).
 HANDLER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import yaml
 from prometheus_client import generate_latest
 
-from fairstream.metrics import Metrics
+from fairstream.scheduler.metrics import Metrics
 from tests.dashboard import CHART, METRIC, dashboard, queries
 
 # What the issue asks the dashboard to show, each by words of its panels' titles.

@@ -8,8 +8,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from fairstream.core import ManualClock
-from fairstream.metrics import OTHER, Metrics
 from fairstream.scheduler.audit import CHART_TENANTS, Auditor
+from fairstream.scheduler.metrics import OTHER, Metrics
 from fairstream.scheduler.observe import Probe, TenantLoad
 
 

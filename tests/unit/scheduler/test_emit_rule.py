@@ -12,11 +12,11 @@ from confluent_kafka import Message
 import fairstream.scheduler.emit as emit_module
 from fairstream import wire
 from fairstream.config import Settings
-from fairstream.metrics import Metrics
 from fairstream.scheduler import send, transaction
 from fairstream.scheduler.egress import Limits, Stamper, dead_letter, footprint
 from fairstream.scheduler.emit import Emitter
 from fairstream.scheduler.handoff import Assign, Handoff, Revoke
+from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import PartitionProgress
 
 

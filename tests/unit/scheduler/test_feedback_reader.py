@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from fairstream.metrics import Metrics
 from fairstream.scheduler.feedback import FeedbackBatch, FeedbackReader
 from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.wire.feedback import Feedback, Outcome, encode_feedback, feedback_key
 from fairstream.wire.partition import murmur2, partition_of

@@ -13,11 +13,11 @@ import fairstream.scheduler.emit as emit_module
 from fairstream import wire
 from fairstream.config import Settings
 from fairstream.core import TenantPolicy
-from fairstream.metrics import Metrics
 from fairstream.scheduler import backlog, progress, send
 from fairstream.scheduler.egress import Limits
 from fairstream.scheduler.emit import Emitter
 from fairstream.scheduler.handoff import Handoff, Parsed
+from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
 from fairstream.scheduler.recovery import holding_id
 from tests.unit.scheduler.test_emit_rule import Fetcher, Txn

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from fairstream.metrics import Metrics
+from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Condition, Conditions
 from fairstream.scheduler.supervise import Supervisor
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fairstream.metrics import OTHER
+from fairstream.scheduler.metrics import OTHER
 from fairstream.sdk.worker.metrics import WorkerMetrics, top_tenants
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fairstream.metrics import OTHER, Metrics
+from fairstream.scheduler.metrics import OTHER, Metrics
 
 
 def scrape(metrics: Metrics) -> dict[str, dict[str, float]]:
