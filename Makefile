@@ -118,6 +118,14 @@ screenshot: install broker-jars browser
 configref: install
 	$(BIN)/python -m fairstream_dev.configref --write
 
+# The package's structure (dev/fairstream_dev/structure.py): import cycles (runtime and
+# type-only), modules over 400 lines of code, functions over 80 lines. Only a runtime import
+# cycle fails it (--check; tests/unit/test_import_cycles.py fails on one too); the rest is
+# reported until the code meets it.
+.PHONY: structure
+structure: install
+	$(BIN)/python -m fairstream_dev.structure --check
+
 LINT_PATHS := fairstream dev tests $(wildcard benchmarks)
 
 lint: install
