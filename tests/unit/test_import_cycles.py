@@ -1,0 +1,112 @@
+"""No import cycle inside ``fairstream/`` at run time (issue 24), and the cycle finder itself.
+
+The graph and its cycles are ``fairstream_dev.structure``'s (``make structure`` prints the whole
+report). Imports under ``if TYPE_CHECKING:`` are type-only: their cycles are reported there,
+not failed here. An import deferred into a function body is a runtime import.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from fairstream_dev import structure
+
+
+def describe(cycle: structure.Cycle) -> str:
+    closing = "\n".join(
+        f"    {edge.source} -> {edge.target} (line {edge.line}"
+        f"{', deferred' if edge.deferred else ''})"
+        for edge in cycle.imports
+    )
+    return f"  {' <-> '.join(cycle.modules)}, through:\n{closing}"
+
+
+def test_fairstream_has_no_runtime_import_cycle() -> None:
+    cycles = structure.import_cycles(structure.PACKAGE).runtime
+    assert cycles == [], "runtime import cycles inside fairstream/:\n" + "\n".join(
+        describe(cycle) for cycle in cycles
+    )
+
+
+def package(root: Path, files: dict[str, str]) -> Path:
+    directory = root / "pkg"
+    for name, text in files.items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return directory
+
+
+SYNTHETIC = {
+    "__init__.py": "VERSION = 1\n",
+    # a -> b -> c -> a, spelled three ways: from-import of a submodule, relative, plain import.
+    "a.py": "from pkg import b\n",
+    "b.py": "from .c import thing\n",
+    "c.py": "import pkg.a\n\nthing = 1\n",
+    # d <-> e only through an annotation import: type-only.
+    "d.py": """\
+        from __future__ import annotations
+
+        from typing import TYPE_CHECKING
+
+        if TYPE_CHECKING:
+            from pkg.e import E
+
+
+        class D:
+            def use(self, e: E) -> None: ...
+        """,
+    "e.py": "from pkg.d import D\n\n\nclass E(D): ...\n",
+    # f <-> g with g's import deferred into a function: still a runtime cycle.
+    "f.py": "from pkg import g\n",
+    "g.py": "def late() -> None:\n    from pkg.f import g\n",
+    # A name (not a submodule) from the package: an import of pkg itself, no cycle.
+    "sub/__init__.py": "from pkg import VERSION\n",
+}
+
+
+def test_the_finder_reports_runtime_and_type_only_cycles_apart(tmp_path: Path) -> None:
+    directory = package(tmp_path, SYNTHETIC)
+    found = structure.modules(directory)
+    assert ("pkg.sub", "pkg") in {(e.source, e.target) for e in structure.imports(found)}
+    cycles = structure.import_cycles(directory)
+    assert [cycle.modules for cycle in cycles.runtime] == [
+        ("pkg.a", "pkg.b", "pkg.c"),
+        ("pkg.f", "pkg.g"),
+    ]
+    assert [cycle.modules for cycle in cycles.type_only] == [("pkg.d", "pkg.e")]
+    deferred = cycles.runtime[1].imports
+    assert [(e.source, e.target, e.deferred) for e in deferred] == [
+        ("pkg.f", "pkg.g", False),
+        ("pkg.g", "pkg.f", True),
+    ]
+    closing = [e for e in cycles.type_only[0].imports if e.type_only]
+    assert [(e.source, e.target) for e in closing] == [("pkg.d", "pkg.e")]
+
+
+def test_a_type_checking_import_alone_makes_no_runtime_cycle(tmp_path: Path) -> None:
+    files = {k: v for k, v in SYNTHETIC.items() if k in {"__init__.py", "d.py", "e.py"}}
+    directory = package(tmp_path, files)
+    assert structure.import_cycles(directory).runtime == []
+    assert structure.main(["--check", "--package", str(directory)]) == 0
+    (directory / "d.py").write_text("from pkg.e import E\n")
+    assert [c.modules for c in structure.import_cycles(directory).runtime] == [("pkg.d", "pkg.e")]
+    assert structure.main(["--check", "--package", str(directory)]) == 1
+
+
+def test_lines_of_code_leave_out_blanks_comments_and_docstrings() -> None:
+    source = textwrap.dedent('''\
+        """Module docstring,
+        two lines."""
+
+        # a comment
+        X = """a string
+        that is code"""
+
+
+        def f() -> int:
+            """Docstring."""
+            return 1  # code with a comment
+        ''')
+    assert structure.lines_of_code(source) == 4
