@@ -36,8 +36,8 @@ from confluent_kafka import Producer
 
 from benchmarks.common import Broker, delete_all, logger, new_deployment, stop, undoing
 from fairstream.adapters.admin import admin_client, topic_configs
+from fairstream.config.topics import progress_topic
 from fairstream.core import TenantPolicy
-from fairstream.scheduler.recovery import progress_topic
 from fairstream.wire.policy import PolicyRecord, encode_policy
 from fairstream_dev.harness.kafka import unique, wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess

@@ -25,10 +25,14 @@ from fairstream.adapters.topic_check import (
     TopicState,
 )
 from fairstream.config import Connection, KafkaConnection, Topics
+from fairstream.config.topics import (
+    CHUNK_BYTES,
+    PROGRESS_TOPIC_BYTES,
+    coordination_topic,
+    holding_topic,
+    progress_topic,
+)
 from fairstream.errors import Error
-from fairstream.scheduler.group import coordination_topic
-from fairstream.scheduler.progress import CHUNK_BYTES, PROGRESS_TOPIC_BYTES
-from fairstream.scheduler.recovery import holding_topic, progress_topic
 
 # A parked record is the ingest record plus a request-id header: the holding topic takes
 # what the ingest topic takes, and this much more.

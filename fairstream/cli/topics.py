@@ -28,8 +28,7 @@ from fairstream.config import (
     option_of,
     topic_options,
 )
-from fairstream.scheduler.group import coordination_topic
-from fairstream.scheduler.recovery import progress_topic
+from fairstream.config.topics import coordination_topic, progress_topic
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -8,6 +8,8 @@ options every command uses are derived from those declarations (``options``).
 - ``kafka``: ``KafkaConnection``, how every client reaches Kafka.
 - ``settings``: ``Topics`` and the scheduler's ``Settings``.
 - ``options``: the click options of all of these.
+- ``topics``: the scheduler's internal topics (progress, holding, coordination): their
+  names, derived from the app id, and the progress topic's record size.
 """
 
 from fairstream.config.kafka import (

@@ -38,6 +38,7 @@ from typing import Any
 from confluent_kafka import Message, TopicPartition
 
 from fairstream.config import Settings
+from fairstream.config.topics import holding_topic, progress_topic
 from fairstream.core import FairScheduler, MonotonicClock, TenantPolicy
 from fairstream.core.emission import EmissionRule
 from fairstream.core.shares import ClassDemand, backlogged_demand
@@ -62,7 +63,7 @@ from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.policies import Policies
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress, Snapshot
 from fairstream.scheduler.recent import RecentRequests
-from fairstream.scheduler.recovery import holding_id, holding_topic, progress_topic
+from fairstream.scheduler.recovery import holding_id
 from fairstream.scheduler.transaction import Aborted, FatalError, Transaction
 
 __all__ = ["Emitter", "Entry", "Letter", "Limits"]  # Limits: fairstream.scheduler.egress's

@@ -96,6 +96,7 @@ from confluent_kafka import (
 )
 
 from fairstream.adapters.clients import assigned_consumer_config, producer_config
+from fairstream.config.topics import coordination_topic
 from fairstream.core.shares import ClassDemand, Demand, instance_rate
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.metrics import Metrics
@@ -113,10 +114,6 @@ RAISE_DELAY = 0.3  # an instance raises its rate this long after first computing
 FLOOR = 0.05  # of the group rate, split between the instances, kept by idle ones
 THREAD_LEASE = 1.0  # the emitter stops this long after the group thread stops renewing
 RENEW_EVERY = 0.25  # seconds between two renewals of that lease
-
-
-def coordination_topic(app_id: str) -> str:
-    return f"{app_id}-coordination"
 
 
 @dataclass(frozen=True)

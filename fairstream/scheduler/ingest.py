@@ -37,6 +37,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from fairstream import wire
 from fairstream.config import Settings
+from fairstream.config.topics import holding_topic
 from fairstream.scheduler.handoff import (
     HIGH_WATER,
     Assign,
@@ -47,7 +48,7 @@ from fairstream.scheduler.handoff import (
     Stop,
 )
 from fairstream.scheduler.readers import Readers, reader_config
-from fairstream.scheduler.recovery import Recovery, holding_id, holding_topic
+from fairstream.scheduler.recovery import Recovery, holding_id
 
 log = logging.getLogger("fairstream.ingest")
 

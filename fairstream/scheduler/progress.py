@@ -14,9 +14,10 @@ its mark, its settled ranges and how many records of each parked tenant wait in 
 (``HoldingProgress``). It is cut into chunk records of at most ``CHUNK_BYTES``
 (``encode_chunks``; each names its token, its index and the chunk count, so recovery uses a
 set only when it is complete), well under the progress topic's ``max.message.bytes``
-(``PROGRESS_TOPIC_BYTES``, set when the topic is created). Ranges are delta and varint
-coded. A settled offset never becomes unsettled again, so an older snapshot is never wrong
-about the ingest log, only incomplete.
+(``PROGRESS_TOPIC_BYTES``, set when the topic is created; both are in
+``fairstream.config.topics``). Ranges are delta and varint coded. A settled offset never
+becomes unsettled again, so an older snapshot is never wrong about the ingest log, only
+incomplete.
 
 Costs: ``settle`` is O(1) (two dicts map each range's start to its end and back); the
 gaps ``observe`` settles are cut around the recovered ranges by binary search; building a
@@ -32,13 +33,10 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from fairstream.config.topics import CHUNK_BYTES
 from fairstream.errors import Error
 
 FORMAT_VERSION = 2
-# A progress record is cut into chunks of at most this many bytes; the progress topic is
-# created with max.message.bytes PROGRESS_TOPIC_BYTES, room for one chunk and its batch.
-CHUNK_BYTES = 512 * 1024
-PROGRESS_TOPIC_BYTES = 1024 * 1024
 
 
 class ProgressFormatError(Error, ValueError):

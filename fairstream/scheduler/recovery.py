@@ -28,6 +28,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from fairstream.adapters.clients import assigned_consumer_config
+from fairstream.config.topics import holding_topic, progress_topic
 from fairstream.errors import Error
 from fairstream.scheduler import progress as codec
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress, Snapshot
@@ -39,16 +40,6 @@ TOKEN_WAIT = 10.0  # seconds to wait for a progress record matching the committe
 
 class RecoveryError(Error):
     """The committed progress could not be read within the deadline."""
-
-
-def progress_topic(app_id: str) -> str:
-    """The compacted topic of progress records, co-partitioned with the ingest topic."""
-    return f"{app_id}-progress"
-
-
-def holding_topic(app_id: str) -> str:
-    """The topic parked records wait in (``holding``), co-partitioned with the ingest topic."""
-    return f"{app_id}-holding"
 
 
 def holding_id(partition: int) -> int:

@@ -52,6 +52,7 @@ import uuid
 from typing import Any
 
 from fairstream.config import Settings
+from fairstream.config.topics import holding_topic
 from fairstream.scheduler.audit import CHART_TENANTS, Auditor
 from fairstream.scheduler.emit import Emitter, Limits
 from fairstream.scheduler.feedback import FeedbackReader
@@ -62,7 +63,7 @@ from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Condition, Conditions, Probe
 from fairstream.scheduler.policies import PolicyReader
 from fairstream.scheduler.recent import RecentRequests
-from fairstream.scheduler.recovery import Recovery, holding_topic
+from fairstream.scheduler.recovery import Recovery
 from fairstream.scheduler.supervise import Supervisor
 from fairstream.scheduler.transaction import FatalError
 from fairstream.scheduler.trim import Trimmer

@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Message
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from fairstream.scheduler.group import coordination_topic
+from fairstream.config.topics import coordination_topic
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 from tests.integration.test_group_shares import (

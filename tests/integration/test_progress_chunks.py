@@ -6,13 +6,9 @@ from __future__ import annotations
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fairstream.adapters.admin import admin_client, topic_configs
-from fairstream.scheduler.progress import (
-    PROGRESS_TOPIC_BYTES,
-    Snapshot,
-    chunk_key,
-    encode_chunks,
-)
-from fairstream.scheduler.recovery import Recovery, holding_id, holding_topic, progress_topic
+from fairstream.config.topics import PROGRESS_TOPIC_BYTES, holding_topic, progress_topic
+from fairstream.scheduler.progress import Snapshot, chunk_key, encode_chunks
+from fairstream.scheduler.recovery import Recovery, holding_id
 from fairstream_dev.harness.kafka import unique
 from fairstream_dev.harness.scheduler import Deployment
 

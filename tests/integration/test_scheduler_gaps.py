@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fairstream.adapters.admin import admin_client, topic_configs
-from fairstream.scheduler.recovery import holding_topic, progress_topic
+from fairstream.config.topics import holding_topic, progress_topic
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 from tests.integration.exactly_once import read_to_end

@@ -13,10 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fairstream.config.topics import CHUNK_BYTES, PROGRESS_TOPIC_BYTES
 from fairstream.scheduler.progress import (
-    CHUNK_BYTES,
     FORMAT_VERSION,
-    PROGRESS_TOPIC_BYTES,
     HoldingProgress,
     PartitionProgress,
     ProgressFormatError,
