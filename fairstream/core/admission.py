@@ -20,7 +20,10 @@ __all__ = [
 ]
 
 BACKLOG_FULL: Final = "backlog-full"
-"""Reason: the tenant already holds as many records, or as much cost, as its policy allows."""
+"""Reason: the tenant already holds as many records, or as much cost, as its policy allows.
+
+The contract's dead-letter reason is ``fairstream.wire.records.BACKLOG_FULL``; core imports
+nothing outside itself, so this is a copy, pinned to it by tests/unit/wire/test_wire_purity.py."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,10 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-# Defined by the core (which imports nothing outside itself), named here with the contract.
-from fairstream.core.admission import BACKLOG_FULL as _BACKLOG_FULL
-from fairstream.core.usage import MAX_COST as _MAX_COST
-
 # Ingest headers (all optional).
 REQUEST_ID = "fairstream-request-id"
 COST = "fairstream-cost"
@@ -41,7 +37,9 @@ RESERVED_PREFIX = "fairstream-"
 INVALID_KEY = "invalid-key"
 INVALID_HEADER = "invalid-header"
 INVALID_VALUE = "invalid-value"
-BACKLOG_FULL = _BACKLOG_FULL  # the core refuses admission with it
+# The core refuses admission with this word too: it keeps a copy (fairstream.core.admission),
+# for it imports nothing outside core; tests/unit/wire/test_wire_purity.py pins the two.
+BACKLOG_FULL = "backlog-full"
 EXPIRED = "expired"
 PURGED = "purged"
 HANDLER_FAILED = "handler-failed"
@@ -50,7 +48,9 @@ LOST = "lost"  # deleted from the ingest log (retention) before it could be emit
 
 MAX_TENANT_BYTES = 255
 MAX_REQUEST_ID_BYTES = 1024
-MAX_COST = _MAX_COST  # the core bounds measured costs with it
+# The core bounds measured costs with this too: its copy is fairstream.core.usage.MAX_COST,
+# pinned to this one by tests/unit/wire/test_wire_purity.py.
+MAX_COST = 2**31 - 1
 MAX_EPOCH_MS = 2**63 - 1  # the largest deadline or timestamp, in epoch milliseconds
 
 Headers = Sequence[tuple[str, bytes | None]]

@@ -1,6 +1,7 @@
 """fairstream.wire stays sans-IO: no Kafka client, no asyncio, no network or file writing,
-and nothing from fairstream outside wire, errors and the core's TenantPolicy and the
-admission and cost constants it defines."""
+and nothing from fairstream outside wire, errors and the core's TenantPolicy (which the
+policy codec encodes). The contract's constants are wire's own; the core, which imports
+nothing outside itself, keeps copies of the two it uses, and they must stay equal."""
 
 from __future__ import annotations
 
@@ -18,8 +19,6 @@ ALLOWED_FAIRSTREAM = (
     "fairstream.wire",
     "fairstream.errors",
     "fairstream.core.tenant",
-    "fairstream.core.admission",
-    "fairstream.core.usage",
 )
 WIRE = Path(fairstream.wire.__file__).parent
 MODULES = sorted(WIRE.glob("*.py"))
@@ -59,3 +58,11 @@ def test_importing_wire_loads_no_kafka_client() -> None:
         "sorted({'confluent_kafka', 'aiokafka', 'asyncio'} & set(sys.modules))"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_cores_copies_of_contract_constants_equal_wires() -> None:
+    from fairstream.core import admission, usage
+    from fairstream.wire import records
+
+    assert admission.BACKLOG_FULL == records.BACKLOG_FULL
+    assert usage.MAX_COST == records.MAX_COST
