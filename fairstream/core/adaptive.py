@@ -1,29 +1,37 @@
-"""Adapting egress to what the paid API says: an AIMD rate and per-tenant pauses.
+"""Adapting egress to what the paid API says: an adaptive rate and per-tenant pauses.
 
 ``AdaptiveRate`` turns the workers' api-scope feedback into the egress rate, between a
 ``floor`` and a ``ceiling`` (``--min-rate`` and ``--rate``):
 
-- **Multiplicative decrease** on a rate-limited outcome, at most once per ``interval``
-  (one overload answers with a batch of 429s: they count once): to ``rate * decrease``,
-  and no higher than ``headroom`` times the API's measured throughput (the ok calls
-  reported over the last ``window`` seconds), so a rate far above the API's capacity comes
-  down to it in one step, not in many. 429s that go on right after a decrease mean
-  requests stuck retrying keep the API saturated: each further decrease in a row cuts
-  twice as deep, down to half the measured throughput, so the backlog drains. Between two
-  decreases, a 429 still brings the rate down to what the measured throughput says if
-  that is lower: a first cut made on a few calls' evidence is refined within a fraction
-  of a second, not after ``interval``.
-- **Hold**: a reported Retry-After stops all egress until it has passed (``held_for``);
-  one report holds for at most ``max_hold``.
-- **Additive increase** while the feedback stays clean (no rate-limited outcome and no
-  decrease for ``interval`` seconds, no hold) and the rate is in use (the calls reported
-  over the last ``window`` reach ``utilization`` of it; a rate nobody uses is not raised on
-  no evidence). Up to the *knee*, ``headroom`` times the throughput measured at the last
-  decrease, the rate climbs fast (back within about two seconds); above it, it probes for
-  more: slowly at first (``probe`` of the knee per second), doubling its speed every
-  ``doubling`` seconds up to ``increase``, as TCP CUBIC probes around the last loss. The
-  API's limit is found again without hitting it hard, and a limit that went up is
-  reached within seconds.
+- **Decrease** on a rate-limited outcome, at most once per overload (one overload answers
+  with a batch of 429s: they count once): to ``rate * decrease``, and no higher than
+  ``headroom`` times the API's measured capacity: the ok calls reported while it refused
+  (its own burst is spent then, so they measure what it takes; the calls before measure
+  the rate plus that burst), so a rate far above the capacity comes down to it in one
+  step. Later 429s of the same overload only refine the cut with a lower measurement.
+- **Drain**: the queue an overload leaves downstream (records waiting at the workers,
+  requests retrying a 429) keeps the API saturated and refusing, and competes with new
+  records for its tokens. With each ok call's *sojourn* (release to report, from
+  feedback's ``scheduled_at``), the least sojourn lately minus the least of the last 20 s
+  is how long records wait downstream now; the 429s still coming are the retries' calls.
+  The rate leaves the API those calls and the spare capacity to take the waiting records
+  within ``drain`` seconds, and comes back as they drain, without a deeper cut
+  (``_drained``). Without sojourns (an
+  older worker), 429s that go on after a decrease cut deeper instead, each twice as deep,
+  down to half the measured capacity.
+- **Hold**: a reported Retry-After stops egress until it has passed (``held_for``), less
+  the path a record released now takes to reach the API (the least sojourn): a Retry-After
+  shorter than that holds nothing. One report holds for at most ``max_hold``. A long one
+  (``_LONG_HOLD`` intervals or more) is waited out by the workers too, so the API takes
+  next to nothing meanwhile: that is no measure of it, and the next probe goes slower.
+- **Increase** while the feedback stays clean (no rate-limited outcome and no decrease for
+  ``interval`` seconds, no hold) and the rate is in use (the calls reported over the last
+  ``window`` reach ``utilization`` of it; a rate nobody uses is not raised on no
+  evidence). Up to the *knee*, the capacity measured at the last decrease, the rate climbs
+  fast (back within about two seconds); above it, it probes as TCP CUBIC does on its
+  convex side: ``knee * (1 + cubic * t**3)`` after ``t`` seconds of probing, slow near the
+  limit last measured (the API is hit gently where it was), fast far from it (a limit
+  that went up, even doubled, is reached within seconds).
 - **No feedback, no change**: the rate starts at the ceiling and moves only on feedback.
 
 ``TenantPauses`` keeps tenant-scope limits: a tenant whose own upstream quota said
@@ -49,6 +57,13 @@ _BUCKETS: Final = 10  # sub-buckets of the sliding window
 # Below this many ok + rate-limited calls in the window, the API's share is too noisy to
 # trust: the decrease is the plain multiplicative one.
 _MIN_SAMPLES: Final = 10
+# The most of the rate a drain leaves to the queue an overload left downstream, and to the
+# calls of requests retrying a 429.
+_DEEPEST_DRAIN: Final = 0.8
+_RETRY_ROOM: Final = 0.1
+# A Retry-After of this many intervals or more is a long hold: the workers wait it out
+# too, so the API takes next to nothing while it lasts.
+_LONG_HOLD: Final = 0.5
 
 
 def _positive(name: str, value: float) -> float:
@@ -113,12 +128,92 @@ class _Window:
             other += bucket[3]
         return ok, limited, other
 
+    def saturated(self, now: float, least: float) -> tuple[float, float] | None:
+        """(ok calls, seconds) from the oldest bucket with a rate-limited call to ``now``,
+        and over at least the last ``least`` seconds; None when no call was rate-limited.
+
+        While calls are refused the API's own bucket is empty, so the calls that go
+        through measure its capacity; before that, they measure the rate plus whatever
+        burst the API's bucket let through on top.
+        """
+        self._prune(now)
+        limited = [b[0] for b in self._buckets if b[2]]
+        if not limited:
+            return None
+        width = self._width
+        first, last = limited[0], limited[-1]
+        end = min(now, (last + 1) * width)
+        start = min(first, math.floor((end - least) / width))
+        ok = sum(b[1] for b in self._buckets if start <= b[0] <= last)
+        # A young window covers less than its buckets. Measured from its first count,
+        # which comes with a batch of the calls made before it: the measurement errs
+        # high, never low, until the window has filled.
+        since = now if self._start is None else self._start
+        return ok, max(width / 100, end - max(start * width, since))
+
+    def recent_limited(self, now: float) -> float:
+        """Rate-limited calls per second over the last two buckets."""
+        self._prune(now)
+        index = math.floor(now / self._width)
+        limited = sum(b[2] for b in self._buckets if b[0] >= index - 1)
+        return limited / (2 * self._width)
+
     def seconds(self, now: float) -> float:
         """How long the window ending at ``now`` is (shorter while it is young)."""
         # The buckets kept cover from the start of the oldest one to now.
         covered = now - (math.floor(now / self._width) - _BUCKETS + 1) * self._width
         start = now if self._start is None else self._start
         return max(self._width, min(covered, now - start))
+
+
+class _Sojourn:
+    """How long released records take to come back settled (release to report): the least
+    over the last ``base`` seconds, the path's own time (egress, the worker, the call), and
+    the least over the last ``recent`` seconds. The difference is how long records wait
+    downstream now: at the workers, behind calls retrying a rate limit.
+
+    The least, not the mean: records become visible in batches (egress transactions, the
+    workers' fetches), so sojourns vary by a batch's span, while the freshest record that
+    went straight through still measures the path.
+    """
+
+    __slots__ = ("_base", "_buckets", "_width")
+
+    def __init__(self, base: float, recent: float) -> None:
+        self._base = base
+        self._width = recent / 2  # the recent least spans the last two buckets
+        self._buckets: deque[list[float]] = deque()  # [bucket index, least seconds]
+
+    def add(self, now: float, seconds: float) -> None:
+        index = math.floor(now / self._width)
+        buckets = self._buckets
+        if buckets and buckets[-1][0] == index:
+            buckets[-1][1] = min(buckets[-1][1], seconds)
+        else:
+            buckets.append([index, seconds])
+        self._prune(now)
+
+    def path(self, now: float) -> float:
+        """The least sojourn over the last ``base`` seconds (0.0 without any): the time
+        from release to report of a record that waits nowhere."""
+        self._prune(now)
+        return min((b[1] for b in self._buckets), default=0.0)
+
+    def _prune(self, now: float) -> None:
+        oldest = math.floor(now / self._width) - math.ceil(self._base / self._width)
+        buckets = self._buckets
+        while buckets and buckets[0][0] < oldest:
+            buckets.popleft()
+
+    def queue(self, now: float) -> float | None:
+        """Seconds records wait downstream now; None without a sojourn seen lately."""
+        self._prune(now)
+        buckets = self._buckets
+        index = math.floor(now / self._width)
+        recent = [b[1] for b in buckets if b[0] >= index - 1]
+        if not recent:
+            return None
+        return max(0.0, min(recent) - min(b[1] for b in buckets))
 
 
 class AdaptiveRate:
@@ -131,8 +226,9 @@ class AdaptiveRate:
     __slots__ = (
         "_ceiling",
         "_clock",
+        "_cubic",
         "_decrease",
-        "_doubling",
+        "_drain",
         "_floor",
         "_headroom",
         "_held",
@@ -142,11 +238,13 @@ class AdaptiveRate:
         "_knee",
         "_last_decrease",
         "_last_limited",
+        "_long_hold",
         "_max_hold",
-        "_probe",
         "_probed",
         "_rate",
+        "_sojourn",
         "_streak",
+        "_stretch",
         "_updated",
         "_utilization",
         "_window",
@@ -162,28 +260,29 @@ class AdaptiveRate:
         *,
         decrease: float = 0.9,
         increase: float | None = None,
-        probe: float = 1 / 300,
-        doubling: float = 3.0,
+        cubic: float = 0.0015,
         interval: float = 1.0,
         window: float | None = None,
         headroom: float = 0.95,
         utilization: float = 0.5,
         max_hold: float = 300.0,
+        drain: float = 0.5,
     ) -> None:
         """``ceiling``: the configured ``--rate``; ``floor``: ``--min-rate``, default 1% of it.
 
         ``decrease``: factor of a multiplicative decrease. ``increase``: records/s added per
-        clean second below the knee, and the fastest probe (default: ceiling / 50, so the
-        whole range takes under a minute). ``probe``: the speed the probe above the knee
-        starts with, as a fraction of the knee per second (default 1/300: 1 record/s per
-        second at 300/s), doubling every ``doubling`` seconds up to ``increase``.
+        clean second below the knee (default: ceiling / 50; the climb back to the knee
+        takes at most about two seconds whatever it is). ``cubic``: the probe above the
+        knee, as a fraction of the knee per cubed second (the default adds 0.15% of it
+        after 1 s, 4% after 3 s, 51% after 7 s, 80% after 8.1 s).
         ``interval``: the shortest time between two decreases, and the clean time before
         increasing. ``window``: seconds of feedback the API's throughput and the
         utilization are measured over (default ``2 * interval``). ``headroom``: the
         fraction of the measured throughput a decrease aims at. ``utilization``: the
         fraction of the rate the reported calls must reach for an increase (0: increase
         whether or not the rate is used). ``max_hold``: the longest hold one Retry-After
-        can ask for.
+        can ask for. ``drain``: seconds to empty the queue that built downstream when
+        the API started refusing (measured by the records' sojourns, see ``on_ok``).
         """
         self._clock = clock
         self._ceiling = _positive("ceiling", ceiling)
@@ -194,12 +293,13 @@ class AdaptiveRate:
         if self._decrease == 1:
             raise ValueError("decrease must be below 1: a decrease must decrease")
         self._increase = self._ceiling / 50 if increase is None else _positive("increase", increase)
-        self._probe = _fraction("probe", probe)
-        self._doubling = _positive("doubling", doubling)
+        self._cubic = _positive("cubic", cubic)
         self._interval = _positive("interval", interval)
         self._headroom = _fraction("headroom", headroom)
         self._utilization = _fraction("utilization", utilization, inclusive_low=True)
         self._max_hold = _positive("max_hold", max_hold)
+        self._drain = _positive("drain", drain)
+        self._sojourn = _Sojourn(base=20.0, recent=0.4)
         now = clock.now()
         self._window = _Window(
             2 * self._interval if window is None else _positive("window", window)
@@ -207,11 +307,14 @@ class AdaptiveRate:
         self._rate = self._ceiling
         self._knee = self._ceiling  # below it the rate climbs fast; above it, it probes
         self._probed = 0.0  # seconds spent probing above the knee since the last decrease
+        self._stretch = 1.0  # how much slower than ``cubic`` the probe goes
         self._updated = now
         self._last_decrease = -math.inf
         self._last_limited = -math.inf
         self._streak = 0  # decreases in a row, each within 2 intervals of the one before
         self._hold_until = -math.inf
+        # (from, until) the last hold of a Retry-After of LONG_HOLD or more
+        self._long_hold = (-math.inf, -math.inf)
         self._held: deque[tuple[float, float]] = deque()  # hold spans within the window
         self.decreases = 0  # multiplicative decreases made
         self.rate_limited = 0  # api-scope rate-limited outcomes reported
@@ -242,33 +345,19 @@ class AdaptiveRate:
         self._updated = now
 
     def _climb(self, seconds: float) -> None:
-        """``seconds`` of increase: linear up to the knee, then a probe that starts slowly
-        and doubles its speed every ``doubling`` s (up to the linear speed)."""
-        fast = self._increase
-        rate = self._rate
-        if rate < self._knee:
+        """``seconds`` of increase: linear up to the knee, then TCP CUBIC's convex probe,
+        ``knee * (1 + cubic * t**3)`` after ``t`` seconds above it: slow near the limit
+        last measured, fast far from it."""
+        rate, knee = self._rate, self._knee
+        if rate < knee:
             # Back to a rate the API took lately within about two seconds.
-            speed = max(fast, self._knee / 2)
-            step = min(seconds, (self._knee - rate) / speed)
+            speed = max(self._increase, knee / 2)
+            step = min(seconds, (knee - rate) / speed)
             rate += speed * step
             seconds -= step
         if seconds > 0:
-            start, doubling = min(fast, self._probe * self._knee), self._doubling
-            # Probe seconds after which the speed reaches the linear one.
-            capped = doubling * math.log2(fast / start)
-            p0 = self._probed
-            p1 = p0 + seconds
-            if p0 < capped:
-                until = min(p1, capped)
-                rate += (
-                    start
-                    * doubling
-                    / math.log(2)
-                    * (2 ** (until / doubling) - 2 ** (p0 / doubling))
-                )
-                p0 = until
-            rate += fast * (p1 - p0)
-            self._probed = p1
+            self._probed += seconds
+            rate = max(rate, knee * (1.0 + self._cubic * (self._probed / self._stretch) ** 3))
         self._rate = min(self._ceiling, rate)
 
     def _in_use(self, now: float) -> bool:
@@ -281,14 +370,18 @@ class AdaptiveRate:
         calls_per_second = (ok + other) / self._sending_seconds(now)
         return calls_per_second >= self._utilization * self._rate
 
-    def _sending_seconds(self, now: float) -> float:
-        """Seconds of the window ending at ``now`` during which egress was not held."""
-        span = self._window.seconds(now)
-        start = now - span
+    def _sending_seconds(self, now: float, span: float | None = None) -> float:
+        """Seconds of the ``span`` (default: the window) ending at ``now`` during which
+        egress was not held."""
+        window = self._window.seconds(now)
+        span = window if span is None else span
         held = self._held
-        while held and held[0][1] <= start:
+        while held and held[0][1] <= now - window:
             held.popleft()
-        holding = sum(min(end, now) - max(begin, start) for begin, end in held if begin < now)
+        start = now - span
+        holding = sum(
+            min(end, now) - max(begin, start) for begin, end in held if begin < now and end > start
+        )
         return max(span - holding, span / _BUCKETS)
 
     def rate(self, now: float | None = None) -> float:
@@ -298,17 +391,47 @@ class AdaptiveRate:
         """
         now = self._now(now)
         self._advance(now)
-        return self._rate
+        return self._drained(now)
+
+    def _drained(self, now: float) -> float:
+        """The rate, lowered while what an overload left downstream drains: records
+        waiting at the workers (their sojourn grew, see ``on_ok``) and records retrying a
+        429. Both compete with new records for the API's tokens, so the rate leaves the
+        API the spare capacity to take them within ``drain`` seconds; as they drain, the
+        rate comes back, without waiting for the clean feedback an increase needs."""
+        rate = self._rate
+        if (
+            now - self._last_limited > 2 * self._interval
+            or now < self._long_hold[1] + self._interval
+        ):
+            # Not rate-limited lately; or a long hold, which drains that queue by itself
+            # (the records that waited through it come back late, not behind others).
+            return rate
+        queue = self._sojourn.queue(now)
+        if queue is None:
+            return rate
+        # Each request retrying a 429 calls the API again every so often: those calls (the
+        # 429s coming in) take tokens as new records do, so the API is left room for them
+        # (a tenth of the rate at most: a few requests retrying need little to get through).
+        retries = min(self._window.recent_limited(now), _RETRY_ROOM * rate)
+        spare = queue * rate / self._drain + retries
+        return max(self._floor, rate - min(_DEEPEST_DRAIN * rate, spare))
 
     def held_for(self, now: float | None = None) -> float:
         """Seconds until egress may resume after a Retry-After; 0.0 when it may now."""
         return max(0.0, self._hold_until - self._now(now))
 
-    def on_ok(self, count: int = 1, now: float | None = None) -> None:
-        """``count`` calls went through. Caller: the feedback reader. Affects: the window."""
+    def on_ok(self, count: int = 1, now: float | None = None, sojourn: float | None = None) -> None:
+        """``count`` calls went through; ``sojourn``: seconds from the record's release to
+        its report (feedback's ``reported_at`` - ``scheduled_at``), when known.
+
+        Caller: the feedback reader. Affects: the window, the sojourns.
+        """
         now = self._now(now)
         self._advance(now)
         self._window.add(now, ok=count)
+        if sojourn is not None and math.isfinite(sojourn):
+            self._sojourn.add(now, max(0.0, sojourn))
 
     def on_other(self, count: int = 1, now: float | None = None) -> None:
         """``count`` calls that used the rate and say nothing about the API's capacity (a
@@ -329,14 +452,30 @@ class AdaptiveRate:
         self._advance(now)
         self._window.add(now, limited=1)
         self.rate_limited += 1
+        if retry_after is not None and math.isfinite(retry_after):
+            # A record released now reaches the API one path later (the egress
+            # transaction, the workers' fetch): a hold stops only what would call the API
+            # before the Retry-After has passed.
+            retry_after -= self._sojourn.path(now)
         if retry_after is not None and math.isfinite(retry_after) and retry_after > 0:
-            self._hold(now, now + min(retry_after, self._max_hold))
-        self._last_limited = now
+            until = now + min(retry_after, self._max_hold)
+            self._hold(now, until)
+            if retry_after >= _LONG_HOLD * self._interval and until > self._long_hold[1]:
+                begun = self._long_hold[0] if self._long_hold[1] >= now else now
+                self._long_hold = (begun, until)
+        previous, self._last_limited = self._last_limited, now
         measured = self._measured_knee(now)
         since = now - self._last_decrease
-        if since < self._interval:
-            # The same overload: no new cut, but a lower measurement refines the last one.
-            if measured is None or measured >= self._rate:
+        # With sojourns (``on_ok``), the queue an overload leaves downstream is drained by
+        # ``_drained``: 429s that go on after a decrease are that queue's (an overload
+        # ends with an interval free of them), and the rate only follows the measured
+        # throughput, without cutting deeper.
+        timed = self._sojourn.queue(now) is not None
+        if since < self._interval or (timed and now - previous < self._interval):
+            # The same overload: no new cut, but a lower measurement refines the last one
+            # (not while held: the workers wait out the Retry-After too, and the calls
+            # that go through then measure the hold, not the API).
+            if measured is None or measured >= self._rate or now < self._long_hold[1]:
                 return False
             self._rate = self._knee = max(self._floor, measured)
             return True
@@ -351,11 +490,17 @@ class AdaptiveRate:
             # pace: deeper cuts would only cost.
             knee = measured
             target = min(max(target, knee / 2), knee)
-        # A decrease decreases: aiming at the measurement never raises the rate.
-        target = min(target, self._rate)
-        self._rate = max(self._floor, min(self._ceiling, target))
+        # A decrease decreases: aiming at the measurement never raises the rate. And an
+        # overload's first 429 says the API refused this rate, so the knee is below it
+        # (a measurement made while the API's own burst lasted says more).
+        if self._streak == 1:
+            knee = min(knee, self._headroom * self._rate)
+        self._rate = max(self._floor, min(self._ceiling, target, self._rate))
         self._knee = max(self._rate, min(self._ceiling, knee))
         self._probed = 0.0
+        # An overload the API answered with a long Retry-After stops every call for that
+        # long (the workers wait it out too): the next probe goes slower, as much.
+        self._stretch = 1.0 + max(0.0, self._long_hold[1] - now) / self._interval
         self._last_decrease = now
         self.decreases += 1
         return True
@@ -368,10 +513,18 @@ class AdaptiveRate:
         ok, limited, _ = self._window.counts(now)
         if ok + limited < _MIN_SAMPLES:
             return None
-        # Over the whole window, holds included: while egress is held the workers go on
-        # calling the API with what they were sent before (and with retries), so the calls
-        # that went through measure the API itself, not the seconds egress was sending.
-        return self._headroom * ok / self._window.seconds(now)
+        # Not across a long hold: a long Retry-After holds the workers' retries as well
+        # as egress, so what goes through then measures the hold, not the API (the
+        # decrease is then the plain multiplicative one).
+        begun, ended = self._long_hold
+        if begun < now and ended > now - self._window.seconds(now):
+            return None
+        # Over the window's saturated part: before the API refused, the calls that went
+        # through measured the rate (and the API's burst on top), not its capacity.
+        saturated = self._window.saturated(now, 0.4 * self._interval)
+        if saturated is None:
+            return self._headroom * ok / self._window.seconds(now)
+        return self._headroom * saturated[0] / saturated[1]
 
     def _hold(self, now: float, until: float) -> None:
         if until <= self._hold_until:

@@ -62,7 +62,7 @@ RETRY_TOPIC = 30.0  # seconds between two looks for a feedback topic that is mis
 class _NoRate:
     """Stands in for the adaptive rate when there is no --rate to adapt."""
 
-    def on_ok(self) -> None:
+    def on_ok(self, sojourn: float | None = None) -> None:
         pass
 
     def on_other(self) -> None:
@@ -204,7 +204,14 @@ class FeedbackReader:
         # What is left of a Retry-After once the record reached us.
         age = max(0.0, time.time() - fb.reported_at_ms / 1000)
         if fb.outcome is Outcome.OK:
-            adaptive.on_ok()
+            # Release to report: both stamps are wall-clock times, of two hosts perhaps,
+            # but the adaptive rate only compares sojourns with each other.
+            sojourn = (
+                None
+                if fb.scheduled_at_ms is None
+                else (fb.reported_at_ms - fb.scheduled_at_ms) / 1000
+            )
+            adaptive.on_ok(sojourn=sojourn)
         elif fb.outcome is Outcome.RATE_LIMITED:
             left = None if fb.retry_after is None else max(0.0, fb.retry_after - age)
             if fb.scope is Scope.TENANT:

@@ -7,6 +7,7 @@ import heapq
 import itertools
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairstream.core import AdaptiveRate, ManualClock, TenantPauses
+from fairstream.sdk.worker.retry import backoff_delay
 
 
 def controller(clock: ManualClock, **kw: float) -> AdaptiveRate:
@@ -67,7 +69,9 @@ def test_a_rate_limited_outcome_decreases_once_per_interval() -> None:
         clock.advance(0.01)
         rate.on_ok(3)
         rate.on_rate_limited()
-    assert rate.rate() == pytest.approx(285, rel=0.02)
+    # Measured over the last buckets of the window (while the API refused, or 0.4 s):
+    # within a bucket's worth of calls.
+    assert rate.rate() == pytest.approx(285, rel=0.03)
     assert (rate.decreases, rate.rate_limited) == (2, 52)
 
 
@@ -87,7 +91,7 @@ def test_the_decrease_aims_below_the_measured_throughput() -> None:
         clock.advance(0.01)
         rate.on_ok(3)
     assert rate.on_rate_limited() is True
-    assert rate.rate() == pytest.approx(0.95 * 300, rel=0.02)  # one step, not many
+    assert rate.rate() == pytest.approx(0.95 * 300, rel=0.03)  # one step, not many
 
 
 def saturated(clock: ManualClock, rate: AdaptiveRate, seconds: int) -> list[float]:
@@ -170,10 +174,11 @@ def test_increase_waits_for_clean_feedback_then_probes_gently() -> None:
     assert rate.rate() == after_cut
     steady(clock, rate, 3.0, after_cut)
     probed = rate.rate()
-    # Above the knee (where it was cut to) the probe starts at 1/s (increase 20 / 20).
-    assert after_cut < probed < after_cut + 10
-    steady(clock, rate, 20.0, probed)
-    assert rate.rate() > probed + 100  # the probe speeds up: a higher limit is found soon
+    # Above the knee (where it was cut to) the probe is gentle: 4% in its first 3 s.
+    assert after_cut < probed < 1.05 * after_cut
+    steady(clock, rate, 5.0, probed)
+    # Then faster: 0.77x more after 8 s, a limit that went up is found within seconds.
+    assert rate.rate() > 1.7 * after_cut
 
 
 def test_climbs_back_to_the_knee_fast_after_a_deep_cut() -> None:
@@ -257,6 +262,62 @@ def test_the_increase_does_not_depend_on_how_often_the_rate_is_read(gaps: list[f
     assert a.rate() == pytest.approx(b.rate(), rel=1e-9)
 
 
+def timed(
+    clock: ManualClock, rate: AdaptiveRate, seconds: float, calls: float, sojourn: float
+) -> None:
+    """Like ``steady``, each call reported with its ``sojourn`` (release to report)."""
+    for _ in range(round(seconds * 100)):
+        clock.advance(0.01)
+        for _ in range(round(calls / 100)):
+            rate.on_ok(1, sojourn=sojourn)
+
+
+def test_a_queue_left_downstream_drains_then_the_rate_comes_back() -> None:
+    """Records that waited 0.3 s more than the path takes: the rate leaves the API the
+    capacity to drain them within ``drain``; once fresh records go straight through again,
+    it is back at once, without the clean interval an increase waits for."""
+    clock = ManualClock()
+    rate = controller(clock, window=1.0, interval=1.0)
+    timed(clock, rate, 2.0, 300, sojourn=0.1)
+    assert rate.on_rate_limited() is True
+    knee = rate.rate()
+    assert knee == pytest.approx(285, rel=0.03)
+    timed(clock, rate, 0.5, 300, sojourn=0.4)  # everything waits 0.3 s downstream
+    assert rate.rate() <= 0.6 * knee
+    timed(clock, rate, 0.5, 300, sojourn=0.1)  # drained: no more waiting, no more 429s
+    assert rate.rate() >= knee
+    assert rate.decreases == 1
+
+
+def test_a_retry_after_shorter_than_the_path_holds_nothing() -> None:
+    """A record released now reaches the API one path (0.2 s here) later: a Retry-After of
+    0.1 s is over by then, so nothing is held; of 1 s, the hold is 0.8 s."""
+    clock = ManualClock()
+    rate = controller(clock)
+    timed(clock, rate, 1.0, 100, sojourn=0.2)
+    rate.on_rate_limited(retry_after=0.1)
+    assert rate.held_for() == 0.0
+    clock.advance(2.0)
+    rate.on_rate_limited(retry_after=1.0)
+    assert rate.held_for() == pytest.approx(0.8)
+
+
+def test_no_measurement_across_a_long_hold() -> None:
+    """While a long Retry-After holds egress the workers wait it out too and the API takes
+    nothing: that says nothing of its capacity (it would say 0/s), so the cuts that follow
+    are multiplicative ones."""
+    clock = ManualClock()
+    rate = controller(clock, window=1.0, interval=1.0)
+    timed(clock, rate, 1.0, 300, sojourn=0.02)
+    rate.on_rate_limited(retry_after=1.0)
+    first = rate.rate()
+    assert first == pytest.approx(285, rel=0.03)  # measured before the hold began
+    clock.advance(1.5)  # held, then nothing went through
+    for _ in range(20):
+        rate.on_rate_limited()
+    assert rate.rate() == pytest.approx(first * 0.9**2)  # the second cut in a row, deeper
+
+
 @pytest.mark.parametrize(
     ("kw", "words"),
     [
@@ -267,7 +328,8 @@ def test_the_increase_does_not_depend_on_how_often_the_rate_is_read(gaps: list[f
         ({"decrease": 0.0}, "decrease"),
         ({"headroom": 1.5}, "headroom"),
         ({"utilization": -0.1}, "utilization"),
-        ({"probe": 2.0}, "probe"),
+        ({"cubic": 0.0}, "cubic"),
+        ({"drain": -1.0}, "drain"),
         ({"interval": 0.0}, "interval"),
     ],
 )
@@ -310,11 +372,13 @@ def test_a_tenant_pause_needs_a_usable_retry_after(retry_after: float) -> None:
 
 @dataclass
 class PaidApi:
-    """A token bucket of ``capacity`` calls/s (bursts of 0.1 s): a call without a token is
-    refused with Retry-After = the time until the next token, rounded up to ``grain``."""
+    """A token bucket of ``capacity`` calls/s holding ``burst_seconds`` of them: a call
+    without a token is refused with Retry-After = the time until the next token, rounded
+    up to ``grain``."""
 
     capacity: float
     grain: float
+    burst_seconds: float = 0.1
     tokens: float = 0.0
     at: float = 0.0
 
@@ -323,7 +387,7 @@ class PaidApi:
 
     @property
     def burst(self) -> float:
-        return max(1.0, self.capacity / 10)
+        return max(1.0, self.capacity * self.burst_seconds)
 
     def refill(self, now: float) -> None:
         self.tokens = min(self.burst, self.tokens + (now - self.at) * self.capacity)
@@ -367,15 +431,25 @@ def simulate(
     latency: float = 0.02,
     delay: float = 0.2,
     tick: float = 0.01,
+    burst_seconds: float = 0.1,
+    retry_after: bool = True,
+    sojourns: bool = True,
+    egress_delay: float = 0.0,
+    make: Callable[[ManualClock], AdaptiveRate] = lambda clock: AdaptiveRate(clock, 1000.0),
 ) -> Run:
     """The scheduler (an infinite backlog, paced at the controller's rate, held when told),
-    ``workers`` handler slots calling the API (``latency`` s per call; a refused request
-    retried by its slot after Retry-After, without the scheduler), and feedback reaching
-    the controller ``delay`` s after each call.
+    ``workers`` handler slots calling the API (``latency`` s per call that goes through;
+    a refused request is refused at once and retried by its slot without the scheduler:
+    after the Retry-After, or with ``retry_after`` False after the worker SDK's own
+    backoff, 0.1 s doubling per refusal in a row), released records reaching the workers
+    ``egress_delay`` s after their release (the egress transaction, the workers' fetch),
+    and feedback reaching the controller ``delay`` s after each call (with the record's
+    sojourn, from release to report, unless ``sojourns`` is False).
     """
     clock = ManualClock()
-    rate = AdaptiveRate(clock, 1000.0)
-    api = PaidApi(phases[0][1], grain)
+    rate = make(clock)
+    api = PaidApi(phases[0][1], grain, burst_seconds)
+    refusals: dict[float, int] = {}  # refusals in a row, by request (its release time)
     events: list[tuple[float, int, str, float]] = []
     order = itertools.count()
     queued: deque[float] = deque()  # released, waiting for a worker: when released
@@ -387,14 +461,17 @@ def simulate(
     next_tick = 0.0
 
     def call(now: float, sent: float) -> None:
-        retry_after = api.call(now)
-        done = now + latency
-        if retry_after is None:
-            heapq.heappush(events, (done, next(order), "ok", sent))
-        else:
-            heapq.heappush(events, (done, next(order), "refused", sent))
-            heapq.heappush(events, (done + delay, next(order), f"429:{retry_after}", sent))
-            heapq.heappush(events, (done + retry_after, next(order), "retry", sent))
+        wait = api.call(now)
+        if wait is None:
+            refusals.pop(sent, None)
+            heapq.heappush(events, (now + latency, next(order), "ok", sent))
+            return
+        refusals[sent] = tries = refusals.get(sent, 0) + 1
+        told = wait if retry_after else 0.0
+        retry = wait if retry_after else backoff_delay(tries, 0.1, 10.0)
+        heapq.heappush(events, (now, next(order), "refused", sent))
+        heapq.heappush(events, (now + delay, next(order), f"429:{told}", sent))
+        heapq.heappush(events, (now + retry, next(order), "retry", sent))
 
     while True:
         if events and events[0][0] < next_tick:
@@ -414,21 +491,26 @@ def simulate(
                 credit = min(credit + current * tick, max(1.0, current / 10))
                 while credit >= 1:
                     credit -= 1
-                    queued.append(now)
+                    if egress_delay:
+                        heapq.heappush(events, (now + egress_delay, next(order), "egress", now))
+                    else:
+                        queued.append(now)
             run.rates.append((now, current))
         elif kind == "ok":
             run.ok.append(now)
-            heapq.heappush(events, (now + delay, next(order), "feedback-ok", sent))
+            heapq.heappush(events, (now + delay, next(order), f"feedback-ok:{now - sent}", sent))
             free += 1
+        elif kind == "egress":
+            queued.append(sent)
         elif kind == "refused":
             run.limited.append(now)
         elif kind == "retry":
             call(now, sent)
-        elif kind == "feedback-ok":
-            rate.on_ok(1)
+        elif kind.startswith("feedback-ok"):
+            rate.on_ok(1, sojourn=float(kind.split(":")[1]) if sojourns else None)
         else:  # a 429 reaching the scheduler: the Retry-After left, and when it was sent
-            retry_after = float(kind.split(":")[1])
-            rate.on_rate_limited(retry_after=retry_after - delay)
+            told = float(kind.split(":")[1])
+            rate.on_rate_limited(retry_after=told - delay if told else None)
         while free and queued:
             free -= 1
             call(now, queued.popleft())
@@ -442,7 +524,9 @@ def test_converges_to_a_hidden_capacity_from_the_ceiling() -> None:
     assert run.limited_share() <= 0.05
     assert all(10.0 <= r <= 1000.0 for _, r in run.rates)
     late = [r for t, r in run.rates if t >= 10.0]
-    assert max(late) < 1.15 * 300  # it stays around the capacity, not the ceiling
+    # It stays around the capacity, not the ceiling: each probe goes a little above it.
+    assert max(late) < 1.3 * 300
+    assert 0.9 * 300 <= sum(late) / len(late) <= 1.1 * 300
 
 
 def test_reconverges_when_the_capacity_changes() -> None:
@@ -453,6 +537,44 @@ def test_reconverges_when_the_capacity_changes() -> None:
     assert run.goodput(50.0, 80.0) >= 0.9 * 150
     assert run.goodput(90.0, 120.0) >= 0.9 * 300
     assert run.limited_share() <= 0.05
+
+
+# The benchmark's loop (benchmarks/feedback.py): an API holding half a second of its
+# capacity as a burst, 8 handler calls at a time of 10 ms each, egress reaching the workers
+# 0.15 s after its release and feedback the scheduler 0.05 s after each call.
+LOOP = {"burst_seconds": 0.5, "workers": 8, "latency": 0.01, "delay": 0.05, "egress_delay": 0.15}
+CHANGES = [(40.0, 300.0), (40.0, 150.0), (40.0, 300.0)]
+
+
+def windows(run: Run, start: float, end: float) -> list[float]:
+    """Goodput of each 1 s window from ``start`` to ``end``, in steps of 0.5 s."""
+    return [
+        run.goodput(start + 0.5 * i, start + 0.5 * i + 1) for i in range(int(2 * (end - start)) - 1)
+    ]
+
+
+@pytest.mark.parametrize("retry_after", [True, False], ids=["retry-after", "bare-429"])
+def test_every_window_is_back_at_the_capacity_within_10_s_of_a_change(retry_after: bool) -> None:
+    """Issue 20: after each change, every 1 s window from 10 s on has goodput of 0.9x the
+    new capacity or more, and at most 5% of the calls since the change were refused (with
+    the API's Retry-After, and with bare 429s)."""
+    run = simulate(CHANGES, retry_after=retry_after, **LOOP)  # type: ignore[arg-type]
+    for change, end, capacity in ((0.0, 40.0, 300.0), (40.0, 80.0, 150.0), (80.0, 120.0, 300.0)):
+        assert min(windows(run, change + 10.0, end)) >= 0.9 * capacity, (change, capacity)
+        assert run.limited_share(change, end) <= 0.05, (change, capacity)
+    # The rise is found by probing: the first window at 0.9x comes within seconds.
+    rise = windows(run, 80.0, 90.0)
+    assert next(i for i, good in enumerate(rise) if good >= 0.9 * 300) / 2 <= 8.0
+
+
+def test_without_sojourns_the_loop_still_converges() -> None:
+    """Feedback without ``scheduled_at`` (an older worker): no sojourns, so no drain of the
+    queue an overload leaves; decreases in a row cut deeper instead."""
+    run = simulate(CHANGES, sojourns=False, **LOOP)  # type: ignore[arg-type]
+    assert run.goodput(10.0, 40.0) >= 0.9 * 300
+    assert run.goodput(50.0, 80.0) >= 0.9 * 150
+    assert run.goodput(90.0, 120.0) >= 0.9 * 300
+    assert run.limited_share() <= 0.08
 
 
 def test_whole_second_retry_after_costs_goodput_in_holds() -> None:
