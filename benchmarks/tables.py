@@ -492,10 +492,14 @@ def feedback_table(results: dict[str, Any]) -> list[str]:
         changes = fb.get(key) or {}
         if changes.get("status") == "ok":
             w, c = changes["windows"], changes["convergence_s"]
+            since = changes.get("refused_since_change", {})
+            strict = changes.get("convergence_strict_s", {})
             parts = [
                 f"{label} in [{w[k]['window_s'][0]:g}, {w[k]['window_s'][1]:g}) s: goodput "
-                f"{w[k]['goodput_ratio']:.2f}x, {w[k]['refused_share']:.1%} refused, converged "
-                f"after {_seconds(c[k])}"
+                f"{w[k]['goodput_ratio']:.2f}x, {w[k]['refused_share']:.1%} refused; every 1 s "
+                f"window >= 0.9x after {_seconds(c[k])} ("
+                + ("" if since.get(k) is None else f"{since[k]:.1%} refused since the change, ")
+                + f"every window <= 5% refused too after {_seconds(strict.get(k))})"
                 for k, label in (("300", "300/s"), ("150", "150/s"), ("300 again", "300/s again"))
             ]
             drop, rise = (step[0] for step in changes["schedule"][1:])
@@ -518,11 +522,18 @@ def feedback_table(results: dict[str, Any]) -> list[str]:
 
 
 def change_rows(changes: dict[str, Any]) -> list[str]:
-    """Per capacity of a change run: "capacity | goodput | refused | seconds to 0.9x"."""
+    """Per capacity of a change run: "capacity | goodput | refused | seconds to 0.9x |
+    refused since the change | seconds to 0.9x with every window <= 5% refused"."""
     if changes.get("status") != "ok":
-        return [f"failed | | | {str(changes.get('error'))[:80]}"] if changes else []
+        return [f"failed | | | {str(changes.get('error'))[:80]} | |"] if changes else []
     w, c = changes["windows"], changes["convergence_s"]
-    return [
-        f"{label} | {w[k]['goodput_ratio']:.2f}x | {w[k]['refused_share']:.1%} | {_seconds(c[k])}"
-        for k, label in (("300", "300/s"), ("150", "-> 150/s"), ("300 again", "-> 300/s"))
-    ]
+    since = changes.get("refused_since_change", {})
+    strict = changes.get("convergence_strict_s", {})
+    rows = []
+    for k, label in (("300", "300/s"), ("150", "-> 150/s"), ("300 again", "-> 300/s")):
+        share = "" if since.get(k) is None else f"{since[k]:.1%}"
+        rows.append(
+            f"{label} | {w[k]['goodput_ratio']:.2f}x | {w[k]['refused_share']:.1%} | "
+            f"{_seconds(c[k])} | {share} | {_seconds(strict.get(k))}"
+        )
+    return rows
