@@ -33,7 +33,7 @@ from fairstream.core import FairScheduler
 from fairstream.scheduler import holding
 from fairstream.scheduler.egress import FOOTPRINT, dead_letter, footprint
 from fairstream.scheduler.fetch import Gone
-from fairstream.scheduler.handoff import Parsed
+from fairstream.scheduler.records import Entry, Letter, Parsed, new
 from fairstream.wire.dead_letter import (
     RECORD_OVERHEAD,
     expired_detail,
@@ -43,7 +43,7 @@ from fairstream.wire.dead_letter import (
 )
 
 if TYPE_CHECKING:
-    from fairstream.scheduler.emit import Emitter, Entry, Letter
+    from fairstream.scheduler.emit import Emitter
 
 __all__ = ["Overflow", "drop", "index", "purge", "send_letters"]
 
@@ -70,8 +70,8 @@ class Overflow:
 
     def drop(self, gone: set[int]) -> None:
         """Forget the letters of the partitions in ``gone``."""
-        self.letters = deque(letter for letter in self.letters if letter[1][0] not in gone)
-        self.held = sum(_held(letter[1][4]) for letter in self.letters)
+        self.letters = deque(x for x in self.letters if x.entry.partition not in gone)
+        self.held = sum(_held(letter.entry.msg) for letter in self.letters)
 
 
 def index(em: Emitter, records: list[Parsed]) -> None:  # noqa: PLR0915 (flat hot path)
@@ -118,20 +118,22 @@ def index(em: Emitter, records: list[Parsed]) -> None:  # noqa: PLR0915 (flat ho
         if partition < 0 and tenant is not None:
             prog.own(offset, tenant)  # type: ignore[attr-defined]  # a HoldingProgress
         if invalid is not None or tenant is None:  # the ingest thread sets one of them
-            entry: Entry = (partition, offset, enqueued, None, msg, 1)
+            entry = Entry(partition, offset, enqueued, None, msg, 1)
             reason = invalid.reason if invalid else wire.INVALID_KEY
-            letters.append((None, entry, reason, invalid.detail if invalid else ""))
+            letters.append(Letter(None, entry, reason, invalid.detail if invalid else ""))
             continue
         if deadline is not None or purges:
             refused = _refused(purges, tenant, deadline, enqueued, now)
             if refused is not None:
-                entry = (partition, offset, enqueued, deadline, msg, cost)
-                letters.append((tenant, entry, *refused))
+                entry = Entry(partition, offset, enqueued, deadline, msg, cost)
+                letters.append(Letter(tenant, entry, *refused))
                 continue
         if parking:
             parked = parking.get(partition)
             if parked is not None and tenant in parked:
-                holding.park_new(em, tenant, (partition, offset, enqueued, deadline, msg, cost))
+                holding.park_new(
+                    em, tenant, Entry(partition, offset, enqueued, deadline, msg, cost)
+                )
                 continue
         left = room.get(tenant)
         if left is None:
@@ -146,18 +148,20 @@ def index(em: Emitter, records: list[Parsed]) -> None:  # noqa: PLR0915 (flat ho
             size = FOOTPRINT + len(msg) if msg.headers() is None else footprint(msg)
             if held + size <= held_budget:
                 held += size
-                overflow.append((tenant, (partition, offset, enqueued, deadline, msg, cost), *why))
+                entry = new(Entry, (partition, offset, enqueued, deadline, msg, cost))
+                overflow.append(new(Letter, (tenant, entry, *why)))
             else:  # read back when its letter is written
-                overflow.append((tenant, (partition, offset, enqueued, deadline, None, cost), *why))
+                entry = new(Entry, (partition, offset, enqueued, deadline, None, cost))
+                overflow.append(new(Letter, (tenant, entry, *why)))
             continue
         left[0] -= 1
         left[1] -= cost
         size = FOOTPRINT + len(msg) if msg.headers() is None else footprint(msg)
         if cached + size <= budget:
             cached += size
-            core.push(tenant, (partition, offset, enqueued, deadline, msg, cost), cost)
+            core.push(tenant, new(Entry, (partition, offset, enqueued, deadline, msg, cost)), cost)
         else:
-            core.push(tenant, (partition, offset, enqueued, deadline, None, cost), cost)
+            core.push(tenant, new(Entry, (partition, offset, enqueued, deadline, None, cost)), cost)
         pushed += 1
     em.cached = cached
     em.overflow.held = held
@@ -195,19 +199,19 @@ def drop(em: Emitter, gone: set[int]) -> None:
     core = em.core
     for tenant in list(core.tenants()):
         for entry in core.remove_tenant(tenant):
-            if entry[0] in gone:
-                if entry[4] is not None:
-                    em.cached -= footprint(entry[4])
+            if entry.partition in gone:
+                if entry.msg is not None:
+                    em.cached -= footprint(entry.msg)
             else:
-                core.push(tenant, entry, entry[5])
+                core.push(tenant, entry, entry.cost)
     held = em.rule.pending
-    if held is not None and held.item[0] in gone:
+    if held is not None and held.item.partition in gone:
         em.rule.cancel()
-        if held.item[4] is not None:
-            em.cached -= footprint(held.item[4])
-    em.letters = deque(letter for letter in em.letters if letter[1][0] not in gone)
+        if held.item.msg is not None:
+            em.cached -= footprint(held.item.msg)
+    em.letters = deque(x for x in em.letters if x.entry.partition not in gone)
     em.overflow.drop(gone)
-    em.unread_letters = deque(letter for letter in em.unread_letters if letter[1][0] not in gone)
+    em.unread_letters = deque(x for x in em.unread_letters if x.entry.partition not in gone)
 
 
 def purge(em: Emitter, tenant: str, before_ms: int) -> int:
@@ -216,17 +220,17 @@ def purge(em: Emitter, tenant: str, before_ms: int) -> int:
     core = em.core
     kept = 0
     held = em.rule.pending
-    if held is not None and held.tenant == tenant and held.item[2] <= before_ms:
+    if held is not None and held.tenant == tenant and held.item.enqueued <= before_ms:
         em.rule.cancel()
         core.push(tenant, held.item, held.cost)  # dead-lettered just below
     for entry in core.remove_tenant(tenant):
-        if entry[2] > before_ms:
-            core.push(tenant, entry, entry[5])
+        if entry.enqueued > before_ms:
+            core.push(tenant, entry, entry.cost)
             kept += 1
             continue
-        if entry[4] is not None:
-            em.cached -= footprint(entry[4])
-        em.letters.append((tenant, entry, wire.PURGED, purge_detail(tenant, before_ms)))
+        if entry.msg is not None:
+            em.cached -= footprint(entry.msg)
+        em.letters.append(Letter(tenant, entry, wire.PURGED, purge_detail(tenant, before_ms)))
     return kept
 
 
@@ -300,7 +304,7 @@ def _send_letter(em: Emitter, tenant: str | None, entry: Entry, reason: str, det
     if msg is None and reason != wire.LOST:
         read = em.fetcher.get(partition, offset)
         if read is None:
-            em.unread_letters.append((tenant, entry, reason, detail))
+            em.unread_letters.append(Letter(tenant, entry, reason, detail))
             return
         if isinstance(read, Gone):
             reason, detail = wire.LOST, lost_detail(partition, offset, read.log_start)

@@ -32,10 +32,10 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from operator import itemgetter
+from operator import attrgetter
 from typing import Any
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import TopicPartition
 
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic, progress_topic
@@ -63,6 +63,7 @@ from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.policies import Policies
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress, Snapshot
 from fairstream.scheduler.recent import RecentRequests
+from fairstream.scheduler.records import Entry, Letter
 from fairstream.scheduler.recovery import holding_id
 from fairstream.scheduler.transaction import Aborted, FatalError, Transaction
 
@@ -70,10 +71,6 @@ __all__ = ["Emitter", "Entry", "Letter", "Limits"]  # Limits: fairstream.schedul
 
 log = logging.getLogger("fairstream.emitter")
 
-# (partition, offset, enqueued_ms, deadline_ms, message or None (read back), cost)
-Entry = tuple[int, int, int, int | None, Message | None, int]
-# (tenant or None, entry, reason, detail): a dead letter to be
-Letter = tuple[str | None, Entry, str, str]
 
 APPLY_BATCH = 4096  # handed-over items applied between two rounds of emission
 LETTER_BATCH = 1024  # dead letters sent between two rounds of emission
@@ -128,8 +125,8 @@ class Emitter:
             rate=settings.rate,
             burst=settings.effective_burst,
             cost_rate=settings.cost_rate,
-            deadline=itemgetter(3),
-            enqueued=itemgetter(2),
+            deadline=attrgetter("deadline"),
+            enqueued=attrgetter("enqueued"),
             on_resume=_resumed,
             max_concurrency=settings.max_concurrency,
             concurrency_lease=settings.concurrency_lease,

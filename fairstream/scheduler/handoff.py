@@ -7,7 +7,7 @@ this queue, in the order it happened: records, then a revocation, then the recor
 assignment. One owner and one ordered queue mean no lock around the core and no race between
 a revocation and the records it covers.
 
-Records travel as plain tuples (``Parsed``), the cheapest thing CPython can build and
+Records travel as ``Parsed`` NamedTuples (``records``), a tuple's cost to build and
 inspect per record, in one queue per partition; everything else is a small control object
 in a queue of its own.
 """
@@ -20,14 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Message
-
-from fairstream import wire
 from fairstream.scheduler.progress import PartitionProgress
+from fairstream.scheduler.records import Parsed
 
-# (partition, offset, tenant, cost, deadline_ms, enqueued_ms, message, invalid): tenant is
-# None and invalid says why when the record breaks the ingest contract.
-Parsed = tuple[int, int, str | None, int, int | None, int, Message, wire.Invalid | None]
+__all__ = ["Assign", "Call", "Handoff", "Heard", "Parsed", "PolicyChange", "Revoke", "Stop"]
+
 
 HIGH_WATER = 20_000  # parsed records of one partition waiting before it is not read
 

@@ -60,11 +60,12 @@ from fairstream import wire
 from fairstream.scheduler.egress import footprint, message_headers
 from fairstream.scheduler.fetch import Gone
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
+from fairstream.scheduler.records import Entry, Letter
 from fairstream.scheduler.recovery import holding_id
 from fairstream.wire.dead_letter import lost_detail
 
 if TYPE_CHECKING:
-    from fairstream.scheduler.emit import Emitter, Entry
+    from fairstream.scheduler.emit import Emitter
 
 __all__ = ["park_new", "park_stranded", "parking"]
 
@@ -160,10 +161,10 @@ def _tenant_at(em: Emitter, key: int, offset: int) -> str | None:
     core = em.core
     for tenant in core.tenants():
         head = core.peek(tenant)
-        if head is not None and head[0] == key and head[1] == offset:
+        if head is not None and head.partition == key and head.offset == offset:
             return tenant
     held = em.rule.pending
-    if held is not None and held.item[0] == key and held.item[1] == offset:
+    if held is not None and held.item.partition == key and held.item.offset == offset:
         return held.tenant
     return None
 
@@ -178,27 +179,27 @@ def _park(em: Emitter, partition: int, tenant: str) -> int:
     back = holding_id(partition)
     items: list[Entry] = []
     held = rule.pending
-    if held is not None and held.tenant == tenant and held.item[0] in (partition, back):
+    if held is not None and held.tenant == tenant and held.item.partition in (partition, back):
         rule.cancel()
         items.append(held.item)  # the oldest: picked, waiting for its cost tokens
     items.extend(core.remove_tenant(tenant))
-    mine = [e for e in items if e[0] == partition or e[0] == back]
+    mine = [e for e in items if e.partition in (partition, back)]
     waiting = hold.parked.get(tenant, 0)
-    if not mine or sum(1 for e in mine if e[0] == back) != waiting:
+    if not mine or sum(1 for e in mine if e.partition == back) != waiting:
         # Some of its parked records are still to be read back: written now, these would
         # overtake them. Put everything back, in order, and try at a later commit.
         for entry in items:
-            core.push(tenant, entry, entry[5])
+            core.push(tenant, entry, entry.cost)
         return 0
     for entry in items:
-        if entry[0] != partition and entry[0] != back:
-            core.push(tenant, entry, entry[5])  # another partition's: stays
+        if entry.partition not in (partition, back):
+            core.push(tenant, entry, entry.cost)  # another partition's: stays
     for i, entry in enumerate(mine):
         if not _write(em, partition, hold, tenant, entry):
             # Its payload cannot be read back now (``fetch``): it and the rest stay in the
             # backlog, in order, ahead of what came back to the core above.
             for rest in reversed(mine[i:]):
-                core.push_front(tenant, rest, rest[5])
+                core.push_front(tenant, rest, rest.cost)
             return i
     return len(mine)
 
@@ -206,9 +207,9 @@ def _park(em: Emitter, partition: int, tenant: str) -> int:
 def park_new(em: Emitter, tenant: str, entry: Entry) -> None:
     """Park a record of a parked tenant (of an ingest partition) as it is indexed.
     Caller: ``backlog.index``."""
-    hold = em.progress[holding_id(entry[0])]
+    hold = em.progress[holding_id(entry.partition)]
     assert isinstance(hold, HoldingProgress)
-    _write(em, entry[0], hold, tenant, entry)
+    _write(em, entry.partition, hold, tenant, entry)
     em.metrics.parked.inc()
 
 
@@ -225,7 +226,7 @@ def _write(em: Emitter, partition: int, hold: HoldingProgress, tenant: str, entr
             return False
         if isinstance(read, Gone):
             detail = lost_detail(source, offset, read.log_start)
-            em.letters.append((tenant, entry, wire.LOST, detail))
+            em.letters.append(Letter(tenant, entry, wire.LOST, detail))
             return True
         msg = read
     else:

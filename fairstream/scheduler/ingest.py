@@ -48,6 +48,7 @@ from fairstream.scheduler.handoff import (
     Stop,
 )
 from fairstream.scheduler.readers import Readers, reader_config
+from fairstream.scheduler.records import new
 from fairstream.scheduler.recovery import Recovery, holding_id
 
 log = logging.getLogger("fairstream.ingest")
@@ -207,26 +208,18 @@ class Ingest:
             enqueued = timestamp if kind != 0 and timestamp > 0 else now_ms
             if tenant is not None and headers is None and msg.value() is not None:
                 # The common case: a known tenant, no headers, a payload.
-                append((partition, msg.offset(), tenant, 1, None, enqueued, msg, None))
+                append(new(Parsed, (partition, msg.offset(), tenant, 1, None, enqueued, msg, None)))
                 continue
             verdict = wire.validate_ingest(key, msg.value(), cast(wire.Headers, headers or []))
             if isinstance(verdict, wire.Invalid):
-                append((partition, msg.offset(), None, 1, None, enqueued, msg, verdict))
+                append(
+                    new(Parsed, (partition, msg.offset(), None, 1, None, enqueued, msg, verdict))
+                )
                 continue
             if key is not None and len(tenants) < TENANT_CACHE:
                 tenants[key] = verdict.tenant
-            append(
-                (
-                    partition,
-                    msg.offset(),
-                    verdict.tenant,
-                    verdict.cost,
-                    verdict.deadline_ms,
-                    enqueued,
-                    msg,
-                    None,
-                )
-            )
+            tenant, cost, until = verdict.tenant, verdict.cost, verdict.deadline_ms
+            append(new(Parsed, (partition, msg.offset(), tenant, cost, until, enqueued, msg, None)))
 
     def _consumer_error(self, err: KafkaError) -> None:
         if err.fatal():

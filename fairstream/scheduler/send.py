@@ -35,10 +35,11 @@ from fairstream.core import Pick
 from fairstream.core.emission import Expire, Wait
 from fairstream.scheduler.egress import FOOTPRINT, footprint
 from fairstream.scheduler.fetch import Gone
+from fairstream.scheduler.records import Entry, Letter, Prepared, new
 from fairstream.wire.dead_letter import HeaderList, expired_detail, lost_detail
 
 if TYPE_CHECKING:
-    from fairstream.scheduler.emit import Emitter, Entry
+    from fairstream.scheduler.emit import Emitter
 
 __all__ = ["EMIT_BATCH", "Prepared", "emit_batch", "emit_one", "expire", "prepare", "unread"]
 
@@ -47,10 +48,6 @@ PREPARE_CHUNK = 64  # picks prepared between two looks at the commit in flight
 PREPARE_MAX = 8192  # records prepared during one commit at most (and --max-in-flight)
 _REQUEST_ID = wire.REQUEST_ID
 STALE_MS = 1000  # a prepared record older than this (a commit retried) is stamped again
-
-# (pick, stamp, key, value, egress headers): headers None when ``emit_one`` must decide
-# (a payload to read back, a record too large).
-Prepared = tuple[Pick["Entry"], int, bytes | None, bytes | None, HeaderList | None]
 
 
 def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
@@ -77,7 +74,7 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
         if prepared:
             step, stamp, key, value, headers = prepared.popleft()
             now_ms = time.time_ns() // 1_000_000
-            deadline = step[1][3]
+            deadline = step.item.deadline
             if deadline is not None and now_ms > deadline:
                 picked += 1
                 expire(em, Expire(*step), now_ms)  # the commit took longer than it had left
@@ -92,7 +89,7 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
             stamp = time.time_ns() // 1_000_000  # for the deadline, and the scheduled-ms header
             step = pick_next() if direct else None
             if step is not None:
-                deadline = step[1][3]
+                deadline = step.item.deadline
                 if deadline is not None and stamp > deadline:
                     step = Expire(*step)
             else:
@@ -107,12 +104,14 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
                 picked += 1
                 expire(em, step, stamp)
                 continue
-            msg = step[1][4]
-            entry = step[1]
+            entry = step.item
+            msg = entry.msg
             headers = None
             if msg is not None and txn.open:
                 key, value = msg.key(), msg.value()
-                headers = stamp_headers(msg, key, value, entry[0], entry[1], entry[2], stamp)
+                headers = stamp_headers(
+                    msg, key, value, entry.partition, entry.offset, entry.enqueued, stamp
+                )
             if headers is None:
                 picked += 1
                 emit_one(em, step, stamp)  # read back, a transaction to begin, or too large
@@ -162,18 +161,20 @@ def prepare(em: Emitter) -> bool:
         step = pick_next()
         if step is None:
             return False
-        entry = step[1]
-        deadline = entry[3]
+        entry = step.item
+        deadline = entry.deadline
         if deadline is not None and stamp > deadline:
             expire(em, Expire(*step), stamp)
             continue
-        msg = entry[4]
+        msg = entry.msg
         if msg is None:
-            prepared.append((step, stamp, None, None, None))  # read back after the commit
+            prepared.append(Prepared(step, stamp, None, None, None))  # read back after the commit
             return False
         key, value = msg.key(), msg.value()
-        headers = stamp_headers(msg, key, value, entry[0], entry[1], entry[2], stamp)
-        prepared.append((step, stamp, key, value, headers))
+        headers = stamp_headers(
+            msg, key, value, entry.partition, entry.offset, entry.enqueued, stamp
+        )
+        prepared.append(new(Prepared, (step, stamp, key, value, headers)))
     return True
 
 
@@ -194,16 +195,16 @@ def unread(em: Emitter, pick: Pick[Entry]) -> None:
     Never a ``lost`` dead letter: that needs the log start past the record (``fetch``)."""
     tenant, entry, cost = pick
     em.core.push_front(tenant, entry, cost)
-    em.rule.pause(tenant, max(0.01, em.fetcher.retry_in(entry[0])))
+    em.rule.pause(tenant, max(0.01, em.fetcher.retry_in(entry.partition)))
 
 
 def expire(em: Emitter, step: Expire[Entry], stamp: int) -> None:
     """A pick past its deadline becomes a dead letter (``expired``)."""
     tenant, entry, _ = step
-    if entry[4] is not None:
-        em.cached -= footprint(entry[4])
-    detail = expired_detail(tenant, entry[3] or 0, stamp, buffered=True)
-    em.letters.append((tenant, entry, wire.EXPIRED, detail))
+    if entry.msg is not None:
+        em.cached -= footprint(entry.msg)
+    detail = expired_detail(tenant, entry.deadline or 0, stamp, buffered=True)
+    em.letters.append(Letter(tenant, entry, wire.EXPIRED, detail))
 
 
 def emit_one(em: Emitter, pick: Pick[Entry], stamp: int) -> None:
@@ -221,15 +222,15 @@ def emit_one(em: Emitter, pick: Pick[Entry], stamp: int) -> None:
         em.metrics.refetches.inc()
         if isinstance(read, Gone):
             detail = lost_detail(partition, offset, read.log_start)
-            em.letters.append((tenant, entry, wire.LOST, detail))
+            em.letters.append(Letter(tenant, entry, wire.LOST, detail))
             return
         msg = read
     key, value = msg.key(), msg.value()
     headers = em.stamper.headers(msg, key, value, partition, offset, enqueued, stamp)
     if headers is None:
         detail = em.stamper.too_large(em.egress_topic)
-        held = (entry[0], entry[1], entry[2], entry[3], msg, entry[5])  # with its payload
-        em.letters.append((tenant, held, wire.TOO_LARGE, detail))
+        held = entry._replace(msg=msg)  # with its payload
+        em.letters.append(Letter(tenant, held, wire.TOO_LARGE, detail))
         return
     em.txn.produce(em.egress_topic, value, key, headers)
     em.progress[partition].settle(offset)

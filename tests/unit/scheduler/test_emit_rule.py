@@ -18,6 +18,7 @@ from fairstream.scheduler.emit import Emitter
 from fairstream.scheduler.handoff import Assign, Handoff, Revoke
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import PartitionProgress
+from fairstream.scheduler.records import Entry, Letter, Prepared
 
 
 class Producer:
@@ -124,7 +125,7 @@ def push(emitter: Emitter, tenant: str, offset: int, *, partition: int = 0, cost
          deadline: int | None = None) -> None:  # fmt: skip
     msg = message(offset, tenant)
     emitter.cached += footprint(msg)
-    emitter.core.push(tenant, (partition, offset, 1, deadline, msg, cost), cost)
+    emitter.core.push(tenant, Entry(partition, offset, 1, deadline, msg, cost), cost)
 
 
 def sent(emitter: Emitter) -> list[tuple[bytes | None, bytes | None]]:
@@ -154,7 +155,7 @@ def test_expired_at_emit_time_is_dead_lettered(make):
     assert emitter._emit_some() == 2
     assert [key for key, _ in sent(emitter)] == [b"A"]
     [(tenant, entry, reason, _)] = emitter.letters
-    assert (tenant, entry[1], reason) == ("A", 0, wire.EXPIRED)
+    assert (tenant, entry.offset, reason) == ("A", 0, wire.EXPIRED)
 
 
 def test_the_rule_paces_and_says_how_long_to_wait(make):
@@ -188,7 +189,7 @@ def test_a_pick_held_for_cost_tokens_is_purged(make):
     assert emitter.rule.pending is not None
     emitter.purge("A", before_ms=10)
     assert emitter.rule.pending is None
-    assert [(t, e[1], r) for t, e, r, _ in emitter.letters] == [("A", 1, wire.PURGED)]
+    assert [(t, e.offset, r) for t, e, r, _ in emitter.letters] == [("A", 1, wire.PURGED)]
     assert emitter.cached == 0
 
 
@@ -277,7 +278,7 @@ def test_a_prepared_record_past_its_deadline_is_dead_lettered(make):
     time.sleep(0.06)  # the commit took longer than the record had left
     assert emitter._emit_some() == 1
     assert sent(emitter) == []
-    assert [(t, e[1], r) for t, e, r, _ in emitter.letters] == [("A", 0, wire.EXPIRED)]
+    assert [(t, e.offset, r) for t, e, r, _ in emitter.letters] == [("A", 0, wire.EXPIRED)]
     assert emitter.cached == 0
 
 
@@ -301,7 +302,7 @@ def test_max_in_flight_bounds_what_is_prepared_and_what_is_read_back(make):
     # Payloads beyond --buffer-memory are read back one by one (emit_one): still 5 at most.
     emitter = make(max_in_flight=3)
     for offset in range(10):
-        emitter.core.push("A", (0, offset, 1, None, None, 1), 1)
+        emitter.core.push("A", Entry(0, offset, 1, None, None, 1), 1)
     emitter.fetcher.get = lambda partition, offset: message(offset)  # type: ignore[method-assign]
     assert emitter._emit_some() == 3
     assert emitter.txn.records == 3
@@ -321,7 +322,9 @@ def test_a_record_prepared_long_ago_is_stamped_again(make):
     push(emitter, "A", 0)
     send.prepare(emitter)
     step, stamp, key, value, headers = emitter.prepared[0]
-    emitter.prepared[0] = (step, stamp - send.STALE_MS - 1, key, value, headers)  # a long commit
+    emitter.prepared[0] = Prepared(
+        step, stamp - send.STALE_MS - 1, key, value, headers
+    )  # a long commit
     assert emitter._emit_some() == 1
     [(_, _, _, sent_headers)] = emitter.txn.producer.sent
     scheduled = int(dict(sent_headers)[wire.SCHEDULED_MS])
@@ -354,7 +357,7 @@ def test_a_producers_request_id_keys_the_slot(make):
     emitter = make(max_concurrency=2)  # 1 slot here
     msg = message(0, "A", headers=[(wire.REQUEST_ID, b"order-7"), ("trace", b"t")])
     emitter.cached += footprint(msg)
-    emitter.core.push("A", (0, 0, 1, None, msg, 1), 1)
+    emitter.core.push("A", Entry(0, 0, 1, None, msg, 1), 1)
     push(emitter, "A", 1)
     emitter._emit_some()
     assert len(sent(emitter)) == 1
@@ -415,7 +418,7 @@ def test_a_payload_not_readable_now_waits_in_order_and_is_never_lost(make):
     emitter = make()
     fetcher = emitter.fetcher = Readback()
     for offset in range(3):  # A's records, none held: read back when they go
-        emitter.core.push("A", (0, offset, 1, None, None, 1), 1)
+        emitter.core.push("A", Entry(0, offset, 1, None, None, 1), 1)
     push(emitter, "B", 10)
     emitter._emit_some()
     # A's first read fails for now: A waits (paused), B goes, nothing is dead-lettered.
@@ -434,18 +437,18 @@ def test_a_payload_not_readable_now_waits_in_order_and_is_never_lost(make):
         b"fairstream.ingest-0-2",
     ]
     # Gone for real (the log start passed it): a lost dead letter saying the log start.
-    emitter.core.push("A", (0, 3, 1, None, None, 1), 1)
+    emitter.core.push("A", Entry(0, 3, 1, None, None, 1), 1)
     fetcher.answers[3] = Gone(7)
     emitter._emit_some()
     [(tenant, entry, reason, detail)] = emitter.letters
-    assert (tenant, entry[1], reason) == ("A", 3, wire.LOST)
+    assert (tenant, entry.offset, reason) == ("A", 3, wire.LOST)
     assert "log starts at 7" in detail
 
 
 def test_a_dead_letter_whose_payload_is_not_readable_now_waits(make):
     emitter = make()
     fetcher = emitter.fetcher = Readback()
-    emitter.letters.append(("A", (0, 4, 1, None, None, 1), wire.EXPIRED, "late"))
+    emitter.letters.append(Letter("A", Entry(0, 4, 1, None, None, 1), wire.EXPIRED, "late"))
     emitter._send_letters(10)
     assert not emitter.letters
     assert len(emitter.unread_letters) == 1

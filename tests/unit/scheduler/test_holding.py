@@ -72,7 +72,7 @@ def parsed(partition: int, offset: int, tenant: str, value: bytes, headers: Any 
         topic="t", partition=max(partition, 0), offset=offset, key=tenant.encode(),
         value=value, headers=headers,
     )  # fmt: skip
-    return (partition, offset, tenant, 1, None, 1000 + offset, msg, None)
+    return Parsed(partition, offset, tenant, 1, None, 1000 + offset, msg, None)
 
 
 def emit_all(em: Emitter) -> None:

@@ -59,8 +59,8 @@ def test_a_slice_goes_to_its_partitions_queue_in_order() -> None:
             (3, 2, "acme", 3, 9000, 1002),
             (3, 3, "acme", 1, None, 1003),
         ]
-        assert parsed[1][7] is not None
-        assert parsed[1][7].reason == wire.INVALID_KEY
+        assert parsed[1].invalid is not None
+        assert parsed[1].invalid.reason == wire.INVALID_KEY
         assert all(p[7] is None for p in parsed[::2])
         [control] = ing.handoff.controls
         assert control == Heard(3)
