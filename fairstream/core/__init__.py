@@ -17,7 +17,7 @@ from fairstream.core.admission import (
     Decision,
     admit,
 )
-from fairstream.core.clock import Clock, ManualClock, MonotonicClock
+from fairstream.core.clock import Clock, ManualClock, MonotonicClock, RecordClock
 from fairstream.core.deficit import FairScheduler, Pick
 from fairstream.core.emission import EmissionRule, Expire, Wait
 from fairstream.core.ratelimit import EgressLimiter, TokenBucket
@@ -48,6 +48,7 @@ __all__ = [
     "ManualClock",
     "MonotonicClock",
     "Pick",
+    "RecordClock",
     "TenantPauses",
     "TenantPolicy",
     "TokenBucket",

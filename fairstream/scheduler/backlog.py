@@ -85,7 +85,7 @@ def index(em: Emitter, records: list[Parsed]) -> None:  # noqa: PLR0915 (flat ho
     budget = em.budget
     warming = em.warming
     pushed = 0
-    now = wire.now_ms()
+    now = em.clock.epoch_ms()
     purges = em.policies.purges
     if em.rewinding:
         return

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections import deque
 from collections.abc import Callable
 from operator import attrgetter
@@ -39,7 +38,7 @@ from confluent_kafka import TopicPartition
 
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic, progress_topic
-from fairstream.core import FairScheduler, MonotonicClock, TenantPolicy
+from fairstream.core import FairScheduler, RecordClock, TenantPolicy
 from fairstream.core.emission import EmissionRule
 from fairstream.core.shares import ClassDemand, backlogged_demand
 from fairstream.scheduler import backlog, faults, holding, send
@@ -92,6 +91,7 @@ class Emitter:
         handoff: Handoff,
         metrics: Metrics,
         *,
+        clock: RecordClock,
         transactional_id: str,
         limits: Limits,
         request_rewind: Callable[[], None],
@@ -115,7 +115,7 @@ class Emitter:
             progress_topic(settings.app_id),
             holding_topic(settings.app_id),
         )
-        self.clock = MonotonicClock()
+        self.clock = clock  # the one clock: the rule's, the core's, the sender's
         self.policies = Policies(settings, metrics)
         self.core: FairScheduler[Entry] = self.policies.new_core(self.clock)
         # Pacing, cost tokens, expiry, the hold, tenant pauses and the rate share.
@@ -230,7 +230,7 @@ class Emitter:
             self.fetcher.close()
 
     def _run(self) -> None:
-        handoff = self.handoff
+        handoff, clock = self.handoff, self.clock
         interval = self.settings.commit_interval
         # While emission is paced (it waits on the rate, a cap or a hold), the emitter has
         # time to spare: a transaction holding records commits after a fifth of the
@@ -246,7 +246,7 @@ class Emitter:
             records = handoff.take_records(self._taken(), APPLY_BATCH)
             if records:
                 self._apply(records)
-            now = time.monotonic()
+            now = clock.now()
             txn_records = self.txn.records
             if (
                 now >= self._next_commit
@@ -255,7 +255,7 @@ class Emitter:
             ):
                 # Unpaced, the next records are picked while the broker commits.
                 self._commit(prepare=not self._paced and self._may_emit(now))
-                done = time.monotonic()
+                done = clock.now()
                 self._next_commit = done + interval
                 self._soonest_commit = done + soonest
                 continue  # what arrived during the commit applies first
@@ -363,7 +363,7 @@ class Emitter:
             self._committed_seqs[partition] = 0  # read back from what is committed
         if assign.progress:
             self.warming.update(assign.progress)
-            self._warm_until = time.monotonic() + WARM_UP
+            self._warm_until = self.clock.now() + WARM_UP
             # The recovered marks are the group's committed offsets: the trimmer may trim to
             # them now, not only after this instance's first commit (an instance with
             # nothing to emit, all its records settled or parked, would never commit).
@@ -452,7 +452,7 @@ class Emitter:
             self.observed.cost(tenant, declared, cost)
             if cost != declared:
                 core.charge(tenant, cost - declared)
-        now = time.monotonic()
+        now = self.clock.now()
         for tenant, seconds in batch.pauses:
             if self.rule.pause(tenant, seconds, now):
                 log.info("tenant %r paused for %.1f s (its upstream quota)", tenant, seconds)
@@ -532,7 +532,7 @@ class Emitter:
         self._seq += 1
         token = f"{self._token_prefix}:{self._seq}"
         offsets = self._progress_records(token, changed)
-        started = time.monotonic()
+        started = self.clock.now()
         meanwhile = (lambda: send.prepare(self)) if prepare else None
         try:
             self.txn.commit(offsets, self._metadata, meanwhile)
@@ -543,7 +543,7 @@ class Emitter:
             self._renew_transaction(exc)
             self._rewind()
             return
-        took = time.monotonic() - started
+        took = self.clock.now() - started
         self.metrics.commit_seconds.observe(took)
         self.rule.excuse(took)  # a backlog's slots during the commit are owed, not lost
         self.metrics.transactions.labels("committed").inc()
@@ -610,12 +610,12 @@ class Emitter:
         """A producer that cannot go on (say, after a broker restart its abort is refused):
         a new one with the same transactional id takes over, fencing the old one, and what
         was open is read again. Fenced by another process with our id: that is fatal."""
-        now = time.monotonic()
+        now = self.clock.now()
         # Fenced while the transaction had outlived --transaction-timeout: the broker
         # aborted it and bumped the epoch itself (a broker that hung, a stalled emitter),
         # which librdkafka reports as a fence. This instance's data directory is locked, so
         # no other process on this host has the id: a new producer takes over.
-        expired = exc.fenced and self.txn.outlived_timeout(now)
+        expired = exc.fenced and self.txn.outlived_timeout()  # by the producer's own clock
         if (exc.fenced and not expired) or now - self._renewed_at < RENEW_EVERY:
             # Another process has our id (it would be fenced back in turn), or producers
             # keep breaking: exit, and let the orchestrator (or the operator) sort it out.

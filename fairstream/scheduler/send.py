@@ -25,7 +25,6 @@ Caller: the emitter thread (``Emitter``), the only owner of the core and the pro
 from __future__ import annotations
 
 import math
-import time
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException
@@ -62,6 +61,7 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
     started = rule.started if rule.tracking else None  # concurrency slots, by request id
     decide, pick_next = rule.next, core.pick
     stamp_headers = em.stamper.headers
+    epoch_ms = em.clock.epoch_ms  # the wall clock, for deadlines and stamps
     produce = txn.producer.produce
     topic = em.egress_topic
     progress = em.progress
@@ -73,7 +73,7 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
         step: Any
         if prepared:
             step, stamp, key, value, headers = prepared.popleft()
-            now_ms = time.time_ns() // 1_000_000
+            now_ms = epoch_ms()
             deadline = step.item.deadline
             if deadline is not None and now_ms > deadline:
                 picked += 1
@@ -86,7 +86,7 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
                     break
                 continue
         else:
-            stamp = time.time_ns() // 1_000_000  # for the deadline, and the scheduled-ms header
+            stamp = epoch_ms()  # for the deadline, and the scheduled-ms header
             step = pick_next() if direct else None
             if step is not None:
                 deadline = step.item.deadline
@@ -156,8 +156,9 @@ def prepare(em: Emitter) -> bool:
     if room <= 0 or em.letters or not em.rule.direct():
         return False
     pick_next, stamp_headers = em.core.pick, em.stamper.headers
+    epoch_ms = em.clock.epoch_ms
     for _ in range(min(PREPARE_CHUNK, room)):
-        stamp = time.time_ns() // 1_000_000
+        stamp = epoch_ms()
         step = pick_next()
         if step is None:
             return False

@@ -53,6 +53,7 @@ from typing import Any
 
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic
+from fairstream.core import MonotonicClock, RecordClock
 from fairstream.scheduler.audit import CHART_TENANTS, Auditor
 from fairstream.scheduler.emit import Emitter, Limits
 from fairstream.scheduler.feedback import FeedbackReader
@@ -104,10 +105,14 @@ class SchedulerService:
         *,
         limits: Limits,
         retention_ms: int | None,
+        clock: RecordClock | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = Metrics()
         self.handoff = Handoff()
+        # The one clock of the emitter and its parts (the rule, the core, the sender, the
+        # backlog): tests drive a ManualClock instead.
+        self.clock = clock or MonotonicClock()
         self.fatal: str | None = None
         self.done = threading.Event()
         # Readiness reasons any thread may raise (``/readyz``, ``fairstream_condition``).
@@ -147,6 +152,7 @@ class SchedulerService:
             partitions,
             self.handoff,
             self.metrics,
+            clock=self.clock,
             transactional_id=txn_id,
             limits=limits,
             request_rewind=self.ingest.request_rewind,

@@ -3,7 +3,6 @@ with a no-op producer and no broker; and the egress records it builds (``egress`
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ from confluent_kafka import Message
 import fairstream.scheduler.emit as emit_module
 from fairstream import wire
 from fairstream.config import Settings
+from fairstream.core import ManualClock
 from fairstream.scheduler import send, transaction
 from fairstream.scheduler.egress import Limits, Stamper, dead_letter, footprint
 from fairstream.scheduler.emit import Emitter
@@ -96,6 +96,7 @@ def make(monkeypatch: pytest.MonkeyPatch):
             4,  # partitions; two of them owned: half the group's rate
             Handoff(),
             Metrics(),
+            clock=ManualClock(),
             transactional_id="test",
             limits=Limits(),
             request_rewind=lambda: None,
@@ -151,7 +152,7 @@ def test_emits_in_fair_order_and_settles(make):
 def test_expired_at_emit_time_is_dead_lettered(make):
     emitter = make()
     push(emitter, "A", 0, deadline=1)
-    push(emitter, "A", 1, deadline=time.time_ns() // 1_000_000 + 3_600_000)
+    push(emitter, "A", 1, deadline=emitter.clock.epoch_ms() + 3_600_000)
     assert emitter._emit_some() == 2
     assert [key for key, _ in sent(emitter)] == [b"A"]
     [(tenant, entry, reason, _)] = emitter.letters
@@ -272,10 +273,10 @@ def test_nothing_is_prepared_under_a_rate_limit_or_without_prepare(make):
 
 def test_a_prepared_record_past_its_deadline_is_dead_lettered(make):
     emitter = make()
-    push(emitter, "A", 0, deadline=time.time_ns() // 1_000_000 + 50)
+    push(emitter, "A", 0, deadline=emitter.clock.epoch_ms() + 50)
     assert send.prepare(emitter) is False  # one record: prepared, nothing more to pick
     assert len(emitter.prepared) == 1
-    time.sleep(0.06)  # the commit took longer than the record had left
+    emitter.clock.advance(0.06)  # the commit took longer than the record had left
     assert emitter._emit_some() == 1
     assert sent(emitter) == []
     assert [(t, e.offset, r) for t, e, r, _ in emitter.letters] == [("A", 0, wire.EXPIRED)]
@@ -429,7 +430,7 @@ def test_a_payload_not_readable_now_waits_in_order_and_is_never_lost(make):
     assert emitter.progress[0].lwm == 0
     # Readable again once the pause ends: A's records go in their order.
     fetcher.answers = {offset: message(offset) for offset in range(3)}
-    emitter.rule._resume(time.monotonic() + 1)
+    emitter.rule._resume(emitter.clock.now() + 1)
     emitter._emit_some()
     assert [rid for key, rid in sent(emitter) if key == b"A"] == [
         b"fairstream.ingest-0-0",

@@ -12,7 +12,7 @@ from confluent_kafka import Message
 import fairstream.scheduler.emit as emit_module
 from fairstream import wire
 from fairstream.config import Settings
-from fairstream.core import TenantPolicy
+from fairstream.core import ManualClock, TenantPolicy
 from fairstream.scheduler import backlog, progress, send
 from fairstream.scheduler.egress import Limits
 from fairstream.scheduler.emit import Emitter
@@ -54,6 +54,7 @@ def emitter(monkeypatch: pytest.MonkeyPatch) -> Emitter:
         1,
         Handoff(),
         Metrics(),
+        clock=ManualClock(),
         transactional_id="test",
         limits=Limits(),
         request_rewind=lambda: None,
