@@ -257,7 +257,7 @@ def send_letters(em: Emitter, limit: int) -> int:
     produce = em.txn.produce
     progress = em.progress
     topic, ingest_topic, limit_bytes = em.dlq_topic, em.ingest_topic, em.limits.dlq
-    counts = em._txn_letters
+    counts: dict[str, int] = {}  # per reason, handed to the checkpoint
     run: tuple[str, str] | None = None
     fixed: list[tuple[str, bytes | None]] = []
     room = 0
@@ -293,6 +293,8 @@ def send_letters(em: Emitter, limit: int) -> int:
             prog.settle(offset)
         counts[reason] = counts.get(reason, 0) + 1
     em.overflow.held = max(0, held)
+    for reason, count in counts.items():
+        em.checkpoint.lettered(reason, count)
     return sent
 
 
@@ -320,7 +322,7 @@ def _send_letter(em: Emitter, tenant: str | None, entry: Entry, reason: str, det
     prog = em.progress.get(partition)
     if prog is not None:
         prog.settle(offset)
-    em._txn_letters[reason] = em._txn_letters.get(reason, 0) + 1
+    em.checkpoint.lettered(reason)
     log.debug("dead letter %d@%d: %s: %s", partition, offset, reason, detail)
 
 

@@ -34,15 +34,13 @@ from collections.abc import Callable
 from operator import attrgetter
 from typing import Any
 
-from confluent_kafka import TopicPartition
-
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic, progress_topic
 from fairstream.core import FairScheduler, RecordClock, TenantPolicy
 from fairstream.core.emission import EmissionRule
 from fairstream.core.shares import ClassDemand, backlogged_demand
 from fairstream.scheduler import backlog, faults, holding, send
-from fairstream.scheduler import progress as progress_codec
+from fairstream.scheduler.checkpoint import Checkpoint
 from fairstream.scheduler.egress import Limits, Stamper
 from fairstream.scheduler.feedback import AdaptiveChange, FeedbackBatch
 from fairstream.scheduler.fetch import PayloadFetcher
@@ -60,7 +58,7 @@ from fairstream.scheduler.handoff import (
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.policies import Policies
-from fairstream.scheduler.progress import HoldingProgress, PartitionProgress, Snapshot
+from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.records import Entry, Letter
 from fairstream.scheduler.recovery import holding_id
@@ -84,7 +82,7 @@ class Emitter:
     letters: deque[Letter]
     unread_letters: deque[Letter]
 
-    def __init__(  # noqa: PLR0915 (one statement per piece of state it owns)
+    def __init__(
         self,
         settings: Settings,
         partitions: int,
@@ -175,21 +173,14 @@ class Emitter:
         # Feedback from the paid API (``feedback``): the adapted rate as a fraction of
         # --rate, applied here when the group does not share by demand.
         self._adaptive = 1.0
-        # Per tenant, the dwell (seconds) of each record of the open transaction.
-        self._txn_dwell: dict[str, list[float]] = {}
-        self._txn_cost = 0
-        self._txn_letters: dict[str, int] = {}
-        self._committed_changes: dict[int, int] = {}
-        self._committed_marks: dict[int, int] = {}
-        # Per key of ``_committed_marks``, the sequence of the commit that made its mark (0:
-        # recovered). The trimmer trims to a mark only once the group's offsets confirm it.
-        self._committed_seqs: dict[int, int] = {}
-        self._chunks: dict[int, int] = {}  # partition -> progress chunks its last record had
-        self._seq = self._largest_progress = 0
-        # A commit token names this process too (the transactional id outlives a restart,
-        # the sequence does not): the trimmer compares the sequence in the group's offset
-        # metadata with the one that made a mark, never a previous run's.
-        self._token_prefix = token_prefix or f"{transactional_id}:{os.urandom(4).hex()}"
+        # The open transaction's tallies and each partition's committed progress.
+        self.checkpoint = Checkpoint(
+            metrics,
+            self.observed,
+            ingest_topic=self.ingest_topic,
+            progress_topic=self.progress_topic,
+            token_prefix=token_prefix or f"{transactional_id}:{os.urandom(4).hex()}",
+        )
         self._next_commit = 0.0
         self._soonest_commit = 0.0  # when a waiting emitter may commit (see _run)
         self._paced = False  # the last round of emission ended waiting (on the rule)
@@ -358,16 +349,14 @@ class Emitter:
         self.queues.update(assign.queues)
         for partition, prog in assign.progress.items():
             self.progress[partition] = prog
-            self._committed_changes[partition] = prog.changes
-            self._committed_marks[partition] = prog.lwm
-            self._committed_seqs[partition] = 0  # read back from what is committed
+            self.checkpoint.recovered(partition, prog)
         if assign.progress:
             self.warming.update(assign.progress)
             self._warm_until = self.clock.now() + WARM_UP
             # The recovered marks are the group's committed offsets: the trimmer may trim to
             # them now, not only after this instance's first commit (an instance with
             # nothing to emit, all its records settled or parked, would never commit).
-            self._on_committed(dict(self._committed_marks), dict(self._committed_seqs))
+            self._on_committed(*self.checkpoint.handed())
         self._apply_rate_share()
         self.metrics.assigned.set(len(self.owned))
 
@@ -415,12 +404,9 @@ class Emitter:
         for partition in gone:
             self.progress.pop(partition, None)
             self.queues.pop(partition, None)
-            self._committed_changes.pop(partition, None)
-            self._committed_marks.pop(partition, None)
-            self._committed_seqs.pop(partition, None)
-            self._chunks.pop(partition, None)
             self.warming.discard(partition)
             self.fetcher.forget(partition)
+        self.checkpoint.forget(gone)
         backlog.drop(self, gone)
         self._apply_rate_share()
         self.metrics.assigned.set(len(self.owned))
@@ -516,22 +502,12 @@ class Emitter:
         if self.rewinding:
             return
         holding.park_stranded(self)  # tenants pinning a mark move out of the way first
-        changed = [
-            (p, prog, self.progress.get(holding_id(p)))
-            for p, prog in self.progress.items()
-            if p >= 0
-            and (
-                prog.changes != self._committed_changes.get(p)
-                or _changes(self.progress.get(holding_id(p)))
-                != self._committed_changes.get(holding_id(p))
-            )
-        ]
+        checkpoint = self.checkpoint
+        changed = checkpoint.changed(self.progress)
         if not self.txn.open and not changed:
             return
         faults.hold("commit")  # tests only: a commit held as by a slow broker
-        self._seq += 1
-        token = f"{self._token_prefix}:{self._seq}"
-        offsets = self._progress_records(token, changed)
+        offsets = checkpoint.progress_records(self.txn, checkpoint.next_token(), changed)
         started = self.clock.now()
         meanwhile = (lambda: send.prepare(self)) if prepare else None
         try:
@@ -547,64 +523,13 @@ class Emitter:
         self.metrics.commit_seconds.observe(took)
         self.rule.excuse(took)  # a backlog's slots during the commit are owed, not lost
         self.metrics.transactions.labels("committed").inc()
-        for partition, prog, hold in changed:
-            self._committed_changes[partition] = prog.changes
-            self._committed_marks[partition] = prog.lwm
-            self._committed_seqs[partition] = self._seq
-            if hold is not None:
-                self._committed_changes[holding_id(partition)] = hold.changes
-                self._committed_marks[holding_id(partition)] = hold.lwm
-                self._committed_seqs[holding_id(partition)] = self._seq
-        dwells = self._txn_dwell
-        if dwells:
-            self.metrics.emitted.inc(sum(len(seconds) for seconds in dwells.values()))
-            self.metrics.emitted_cost.inc(self._txn_cost)
-            self.metrics.dwell.observe_many(d for seconds in dwells.values() for d in seconds)
-            self.observed.committed(dwells)
-        for reason, count in self._txn_letters.items():
-            self.metrics.dead_letters.labels(reason).inc(count)
-        self._txn_dwell, self._txn_cost, self._txn_letters = {}, 0, {}
+        marks = checkpoint.committed(changed)
         # The broker's answer to commit_transaction is not yet its word that the offsets are
         # committed (issue 21: a broker shutting down logged PrepareCommit, then dropped the
         # markers): the trimmer confirms each mark against the group's offsets first.
-        self._on_committed(dict(self._committed_marks), dict(self._committed_seqs))
+        self._on_committed(*marks)
         while self.prepared and not self.rewinding:
             send.emit_batch(self)
-
-    def _progress_records(
-        self,
-        token: str,
-        changed: list[tuple[int, PartitionProgress, PartitionProgress | None]],
-    ) -> list[TopicPartition]:
-        """Produce the progress snapshots of ``changed`` partitions; their offsets."""
-        offsets: list[TopicPartition] = []
-        largest = 0
-        for partition, prog, hold in changed:
-            snapshot = _snapshot(token, prog, hold)
-            written = 0
-            if snapshot is not None:
-                records = progress_codec.encode_chunks(snapshot)
-                for index, record in enumerate(records):
-                    key = progress_codec.chunk_key(partition, index)
-                    self.txn.produce(self.progress_topic, record, key, None, partition)
-                    largest = max(largest, len(record))
-                written = len(records)
-            # Chunks the last record had and this one has not: tombstones, for compaction.
-            for index in range(max(written, 1), self._chunks.get(partition, 1)):
-                key = progress_codec.chunk_key(partition, index)
-                self.txn.produce(self.progress_topic, None, key, None, partition)
-            self._chunks[partition] = max(written, 1)
-            offsets.append(
-                TopicPartition(
-                    self.ingest_topic, partition, prog.lwm, token if snapshot is not None else ""
-                )
-            )
-        if changed:
-            self.metrics.progress_bytes.set(largest)
-            if largest > self._largest_progress:
-                self._largest_progress = largest
-                self.metrics.progress_bytes_max.set(largest)
-        return offsets
 
     def _renew_transaction(self, exc: FatalError) -> None:
         """A producer that cannot go on (say, after a broker restart its abort is refused):
@@ -636,13 +561,10 @@ class Emitter:
         """After an abort: forget everything and recover again from what is committed."""
         log.warning("rewinding to the committed progress")
         self.metrics.transactions.labels("aborted").inc()
-        self._txn_dwell, self._txn_cost, self._txn_letters = {}, 0, {}
+        self.checkpoint.reset()
         self.rewinding = True
         self.progress = {}
         self.queues = {}
-        self._committed_changes = {}
-        self._committed_marks = {}
-        self._committed_seqs = {}
         self._on_committed(None, None)  # marks handed over before are not trimmed to unripe
         self.letters = deque()
         self.overflow.clear()
@@ -689,22 +611,6 @@ class Emitter:
 
     def policy_of(self, tenant: str) -> TenantPolicy:
         return self.core.policy(tenant)
-
-
-def _changes(prog: PartitionProgress | None) -> int | None:
-    return None if prog is None else prog.changes
-
-
-def _snapshot(
-    token: str, prog: PartitionProgress, hold: PartitionProgress | None
-) -> Snapshot | None:
-    """What the progress topic must keep for a partition, or None when the committed offset
-    says it all (no settled range above either mark, the holding log unused)."""
-    ranges = prog.ranges()
-    parked = dict(hold.parked) if isinstance(hold, HoldingProgress) else {}
-    if hold is None or (hold.lwm == 0 and not hold.settled_above and not parked):
-        return Snapshot(token, prog.lwm, ranges) if ranges else None
-    return Snapshot(token, prog.lwm, ranges, hold.lwm, hold.ranges(), parked)
 
 
 def _resumed(tenant: str) -> None:

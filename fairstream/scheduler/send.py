@@ -65,7 +65,7 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
     produce = txn.producer.produce
     topic = em.egress_topic
     progress = em.progress
-    dwells = em._txn_dwell
+    dwells: dict[str, list[float]] = {}  # the batch's, handed to the checkpoint
     max_records = em.settings.max_in_flight
     picked = freed = cost_sum = inline = 0
     em._paced = False
@@ -141,7 +141,7 @@ def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
         if txn.records >= max_records:
             break
     em.cached -= freed
-    em._txn_cost += cost_sum
+    em.checkpoint.emitted(dwells, cost_sum)
     txn.tally(inline)  # produced past Transaction.produce: counted for its polls
     return picked
 
@@ -237,6 +237,5 @@ def emit_one(em: Emitter, pick: Pick[Entry], stamp: int) -> None:
     em.progress[partition].settle(offset)
     if em.rule.tracking:
         em.rule.started(tenant, request_id(headers, partition, offset))
-    em._txn_cost += cost
     dwell = (stamp - enqueued) / 1000 if stamp > enqueued else 0.0
-    em._txn_dwell.setdefault(tenant, []).append(dwell)
+    em.checkpoint.emitted({tenant: [dwell]}, cost)

@@ -1,0 +1,203 @@
+"""The open transaction's checkpoint: what it holds beyond its records, and what is committed.
+
+Between two commits the emitter's transaction collects egress records and dead letters; the
+checkpoint keeps what they add up to (each tenant's dwell, the cost sent, the dead letters
+per reason) and what the last commits made of each partition's progress (its changes count,
+its mark, the commit sequence that made it, the progress chunks its record had). At a commit
+it says which partitions changed, writes their progress snapshots into the transaction, tied
+to the group's offsets by a commit token, and once the broker has committed, counts what the
+transaction held and hands the marks on (to the trimmer).
+
+Caller: the emitter thread (``Emitter``), the only owner of the transaction. The emitter's
+sender (``send``) and backlog (``backlog``) report what they produced through ``emitted``
+and ``lettered``, once per batch.
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import TopicPartition
+
+from fairstream.scheduler import progress as progress_codec
+from fairstream.scheduler.metrics import Metrics
+from fairstream.scheduler.observe import Observed
+from fairstream.scheduler.progress import HoldingProgress, PartitionProgress, Snapshot
+from fairstream.scheduler.recovery import holding_id
+from fairstream.scheduler.transaction import Transaction
+
+__all__ = ["Changed", "Checkpoint"]
+
+# (ingest partition, its progress, its holding log's progress if any)
+Changed = tuple[int, PartitionProgress, PartitionProgress | None]
+
+
+class Checkpoint:
+    """The open transaction's tallies and the committed progress of each partition."""
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        observed: Observed,
+        *,
+        ingest_topic: str,
+        progress_topic: str,
+        token_prefix: str,
+    ) -> None:
+        self.metrics = metrics
+        self.observed = observed
+        self.ingest_topic = ingest_topic
+        self.progress_topic = progress_topic
+        # A commit token names this process too (the transactional id outlives a restart,
+        # the sequence does not): the trimmer compares the sequence in the group's offset
+        # metadata with the one that made a mark, never a previous run's.
+        self.token_prefix = token_prefix
+        # The open transaction: per tenant, the dwell (seconds) of each of its records; the
+        # cost sent; the dead letters per reason.
+        self.dwell: dict[str, list[float]] = {}
+        self.cost = 0
+        self.letters: dict[str, int] = {}
+        # Per log (ingest partition, or holding_id of one): what its last commit made of it.
+        self.changes: dict[int, int] = {}
+        self.marks: dict[int, int] = {}
+        # The sequence of the commit that made each mark (0: recovered). The trimmer trims
+        # to a mark only once the group's offsets confirm it.
+        self.seqs: dict[int, int] = {}
+        self.chunks: dict[int, int] = {}  # partition -> progress chunks its last record had
+        self.seq = 0
+        self.largest = 0  # the largest progress record written so far (bytes)
+
+    # -- the open transaction ----------------------------------------------------------------
+
+    def emitted(self, dwells: dict[str, list[float]], cost: int) -> None:
+        """Egress records produced: per tenant, their dwells (in order), and their cost.
+        Caller: the sender, once per batch."""
+        mine = self.dwell
+        for tenant, seconds in dwells.items():
+            held = mine.get(tenant)
+            if held is None:
+                mine[tenant] = seconds
+            else:
+                held.extend(seconds)
+        self.cost += cost
+
+    def lettered(self, reason: str, count: int = 1) -> None:
+        """``count`` dead letters for ``reason`` produced. Caller: the backlog."""
+        self.letters[reason] = self.letters.get(reason, 0) + count
+
+    def discard(self) -> None:
+        """The open transaction was aborted: what it held counts for nothing."""
+        self.dwell, self.cost, self.letters = {}, 0, {}
+
+    # -- progress ----------------------------------------------------------------------------
+
+    def recovered(self, partition: int, prog: PartitionProgress) -> None:
+        """A partition assigned with the progress read back from what is committed."""
+        self.changes[partition] = prog.changes
+        self.marks[partition] = prog.lwm
+        self.seqs[partition] = 0
+
+    def forget(self, partitions: set[int]) -> None:
+        """Partitions (and holding logs) no longer owned."""
+        for partition in partitions:
+            self.changes.pop(partition, None)
+            self.marks.pop(partition, None)
+            self.seqs.pop(partition, None)
+            self.chunks.pop(partition, None)
+
+    def reset(self) -> None:
+        """After an abort: nothing open, nothing known committed (recovery reads it again)."""
+        self.discard()
+        self.changes, self.marks, self.seqs = {}, {}, {}
+
+    def handed(self) -> tuple[dict[int, int], dict[int, int]]:
+        """Copies of the committed marks and the sequences that made them (for the trimmer)."""
+        return dict(self.marks), dict(self.seqs)
+
+    def changed(self, progress: dict[int, PartitionProgress]) -> list[Changed]:
+        """The ingest partitions whose progress (or holding log's) changed since committed."""
+        committed = self.changes
+        return [
+            (p, prog, progress.get(holding_id(p)))
+            for p, prog in progress.items()
+            if p >= 0
+            and (
+                prog.changes != committed.get(p)
+                or _changes(progress.get(holding_id(p))) != committed.get(holding_id(p))
+            )
+        ]
+
+    def next_token(self) -> str:
+        """The commit token of the next commit (the offsets' metadata)."""
+        self.seq += 1
+        return f"{self.token_prefix}:{self.seq}"
+
+    def progress_records(
+        self, txn: Transaction, token: str, changed: list[Changed]
+    ) -> list[TopicPartition]:
+        """Produce the progress snapshots of ``changed`` partitions into ``txn``; the offsets
+        to commit with them."""
+        offsets: list[TopicPartition] = []
+        largest = 0
+        for partition, prog, hold in changed:
+            snapshot = _snapshot(token, prog, hold)
+            written = 0
+            if snapshot is not None:
+                records = progress_codec.encode_chunks(snapshot)
+                for index, record in enumerate(records):
+                    key = progress_codec.chunk_key(partition, index)
+                    txn.produce(self.progress_topic, record, key, None, partition)
+                    largest = max(largest, len(record))
+                written = len(records)
+            # Chunks the last record had and this one has not: tombstones, for compaction.
+            for index in range(max(written, 1), self.chunks.get(partition, 1)):
+                key = progress_codec.chunk_key(partition, index)
+                txn.produce(self.progress_topic, None, key, None, partition)
+            self.chunks[partition] = max(written, 1)
+            metadata = token if snapshot is not None else ""
+            offsets.append(TopicPartition(self.ingest_topic, partition, prog.lwm, metadata))
+        if changed:
+            self.metrics.progress_bytes.set(largest)
+            if largest > self.largest:
+                self.largest = largest
+                self.metrics.progress_bytes_max.set(largest)
+        return offsets
+
+    def committed(self, changed: list[Changed]) -> tuple[dict[int, int], dict[int, int]]:
+        """The broker committed: ``changed`` partitions' progress is what is committed now,
+        and what the transaction held is counted. The marks and sequences, for the trimmer.
+
+        Affects: the metrics (emitted, emitted cost, dwell, dead letters), ``observed``."""
+        seq = self.seq
+        for partition, prog, hold in changed:
+            self.changes[partition] = prog.changes
+            self.marks[partition] = prog.lwm
+            self.seqs[partition] = seq
+            if hold is not None:
+                self.changes[holding_id(partition)] = hold.changes
+                self.marks[holding_id(partition)] = hold.lwm
+                self.seqs[holding_id(partition)] = seq
+        dwells = self.dwell
+        if dwells:
+            self.metrics.emitted.inc(sum(len(seconds) for seconds in dwells.values()))
+            self.metrics.emitted_cost.inc(self.cost)
+            self.metrics.dwell.observe_many(d for seconds in dwells.values() for d in seconds)
+            self.observed.committed(dwells)
+        for reason, count in self.letters.items():
+            self.metrics.dead_letters.labels(reason).inc(count)
+        self.discard()
+        return self.handed()
+
+
+def _changes(prog: PartitionProgress | None) -> int | None:
+    return None if prog is None else prog.changes
+
+
+def _snapshot(
+    token: str, prog: PartitionProgress, hold: PartitionProgress | None
+) -> Snapshot | None:
+    """What the progress topic must keep for a partition, or None when the committed offset
+    says it all (no settled range above either mark, the holding log unused)."""
+    ranges = prog.ranges()
+    parked = dict(hold.parked) if isinstance(hold, HoldingProgress) else {}
+    if hold is None or (hold.lwm == 0 and not hold.settled_above and not parked):
+        return Snapshot(token, prog.lwm, ranges) if ranges else None
+    return Snapshot(token, prog.lwm, ranges, hold.lwm, hold.ranges(), parked)
