@@ -17,7 +17,7 @@ transactional producer, so none of them needs a lock. Its loop:
    metadata is the one the last ``Assign`` or ``Revoke`` carried, never one read at commit
    time (that could be a newer generation's, in which the partitions are another member's;
    see ``ingest``). While the broker commits, the next records are picked and stamped
-   (``send.prepare``).
+   (``Sender.prepare``).
 
 An aborted transaction (a failed send, a lost generation) leaves the instance's state ahead
 of what is committed: it forgets everything and asks the ingest thread to recover again
@@ -39,9 +39,10 @@ from fairstream.config.topics import holding_topic, progress_topic
 from fairstream.core import FairScheduler, RecordClock, TenantPolicy
 from fairstream.core.emission import EmissionRule
 from fairstream.core.shares import ClassDemand, backlogged_demand
-from fairstream.scheduler import backlog, faults, holding, send
+from fairstream.scheduler import faults
+from fairstream.scheduler.backlog import Backlog
 from fairstream.scheduler.checkpoint import Checkpoint
-from fairstream.scheduler.egress import Limits, Stamper
+from fairstream.scheduler.egress import Limits
 from fairstream.scheduler.feedback import AdaptiveChange, FeedbackBatch
 from fairstream.scheduler.fetch import PayloadFetcher
 from fairstream.scheduler.group import ShareChange
@@ -57,11 +58,12 @@ from fairstream.scheduler.handoff import (
 )
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed
-from fairstream.scheduler.policies import Policies
+from fairstream.scheduler.policies import DefaultPolicy, Policies, PolicyAction, SetPolicy
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.records import Entry, Letter
 from fairstream.scheduler.recovery import holding_id
+from fairstream.scheduler.send import Sender
 from fairstream.scheduler.transaction import Aborted, FatalError, Transaction
 
 __all__ = ["Emitter", "Entry", "Letter", "Limits"]  # Limits: fairstream.scheduler.egress's
@@ -96,6 +98,8 @@ class Emitter:
         on_committed: Callable[[dict[int, int] | None, dict[int, int] | None], None],
         recent: RecentRequests | None = None,
         token_prefix: str | None = None,
+        transaction: Callable[..., Transaction] = Transaction,
+        fetcher: Callable[..., PayloadFetcher] = PayloadFetcher,
     ) -> None:
         self.settings = settings
         self.partitions = partitions
@@ -115,10 +119,10 @@ class Emitter:
         )
         self.clock = clock  # the one clock: the rule's, the core's, the sender's
         self.policies = Policies(settings, metrics)
-        self.core: FairScheduler[Entry] = self.policies.new_core(self.clock)
+        core: FairScheduler[Entry] = self.policies.new_core(self.clock)
         # Pacing, cost tokens, expiry, the hold, tenant pauses and the rate share.
         self.rule: EmissionRule[Entry] = EmissionRule(
-            self.core,
+            core,
             self.clock,
             rate=settings.rate,
             burst=settings.effective_burst,
@@ -129,24 +133,12 @@ class Emitter:
             max_concurrency=settings.max_concurrency,
             concurrency_lease=settings.concurrency_lease,
         )
-        self._wait = 0.0  # seconds the rule last said to wait
         self.observed = Observed()
         # Per owned ingest partition p, its progress under p and its holding log's under
         # holding_id(p) (negative; ``holding``): ``owned`` lists the partitions.
         self.progress: dict[int, PartitionProgress] = {}
         self.queues: dict[int, deque[Parsed]] = {}  # the handoff queues of owned partitions
-        self.ahead: set[int] = set()  # partitions not taken from for now (``holding``)
-        # Dead letters to send, and those whose payload could not be read back yet
-        # (``fetch``): back into ``letters`` when the fetcher tries again.
-        self.letters, self.unread_letters = deque(), deque()
-        # A flood's overflow (refused by its tenant's backlog limits): written after the
-        # other letters, in bounded turns (``backlog``), its payloads held within a budget.
-        self.overflow = backlog.Overflow(settings.buffer_memory // 8)
-        # Picked and stamped while a commit was in flight, sent right after it (``send``).
-        self.prepared: deque[send.Prepared] = deque()
-        self.fetcher = PayloadFetcher(
-            settings.kafka.librdkafka(), self.ingest_topic, self.holding_topic
-        )
+        self.fetcher = fetcher(settings.kafka.librdkafka(), self.ingest_topic, self.holding_topic)
         config = {
             **settings.kafka.librdkafka(),
             # Our own size check decides what fits (see _emit); librdkafka must not refuse
@@ -155,13 +147,12 @@ class Emitter:
         }
         self._txn_config = (config, transactional_id, settings.transaction_timeout)
         self._renewed_at = -RENEW_EVERY
-        self.txn = Transaction(*self._txn_config)
-        self.budget = settings.buffer_memory
-        self.cached = 0  # bytes of payloads held by entries in the core
+        self._new_transaction = transaction
+        self.txn = transaction(*self._txn_config)
         self.joined = False
         self.rewinding = False
         self.stopped = False
-        self.warming: set[int] = set()
+        self.warming: set[int] = set()  # partitions whose first fetch emission waits for
         self._warm_until = 0.0
         # Group-wide shares (--share-by demand): set by ShareChange from the group thread.
         self.group_shares = settings.share_by == "demand" and (
@@ -183,8 +174,31 @@ class Emitter:
         )
         self._next_commit = 0.0
         self._soonest_commit = 0.0  # when a waiting emitter may commit (see _run)
-        self._paced = False  # the last round of emission ended waiting (on the rule)
-        self.stamper = Stamper(self.ingest_topic, limits.egress, recent)
+        # What waits (the core's payload bytes, dead letters, parking) and what sends.
+        self.backlog = Backlog(
+            settings,
+            self.rule,
+            self.progress,
+            self.fetcher,
+            self.checkpoint,
+            metrics,
+            clock,
+            warming=self.warming,
+            purges=self.policies.purges,
+            dlq_limit=limits.dlq,
+        )
+        self.sender = Sender(
+            settings,
+            self.rule,
+            self.progress,
+            self.backlog,
+            self.checkpoint,
+            self.fetcher,
+            metrics,
+            clock,
+            egress_limit=limits.egress,
+            recent=recent,
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -200,6 +214,11 @@ class Emitter:
         """The ingest partitions owned (``progress`` also holds their holding logs). Read by
         the group thread too: ``list`` copies the keys in one step under the GIL."""
         return sorted(p for p in list(self.progress) if p >= 0)
+
+    @property
+    def core(self) -> FairScheduler[Entry]:
+        """The fair core in use (the rule's; replaced on a rewind)."""
+        return self.rule.core
 
     @property
     def in_flight(self) -> int:
@@ -222,6 +241,7 @@ class Emitter:
 
     def _run(self) -> None:
         handoff, clock = self.handoff, self.clock
+        backlog, sender = self.backlog, self.sender
         interval = self.settings.commit_interval
         # While emission is paced (it waits on the rate, a cap or a hold), the emitter has
         # time to spare: a transaction holding records commits after a fifth of the
@@ -242,36 +262,35 @@ class Emitter:
             if (
                 now >= self._next_commit
                 or txn_records >= max_records
-                or (self._paced and txn_records and now >= self._soonest_commit)
+                or (sender.paced and txn_records and now >= self._soonest_commit)
             ):
                 # Unpaced, the next records are picked while the broker commits.
-                self._commit(prepare=not self._paced and self._may_emit(now))
+                self._commit(prepare=not sender.paced and self._may_emit(now))
                 done = clock.now()
                 self._next_commit = done + interval
                 self._soonest_commit = done + soonest
                 continue  # what arrived during the commit applies first
-            if self.unread_letters and now >= self.fetcher.retry_at:
-                self.letters.extend(self.unread_letters)
-                self.unread_letters.clear()
+            if backlog.unread_letters and now >= self.fetcher.retry_at:
+                backlog.retry_unread()
             # Emission goes first; dead letters (a flood's overflow can be hundreds of
             # thousands) take a bounded turn after each round, and the time emission would
             # spend waiting (see issue 22: written first, 900,000 of them held every quiet
             # tenant 11 s). A letter settles its offset in the same transaction either way.
             if not self._may_emit(now):
                 self.rule.forgo()  # held back on purpose: these slots are not owed
-                if self.letters or self.overflow.letters:
+                if backlog.waiting:
                     self._send_letters(LETTER_BATCH)
                 else:
                     self._idle(0.01)
                 continue
             emitted = self._emit_some()
-            if self.letters or self.overflow.letters:
+            if backlog.waiting:
                 self._send_letters(LETTER_BATCH)
             elif emitted == 0 and not handoff.pending(self._taken()):
                 # Nothing went out: wait as the emission rule says (a token, a capped
                 # tenant's token, a hold) or for news, and never past the next commit.
                 until = self._soonest_commit if self.txn.records else self._next_commit
-                self._idle(min(self._wait, until - now, 0.1))
+                self._idle(min(sender.wait, until - now, 0.1))
 
     def _idle(self, seconds: float) -> None:
         wake = self.handoff.wake
@@ -282,9 +301,10 @@ class Emitter:
     def _taken(self) -> dict[int, deque[Parsed]]:
         """The handoff queues records are taken from: not those of partitions too far ahead
         of their marks (``holding``: they wait until the mark moves)."""
-        if not self.ahead:
+        ahead = self.backlog.parking.ahead
+        if not ahead:
             return self.queues
-        return {p: q for p, q in self.queues.items() if p not in self.ahead}
+        return {p: q for p, q in self.queues.items() if p not in ahead}
 
     def _may_emit(self, now: float) -> bool:
         # The hold, the lease of the group share and tenant pauses are the rule's (next).
@@ -296,7 +316,8 @@ class Emitter:
 
     def _apply(self, records: list[Parsed]) -> None:
         """Index handed-over records in the core, or turn them into dead letters."""
-        backlog.index(self, records)
+        if not self.rewinding:
+            self.backlog.index(records, self.txn)
 
     def _control(self, item: Any) -> bool:
         if isinstance(item, Assign):
@@ -317,7 +338,8 @@ class Emitter:
         elif isinstance(item, Heard):
             self.warming.discard(item.partition)
         elif isinstance(item, PolicyChange):
-            self.policies.apply(self, item.key, item.value)
+            for action in self.policies.apply(item.key, item.value):
+                self._act(action)
         elif isinstance(item, Call):
             try:
                 item.result = item.fn()
@@ -341,7 +363,7 @@ class Emitter:
             if not self.rewinding:
                 return
             self.rewinding = False
-            self.progress = {}
+            self.progress.clear()
             self.queues = {}
         elif self.rewinding:
             return  # the rewind that follows covers these partitions too
@@ -407,7 +429,7 @@ class Emitter:
             self.warming.discard(partition)
             self.fetcher.forget(partition)
         self.checkpoint.forget(gone)
-        backlog.drop(self, gone)
+        self.backlog.drop(gone)
         self._apply_rate_share()
         self.metrics.assigned.set(len(self.owned))
 
@@ -465,9 +487,17 @@ class Emitter:
             self._lease_expiries = inflight.expired
             self.metrics.concurrency_lease_expired.inc(expired)
 
+    def _act(self, action: PolicyAction) -> None:
+        """Do what a policy record asks (``Policies.apply`` says what)."""
+        if isinstance(action, DefaultPolicy):
+            self.core.set_default_policy(action.policy)
+        elif isinstance(action, SetPolicy):
+            self.set_policy(action.tenant, action.policy)
+        else:
+            self.purge(action.tenant, action.before_ms)
+
     def set_policy(self, tenant: str, policy: TenantPolicy | None) -> None:
-        """Set ``tenant``'s policy in the core, paused while its upstream quota says so.
-        Caller: ``Policies.apply``."""
+        """Set ``tenant``'s policy in the core, paused while its upstream quota says so."""
         self.rule.set_policy(tenant, policy)
 
     def demand(self) -> tuple[dict[int, ClassDemand], tuple[int, ...]]:
@@ -478,13 +508,13 @@ class Emitter:
     # -- emission ----------------------------------------------------------------------------
 
     def _emit_some(self) -> int:
-        picked = send.emit_batch(self)
+        picked = self.sender.emit_batch(self.txn)
         if self.rule.tracking:
             self._count_slots()
         return picked
 
     def _send_letters(self, limit: int) -> int:
-        return backlog.send_letters(self, limit)
+        return self.backlog.send_letters(self.txn, limit)
 
     # -- transactions ------------------------------------------------------------------------
 
@@ -497,11 +527,13 @@ class Emitter:
         also gets a progress snapshot (one or more chunk records, stale chunks tombstoned),
         tied to the offset by a commit token (the offset's metadata). With ``prepare``, the
         next records are picked and stamped while the broker works, and sent as soon as it
-        is done (``send.prepare``), before anything else can change what this instance owns.
+        is done (``Sender.prepare``), before anything else can change what this instance owns.
         """
         if self.rewinding:
             return
-        holding.park_stranded(self)  # tenants pinning a mark move out of the way first
+        self.backlog.parking.park_stranded(
+            self.txn
+        )  # tenants pinning a mark move out of the way first
         checkpoint = self.checkpoint
         changed = checkpoint.changed(self.progress)
         if not self.txn.open and not changed:
@@ -509,7 +541,7 @@ class Emitter:
         faults.hold("commit")  # tests only: a commit held as by a slow broker
         offsets = checkpoint.progress_records(self.txn, checkpoint.next_token(), changed)
         started = self.clock.now()
-        meanwhile = (lambda: send.prepare(self)) if prepare else None
+        meanwhile = self.sender.prepare if prepare else None
         try:
             self.txn.commit(offsets, self._metadata, meanwhile)
         except Aborted:
@@ -528,8 +560,8 @@ class Emitter:
         # committed (issue 21: a broker shutting down logged PrepareCommit, then dropped the
         # markers): the trimmer confirms each mark against the group's offsets first.
         self._on_committed(*marks)
-        while self.prepared and not self.rewinding:
-            send.emit_batch(self)
+        while self.sender.prepared and not self.rewinding:
+            self.sender.emit_batch(self.txn)
 
     def _renew_transaction(self, exc: FatalError) -> None:
         """A producer that cannot go on (say, after a broker restart its abort is refused):
@@ -554,7 +586,7 @@ class Emitter:
             else "",
         )
         # init_transactions fences the old producer (same id) and aborts what it left open.
-        self.txn = Transaction(*self._txn_config)
+        self.txn = self._new_transaction(*self._txn_config)
         self.txn.init()
 
     def _rewind(self) -> None:
@@ -563,24 +595,19 @@ class Emitter:
         self.metrics.transactions.labels("aborted").inc()
         self.checkpoint.reset()
         self.rewinding = True
-        self.progress = {}
+        self.progress.clear()
         self.queues = {}
         self._on_committed(None, None)  # marks handed over before are not trimmed to unripe
-        self.letters = deque()
-        self.overflow.clear()
-        self.unread_letters = deque()
-        self.prepared.clear()  # picks of the old core, read again from the committed marks
-        self.core = self.policies.new_core(self.clock)
-        self.rule.replace_core(self.core)
-        self.cached = 0
-        self.warming = set()
-        self.ahead = set()
+        self.backlog.clear()
+        self.sender.prepared.clear()  # picks of the old core, read again from the marks
+        self.rule.replace_core(self.policies.new_core(self.clock))
+        self.warming.clear()
         self._request_rewind()
 
     def purge(self, tenant: str, before_ms: int) -> None:
         """Dead-letter ``tenant``'s buffered records enqueued up to ``before_ms``.
-        Caller: ``Policies.apply``; records read later are checked in ``_apply``."""
-        kept = backlog.purge(self, tenant, before_ms)
+        Caller: ``_act``; records read later are checked in ``Backlog.index``."""
+        kept = self.backlog.purge(tenant, before_ms)
         log.info("purge of tenant %r up to %d: %d records kept", tenant, before_ms, kept)
 
     # -- reads for the web endpoints (run on this thread through Handoff.call) -----------------

@@ -54,34 +54,225 @@ Bounds and limits:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
+
+from confluent_kafka import Message
 
 from fairstream import wire
-from fairstream.scheduler.egress import footprint, message_headers
-from fairstream.scheduler.fetch import Gone
+from fairstream.config import Settings
+from fairstream.config.topics import holding_topic
+from fairstream.core.emission import EmissionRule
+from fairstream.scheduler.egress import message_headers
+from fairstream.scheduler.fetch import Gone, PayloadFetcher
+from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
-from fairstream.scheduler.records import Entry, Letter
+from fairstream.scheduler.records import Entry
 from fairstream.scheduler.recovery import holding_id
+from fairstream.scheduler.transaction import Transaction
 from fairstream.wire.dead_letter import lost_detail
 
-if TYPE_CHECKING:
-    from fairstream.scheduler.emit import Emitter
-
-__all__ = ["park_new", "park_stranded", "parking"]
+__all__ = ["Parking", "Sink"]
 
 log = logging.getLogger("fairstream.holding")
 
 ROUNDS = 64  # tenants parked per log and commit at most (the rest waits for the next one)
 
 
-def parking(em: Emitter) -> dict[int, dict[str, int]]:
-    """Per ingest partition with parked tenants, their parked counts (live dicts).
-    Caller: ``backlog.index``, once per batch (usually empty: one test per record)."""
-    out: dict[int, dict[str, int]] = {}
-    for key, prog in em.progress.items():
-        if key < 0 and isinstance(prog, HoldingProgress) and prog.parked:
-            out[holding_id(key)] = prog.parked
-    return out
+class Sink(Protocol):
+    """Where parking sends what leaves the core otherwise: the backlog (``backlog``)."""
+
+    def free(self, msg: Message) -> None: ...
+
+    def letter(self, tenant: str | None, entry: Entry, reason: str, detail: str) -> None: ...
+
+
+class Parking:
+    """The parked tenants' moves between the core and the holding logs, and the ingest
+    partitions too far ahead of their marks to read more of (``ahead``).
+
+    Holds the rule (its ``core``), the emitter's progress per log (a live dict) and the
+    fetcher; sends lost records and freed payloads to ``sink``. Caller: the emitter thread.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        rule: EmissionRule[Entry],
+        progress: dict[int, PartitionProgress],
+        fetcher: PayloadFetcher,
+        metrics: Metrics,
+        sink: Sink,
+    ) -> None:
+        self.park_ranges, self.park_span = settings.park_ranges, settings.park_span
+        self.rule = rule
+        self.progress = progress
+        self.fetcher = fetcher
+        self.metrics = metrics
+        self.sink = sink
+        self.ingest_topic = settings.topics.ingest
+        self.holding_topic = holding_topic(settings.app_id)
+        self.ahead: set[int] = set()  # ingest partitions not taken from for now
+
+    def clear(self) -> None:
+        """After an abort: no partition is ahead (recovery starts again)."""
+        self.ahead = set()
+
+    def parking(self) -> dict[int, dict[str, int]]:
+        """Per ingest partition with parked tenants, their parked counts (live dicts).
+        Caller: ``Backlog.index``, once per batch (usually empty: one test per record)."""
+        out: dict[int, dict[str, int]] = {}
+        for key, prog in self.progress.items():
+            if key < 0 and isinstance(prog, HoldingProgress) and prog.parked:
+                out[holding_id(key)] = prog.parked
+        return out
+
+    def park_stranded(self, txn: Transaction) -> int:
+        """Park the held-back tenants that pin a mark past the limits, and say which ingest
+        partitions are too far ahead to read more of (``ahead``); how many records were
+        parked. Caller: the emitter, before it commits."""
+        limit_ranges, limit_span = self.park_ranges, self.park_span
+        parked = 0
+        ahead: set[int] = set()
+        for partition in [p for p in self.progress if p >= 0]:
+            for key in (partition, holding_id(partition)):
+                prog = self.progress.get(key)
+                if prog is None or not _over(prog, limit_ranges, limit_span):
+                    continue
+                before = (prog.lwm, prog.settled_above)
+                for _ in range(ROUNDS):
+                    tenant = self._tenant_at(key, prog.lwm)
+                    # A tenant being served moves the mark itself: only one that cannot be
+                    # picked now (paused, capped, a starved class) is parked.
+                    if tenant is None or not self.rule.core.held_back(tenant):
+                        break
+                    moved = self._park(txn, partition, tenant)
+                    if moved == 0:
+                        break
+                    parked += moved
+                    if not _over(prog, limit_ranges // 2, limit_span // 2):
+                        break
+                if prog.lwm != before[0]:
+                    log.info(
+                        "%s log of partition %d: parked the tenants pinning its mark at %d (%d "
+                        "settled ranges above it); the mark is now %d with %d",
+                        "holding" if key < 0 else "ingest",
+                        partition,
+                        before[0],
+                        before[1],
+                        prog.lwm,
+                        prog.settled_above,
+                    )
+            prog = self.progress[partition]
+            if prog.settled_above >= 2 * limit_ranges and prog.next >= prog.replay_end:
+                # The tenant at the mark is being served (else it was parked): its backlog is
+                # interleaved with settled records. Read no further until it has drained some,
+                # so the ranges (and the progress snapshot) stay bounded. Not while the log is
+                # read again after a restart: ranges recovered above what was read are not
+                # backlog, and only reading on brings the records that move the mark.
+                ahead.add(partition)
+        if ahead != self.ahead:
+            if ahead - self.ahead:  # on and off as the served tenant drains: debug, and a gauge
+                log.debug(
+                    "ingest partitions %s: %d settled ranges or more above the mark; reading "
+                    "waits for the mark to move",
+                    sorted(ahead - self.ahead),
+                    2 * limit_ranges,
+                )
+            self.ahead = ahead
+            self.metrics.held_partitions.set(len(ahead))
+        if parked:
+            self.metrics.parked.inc(parked)
+        self.metrics.parked_tenants.set(sum(len(p) for p in self.parking().values()))
+        return parked
+
+    def _tenant_at(self, key: int, offset: int) -> str | None:
+        """The tenant whose oldest record waiting in the core is the one at ``offset`` of log
+        ``key``, if there is one. O(tenants). A record being sent or dead-lettered right now is
+        not parked, nor is a tenant whose records are spread over partitions (a producer that
+        does not partition by key) while its oldest is another partition's."""
+        core = self.rule.core
+        for tenant in core.tenants():
+            head = core.peek(tenant)
+            if head is not None and head.partition == key and head.offset == offset:
+                return tenant
+        held = self.rule.pending
+        if held is not None and held.item.partition == key and held.item.offset == offset:
+            return held.tenant
+        return None
+
+    def _park(self, txn: Transaction, partition: int, tenant: str) -> int:
+        """Move ``tenant``'s records of ``partition`` (ingest or holding) from the core to the
+        holding log's tail; how many moved (0: not now, see the module docstring)."""
+        hold = self.progress.get(holding_id(partition))
+        if not isinstance(hold, HoldingProgress):
+            return 0
+        rule = self.rule
+        core = rule.core
+        back = holding_id(partition)
+        items: list[Entry] = []
+        held = rule.pending
+        if held is not None and held.tenant == tenant and held.item.partition in (partition, back):
+            rule.cancel()
+            items.append(held.item)  # the oldest: picked, waiting for its cost tokens
+        items.extend(core.remove_tenant(tenant))
+        mine = [e for e in items if e.partition in (partition, back)]
+        waiting = hold.parked.get(tenant, 0)
+        if not mine or sum(1 for e in mine if e.partition == back) != waiting:
+            # Some of its parked records are still to be read back: written now, these would
+            # overtake them. Put everything back, in order, and try at a later commit.
+            for entry in items:
+                core.push(tenant, entry, entry.cost)
+            return 0
+        for entry in items:
+            if entry.partition not in (partition, back):
+                core.push(tenant, entry, entry.cost)  # another partition's: stays
+        for i, entry in enumerate(mine):
+            if not self._write(txn, partition, hold, tenant, entry):
+                # Its payload cannot be read back now (``fetch``): it and the rest stay in the
+                # backlog, in order, ahead of what came back to the core above.
+                for rest in reversed(mine[i:]):
+                    core.push_front(tenant, rest, rest.cost)
+                return i
+        return len(mine)
+
+    def park_new(self, txn: Transaction, tenant: str, entry: Entry) -> None:
+        """Park a record of a parked tenant (of an ingest partition) as it is indexed.
+        Caller: ``Backlog.index``."""
+        hold = self.progress[holding_id(entry.partition)]
+        assert isinstance(hold, HoldingProgress)
+        self._write(txn, entry.partition, hold, tenant, entry)
+        self.metrics.parked.inc()
+
+    def _write(
+        self, txn: Transaction, partition: int, hold: HoldingProgress, tenant: str, entry: Entry
+    ) -> bool:
+        """Write ``entry``'s record to the holding log of ingest ``partition`` in the open
+        transaction and settle it where it was (the ingest log, or the holding log itself); a
+        payload not held is read back first. False when it cannot be read back now (the log
+        still holds it; nothing was written); gone from the log, it becomes a ``lost`` letter."""
+        source, offset, enqueued, _deadline, msg, _cost = entry
+        if msg is None:
+            read = self.fetcher.get(source, offset)
+            self.metrics.refetches.inc()
+            if read is None:
+                return False
+            if isinstance(read, Gone):
+                detail = lost_detail(source, offset, read.log_start)
+                self.sink.letter(tenant, entry, wire.LOST, detail)
+                return True
+            msg = read
+        else:
+            self.sink.free(msg)
+        headers = list(message_headers(msg))
+        if source >= 0 and not any(name == wire.REQUEST_ID for name, _ in headers):
+            default = wire.default_request_id(self.ingest_topic, source, offset)
+            headers.append((wire.REQUEST_ID, default.encode()))
+        txn.produce(
+            self.holding_topic, msg.value(), msg.key(), headers, partition, timestamp=enqueued
+        )
+        self.progress[source].settle(offset)
+        hold.parked_one(tenant)
+        return True
 
 
 def _over(prog: PartitionProgress, ranges: int, span: int) -> bool:
@@ -91,151 +282,3 @@ def _over(prog: PartitionProgress, ranges: int, span: int) -> bool:
     if prog.settled_above >= ranges:
         return True
     return not isinstance(prog, HoldingProgress) and prog.next - prog.lwm >= span
-
-
-def park_stranded(em: Emitter) -> int:
-    """Park the held-back tenants that pin a mark past the limits, and say which ingest
-    partitions are too far ahead to read more of (``em.ahead``); how many records were
-    parked. Caller: the emitter, before it commits."""
-    limit_ranges, limit_span = em.settings.park_ranges, em.settings.park_span
-    parked = 0
-    ahead: set[int] = set()
-    for partition in [p for p in em.progress if p >= 0]:
-        for key in (partition, holding_id(partition)):
-            prog = em.progress.get(key)
-            if prog is None or not _over(prog, limit_ranges, limit_span):
-                continue
-            before = (prog.lwm, prog.settled_above)
-            for _ in range(ROUNDS):
-                tenant = _tenant_at(em, key, prog.lwm)
-                # A tenant being served moves the mark itself: only one that cannot be
-                # picked now (paused, capped, a starved class) is parked.
-                if tenant is None or not em.core.held_back(tenant):
-                    break
-                moved = _park(em, partition, tenant)
-                if moved == 0:
-                    break
-                parked += moved
-                if not _over(prog, limit_ranges // 2, limit_span // 2):
-                    break
-            if prog.lwm != before[0]:
-                log.info(
-                    "%s log of partition %d: parked the tenants pinning its mark at %d (%d "
-                    "settled ranges above it); the mark is now %d with %d",
-                    "holding" if key < 0 else "ingest",
-                    partition,
-                    before[0],
-                    before[1],
-                    prog.lwm,
-                    prog.settled_above,
-                )
-        prog = em.progress[partition]
-        if prog.settled_above >= 2 * limit_ranges and prog.next >= prog.replay_end:
-            # The tenant at the mark is being served (else it was parked): its backlog is
-            # interleaved with settled records. Read no further until it has drained some,
-            # so the ranges (and the progress snapshot) stay bounded. Not while the log is
-            # read again after a restart: ranges recovered above what was read are not
-            # backlog, and only reading on brings the records that move the mark.
-            ahead.add(partition)
-    if ahead != em.ahead:
-        if ahead - em.ahead:  # on and off as the served tenant drains: debug, and a gauge
-            log.debug(
-                "ingest partitions %s: %d settled ranges or more above the mark; reading "
-                "waits for the mark to move",
-                sorted(ahead - em.ahead),
-                2 * limit_ranges,
-            )
-        em.ahead = ahead
-        em.metrics.held_partitions.set(len(ahead))
-    if parked:
-        em.metrics.parked.inc(parked)
-    em.metrics.parked_tenants.set(sum(len(p) for p in parking(em).values()))
-    return parked
-
-
-def _tenant_at(em: Emitter, key: int, offset: int) -> str | None:
-    """The tenant whose oldest record waiting in the core is the one at ``offset`` of log
-    ``key``, if there is one. O(tenants). A record being sent or dead-lettered right now is
-    not parked, nor is a tenant whose records are spread over partitions (a producer that
-    does not partition by key) while its oldest is another partition's."""
-    core = em.core
-    for tenant in core.tenants():
-        head = core.peek(tenant)
-        if head is not None and head.partition == key and head.offset == offset:
-            return tenant
-    held = em.rule.pending
-    if held is not None and held.item.partition == key and held.item.offset == offset:
-        return held.tenant
-    return None
-
-
-def _park(em: Emitter, partition: int, tenant: str) -> int:
-    """Move ``tenant``'s records of ``partition`` (ingest or holding) from the core to the
-    holding log's tail; how many moved (0: not now, see the module docstring)."""
-    hold = em.progress.get(holding_id(partition))
-    if not isinstance(hold, HoldingProgress):
-        return 0
-    core, rule = em.core, em.rule
-    back = holding_id(partition)
-    items: list[Entry] = []
-    held = rule.pending
-    if held is not None and held.tenant == tenant and held.item.partition in (partition, back):
-        rule.cancel()
-        items.append(held.item)  # the oldest: picked, waiting for its cost tokens
-    items.extend(core.remove_tenant(tenant))
-    mine = [e for e in items if e.partition in (partition, back)]
-    waiting = hold.parked.get(tenant, 0)
-    if not mine or sum(1 for e in mine if e.partition == back) != waiting:
-        # Some of its parked records are still to be read back: written now, these would
-        # overtake them. Put everything back, in order, and try at a later commit.
-        for entry in items:
-            core.push(tenant, entry, entry.cost)
-        return 0
-    for entry in items:
-        if entry.partition not in (partition, back):
-            core.push(tenant, entry, entry.cost)  # another partition's: stays
-    for i, entry in enumerate(mine):
-        if not _write(em, partition, hold, tenant, entry):
-            # Its payload cannot be read back now (``fetch``): it and the rest stay in the
-            # backlog, in order, ahead of what came back to the core above.
-            for rest in reversed(mine[i:]):
-                core.push_front(tenant, rest, rest.cost)
-            return i
-    return len(mine)
-
-
-def park_new(em: Emitter, tenant: str, entry: Entry) -> None:
-    """Park a record of a parked tenant (of an ingest partition) as it is indexed.
-    Caller: ``backlog.index``."""
-    hold = em.progress[holding_id(entry.partition)]
-    assert isinstance(hold, HoldingProgress)
-    _write(em, entry.partition, hold, tenant, entry)
-    em.metrics.parked.inc()
-
-
-def _write(em: Emitter, partition: int, hold: HoldingProgress, tenant: str, entry: Entry) -> bool:
-    """Write ``entry``'s record to the holding log of ingest ``partition`` in the open
-    transaction and settle it where it was (the ingest log, or the holding log itself); a
-    payload not held is read back first. False when it cannot be read back now (the log
-    still holds it; nothing was written); gone from the log, it becomes a ``lost`` letter."""
-    source, offset, enqueued, _deadline, msg, _cost = entry
-    if msg is None:
-        read = em.fetcher.get(source, offset)
-        em.metrics.refetches.inc()
-        if read is None:
-            return False
-        if isinstance(read, Gone):
-            detail = lost_detail(source, offset, read.log_start)
-            em.letters.append(Letter(tenant, entry, wire.LOST, detail))
-            return True
-        msg = read
-    else:
-        em.cached -= footprint(msg)
-    headers = list(message_headers(msg))
-    if source >= 0 and not any(name == wire.REQUEST_ID for name, _ in headers):
-        default = wire.default_request_id(em.ingest_topic, source, offset)
-        headers.append((wire.REQUEST_ID, default.encode()))
-    em.txn.produce(em.holding_topic, msg.value(), msg.key(), headers, partition, timestamp=enqueued)
-    em.progress[source].settle(offset)
-    hold.parked_one(tenant)
-    return True

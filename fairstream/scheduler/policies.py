@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -22,10 +22,32 @@ from fairstream.scheduler.handoff import Handoff, PolicyChange
 from fairstream.scheduler.metrics import Metrics
 from fairstream.wire.policy import DEFAULT_POLICY_KEY, PolicyRecord, SchemaError, decode_policy
 
-if TYPE_CHECKING:
-    from fairstream.scheduler.emit import Emitter
+__all__ = ["DefaultPolicy", "Policies", "PolicyAction", "PolicyReader", "Purge", "SetPolicy"]
 
 log = logging.getLogger("fairstream.policies")
+
+
+class DefaultPolicy(NamedTuple):
+    """Every tenant without a policy of its own follows ``policy`` now."""
+
+    policy: TenantPolicy
+
+
+class SetPolicy(NamedTuple):
+    """``tenant`` follows ``policy`` now (None: the defaults)."""
+
+    tenant: str
+    policy: TenantPolicy | None
+
+
+class Purge(NamedTuple):
+    """Dead-letter ``tenant``'s buffered records enqueued up to ``before_ms``."""
+
+    tenant: str
+    before_ms: int
+
+
+PolicyAction = DefaultPolicy | SetPolicy | Purge
 
 
 class Policies:
@@ -47,8 +69,9 @@ class Policies:
             core.set_policy(tenant, policy)
         return core
 
-    def apply(self, emitter: Emitter, key: bytes | None, value: bytes | None) -> None:
-        """Apply one policy record (a tombstone resets the tenant to the defaults)."""
+    def apply(self, key: bytes | None, value: bytes | None) -> list[PolicyAction]:
+        """Take in one policy record (a tombstone resets the tenant to the defaults); what
+        the emitter must do in the core for it, in order. Caller: the emitter."""
         record: PolicyRecord | None = None
         if value is not None:
             try:
@@ -56,31 +79,32 @@ class Policies:
             except SchemaError as exc:
                 log.error("ignoring policy record for key %r: %s", key, exc)
                 self.metrics.policy_errors.inc()
-                return
+                return []
         self.metrics.policy_updates.inc()
         if key == DEFAULT_POLICY_KEY or key is None:
             self.default = record.policy if record else self.flag_default
-            emitter.core.set_default_policy(self.default)
             log.info("default policy: %s", self.default)
-            return
+            return [DefaultPolicy(self.default)]
         try:
             tenant = key.decode("utf-8")
         except UnicodeDecodeError:
             log.error("ignoring policy record with a key that is not UTF-8: %r", key)
-            return
+            return []
+        actions: list[PolicyAction] = []
         if record is None:
             self.by_tenant.pop(tenant, None)
-            emitter.set_policy(tenant, None)
+            actions.append(SetPolicy(tenant, None))
         else:
             self.by_tenant[tenant] = record.policy
-            emitter.set_policy(tenant, record.policy)
+            actions.append(SetPolicy(tenant, record.policy))
             before = record.purge_before_ms
             # A policy keeps its last purge time when other fields change: a purge is the
             # same whenever it is applied again, so applying it again is harmless.
             if before is not None and before > self.purges.get(tenant, -1):
                 self.purges[tenant] = before
-                emitter.purge(tenant, before)
+                actions.append(Purge(tenant, before))
         log.info("policy of %r: %s", tenant, record.policy if record else "defaults")
+        return actions
 
 
 RETRY_TOPIC = 30.0  # seconds between two looks for a policy topic that is missing

@@ -25,22 +25,27 @@ Caller: the emitter thread (``Emitter``), the only owner of the core and the pro
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections import deque
+from typing import Any
 
 from confluent_kafka import KafkaException
 
 from fairstream import wire
-from fairstream.core import Pick
-from fairstream.core.emission import Expire, Wait
-from fairstream.scheduler.egress import FOOTPRINT, footprint
-from fairstream.scheduler.fetch import Gone
-from fairstream.scheduler.records import Entry, Letter, Prepared, new
+from fairstream.config import Settings
+from fairstream.core import Pick, RecordClock
+from fairstream.core.emission import EmissionRule, Expire, Wait
+from fairstream.scheduler.backlog import Backlog
+from fairstream.scheduler.checkpoint import Checkpoint
+from fairstream.scheduler.egress import FOOTPRINT, Stamper, footprint
+from fairstream.scheduler.fetch import Gone, PayloadFetcher
+from fairstream.scheduler.metrics import Metrics
+from fairstream.scheduler.progress import PartitionProgress
+from fairstream.scheduler.recent import RecentRequests
+from fairstream.scheduler.records import Entry, Prepared, new
+from fairstream.scheduler.transaction import Transaction
 from fairstream.wire.dead_letter import HeaderList, expired_detail, lost_detail
 
-if TYPE_CHECKING:
-    from fairstream.scheduler.emit import Emitter
-
-__all__ = ["EMIT_BATCH", "Prepared", "emit_batch", "emit_one", "expire", "prepare", "unread"]
+__all__ = ["EMIT_BATCH", "STALE_MS", "Sender", "request_id"]
 
 EMIT_BATCH = 256  # picks between two looks at the handoff queue
 PREPARE_CHUNK = 64  # picks prepared between two looks at the commit in flight
@@ -49,134 +54,226 @@ _REQUEST_ID = wire.REQUEST_ID
 STALE_MS = 1000  # a prepared record older than this (a commit retried) is stamped again
 
 
-def emit_batch(em: Emitter) -> int:  # noqa: PLR0915 (flat hot path)
-    """Send up to EMIT_BATCH records, those prepared during the last commit first; how many
-    it picked (sent or expired). When the rule says wait, ``em._wait`` tells how long and
-    ``em._paced`` whether the wait is on the rate, a cap or a hold (not for records)."""
-    rule, txn, core = em.rule, em.txn, em.core
-    prepared = em.prepared
-    if prepared and not txn.open:
-        txn.begin()
-    direct = rule.direct()  # no limits: the core is asked directly (``EmissionRule.direct``)
-    started = rule.started if rule.tracking else None  # concurrency slots, by request id
-    decide, pick_next = rule.next, core.pick
-    stamp_headers = em.stamper.headers
-    epoch_ms = em.clock.epoch_ms  # the wall clock, for deadlines and stamps
-    produce = txn.producer.produce
-    topic = em.egress_topic
-    progress = em.progress
-    dwells: dict[str, list[float]] = {}  # the batch's, handed to the checkpoint
-    max_records = em.settings.max_in_flight
-    picked = freed = cost_sum = inline = 0
-    em._paced = False
-    for _ in range(EMIT_BATCH):
-        step: Any
-        if prepared:
-            step, stamp, key, value, headers = prepared.popleft()
-            now_ms = epoch_ms()
-            deadline = step.item.deadline
-            if deadline is not None and now_ms > deadline:
-                picked += 1
-                expire(em, Expire(*step), now_ms)  # the commit took longer than it had left
-                continue
-            if headers is None or now_ms - stamp > STALE_MS:
-                picked += 1
-                emit_one(em, step, now_ms)  # read back, too large, or stamped long ago
-                if txn.records >= max_records:
-                    break
-                continue
-        else:
-            stamp = epoch_ms()  # for the deadline, and the scheduled-ms header
-            step = pick_next() if direct else None
-            if step is not None:
+class Sender:
+    """Picks records from the rule and produces them to egress, settling their offsets;
+    owns the stamper and the records prepared during a commit.
+
+    Holds the rule (its ``core``), the emitter's progress per log (a live dict), the
+    backlog (payload bytes and dead letters), the checkpoint (the open transaction's
+    tallies), the fetcher and the clock. Caller: the emitter thread.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        rule: EmissionRule[Entry],
+        progress: dict[int, PartitionProgress],
+        backlog: Backlog,
+        checkpoint: Checkpoint,
+        fetcher: PayloadFetcher,
+        metrics: Metrics,
+        clock: RecordClock,
+        *,
+        egress_limit: int,
+        recent: RecentRequests | None = None,
+    ) -> None:
+        self.rule = rule
+        self.progress = progress
+        self.backlog = backlog
+        self.checkpoint = checkpoint
+        self.fetcher = fetcher
+        self.metrics = metrics
+        self.clock = clock
+        self.egress_topic = settings.topics.egress
+        self.max_in_flight = settings.max_in_flight
+        self.stamper = Stamper(settings.topics.ingest, egress_limit, recent)
+        # Picked and stamped while a commit was in flight, sent right after it.
+        self.prepared: deque[Prepared] = deque()
+        self.wait = 0.0  # seconds the rule last said to wait
+        self.paced = False  # the last batch ended waiting on the rule (not for records)
+
+    def emit_batch(self, txn: Transaction) -> int:  # noqa: PLR0915 (flat hot path)
+        """Send up to EMIT_BATCH records, those prepared during the last commit first; how many
+        it picked (sent or expired), produced into ``txn``. When the rule says wait, ``wait``
+        tells how long and ``paced`` whether the wait is on the rate, a cap or a hold (not
+        for records)."""
+        rule = self.rule
+        core = rule.core
+        prepared = self.prepared
+        if prepared and not txn.open:
+            txn.begin()
+        direct = rule.direct()  # no limits: the core is asked directly (``EmissionRule.direct``)
+        started = rule.started if rule.tracking else None  # concurrency slots, by request id
+        decide, pick_next = rule.next, core.pick
+        stamp_headers = self.stamper.headers
+        epoch_ms = self.clock.epoch_ms  # the wall clock, for deadlines and stamps
+        produce = txn.producer.produce
+        topic = self.egress_topic
+        progress = self.progress
+        dwells: dict[str, list[float]] = {}  # the batch's, handed to the checkpoint
+        max_records = self.max_in_flight
+        picked = freed = cost_sum = inline = 0
+        self.paced = False
+        for _ in range(EMIT_BATCH):
+            step: Any
+            if prepared:
+                step, stamp, key, value, headers = prepared.popleft()
+                now_ms = epoch_ms()
                 deadline = step.item.deadline
-                if deadline is not None and stamp > deadline:
-                    step = Expire(*step)
+                if deadline is not None and now_ms > deadline:
+                    picked += 1
+                    self.expire(Expire(*step), now_ms)  # the commit took longer than it had left
+                    continue
+                if headers is None or now_ms - stamp > STALE_MS:
+                    picked += 1
+                    self.emit_one(txn, step, now_ms)  # read back, too large, or stamped long ago
+                    if txn.records >= max_records:
+                        break
+                    continue
             else:
-                step = decide(stamp)
-                if type(step) is Pick:
-                    stamp = rule.stamp_ms  # its slot: behind now when catching up
-            if type(step) is not Pick:
-                if type(step) is Wait:
-                    em._wait = step.seconds
-                    em._paced = step.seconds != math.inf
-                    break
-                picked += 1
-                expire(em, step, stamp)
-                continue
+                stamp = epoch_ms()  # for the deadline, and the scheduled-ms header
+                step = pick_next() if direct else None
+                if step is not None:
+                    deadline = step.item.deadline
+                    if deadline is not None and stamp > deadline:
+                        step = Expire(*step)
+                else:
+                    step = decide(stamp)
+                    if type(step) is Pick:
+                        stamp = rule.stamp_ms  # its slot: behind now when catching up
+                if type(step) is not Pick:
+                    if type(step) is Wait:
+                        self.wait = step.seconds
+                        self.paced = step.seconds != math.inf
+                        break
+                    picked += 1
+                    self.expire(step, stamp)
+                    continue
+                entry = step.item
+                msg = entry.msg
+                headers = None
+                if msg is not None and txn.open:
+                    key, value = msg.key(), msg.value()
+                    headers = stamp_headers(
+                        msg, key, value, entry.partition, entry.offset, entry.enqueued, stamp
+                    )
+                if headers is None:
+                    picked += 1
+                    self.emit_one(
+                        txn, step, stamp
+                    )  # read back, a transaction to begin, or too large
+                    if txn.records >= max_records:
+                        break
+                    continue
+            picked += 1
+            tenant, entry, cost = step
+            partition, offset, enqueued, _, msg, _ = entry
+            try:
+                produce(topic, value, key, headers=headers)  # type: ignore[arg-type]
+                txn.records += 1
+                inline += 1
+            except (BufferError, KafkaException):
+                txn.produce(topic, value, key, headers)  # retries, or says why
+            freed += footprint(msg) if msg.headers() else FOOTPRINT + len(msg)
+            progress[partition].settle(offset)
+            if started is not None:
+                started(tenant, request_id(headers, partition, offset))
+            cost_sum += cost
+            dwell = (stamp - enqueued) / 1000 if stamp > enqueued else 0.0
+            seconds = dwells.get(tenant)
+            if seconds is None:
+                dwells[tenant] = [dwell]
+            else:
+                seconds.append(dwell)
+            if txn.records >= max_records:
+                break
+        self.backlog.release(freed)
+        self.checkpoint.emitted(dwells, cost_sum)
+        txn.tally(inline)  # produced past Transaction.produce: counted for its polls
+        return picked
+
+    def prepare(self) -> bool:
+        """Pick and stamp up to PREPARE_CHUNK more records for the next transaction; whether
+        more may be prepared. Only while the rule comes down to the fair pick (no rate limit,
+        hold or pause to end) and no dead letter waits. Caller: the emitter, while its commit
+        is in flight (``Transaction.commit``'s ``meanwhile``)."""
+        prepared = self.prepared
+        room = min(PREPARE_MAX, self.max_in_flight) - len(prepared)
+        if room <= 0 or self.backlog.letters or not self.rule.direct():
+            return False
+        pick_next, stamp_headers = self.rule.core.pick, self.stamper.headers
+        epoch_ms = self.clock.epoch_ms
+        for _ in range(min(PREPARE_CHUNK, room)):
+            stamp = epoch_ms()
+            step = pick_next()
+            if step is None:
+                return False
             entry = step.item
-            msg = entry.msg
-            headers = None
-            if msg is not None and txn.open:
-                key, value = msg.key(), msg.value()
-                headers = stamp_headers(
-                    msg, key, value, entry.partition, entry.offset, entry.enqueued, stamp
-                )
-            if headers is None:
-                picked += 1
-                emit_one(em, step, stamp)  # read back, a transaction to begin, or too large
-                if txn.records >= max_records:
-                    break
+            deadline = entry.deadline
+            if deadline is not None and stamp > deadline:
+                self.expire(Expire(*step), stamp)
                 continue
-        picked += 1
-        tenant, entry, cost = step
+            msg = entry.msg
+            if msg is None:
+                prepared.append(
+                    Prepared(step, stamp, None, None, None)
+                )  # read back after the commit
+                return False
+            key, value = msg.key(), msg.value()
+            headers = stamp_headers(
+                msg, key, value, entry.partition, entry.offset, entry.enqueued, stamp
+            )
+            prepared.append(new(Prepared, (step, stamp, key, value, headers)))
+        return True
+
+    def unread(self, pick: Pick[Entry]) -> None:
+        """A pick whose payload cannot be read back now (the broker is slow or away; the log
+        still holds it): back to the head of its tenant's queue, and the tenant paused until
+        the fetcher tries its partition again, so that its order holds and the others go on.
+        Never a ``lost`` dead letter: that needs the log start past the record (``fetch``)."""
+        tenant, entry, cost = pick
+        self.rule.core.push_front(tenant, entry, cost)
+        self.rule.pause(tenant, max(0.01, self.fetcher.retry_in(entry.partition)))
+
+    def expire(self, step: Expire[Entry], stamp: int) -> None:
+        """A pick past its deadline becomes a dead letter (``expired``)."""
+        tenant, entry, _ = step
+        if entry.msg is not None:
+            self.backlog.free(entry.msg)
+        detail = expired_detail(tenant, entry.deadline or 0, stamp, buffered=True)
+        self.backlog.letter(tenant, entry, wire.EXPIRED, detail)
+
+    def emit_one(self, txn: Transaction, pick: Pick[Entry], stamp: int) -> None:
+        """Send one picked record, whatever it takes: its payload read back from the log, a
+        transaction begun, or a dead letter when it is lost or too large."""
+        tenant, entry, cost = pick
         partition, offset, enqueued, _, msg, _ = entry
-        try:
-            produce(topic, value, key, headers=headers)  # type: ignore[arg-type]
-            txn.records += 1
-            inline += 1
-        except (BufferError, KafkaException):
-            txn.produce(topic, value, key, headers)  # retries, or says why
-        freed += footprint(msg) if msg.headers() else FOOTPRINT + len(msg)
-        progress[partition].settle(offset)
-        if started is not None:
-            started(tenant, request_id(headers, partition, offset))
-        cost_sum += cost
-        dwell = (stamp - enqueued) / 1000 if stamp > enqueued else 0.0
-        seconds = dwells.get(tenant)
-        if seconds is None:
-            dwells[tenant] = [dwell]
+        if msg is not None:
+            self.backlog.free(msg)
         else:
-            seconds.append(dwell)
-        if txn.records >= max_records:
-            break
-    em.cached -= freed
-    em.checkpoint.emitted(dwells, cost_sum)
-    txn.tally(inline)  # produced past Transaction.produce: counted for its polls
-    return picked
-
-
-def prepare(em: Emitter) -> bool:
-    """Pick and stamp up to PREPARE_CHUNK more records for the next transaction; whether
-    more may be prepared. Only while the rule comes down to the fair pick (no rate limit,
-    hold or pause to end) and no dead letter waits. Caller: the emitter, while its commit
-    is in flight (``Transaction.commit``'s ``meanwhile``)."""
-    prepared = em.prepared
-    room = min(PREPARE_MAX, em.settings.max_in_flight) - len(prepared)
-    if room <= 0 or em.letters or not em.rule.direct():
-        return False
-    pick_next, stamp_headers = em.core.pick, em.stamper.headers
-    epoch_ms = em.clock.epoch_ms
-    for _ in range(min(PREPARE_CHUNK, room)):
-        stamp = epoch_ms()
-        step = pick_next()
-        if step is None:
-            return False
-        entry = step.item
-        deadline = entry.deadline
-        if deadline is not None and stamp > deadline:
-            expire(em, Expire(*step), stamp)
-            continue
-        msg = entry.msg
-        if msg is None:
-            prepared.append(Prepared(step, stamp, None, None, None))  # read back after the commit
-            return False
+            read = self.fetcher.get(partition, offset)
+            if read is None:
+                self.unread(pick)
+                return
+            self.metrics.refetches.inc()
+            if isinstance(read, Gone):
+                detail = lost_detail(partition, offset, read.log_start)
+                self.backlog.letter(tenant, entry, wire.LOST, detail)
+                return
+            msg = read
         key, value = msg.key(), msg.value()
-        headers = stamp_headers(
-            msg, key, value, entry.partition, entry.offset, entry.enqueued, stamp
-        )
-        prepared.append(new(Prepared, (step, stamp, key, value, headers)))
-    return True
+        headers = self.stamper.headers(msg, key, value, partition, offset, enqueued, stamp)
+        if headers is None:
+            detail = self.stamper.too_large(self.egress_topic)
+            held = entry._replace(msg=msg)  # with its payload
+            self.backlog.letter(tenant, held, wire.TOO_LARGE, detail)
+            return
+        txn.produce(self.egress_topic, value, key, headers)
+        self.progress[partition].settle(offset)
+        if self.rule.tracking:
+            self.rule.started(tenant, request_id(headers, partition, offset))
+        dwell = (stamp - enqueued) / 1000 if stamp > enqueued else 0.0
+        self.checkpoint.emitted({tenant: [dwell]}, cost)
 
 
 def request_id(headers: HeaderList, partition: int, offset: int) -> bytes | tuple[int, int]:
@@ -187,55 +284,3 @@ def request_id(headers: HeaderList, partition: int, offset: int) -> bytes | tupl
         if name == _REQUEST_ID:
             return value if value else (partition, offset)
     return (partition, offset)
-
-
-def unread(em: Emitter, pick: Pick[Entry]) -> None:
-    """A pick whose payload cannot be read back now (the broker is slow or away; the log
-    still holds it): back to the head of its tenant's queue, and the tenant paused until
-    the fetcher tries its partition again, so that its order holds and the others go on.
-    Never a ``lost`` dead letter: that needs the log start past the record (``fetch``)."""
-    tenant, entry, cost = pick
-    em.core.push_front(tenant, entry, cost)
-    em.rule.pause(tenant, max(0.01, em.fetcher.retry_in(entry.partition)))
-
-
-def expire(em: Emitter, step: Expire[Entry], stamp: int) -> None:
-    """A pick past its deadline becomes a dead letter (``expired``)."""
-    tenant, entry, _ = step
-    if entry.msg is not None:
-        em.cached -= footprint(entry.msg)
-    detail = expired_detail(tenant, entry.deadline or 0, stamp, buffered=True)
-    em.letters.append(Letter(tenant, entry, wire.EXPIRED, detail))
-
-
-def emit_one(em: Emitter, pick: Pick[Entry], stamp: int) -> None:
-    """Send one picked record, whatever it takes: its payload read back from the log, a
-    transaction begun, or a dead letter when it is lost or too large."""
-    tenant, entry, cost = pick
-    partition, offset, enqueued, _, msg, _ = entry
-    if msg is not None:
-        em.cached -= footprint(msg)
-    else:
-        read = em.fetcher.get(partition, offset)
-        if read is None:
-            unread(em, pick)
-            return
-        em.metrics.refetches.inc()
-        if isinstance(read, Gone):
-            detail = lost_detail(partition, offset, read.log_start)
-            em.letters.append(Letter(tenant, entry, wire.LOST, detail))
-            return
-        msg = read
-    key, value = msg.key(), msg.value()
-    headers = em.stamper.headers(msg, key, value, partition, offset, enqueued, stamp)
-    if headers is None:
-        detail = em.stamper.too_large(em.egress_topic)
-        held = entry._replace(msg=msg)  # with its payload
-        em.letters.append(Letter(tenant, held, wire.TOO_LARGE, detail))
-        return
-    em.txn.produce(em.egress_topic, value, key, headers)
-    em.progress[partition].settle(offset)
-    if em.rule.tracking:
-        em.rule.started(tenant, request_id(headers, partition, offset))
-    dwell = (stamp - enqueued) / 1000 if stamp > enqueued else 0.0
-    em.checkpoint.emitted({tenant: [dwell]}, cost)

@@ -213,7 +213,7 @@ class SchedulerService:
         )
         self.metrics.backlog.set_function(lambda: len(self.emitter.core))
         self.metrics.in_flight.set_function(lambda: self.emitter.in_flight)
-        self.metrics.payload_bytes.set_function(lambda: self.emitter.cached)
+        self.metrics.payload_bytes.set_function(lambda: self.emitter.backlog.cached)
 
     def _emitter_alive(self) -> bool:
         return self._emitter_thread.is_alive()

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Message
 
-import fairstream.scheduler.emit as emit_module
 from fairstream import wire
 from fairstream.config import Settings
 from fairstream.core import ManualClock
@@ -86,11 +85,8 @@ class Fetcher:
 
 
 @pytest.fixture
-def make(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(emit_module, "Transaction", Txn)
-    monkeypatch.setattr(emit_module, "PayloadFetcher", Fetcher)
-
-    def make(**settings: Any) -> Emitter:
+def make():
+    def make(fetcher: Any = Fetcher, **settings: Any) -> Emitter:
         emitter = Emitter(
             Settings(share_by="partitions", **settings),
             4,  # partitions; two of them owned: half the group's rate
@@ -101,6 +97,8 @@ def make(monkeypatch: pytest.MonkeyPatch):
             limits=Limits(),
             request_rewind=lambda: None,
             on_committed=lambda marks, seqs: None,
+            transaction=Txn,
+            fetcher=fetcher,
         )
         for partition in (0, 1):
             emitter.progress[partition] = PartitionProgress(0)
@@ -125,7 +123,7 @@ def message(offset: int, tenant: str = "A", value: bytes = b"v", headers: Any = 
 def push(emitter: Emitter, tenant: str, offset: int, *, partition: int = 0, cost: int = 1,
          deadline: int | None = None) -> None:  # fmt: skip
     msg = message(offset, tenant)
-    emitter.cached += footprint(msg)
+    emitter.backlog.cached += footprint(msg)
     emitter.core.push(tenant, Entry(partition, offset, 1, deadline, msg, cost), cost)
 
 
@@ -145,7 +143,7 @@ def test_emits_in_fair_order_and_settles(make):
         (b"B", b"fairstream.ingest-0-0"),
         (b"B", b"fairstream.ingest-0-2"),
     ]
-    assert emitter.cached == 0
+    assert emitter.backlog.cached == 0
     assert emitter.progress[0].lwm == 4
 
 
@@ -155,7 +153,7 @@ def test_expired_at_emit_time_is_dead_lettered(make):
     push(emitter, "A", 1, deadline=emitter.clock.epoch_ms() + 3_600_000)
     assert emitter._emit_some() == 2
     assert [key for key, _ in sent(emitter)] == [b"A"]
-    [(tenant, entry, reason, _)] = emitter.letters
+    [(tenant, entry, reason, _)] = emitter.backlog.letters
     assert (tenant, entry.offset, reason) == ("A", 0, wire.EXPIRED)
 
 
@@ -164,7 +162,7 @@ def test_the_rule_paces_and_says_how_long_to_wait(make):
     for offset in range(3):
         push(emitter, "A", offset)
     assert emitter._emit_some() == 1
-    assert emitter._wait == pytest.approx(0.2, rel=0.05)
+    assert emitter.sender.wait == pytest.approx(0.2, rel=0.05)
 
 
 def test_a_pick_held_for_cost_tokens_is_dropped_with_its_partition(make):
@@ -175,11 +173,11 @@ def test_a_pick_held_for_cost_tokens_is_dropped_with_its_partition(make):
     held = emitter.rule.pending
     assert held is not None
     assert held.item[0] == 1
-    assert emitter._wait == pytest.approx(0.6, rel=0.05)
-    before = emitter.cached
+    assert emitter.sender.wait == pytest.approx(0.6, rel=0.05)
+    before = emitter.backlog.cached
     emitter._drop({1})
     assert emitter.rule.pending is None
-    assert emitter.cached == before - footprint(held.item[4])
+    assert emitter.backlog.cached == before - footprint(held.item[4])
 
 
 def test_a_pick_held_for_cost_tokens_is_purged(make):
@@ -190,8 +188,8 @@ def test_a_pick_held_for_cost_tokens_is_purged(make):
     assert emitter.rule.pending is not None
     emitter.purge("A", before_ms=10)
     assert emitter.rule.pending is None
-    assert [(t, e.offset, r) for t, e, r, _ in emitter.letters] == [("A", 1, wire.PURGED)]
-    assert emitter.cached == 0
+    assert [(t, e.offset, r) for t, e, r, _ in emitter.backlog.letters] == [("A", 1, wire.PURGED)]
+    assert emitter.backlog.cached == 0
 
 
 def test_feedback_pause_is_the_rules(make):
@@ -249,9 +247,9 @@ def test_records_prepared_during_a_commit_go_right_after_it_in_order(make):
         (b"AB"[o % 2 : o % 2 + 1], b"fairstream.ingest-0-%d" % o) for o in range(6, 12)
     )
     assert emitter.txn.records == 6
-    assert not emitter.prepared
+    assert not emitter.sender.prepared
     assert emitter.progress[0].lwm == 12
-    assert emitter.cached == 0
+    assert emitter.backlog.cached == 0
 
 
 def test_nothing_is_prepared_under_a_rate_limit_or_without_prepare(make):
@@ -274,32 +272,32 @@ def test_nothing_is_prepared_under_a_rate_limit_or_without_prepare(make):
 def test_a_prepared_record_past_its_deadline_is_dead_lettered(make):
     emitter = make()
     push(emitter, "A", 0, deadline=emitter.clock.epoch_ms() + 50)
-    assert send.prepare(emitter) is False  # one record: prepared, nothing more to pick
-    assert len(emitter.prepared) == 1
+    assert emitter.sender.prepare() is False  # one record: prepared, nothing more to pick
+    assert len(emitter.sender.prepared) == 1
     emitter.clock.advance(0.06)  # the commit took longer than the record had left
     assert emitter._emit_some() == 1
     assert sent(emitter) == []
-    assert [(t, e.offset, r) for t, e, r, _ in emitter.letters] == [("A", 0, wire.EXPIRED)]
-    assert emitter.cached == 0
+    assert [(t, e.offset, r) for t, e, r, _ in emitter.backlog.letters] == [("A", 0, wire.EXPIRED)]
+    assert emitter.backlog.cached == 0
 
 
 def test_a_rewind_forgets_what_was_prepared(make):
     emitter = make()
     push(emitter, "A", 0)
-    send.prepare(emitter)
-    assert emitter.prepared
+    emitter.sender.prepare()
+    assert emitter.sender.prepared
     emitter._rewind()
-    assert not emitter.prepared
+    assert not emitter.sender.prepared
 
 
 def test_max_in_flight_bounds_what_is_prepared_and_what_is_read_back(make):
     emitter = make(max_in_flight=5)
     for offset in range(20):
         push(emitter, "AB"[offset % 2], offset)
-    while send.prepare(emitter):
+    while emitter.sender.prepare():
         pass
-    assert len(emitter.prepared) == 5
-    emitter.prepared.clear()
+    assert len(emitter.sender.prepared) == 5
+    emitter.sender.prepared.clear()
     # Payloads beyond --buffer-memory are read back one by one (emit_one): still 5 at most.
     emitter = make(max_in_flight=3)
     for offset in range(10):
@@ -321,9 +319,9 @@ def test_the_producer_is_polled_across_batches(make):
 def test_a_record_prepared_long_ago_is_stamped_again(make):
     emitter = make()
     push(emitter, "A", 0)
-    send.prepare(emitter)
-    step, stamp, key, value, headers = emitter.prepared[0]
-    emitter.prepared[0] = Prepared(
+    emitter.sender.prepare()
+    step, stamp, key, value, headers = emitter.sender.prepared[0]
+    emitter.sender.prepared[0] = Prepared(
         step, stamp - send.STALE_MS - 1, key, value, headers
     )  # a long commit
     assert emitter._emit_some() == 1
@@ -357,7 +355,7 @@ def test_a_producers_request_id_keys_the_slot(make):
 
     emitter = make(max_concurrency=2)  # 1 slot here
     msg = message(0, "A", headers=[(wire.REQUEST_ID, b"order-7"), ("trace", b"t")])
-    emitter.cached += footprint(msg)
+    emitter.backlog.cached += footprint(msg)
     emitter.core.push("A", Entry(0, 0, 1, None, msg, 1), 1)
     push(emitter, "A", 1)
     emitter._emit_some()
@@ -416,15 +414,15 @@ class Readback:
 def test_a_payload_not_readable_now_waits_in_order_and_is_never_lost(make):
     from fairstream.scheduler.fetch import Gone
 
-    emitter = make()
-    fetcher = emitter.fetcher = Readback()
+    fetcher = Readback()
+    emitter = make(fetcher=lambda *config: fetcher)
     for offset in range(3):  # A's records, none held: read back when they go
         emitter.core.push("A", Entry(0, offset, 1, None, None, 1), 1)
     push(emitter, "B", 10)
     emitter._emit_some()
     # A's first read fails for now: A waits (paused), B goes, nothing is dead-lettered.
     assert sent(emitter) == [(b"B", b"fairstream.ingest-0-10")]
-    assert not emitter.letters
+    assert not emitter.backlog.letters
     assert emitter.core.backlog("A") == (3, 3)
     assert emitter.core.policy("A").paused
     assert emitter.progress[0].lwm == 0
@@ -441,22 +439,22 @@ def test_a_payload_not_readable_now_waits_in_order_and_is_never_lost(make):
     emitter.core.push("A", Entry(0, 3, 1, None, None, 1), 1)
     fetcher.answers[3] = Gone(7)
     emitter._emit_some()
-    [(tenant, entry, reason, detail)] = emitter.letters
+    [(tenant, entry, reason, detail)] = emitter.backlog.letters
     assert (tenant, entry.offset, reason) == ("A", 3, wire.LOST)
     assert "log starts at 7" in detail
 
 
 def test_a_dead_letter_whose_payload_is_not_readable_now_waits(make):
-    emitter = make()
-    fetcher = emitter.fetcher = Readback()
-    emitter.letters.append(Letter("A", Entry(0, 4, 1, None, None, 1), wire.EXPIRED, "late"))
+    fetcher = Readback()
+    emitter = make(fetcher=lambda *config: fetcher)
+    emitter.backlog.letters.append(Letter("A", Entry(0, 4, 1, None, None, 1), wire.EXPIRED, "late"))
     emitter._send_letters(10)
-    assert not emitter.letters
-    assert len(emitter.unread_letters) == 1
+    assert not emitter.backlog.letters
+    assert len(emitter.backlog.unread_letters) == 1
     assert emitter.txn.producer.sent == []
     fetcher.answers[4] = message(4)
-    emitter.letters.extend(emitter.unread_letters)
-    emitter.unread_letters.clear()
+    emitter.backlog.letters.extend(emitter.backlog.unread_letters)
+    emitter.backlog.unread_letters.clear()
     emitter._send_letters(10)
     [(_, _, _, headers)] = emitter.txn.producer.sent
     assert dict(headers)["fairstream-dlq-reason"] == b"expired"

@@ -9,11 +9,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Message
 
-import fairstream.scheduler.emit as emit_module
 from fairstream import wire
 from fairstream.config import Settings
 from fairstream.core import ManualClock, TenantPolicy
-from fairstream.scheduler import backlog, progress, send
+from fairstream.scheduler import progress
 from fairstream.scheduler.egress import Limits
 from fairstream.scheduler.emit import Emitter
 from fairstream.scheduler.handoff import Handoff, Parsed
@@ -46,9 +45,7 @@ class HoldingTxn(Txn):
 
 
 @pytest.fixture
-def emitter(monkeypatch: pytest.MonkeyPatch) -> Emitter:
-    monkeypatch.setattr(emit_module, "Transaction", HoldingTxn)
-    monkeypatch.setattr(emit_module, "PayloadFetcher", Fetcher)
+def emitter() -> Emitter:
     em = Emitter(
         Settings(share_by="partitions", park_ranges=16, park_span=1000, app_id="app"),
         1,
@@ -59,6 +56,8 @@ def emitter(monkeypatch: pytest.MonkeyPatch) -> Emitter:
         limits=Limits(),
         request_rewind=lambda: None,
         on_committed=lambda marks, seqs: None,
+        transaction=HoldingTxn,
+        fetcher=Fetcher,
     )
     em.progress[0] = PartitionProgress(0)
     em.progress[holding_id(0)] = HoldingProgress(0)
@@ -76,8 +75,12 @@ def parsed(partition: int, offset: int, tenant: str, value: bytes, headers: Any 
     return Parsed(partition, offset, tenant, 1, None, 1000 + offset, msg, None)
 
 
+def index(em: Emitter, records: list[Parsed]) -> None:
+    em.backlog.index(records, em.txn)
+
+
 def emit_all(em: Emitter) -> None:
-    while send.emit_batch(em):
+    while em.sender.emit_batch(em.txn):
         pass
 
 
@@ -92,7 +95,7 @@ def test_a_paused_tenant_is_parked_and_comes_back_in_order(emitter: Emitter) -> 
         records.append(parsed(0, 3 * i, "slow", b"slow:%02d" % i))
         records.append(parsed(0, 3 * i + 1, "fast", b"fast:%02d" % (2 * i)))
         records.append(parsed(0, 3 * i + 2, "fast", b"fast:%02d" % (2 * i + 1)))
-    backlog.index(em, records)
+    index(em, records)
     emit_all(em)
     ingest = em.progress[0]
     assert ingest.lwm == 0  # pinned by slow's first record
@@ -120,12 +123,12 @@ def test_a_paused_tenant_is_parked_and_comes_back_in_order(emitter: Emitter) -> 
     assert last.parked == {"slow": 40}
 
     # A new record of slow is parked as it is read, behind the others.
-    backlog.index(em, [parsed(0, 120, "slow", b"slow:40"), parsed(0, 121, "fast", b"fast:80")])
+    index(em, [parsed(0, 120, "slow", b"slow:40"), parsed(0, 121, "fast", b"fast:80")])
     assert holding_writes(em)[-1][3] == b"slow:40"
     assert hold.parked == {"slow": 41}
 
     # Read back from the holding log (offsets 0..40), resumed: out in order, counted down.
-    backlog.index(
+    index(
         em,
         [parsed(holding_id(0), h, "slow", w[3], w[4]) for h, w in enumerate(holding_writes(em))],
     )
@@ -149,13 +152,13 @@ def test_a_served_tenant_is_not_parked_but_reading_waits_for_it(emitter: Emitter
     em = emitter
     em.set_policy("slow", TenantPolicy())  # nobody paused
     # Every other offset skipped (transaction markers, say): 39 settled gaps, the mark at 0.
-    backlog.index(em, [parsed(0, 2 * i, "other", b"x:%03d" % i) for i in range(40)])
+    index(em, [parsed(0, 2 * i, "other", b"x:%03d" % i) for i in range(40)])
     assert em.progress[0].settled_above == 39
     em._commit()
     assert holding_writes(em) == []  # "other", at the mark, can be served: not parked
-    assert em.ahead == {0}  # 39 ranges: twice --park-ranges (32) or more
+    assert em.backlog.parking.ahead == {0}  # 39 ranges: twice --park-ranges (32) or more
     assert em._taken() == {}
     emit_all(em)
     em._commit()
     assert em.progress[0].lwm == 79
-    assert em.ahead == set()
+    assert em.backlog.parking.ahead == set()
