@@ -38,7 +38,7 @@ from fairstream.scheduler.fetch import Gone, PayloadFetcher
 from fairstream.scheduler.holding import Parking
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import PartitionProgress
-from fairstream.scheduler.records import Entry, Letter, Parsed, new
+from fairstream.scheduler.records import Letter, Parsed, new
 from fairstream.scheduler.transaction import Transaction
 from fairstream.wire.dead_letter import (
     RECORD_OVERHEAD,
@@ -89,7 +89,7 @@ class Backlog:
     def __init__(
         self,
         settings: Settings,
-        rule: EmissionRule[Entry],
+        rule: EmissionRule[Parsed],
         progress: dict[int, PartitionProgress],
         fetcher: PayloadFetcher,
         checkpoint: Checkpoint,
@@ -142,7 +142,7 @@ class Backlog:
         """Held payloads of ``size`` bytes in all left the core. Caller: the sender."""
         self.cached -= size
 
-    def letter(self, tenant: str | None, entry: Entry, reason: str, detail: str) -> None:
+    def letter(self, tenant: str | None, entry: Parsed, reason: str, detail: str) -> None:
         """A dead letter to send (its payload, if held, still counted in ``cached``)."""
         self.letters.append(Letter(tenant, entry, reason, detail))
 
@@ -182,7 +182,9 @@ class Backlog:
         # Partitions with parked tenants (``holding``): their new records are parked too.
         parking = self.parking.parking()
         for item in records:
+            # Every field is read: unpacked at once (the order is ``Parsed``'s).
             partition, offset, tenant, cost, deadline, enqueued, msg, invalid = item
+            assert msg is not None  # the ingest thread hands each record over with it
             prog = progress.get(partition)
             if prog is None or offset < prog.next:
                 continue  # not ours (any more), or already seen
@@ -198,21 +200,18 @@ class Backlog:
             if partition < 0 and tenant is not None:
                 prog.own(offset, tenant)  # type: ignore[attr-defined]  # a HoldingProgress
             if invalid is not None or tenant is None:  # the ingest thread sets one of them
-                entry = Entry(partition, offset, enqueued, None, msg, 1)
                 reason = invalid.reason if invalid else wire.INVALID_KEY
-                letters.append(Letter(None, entry, reason, invalid.detail if invalid else ""))
+                letters.append(Letter(None, item, reason, invalid.detail if invalid else ""))
                 continue
             if deadline is not None or purges:
                 refused = _refused(purges, tenant, deadline, enqueued, now)
                 if refused is not None:
-                    entry = Entry(partition, offset, enqueued, deadline, msg, cost)
-                    letters.append(Letter(tenant, entry, *refused))
+                    letters.append(Letter(tenant, item, *refused))
                     continue
             if parking:
                 parked = parking.get(partition)
                 if parked is not None and tenant in parked:
-                    entry = Entry(partition, offset, enqueued, deadline, msg, cost)
-                    self.parking.park_new(txn, tenant, entry)
+                    self.parking.park_new(txn, tenant, item)
                     continue
             left = room.get(tenant)
             if left is None:
@@ -227,21 +226,20 @@ class Backlog:
                 size = FOOTPRINT + len(msg) if msg.headers() is None else footprint(msg)
                 if held + size <= held_budget:
                     held += size
-                    entry = new(Entry, (partition, offset, enqueued, deadline, msg, cost))
-                    overflow.append(new(Letter, (tenant, entry, *why)))
+                    overflow.append(new(Letter, (tenant, item, *why)))
                 else:  # read back when its letter is written
-                    entry = new(Entry, (partition, offset, enqueued, deadline, None, cost))
-                    overflow.append(new(Letter, (tenant, entry, *why)))
+                    bare = (partition, offset, tenant, cost, deadline, enqueued, None, None)
+                    overflow.append(new(Letter, (tenant, new(Parsed, bare), *why)))
                 continue
             left[0] -= 1
             left[1] -= cost
             size = FOOTPRINT + len(msg) if msg.headers() is None else footprint(msg)
             if cached + size <= budget:
                 cached += size
-                entry = new(Entry, (partition, offset, enqueued, deadline, msg, cost))
+                core.push(tenant, item, cost)
             else:  # read back when it goes
-                entry = new(Entry, (partition, offset, enqueued, deadline, None, cost))
-            core.push(tenant, entry, cost)
+                bare = (partition, offset, tenant, cost, deadline, enqueued, None, None)
+                core.push(tenant, new(Parsed, bare), cost)
             pushed += 1
         self.cached = cached
         self.overflow.held = held
@@ -323,7 +321,7 @@ class Backlog:
             letter = overflow.popleft()
             sent += 1
             _tenant, entry, reason, detail = letter
-            partition, offset, _enqueued, _deadline, msg, _cost = entry
+            partition, offset, msg = entry.partition, entry.offset, entry.msg
             if msg is not None:
                 held -= _held(msg)
             if msg is None or partition < 0 or msg.headers() is not None:
@@ -355,12 +353,12 @@ class Backlog:
         return sent
 
     def _send_letter(
-        self, txn: Transaction, tenant: str | None, entry: Entry, reason: str, detail: str
+        self, txn: Transaction, tenant: str | None, entry: Parsed, reason: str, detail: str
     ) -> None:
         """One dead letter, read back if need be, fitted to its topic, and its offset settled.
         A payload the log still holds but cannot give now: the letter waits in
         ``unread_letters`` (never a ``lost`` one: that needs the log start past the record)."""
-        partition, offset, _enqueued, _deadline, msg, _cost = entry
+        partition, offset, msg = entry.partition, entry.offset, entry.msg
         if msg is None and reason != wire.LOST:
             read = self.fetcher.get(partition, offset)
             if read is None:
@@ -396,7 +394,7 @@ def _refused(
     return None
 
 
-def _room(core: FairScheduler[Entry], tenant: str) -> list[float]:
+def _room(core: FairScheduler[Parsed], tenant: str) -> list[float]:
     """Records and cost ``tenant`` may still add to its backlog under its policy."""
     policy = core.policy(tenant)
     records, cost = core.backlog(tenant)

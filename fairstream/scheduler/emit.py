@@ -61,12 +61,11 @@ from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.policies import DefaultPolicy, Policies, PolicyAction, SetPolicy
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
-from fairstream.scheduler.records import Entry, Letter
 from fairstream.scheduler.recovery import holding_id
 from fairstream.scheduler.send import Sender
 from fairstream.scheduler.transaction import Aborted, FatalError, Transaction
 
-__all__ = ["Emitter", "Entry", "Letter", "Limits"]  # Limits: fairstream.scheduler.egress's
+__all__ = ["Emitter", "Limits"]  # Limits: fairstream.scheduler.egress's
 
 log = logging.getLogger("fairstream.emitter")
 
@@ -81,8 +80,6 @@ class Emitter:
     """Runs ``run`` on a thread of its own. Caller: ``SchedulerService``."""
 
     _lease_expiries = 0  # concurrency slots' lease expiries counted in the metrics so far
-    letters: deque[Letter]
-    unread_letters: deque[Letter]
 
     def __init__(
         self,
@@ -119,9 +116,9 @@ class Emitter:
         )
         self.clock = clock  # the one clock: the rule's, the core's, the sender's
         self.policies = Policies(settings, metrics)
-        core: FairScheduler[Entry] = self.policies.new_core(self.clock)
+        core: FairScheduler[Parsed] = self.policies.new_core(self.clock)
         # Pacing, cost tokens, expiry, the hold, tenant pauses and the rate share.
-        self.rule: EmissionRule[Entry] = EmissionRule(
+        self.rule: EmissionRule[Parsed] = EmissionRule(
             core,
             self.clock,
             rate=settings.rate,
@@ -216,7 +213,7 @@ class Emitter:
         return sorted(p for p in list(self.progress) if p >= 0)
 
     @property
-    def core(self) -> FairScheduler[Entry]:
+    def core(self) -> FairScheduler[Parsed]:
         """The fair core in use (the rule's; replaced on a rewind)."""
         return self.rule.core
 

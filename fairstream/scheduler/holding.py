@@ -66,7 +66,7 @@ from fairstream.scheduler.egress import message_headers
 from fairstream.scheduler.fetch import Gone, PayloadFetcher
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
-from fairstream.scheduler.records import Entry
+from fairstream.scheduler.records import Parsed
 from fairstream.scheduler.recovery import holding_id
 from fairstream.scheduler.transaction import Transaction
 from fairstream.wire.dead_letter import lost_detail
@@ -83,7 +83,7 @@ class Sink(Protocol):
 
     def free(self, msg: Message) -> None: ...
 
-    def letter(self, tenant: str | None, entry: Entry, reason: str, detail: str) -> None: ...
+    def letter(self, tenant: str | None, entry: Parsed, reason: str, detail: str) -> None: ...
 
 
 class Parking:
@@ -97,7 +97,7 @@ class Parking:
     def __init__(
         self,
         settings: Settings,
-        rule: EmissionRule[Entry],
+        rule: EmissionRule[Parsed],
         progress: dict[int, PartitionProgress],
         fetcher: PayloadFetcher,
         metrics: Metrics,
@@ -209,7 +209,7 @@ class Parking:
         rule = self.rule
         core = rule.core
         back = holding_id(partition)
-        items: list[Entry] = []
+        items: list[Parsed] = []
         held = rule.pending
         if held is not None and held.tenant == tenant and held.item.partition in (partition, back):
             rule.cancel()
@@ -235,7 +235,7 @@ class Parking:
                 return i
         return len(mine)
 
-    def park_new(self, txn: Transaction, tenant: str, entry: Entry) -> None:
+    def park_new(self, txn: Transaction, tenant: str, entry: Parsed) -> None:
         """Park a record of a parked tenant (of an ingest partition) as it is indexed.
         Caller: ``Backlog.index``."""
         hold = self.progress[holding_id(entry.partition)]
@@ -244,13 +244,13 @@ class Parking:
         self.metrics.parked.inc()
 
     def _write(
-        self, txn: Transaction, partition: int, hold: HoldingProgress, tenant: str, entry: Entry
+        self, txn: Transaction, partition: int, hold: HoldingProgress, tenant: str, entry: Parsed
     ) -> bool:
         """Write ``entry``'s record to the holding log of ingest ``partition`` in the open
         transaction and settle it where it was (the ingest log, or the holding log itself); a
         payload not held is read back first. False when it cannot be read back now (the log
         still holds it; nothing was written); gone from the log, it becomes a ``lost`` letter."""
-        source, offset, enqueued, _deadline, msg, _cost = entry
+        source, offset, enqueued, msg = entry.partition, entry.offset, entry.enqueued, entry.msg
         if msg is None:
             read = self.fetcher.get(source, offset)
             self.metrics.refetches.inc()

@@ -41,7 +41,7 @@ from fairstream.scheduler.fetch import Gone, PayloadFetcher
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
-from fairstream.scheduler.records import Entry, Prepared, new
+from fairstream.scheduler.records import Parsed, Prepared, new
 from fairstream.scheduler.transaction import Transaction
 from fairstream.wire.dead_letter import HeaderList, expired_detail, lost_detail
 
@@ -66,7 +66,7 @@ class Sender:
     def __init__(
         self,
         settings: Settings,
-        rule: EmissionRule[Entry],
+        rule: EmissionRule[Parsed],
         progress: dict[int, PartitionProgress],
         backlog: Backlog,
         checkpoint: Checkpoint,
@@ -167,7 +167,7 @@ class Sender:
                     continue
             picked += 1
             tenant, entry, cost = step
-            partition, offset, enqueued, _, msg, _ = entry
+            partition, offset, _, _, _, enqueued, msg, _ = entry  # the order is Parsed's
             try:
                 produce(topic, value, key, headers=headers)  # type: ignore[arg-type]
                 txn.records += 1
@@ -226,7 +226,7 @@ class Sender:
             prepared.append(new(Prepared, (step, stamp, key, value, headers)))
         return True
 
-    def unread(self, pick: Pick[Entry]) -> None:
+    def unread(self, pick: Pick[Parsed]) -> None:
         """A pick whose payload cannot be read back now (the broker is slow or away; the log
         still holds it): back to the head of its tenant's queue, and the tenant paused until
         the fetcher tries its partition again, so that its order holds and the others go on.
@@ -235,7 +235,7 @@ class Sender:
         self.rule.core.push_front(tenant, entry, cost)
         self.rule.pause(tenant, max(0.01, self.fetcher.retry_in(entry.partition)))
 
-    def expire(self, step: Expire[Entry], stamp: int) -> None:
+    def expire(self, step: Expire[Parsed], stamp: int) -> None:
         """A pick past its deadline becomes a dead letter (``expired``)."""
         tenant, entry, _ = step
         if entry.msg is not None:
@@ -243,11 +243,11 @@ class Sender:
         detail = expired_detail(tenant, entry.deadline or 0, stamp, buffered=True)
         self.backlog.letter(tenant, entry, wire.EXPIRED, detail)
 
-    def emit_one(self, txn: Transaction, pick: Pick[Entry], stamp: int) -> None:
+    def emit_one(self, txn: Transaction, pick: Pick[Parsed], stamp: int) -> None:
         """Send one picked record, whatever it takes: its payload read back from the log, a
         transaction begun, or a dead letter when it is lost or too large."""
         tenant, entry, cost = pick
-        partition, offset, enqueued, _, msg, _ = entry
+        partition, offset, enqueued, msg = entry.partition, entry.offset, entry.enqueued, entry.msg
         if msg is not None:
             self.backlog.free(msg)
         else:

@@ -17,7 +17,7 @@ from fairstream.scheduler.emit import Emitter
 from fairstream.scheduler.handoff import Assign, Handoff, Revoke
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import PartitionProgress
-from fairstream.scheduler.records import Entry, Letter, Prepared
+from fairstream.scheduler.records import Letter, Parsed, Prepared
 
 
 class Producer:
@@ -124,7 +124,7 @@ def push(emitter: Emitter, tenant: str, offset: int, *, partition: int = 0, cost
          deadline: int | None = None) -> None:  # fmt: skip
     msg = message(offset, tenant)
     emitter.backlog.cached += footprint(msg)
-    emitter.core.push(tenant, Entry(partition, offset, 1, deadline, msg, cost), cost)
+    emitter.core.push(tenant, Parsed(partition, offset, tenant, cost, deadline, 1, msg, None), cost)
 
 
 def sent(emitter: Emitter) -> list[tuple[bytes | None, bytes | None]]:
@@ -172,12 +172,12 @@ def test_a_pick_held_for_cost_tokens_is_dropped_with_its_partition(make):
     assert emitter._emit_some() == 1
     held = emitter.rule.pending
     assert held is not None
-    assert held.item[0] == 1
+    assert held.item.partition == 1
     assert emitter.sender.wait == pytest.approx(0.6, rel=0.05)
     before = emitter.backlog.cached
     emitter._drop({1})
     assert emitter.rule.pending is None
-    assert emitter.backlog.cached == before - footprint(held.item[4])
+    assert emitter.backlog.cached == before - footprint(held.item.msg)
 
 
 def test_a_pick_held_for_cost_tokens_is_purged(make):
@@ -301,7 +301,7 @@ def test_max_in_flight_bounds_what_is_prepared_and_what_is_read_back(make):
     # Payloads beyond --buffer-memory are read back one by one (emit_one): still 5 at most.
     emitter = make(max_in_flight=3)
     for offset in range(10):
-        emitter.core.push("A", Entry(0, offset, 1, None, None, 1), 1)
+        emitter.core.push("A", Parsed(0, offset, "A", 1, None, 1, None, None), 1)
     emitter.fetcher.get = lambda partition, offset: message(offset)  # type: ignore[method-assign]
     assert emitter._emit_some() == 3
     assert emitter.txn.records == 3
@@ -356,7 +356,7 @@ def test_a_producers_request_id_keys_the_slot(make):
     emitter = make(max_concurrency=2)  # 1 slot here
     msg = message(0, "A", headers=[(wire.REQUEST_ID, b"order-7"), ("trace", b"t")])
     emitter.backlog.cached += footprint(msg)
-    emitter.core.push("A", Entry(0, 0, 1, None, msg, 1), 1)
+    emitter.core.push("A", Parsed(0, 0, "A", 1, None, 1, msg, None), 1)
     push(emitter, "A", 1)
     emitter._emit_some()
     assert len(sent(emitter)) == 1
@@ -417,7 +417,7 @@ def test_a_payload_not_readable_now_waits_in_order_and_is_never_lost(make):
     fetcher = Readback()
     emitter = make(fetcher=lambda *config: fetcher)
     for offset in range(3):  # A's records, none held: read back when they go
-        emitter.core.push("A", Entry(0, offset, 1, None, None, 1), 1)
+        emitter.core.push("A", Parsed(0, offset, "A", 1, None, 1, None, None), 1)
     push(emitter, "B", 10)
     emitter._emit_some()
     # A's first read fails for now: A waits (paused), B goes, nothing is dead-lettered.
@@ -436,7 +436,7 @@ def test_a_payload_not_readable_now_waits_in_order_and_is_never_lost(make):
         b"fairstream.ingest-0-2",
     ]
     # Gone for real (the log start passed it): a lost dead letter saying the log start.
-    emitter.core.push("A", Entry(0, 3, 1, None, None, 1), 1)
+    emitter.core.push("A", Parsed(0, 3, "A", 1, None, 1, None, None), 1)
     fetcher.answers[3] = Gone(7)
     emitter._emit_some()
     [(tenant, entry, reason, detail)] = emitter.backlog.letters
@@ -447,7 +447,9 @@ def test_a_payload_not_readable_now_waits_in_order_and_is_never_lost(make):
 def test_a_dead_letter_whose_payload_is_not_readable_now_waits(make):
     fetcher = Readback()
     emitter = make(fetcher=lambda *config: fetcher)
-    emitter.backlog.letters.append(Letter("A", Entry(0, 4, 1, None, None, 1), wire.EXPIRED, "late"))
+    emitter.backlog.letters.append(
+        Letter("A", Parsed(0, 4, "A", 1, None, 1, None, None), wire.EXPIRED, "late")
+    )
     emitter._send_letters(10)
     assert not emitter.backlog.letters
     assert len(emitter.backlog.unread_letters) == 1

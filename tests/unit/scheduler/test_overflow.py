@@ -7,7 +7,7 @@ from confluent_kafka import Message
 from fairstream import wire
 from fairstream.scheduler.backlog import Overflow, _held
 from fairstream.scheduler.egress import FOOTPRINT, dead_letter
-from fairstream.scheduler.records import Entry, Letter
+from fairstream.scheduler.records import Letter, Parsed
 from fairstream.wire.dead_letter import dead_letter_headers
 
 
@@ -20,11 +20,13 @@ def test_dropping_partitions_keeps_the_rest_and_recounts_what_is_held() -> None:
     for partition in (0, 1, 0, 2):
         msg = record(partition, len(overflow))
         overflow.letters.append(
-            Letter("t", Entry(partition, 0, 0, None, msg, 1), wire.BACKLOG_FULL, "")
+            Letter("t", Parsed(partition, 0, "t", 1, None, 0, msg, None), wire.BACKLOG_FULL, "")
         )
         overflow.held += _held(msg)
     # One letter kept without its payload (over the budget): it holds nothing.
-    overflow.letters.append(Letter("t", Entry(1, 9, 0, None, None, 1), wire.BACKLOG_FULL, ""))
+    overflow.letters.append(
+        Letter("t", Parsed(1, 9, "t", 1, None, 0, None, None), wire.BACKLOG_FULL, "")
+    )
     overflow.drop({0})
     assert [letter.entry.partition for letter in overflow.letters] == [1, 2, 1]
     assert overflow.held == 2 * (FOOTPRINT + 100)
