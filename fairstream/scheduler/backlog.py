@@ -161,24 +161,21 @@ class Backlog:
         Affects: the progress, the core, ``letters``, ``overflow``, ``cached``, the warming
         partitions, the metrics.
         """
-        progress = self.progress
-        core = self.rule.core
-        letters = self.letters
-        budget = self.budget
-        warming = self.warming
+        progress, letters, warming, purges = self.progress, self.letters, self.warming, self.purges
+        core, budget, cached = self.rule.core, self.budget, self.cached
         pushed = 0
         now = self.clock.epoch_ms()
-        purges = self.purges
         # Room left in each tenant's backlog (records, cost) under its policy: worked out
         # once per batch, then counted down, instead of an admission decision per record.
         room: dict[str, list[float]] = {}
         # Why a tenant's next record is refused, once per batch: a flood's overflow is a run of
         # records refused for one reason, and the sentence is the same for the whole run.
         refusal: dict[str, tuple[str, str]] = {}
-        overflow = self.overflow.letters
-        held = self.overflow.held
-        held_budget = self.overflow.budget
-        cached = self.cached
+        overflow, held, held_budget = (
+            self.overflow.letters,
+            self.overflow.held,
+            self.overflow.budget,
+        )
         # Partitions with parked tenants (``holding``): their new records are parked too.
         parking = self.parking.parking()
         for item in records:

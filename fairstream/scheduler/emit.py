@@ -116,33 +116,15 @@ class Emitter:
         )
         self.clock = clock  # the one clock: the rule's, the core's, the sender's
         self.policies = Policies(settings, metrics)
-        core: FairScheduler[Parsed] = self.policies.new_core(self.clock)
         # Pacing, cost tokens, expiry, the hold, tenant pauses and the rate share.
-        self.rule: EmissionRule[Parsed] = EmissionRule(
-            core,
-            self.clock,
-            rate=settings.rate,
-            burst=settings.effective_burst,
-            cost_rate=settings.cost_rate,
-            deadline=attrgetter("deadline"),
-            enqueued=attrgetter("enqueued"),
-            on_resume=_resumed,
-            max_concurrency=settings.max_concurrency,
-            concurrency_lease=settings.concurrency_lease,
-        )
+        self.rule = _new_rule(settings, self.policies.new_core(clock), clock)
         self.observed = Observed()
         # Per owned ingest partition p, its progress under p and its holding log's under
         # holding_id(p) (negative; ``holding``): ``owned`` lists the partitions.
         self.progress: dict[int, PartitionProgress] = {}
         self.queues: dict[int, deque[Parsed]] = {}  # the handoff queues of owned partitions
         self.fetcher = fetcher(settings.kafka.librdkafka(), self.ingest_topic, self.holding_topic)
-        config = {
-            **settings.kafka.librdkafka(),
-            # Our own size check decides what fits (see _emit); librdkafka must not refuse
-            # first what the topic accepts.
-            "message.max.bytes": max(limits.egress, limits.dlq) + 64 * 1024,
-        }
-        self._txn_config = (config, transactional_id, settings.transaction_timeout)
+        self._txn_config = _transaction_config(settings, limits, transactional_id)
         self._renewed_at = -RENEW_EVERY
         self._new_transaction = transaction
         self.txn = transaction(*self._txn_config)
@@ -161,41 +143,24 @@ class Emitter:
         # Feedback from the paid API (``feedback``): the adapted rate as a fraction of
         # --rate, applied here when the group does not share by demand.
         self._adaptive = 1.0
-        # The open transaction's tallies and each partition's committed progress.
-        self.checkpoint = Checkpoint(
-            metrics,
-            self.observed,
-            ingest_topic=self.ingest_topic,
-            progress_topic=self.progress_topic,
-            token_prefix=token_prefix or f"{transactional_id}:{os.urandom(4).hex()}",
-        )
         self._next_commit = 0.0
         self._soonest_commit = 0.0  # when a waiting emitter may commit (see _run)
-        # What waits (the core's payload bytes, dead letters, parking) and what sends.
+        # The open transaction's tallies and each partition's committed progress.
+        prefix = token_prefix or f"{transactional_id}:{os.urandom(4).hex()}"
+        self.checkpoint = Checkpoint(
+            metrics, self.observed, ingest_topic=self.ingest_topic,
+            progress_topic=self.progress_topic, token_prefix=prefix,
+        )  # fmt: skip
+        # What waits (the core's payload bytes, dead letters, parking) and what sends: each
+        # holds the rule, the live progress and the fetcher, and owns its own state.
         self.backlog = Backlog(
-            settings,
-            self.rule,
-            self.progress,
-            self.fetcher,
-            self.checkpoint,
-            metrics,
-            clock,
-            warming=self.warming,
-            purges=self.policies.purges,
-            dlq_limit=limits.dlq,
-        )
+            settings, self.rule, self.progress, self.fetcher, self.checkpoint, metrics, clock,
+            warming=self.warming, purges=self.policies.purges, dlq_limit=limits.dlq,
+        )  # fmt: skip
         self.sender = Sender(
-            settings,
-            self.rule,
-            self.progress,
-            self.backlog,
-            self.checkpoint,
-            self.fetcher,
-            metrics,
-            clock,
-            egress_limit=limits.egress,
-            recent=recent,
-        )
+            settings, self.rule, self.progress, self.backlog, self.checkpoint, self.fetcher,
+            metrics, clock, egress_limit=limits.egress, recent=recent,
+        )  # fmt: skip
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -635,6 +600,37 @@ class Emitter:
 
     def policy_of(self, tenant: str) -> TenantPolicy:
         return self.core.policy(tenant)
+
+
+def _transaction_config(
+    settings: Settings, limits: Limits, transactional_id: str
+) -> tuple[dict[str, Any], str, float]:
+    """The transactional producer's arguments (``Transaction``)."""
+    config = {
+        **settings.kafka.librdkafka(),
+        # Our own size check decides what fits (``egress``); librdkafka must not refuse
+        # first what the topic accepts.
+        "message.max.bytes": max(limits.egress, limits.dlq) + 64 * 1024,
+    }
+    return config, transactional_id, settings.transaction_timeout
+
+
+def _new_rule(
+    settings: Settings, core: FairScheduler[Parsed], clock: RecordClock
+) -> EmissionRule[Parsed]:
+    """The emission rule over ``core`` as the settings say (``fairstream.core.emission``)."""
+    return EmissionRule(
+        core,
+        clock,
+        rate=settings.rate,
+        burst=settings.effective_burst,
+        cost_rate=settings.cost_rate,
+        deadline=attrgetter("deadline"),
+        enqueued=attrgetter("enqueued"),
+        on_resume=_resumed,
+        max_concurrency=settings.max_concurrency,
+        concurrency_lease=settings.concurrency_lease,
+    )
 
 
 def _resumed(tenant: str) -> None:

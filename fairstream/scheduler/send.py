@@ -93,18 +93,16 @@ class Sender:
         self.paced = False  # the last batch ended waiting on the rule (not for records)
 
     def emit_batch(self, txn: Transaction) -> int:  # noqa: PLR0915 (flat hot path)
-        """Send up to EMIT_BATCH records, those prepared during the last commit first; how many
-        it picked (sent or expired), produced into ``txn``. When the rule says wait, ``wait``
-        tells how long and ``paced`` whether the wait is on the rate, a cap or a hold (not
-        for records)."""
+        """Send up to EMIT_BATCH records into ``txn``, those prepared during the last commit
+        first; how many it picked (sent or expired). When the rule says wait, ``wait`` tells
+        how long and ``paced`` whether on the rate, a cap or a hold (not for records)."""
         rule = self.rule
-        core = rule.core
         prepared = self.prepared
         if prepared and not txn.open:
             txn.begin()
         direct = rule.direct()  # no limits: the core is asked directly (``EmissionRule.direct``)
         started = rule.started if rule.tracking else None  # concurrency slots, by request id
-        decide, pick_next = rule.next, core.pick
+        decide, pick_next = rule.next, rule.core.pick
         stamp_headers = self.stamper.headers
         epoch_ms = self.clock.epoch_ms  # the wall clock, for deadlines and stamps
         produce = txn.producer.produce
@@ -157,11 +155,9 @@ class Sender:
                     headers = stamp_headers(
                         msg, key, value, entry.partition, entry.offset, entry.enqueued, stamp
                     )
-                if headers is None:
+                if headers is None:  # read back, a transaction to begin, or too large
                     picked += 1
-                    self.emit_one(
-                        txn, step, stamp
-                    )  # read back, a transaction to begin, or too large
+                    self.emit_one(txn, step, stamp)
                     if txn.records >= max_records:
                         break
                     continue
