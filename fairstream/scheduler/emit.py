@@ -114,7 +114,7 @@ class Emitter:
             progress_topic(settings.app_id),
             holding_topic(settings.app_id),
         )
-        self.clock = clock  # the one clock: the rule's, the core's, the sender's
+        self.clock = clock  # the one clock: the rule's, the core's, the parts', the fetcher's
         self.policies = Policies(settings, metrics)
         # Pacing, cost tokens, expiry, the hold, tenant pauses and the rate share.
         self.rule = _new_rule(settings, self.policies.new_core(clock), clock)
@@ -123,7 +123,9 @@ class Emitter:
         # holding_id(p) (negative; ``holding``): ``owned`` lists the partitions.
         self.progress: dict[int, PartitionProgress] = {}
         self.queues: dict[int, deque[Parsed]] = {}  # the handoff queues of owned partitions
-        self.fetcher = fetcher(settings.kafka.librdkafka(), self.ingest_topic, self.holding_topic)
+        self.fetcher = fetcher(
+            settings.kafka.librdkafka(), self.ingest_topic, self.holding_topic, clock
+        )
         self._txn_config = _transaction_config(settings, limits, transactional_id)
         self._renewed_at = -RENEW_EVERY
         self._new_transaction = transaction

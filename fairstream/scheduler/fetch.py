@@ -32,6 +32,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from fairstream.adapters.clients import assigned_consumer_config
+from fairstream.core import Clock, MonotonicClock
 from fairstream.scheduler import faults
 
 log = logging.getLogger("fairstream.fetch")
@@ -57,16 +58,25 @@ class Gone:
 class Failing:
     """A partition whose read-backs fail for now (published in ``PayloadFetcher.failing``)."""
 
-    since: float  # monotonic time of the first failure in a row
+    since: float  # the fetcher's clock's time of the first failure in a row
     attempts: int
     offset: int  # the record last wanted
     error: str  # why the last attempt did not read it
-    retry_at: float  # monotonic
+    retry_at: float  # by the fetcher's clock
 
 
 class PayloadFetcher:
-    def __init__(self, config: dict[str, Any], topic: str, holding: str | None = None) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        topic: str,
+        holding: str | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self._config = config
+        # The backoff's clock (the emitter's). A read's own timeout is real time: it bounds
+        # the consumer's calls.
+        self.clock = clock or MonotonicClock()
         self.topic = topic
         self.holding = holding  # a negative partition ~p is partition p of this topic
         self._consumer: Consumer | None = None
@@ -111,7 +121,7 @@ class PayloadFetcher:
             self._bytes -= _size(hit)
             return hit
         failing = self.failing.get(partition)
-        if failing is not None and time.monotonic() < failing.retry_at:
+        if failing is not None and self.clock.now() < failing.retry_at:
             return None  # backing off: the emitter serves others meanwhile
         self.reads += 1
         found, error = self._read(partition, offset)
@@ -137,11 +147,11 @@ class PayloadFetcher:
     def retry_in(self, partition: int) -> float:
         """Seconds until a read of ``partition`` is tried again (0: now)."""
         failing = self.failing.get(partition)
-        return 0.0 if failing is None else max(0.0, failing.retry_at - time.monotonic())
+        return 0.0 if failing is None else max(0.0, failing.retry_at - self.clock.now())
 
     @property
     def retry_at(self) -> float:
-        """The monotonic time the first backing-off partition is read again (0: none)."""
+        """When (by the clock) the first backing-off partition is read again (0: none)."""
         return min((f.retry_at for f in self.failing.values()), default=0.0)
 
     def _read(self, partition: int, offset: int) -> tuple[Message | None, str]:
@@ -209,7 +219,7 @@ class PayloadFetcher:
         return found, error
 
     def _failed(self, partition: int, offset: int, error: str) -> None:
-        now = time.monotonic()
+        now = self.clock.now()
         last = self.failing.get(partition)
         attempts = 1 if last is None else last.attempts + 1
         delay = min(MAX_BACKOFF, BACKOFF * 2 ** (attempts - 1))

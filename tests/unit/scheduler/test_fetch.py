@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Message
 
+from fairstream.core import ManualClock
 from fairstream.scheduler import fetch
 from fairstream.scheduler.fetch import Gone, PayloadFetcher
 
@@ -27,7 +28,7 @@ class Watermarks:
 
 @pytest.fixture
 def fetcher(monkeypatch: pytest.MonkeyPatch) -> tuple[PayloadFetcher, Watermarks, list[int]]:
-    f = PayloadFetcher({}, "ingest")
+    f = PayloadFetcher({}, "ingest", clock=ManualClock(100.0))
     marks = Watermarks()
     reads: list[int] = []
     found: dict[int, Message] = {}
@@ -49,10 +50,9 @@ def test_a_record_below_the_log_start_is_gone_with_the_log_start(fetcher) -> Non
     assert f.failing == {}
 
 
-def test_a_record_the_log_still_holds_backs_off_and_is_never_gone(fetcher, monkeypatch) -> None:
+def test_a_record_the_log_still_holds_backs_off_and_is_never_gone(fetcher) -> None:
     f, marks, reads = fetcher
-    clock = [100.0]
-    monkeypatch.setattr(fetch.time, "monotonic", lambda: clock[0])
+    clock = f.clock
     marks.low = 5
     assert f.get(0, 7) is None  # the log starts at 5: it holds 7, the broker was slow
     failing = f.failing[0]
@@ -63,14 +63,14 @@ def test_a_record_the_log_still_holds_backs_off_and_is_never_gone(fetcher, monke
     assert f.get(0, 8) is None
     assert reads == [7]
     # The broker away: the log start is unknown, which is not "gone" either.
-    clock[0] += fetch.BACKOFF
+    clock.advance(fetch.BACKOFF)
     marks.fail = True
     assert f.get(0, 7) is None
     assert f.failing[0].attempts == 2
     assert "log start unknown" in f.failing[0].error
     assert f.retry_in(0) == pytest.approx(2 * fetch.BACKOFF)
     # Back: the record is read, the partition is well again.
-    clock[0] += 10
+    clock.advance(10)
     marks.fail = False
     msg = Message(topic="ingest", partition=0, offset=7, key=b"a", value=b"v")
     f.found[7] = msg  # type: ignore[attr-defined]
@@ -78,16 +78,15 @@ def test_a_record_the_log_still_holds_backs_off_and_is_never_gone(fetcher, monke
     assert f.failing == {}
 
 
-def test_the_backoff_is_capped(fetcher, monkeypatch) -> None:
+def test_the_backoff_is_capped(fetcher) -> None:
     f, _, _ = fetcher
-    clock = [0.0]
-    monkeypatch.setattr(fetch.time, "monotonic", lambda: clock[0])
+    clock = f.clock
     for _ in range(12):
         assert f.get(1, 0) is None
-        clock[0] += fetch.MAX_BACKOFF
+        delay = f.retry_in(1)
+        clock.advance(fetch.MAX_BACKOFF)
+    assert delay == pytest.approx(fetch.MAX_BACKOFF)  # the twelfth backoff: capped
     assert f.retry_in(1) == pytest.approx(0.0)
     assert f.failing[1].attempts == 12
-    clock[0] -= fetch.MAX_BACKOFF
-    assert f.retry_in(1) == pytest.approx(fetch.MAX_BACKOFF)
     f.forget(1)
     assert f.failing == {}
