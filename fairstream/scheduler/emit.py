@@ -58,6 +58,7 @@ from fairstream.scheduler.handoff import (
 )
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed
+from fairstream.scheduler.pacing import Pacing
 from fairstream.scheduler.policies import DefaultPolicy, Policies, PolicyAction, SetPolicy
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
@@ -78,8 +79,6 @@ RENEW_EVERY = 60.0  # seconds: a broken producer is replaced at most this often
 
 class Emitter:
     """Runs ``run`` on a thread of its own. Caller: ``SchedulerService``."""
-
-    _lease_expiries = 0  # concurrency slots' lease expiries counted in the metrics so far
 
     def __init__(
         self,
@@ -135,16 +134,9 @@ class Emitter:
         self.stopped = False
         self.warming: set[int] = set()  # partitions whose first fetch emission waits for
         self._warm_until = 0.0
-        # Group-wide shares (--share-by demand): set by ShareChange from the group thread.
-        self.group_shares = settings.share_by == "demand" and (
-            settings.rate is not None or settings.cost_rate is not None
-        )
-        self._fraction: float | None = None
-        if self.group_shares:
-            self.rule.lease(0.0)  # nothing goes before the group thread sets a share
-        # Feedback from the paid API (``feedback``): the adapted rate as a fraction of
-        # --rate, applied here when the group does not share by demand.
-        self._adaptive = 1.0
+        # The rule's shares of the group's rate and concurrency, and the API's feedback.
+        self.pacing = Pacing(settings, partitions, self.rule, metrics)
+        self.group_shares = self.pacing.group_shares
         self._next_commit = 0.0
         self._soonest_commit = 0.0  # when a waiting emitter may commit (see _run)
         # The open transaction's tallies and each partition's committed progress.
@@ -289,16 +281,11 @@ class Emitter:
         elif isinstance(item, Revoke):
             self._revoke(item)
         elif isinstance(item, FeedbackBatch):
-            self._feedback(item)
+            self.pacing.feedback(item, self.observed, self.clock.now())
         elif isinstance(item, AdaptiveChange):
-            self._adaptive = item.factor
-            self.rule.hold(item.hold_until)
-            if not self.group_shares:
-                self._apply_rate_share()
+            self.pacing.adapted(item, len(self.owned))
         elif isinstance(item, ShareChange):
-            self._fraction = item.fraction
-            self.rule.lease(item.lease_until)
-            self._apply_rate_share()
+            self.pacing.shared(item, len(self.owned))
         elif isinstance(item, Heard):
             self.warming.discard(item.partition)
         elif isinstance(item, PolicyChange):
@@ -398,58 +385,13 @@ class Emitter:
         self.metrics.assigned.set(len(self.owned))
 
     def _apply_rate_share(self) -> None:
-        """Take this instance's share of the group rate: by demand, the fraction the group
-        thread computed (``group``); with ``--share-by partitions``, in proportion to the
-        ingest partitions owned, times the adapted rate. The rule retunes its buckets."""
-        if self.group_shares:
-            share = self._fraction or 0.0
-        else:
-            share = len(self.owned) / self.partitions if self.partitions else 0.0
-            share *= self._adaptive  # the group shares include the adapted rate already
-        self.rule.set_share(share)
-        # Concurrency is split by owned partitions (``--share-by partitions``' split of the
-        # rate), whatever --share-by says: the parts cannot add up to more than the limit,
-        # need no exchange, and do not follow the adapted rate.
-        owned = len(self.owned) / self.partitions if self.partitions else 0.0
-        self.rule.set_concurrency_share(owned)
-        self._count_slots()
-        self.metrics.group_share.set(share)
-        rate = self.settings.rate
-        self.metrics.rate_share.set(0 if rate is None else rate * share)
-
-    def _feedback(self, batch: FeedbackBatch) -> None:
-        """Charge measured costs, pause tenants whose own quota pushed back."""
-        core = self.core
-        for tenant, declared, cost in batch.charges:
-            self.observed.cost(tenant, declared, cost)
-            if cost != declared:
-                core.charge(tenant, cost - declared)
-        now = self.clock.now()
-        for tenant, seconds in batch.pauses:
-            if self.rule.pause(tenant, seconds, now):
-                log.info("tenant %r paused for %.1f s (its upstream quota)", tenant, seconds)
-        if batch.settled or batch.renewed:
-            self.rule.renew(batch.renewed, now)
-            self.rule.settled(batch.settled)
-            self._count_slots()
+        """Retune the rule's shares to the partitions owned now (``Pacing.apply``)."""
+        self.pacing.apply(len(self.owned))
 
     def counts_slots(self) -> bool:
-        """Whether concurrency slots are counted (a limit exists, or slots are still held):
-        the feedback reader hands completions over only then. Read from its thread: one
-        attribute read of each."""
-        rule = self.rule
-        return rule.tracking or len(rule.inflight) > 0
-
-    def _count_slots(self) -> None:
-        """The concurrency gauges, and the lease expiries since the last look."""
-        inflight = self.rule.inflight
-        self.metrics.concurrency_in_flight.set(len(inflight))
-        limit = inflight.limit
-        self.metrics.concurrency_limit.set(-1 if limit is None else limit)
-        expired = inflight.expired - self._lease_expiries
-        if expired:
-            self._lease_expiries = inflight.expired
-            self.metrics.concurrency_lease_expired.inc(expired)
+        """Whether concurrency slots are counted (``Pacing.counts_slots``). Read from the
+        feedback reader's thread."""
+        return self.pacing.counts_slots()
 
     def _act(self, action: PolicyAction) -> None:
         """Do what a policy record asks (``Policies.apply`` says what)."""
@@ -474,7 +416,7 @@ class Emitter:
     def _emit_some(self) -> int:
         picked = self.sender.emit_batch(self.txn)
         if self.rule.tracking:
-            self._count_slots()
+            self.pacing.count_slots()
         return picked
 
     def _send_letters(self, limit: int) -> int:

@@ -343,7 +343,7 @@ def test_concurrency_slots_bound_what_is_sent_and_completions_free_them(make):
     assert emitter.metrics.registry.get_sample_value("fairstream_concurrency_in_flight") == 2
     assert emitter._emit_some() == 0  # full: nothing more
     done = sorted(held)[0]
-    emitter._feedback(FeedbackBatch(settled=[done, b"not-ours"]))
+    emitter._control(FeedbackBatch(settled=[done, b"not-ours"]))
     emitter._emit_some()
     assert len(sent(emitter)) == 3
     assert emitter.rule.inflight.of("A") + emitter.rule.inflight.of("B") == 2
@@ -361,7 +361,7 @@ def test_a_producers_request_id_keys_the_slot(make):
     emitter._emit_some()
     assert len(sent(emitter)) == 1
     assert b"order-7" in emitter.rule.inflight
-    emitter._feedback(FeedbackBatch(settled=[b"order-7"]))
+    emitter._control(FeedbackBatch(settled=[b"order-7"]))
     emitter._emit_some()
     assert len(sent(emitter)) == 2
 

@@ -1,0 +1,114 @@
+"""What the emission rule is told from outside the emitter's data path.
+
+This instance's share of the group's rate (``--share-by demand``: the fraction the group
+thread computed, ``group``; ``--share-by partitions``: the ingest partitions owned, times
+the adapted rate, ``feedback``) and of its concurrency limit (always by partitions owned),
+and what the paid API reported back: measured costs charged, tenants paused by their own
+quota, concurrency slots settled or renewed. The rule retunes its buckets; the gauges follow.
+
+Caller: the emitter thread (``Emitter``), which applies the group's, the feedback reader's
+and the adaptive rate's hand-overs here, in mailbox order.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fairstream.config import Settings
+from fairstream.core.emission import EmissionRule
+from fairstream.scheduler.feedback import AdaptiveChange, FeedbackBatch
+from fairstream.scheduler.group import ShareChange
+from fairstream.scheduler.metrics import Metrics
+from fairstream.scheduler.observe import Observed
+from fairstream.scheduler.records import Parsed
+
+__all__ = ["Pacing"]
+
+log = logging.getLogger("fairstream.emitter")
+
+
+class Pacing:
+    """The rule's shares, the adapted rate and the concurrency slots' gauges."""
+
+    def __init__(
+        self, settings: Settings, partitions: int, rule: EmissionRule[Parsed], metrics: Metrics
+    ) -> None:
+        self.rule = rule
+        self.metrics = metrics
+        self.partitions = partitions
+        self.rate = settings.rate
+        # Group-wide shares (--share-by demand): set by ShareChange from the group thread.
+        self.group_shares = settings.share_by == "demand" and (
+            settings.rate is not None or settings.cost_rate is not None
+        )
+        self.fraction: float | None = None
+        if self.group_shares:
+            rule.lease(0.0)  # nothing goes before the group thread sets a share
+        # Feedback from the paid API (``feedback``): the adapted rate as a fraction of
+        # --rate, applied here when the group does not share by demand.
+        self.adaptive = 1.0
+        self._lease_expiries = 0  # concurrency slots' lease expiries counted so far
+
+    def apply(self, owned: int) -> None:
+        """Take this instance's share of the group rate, ``owned`` ingest partitions owned:
+        by demand, the fraction the group thread computed; with ``--share-by partitions``,
+        in proportion to the partitions owned, times the adapted rate."""
+        by_partitions = owned / self.partitions if self.partitions else 0.0
+        # The group's fractions include the adapted rate already.
+        share = (self.fraction or 0.0) if self.group_shares else by_partitions * self.adaptive
+        self.rule.set_share(share)
+        # Concurrency is split by owned partitions (``--share-by partitions``' split of the
+        # rate), whatever --share-by says: the parts cannot add up to more than the limit,
+        # need no exchange, and do not follow the adapted rate.
+        self.rule.set_concurrency_share(by_partitions)
+        self.count_slots()
+        self.metrics.group_share.set(share)
+        self.metrics.rate_share.set(0 if self.rate is None else self.rate * share)
+
+    def adapted(self, change: AdaptiveChange, owned: int) -> None:
+        """The feedback reader adapted the rate (and may hold emission for a Retry-After)."""
+        self.adaptive = change.factor
+        self.rule.hold(change.hold_until)
+        if not self.group_shares:
+            self.apply(owned)
+
+    def shared(self, change: ShareChange, owned: int) -> None:
+        """The group thread computed this instance's share, leased until a time."""
+        self.fraction = change.fraction
+        self.rule.lease(change.lease_until)
+        self.apply(owned)
+
+    def feedback(self, batch: FeedbackBatch, observed: Observed, now: float) -> None:
+        """Charge measured costs, pause tenants whose own quota pushed back, settle and
+        renew concurrency slots."""
+        rule = self.rule
+        core = rule.core
+        for tenant, declared, cost in batch.charges:
+            observed.cost(tenant, declared, cost)
+            if cost != declared:
+                core.charge(tenant, cost - declared)
+        for tenant, seconds in batch.pauses:
+            if rule.pause(tenant, seconds, now):
+                log.info("tenant %r paused for %.1f s (its upstream quota)", tenant, seconds)
+        if batch.settled or batch.renewed:
+            rule.renew(batch.renewed, now)
+            rule.settled(batch.settled)
+            self.count_slots()
+
+    def counts_slots(self) -> bool:
+        """Whether concurrency slots are counted (a limit exists, or slots are still held):
+        the feedback reader hands completions over only then. Read from its thread: one
+        attribute read of each."""
+        rule = self.rule
+        return rule.tracking or len(rule.inflight) > 0
+
+    def count_slots(self) -> None:
+        """The concurrency gauges, and the lease expiries since the last look."""
+        inflight = self.rule.inflight
+        self.metrics.concurrency_in_flight.set(len(inflight))
+        limit = inflight.limit
+        self.metrics.concurrency_limit.set(-1 if limit is None else limit)
+        expired = inflight.expired - self._lease_expiries
+        if expired:
+            self._lease_expiries = inflight.expired
+            self.metrics.concurrency_lease_expired.inc(expired)
