@@ -31,13 +31,11 @@ import logging
 import os
 from collections import deque
 from collections.abc import Callable
-from operator import attrgetter
 from typing import Any
 
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic, progress_topic
 from fairstream.core import FairScheduler, RecordClock, TenantPolicy
-from fairstream.core.emission import EmissionRule
 from fairstream.core.shares import ClassDemand, backlogged_demand
 from fairstream.scheduler import faults
 from fairstream.scheduler.backlog import Backlog
@@ -58,7 +56,7 @@ from fairstream.scheduler.handoff import (
 )
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed
-from fairstream.scheduler.pacing import Pacing
+from fairstream.scheduler.pacing import Pacing, new_rule
 from fairstream.scheduler.policies import DefaultPolicy, Policies, PolicyAction, SetPolicy
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
@@ -116,7 +114,7 @@ class Emitter:
         self.clock = clock  # the one clock: the rule's, the core's, the parts', the fetcher's
         self.policies = Policies(settings, metrics)
         # Pacing, cost tokens, expiry, the hold, tenant pauses and the rate share.
-        self.rule = _new_rule(settings, self.policies.new_core(clock), clock)
+        self.rule = new_rule(settings, self.policies.new_core(clock), clock)
         self.observed = Observed()
         # Per owned ingest partition p, its progress under p and its holding log's under
         # holding_id(p) (negative; ``holding``): ``owned`` lists the partitions.
@@ -529,17 +527,7 @@ class Emitter:
             partitions=self.owned,
             rate_limit=self.rule.rate,
         )
-        if self.counts_slots():
-            # The concurrency slots: this instance's, and each listed tenant's.
-            inflight = self.rule.inflight
-            stats["concurrency"] = {
-                "in_flight": len(inflight),
-                "limit": inflight.limit,
-                "lease_s": inflight.lease,
-                "lease_expired_total": inflight.expired,
-            }
-            for row in stats.get("tenants", []):
-                row["in_flight"] = inflight.of(row["tenant"])
+        self.pacing.add_slots(stats)
         return stats
 
     def policy_of(self, tenant: str) -> TenantPolicy:
@@ -557,25 +545,3 @@ def _transaction_config(
         "message.max.bytes": max(limits.egress, limits.dlq) + 64 * 1024,
     }
     return config, transactional_id, settings.transaction_timeout
-
-
-def _new_rule(
-    settings: Settings, core: FairScheduler[Parsed], clock: RecordClock
-) -> EmissionRule[Parsed]:
-    """The emission rule over ``core`` as the settings say (``fairstream.core.emission``)."""
-    return EmissionRule(
-        core,
-        clock,
-        rate=settings.rate,
-        burst=settings.effective_burst,
-        cost_rate=settings.cost_rate,
-        deadline=attrgetter("deadline"),
-        enqueued=attrgetter("enqueued"),
-        on_resume=_resumed,
-        max_concurrency=settings.max_concurrency,
-        concurrency_lease=settings.concurrency_lease,
-    )
-
-
-def _resumed(tenant: str) -> None:
-    log.info("tenant %r resumed after a pause (its upstream quota, or a read-back)", tenant)

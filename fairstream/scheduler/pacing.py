@@ -13,8 +13,11 @@ and the adaptive rate's hand-overs here, in mailbox order.
 from __future__ import annotations
 
 import logging
+from operator import attrgetter
+from typing import Any
 
 from fairstream.config import Settings
+from fairstream.core import FairScheduler, RecordClock
 from fairstream.core.emission import EmissionRule
 from fairstream.scheduler.feedback import AdaptiveChange, FeedbackBatch
 from fairstream.scheduler.group import ShareChange
@@ -22,7 +25,7 @@ from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.records import Parsed
 
-__all__ = ["Pacing"]
+__all__ = ["Pacing", "new_rule"]
 
 log = logging.getLogger("fairstream.emitter")
 
@@ -102,6 +105,21 @@ class Pacing:
         rule = self.rule
         return rule.tracking or len(rule.inflight) > 0
 
+    def add_slots(self, stats: dict[str, Any]) -> None:
+        """Add the concurrency slots to tenant stats (``Observed.tenant_stats``) when they
+        are counted: this instance's, and each listed tenant's."""
+        if not self.counts_slots():
+            return
+        inflight = self.rule.inflight
+        stats["concurrency"] = {
+            "in_flight": len(inflight),
+            "limit": inflight.limit,
+            "lease_s": inflight.lease,
+            "lease_expired_total": inflight.expired,
+        }
+        for row in stats.get("tenants", []):
+            row["in_flight"] = inflight.of(row["tenant"])
+
     def count_slots(self) -> None:
         """The concurrency gauges, and the lease expiries since the last look."""
         inflight = self.rule.inflight
@@ -112,3 +130,25 @@ class Pacing:
         if expired:
             self._lease_expiries = inflight.expired
             self.metrics.concurrency_lease_expired.inc(expired)
+
+
+def new_rule(
+    settings: Settings, core: FairScheduler[Parsed], clock: RecordClock
+) -> EmissionRule[Parsed]:
+    """The emission rule over ``core`` as the settings say (``fairstream.core.emission``)."""
+    return EmissionRule(
+        core,
+        clock,
+        rate=settings.rate,
+        burst=settings.effective_burst,
+        cost_rate=settings.cost_rate,
+        deadline=attrgetter("deadline"),
+        enqueued=attrgetter("enqueued"),
+        on_resume=_resumed,
+        max_concurrency=settings.max_concurrency,
+        concurrency_lease=settings.concurrency_lease,
+    )
+
+
+def _resumed(tenant: str) -> None:
+    log.info("tenant %r resumed after a pause (its upstream quota, or a read-back)", tenant)
