@@ -1,8 +1,9 @@
 """No import cycle inside ``fairstream/`` at run time (issue 24), and the cycle finder itself.
 
 The graph and its cycles are ``fairstream_dev.structure``'s (``make structure`` prints the whole
-report). Imports under ``if TYPE_CHECKING:`` are type-only: their cycles are reported there,
-not failed here. An import deferred into a function body is a runtime import.
+report). Imports under ``if TYPE_CHECKING:`` are type-only; a cycle through them fails too
+(none is left since the emitter's parts stopped importing it). An import deferred into a
+function body is a runtime import.
 """
 
 from __future__ import annotations
@@ -27,6 +28,21 @@ def test_fairstream_has_no_runtime_import_cycle() -> None:
     assert cycles == [], "runtime import cycles inside fairstream/:\n" + "\n".join(
         describe(cycle) for cycle in cycles
     )
+
+
+def test_no_module_imports_the_emitter_back_not_even_for_types() -> None:
+    """The emitter owns its parts (backlog, holding, send, checkpoint, pacing, policies):
+    none imports it back; only the process that starts it does (issue 24)."""
+    found = structure.modules(structure.PACKAGE)
+    importers = {e.source for e in structure.imports(found) if e.target == EMITTER}
+    assert importers == {"fairstream.scheduler.run", "fairstream.scheduler.service"}
+    type_only = structure.import_cycles(structure.PACKAGE).type_only
+    assert type_only == [], "type-only import cycles inside fairstream/:\n" + "\n".join(
+        describe(cycle) for cycle in type_only
+    )
+
+
+EMITTER = "fairstream.scheduler.emit"
 
 
 def package(root: Path, files: dict[str, str]) -> Path:
