@@ -16,6 +16,9 @@ their payloads are held within ``Overflow.budget`` bytes (an eighth of
 ``--buffer-memory``); beyond that a letter is kept without its payload and read back from
 the log when it is written, as a backlog entry beyond ``--buffer-memory`` is.
 
+``Backlog.cached``, the payload bytes held in the core, changes here only: the sender and
+the parking report what leaves through ``free`` and ``release``.
+
 Caller: the emitter thread (``Emitter``), the only owner of the core.
 """
 

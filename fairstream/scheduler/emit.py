@@ -12,7 +12,8 @@ transactional producer, so none of them needs a lock. Its loop:
    transaction;
 3. every ``--commit-interval`` (or after ``--max-in-flight`` records) commits: the egress
    records, a progress record for each partition with settled ranges above its mark, and
-   the marks as the group's offsets, with the group metadata of the member that owns them.
+   the marks as the group's offsets (``checkpoint``), with the group metadata of the member
+   that owns them.
    A member fenced out of its generation cannot commit, so a zombie adds nothing. The
    metadata is the one the last ``Assign`` or ``Revoke`` carried, never one read at commit
    time (that could be a newer generation's, in which the partitions are another member's;
@@ -23,6 +24,14 @@ An aborted transaction (a failed send, a lost generation) leaves the instance's 
 of what is committed: it forgets everything and asks the ingest thread to recover again
 from the committed marks (``rewind``). Payloads are held in memory up to
 ``--buffer-memory`` and read back from the ingest log beyond that (``fetch``).
+
+Its parts own their state and never import it: ``backlog.Backlog`` (what waits in the core
+and its payload bytes, the dead letters, ``holding.Parking``), ``send.Sender`` (picks,
+stamps, inline produce, the records prepared during a commit), ``checkpoint.Checkpoint``
+(the open transaction's tallies, each partition's committed progress, commit tokens and
+progress records) and ``pacing.Pacing`` (the rule's shares, the paid API's feedback). They
+share the rule (whose core a rewind replaces), the progress dict and the fetcher, none of
+which the emitter replaces, and read one clock, the service's (``RecordClock``).
 """
 
 from __future__ import annotations
