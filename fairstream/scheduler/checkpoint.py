@@ -9,8 +9,8 @@ to the group's offsets by a commit token, and once the broker has committed, cou
 transaction held and hands the marks on (to the trimmer).
 
 Caller: the emitter thread (``Emitter``), the only owner of the transaction. The emitter's
-sender (``send``) and backlog (``backlog``) report what they produced through ``emitted``
-and ``lettered``, once per batch.
+sender (``send``) and backlog (``backlog``) report what they produced through ``dwells``,
+``emitted`` and ``lettered``, once per batch.
 """
 
 from __future__ import annotations
@@ -67,16 +67,14 @@ class Checkpoint:
 
     # -- the open transaction ----------------------------------------------------------------
 
-    def emitted(self, dwells: dict[str, list[float]], cost: int) -> None:
-        """Egress records produced: per tenant, their dwells (in order), and their cost.
-        Caller: the sender, once per batch."""
-        mine = self.dwell
-        for tenant, seconds in dwells.items():
-            held = mine.get(tenant)
-            if held is None:
-                mine[tenant] = seconds
-            else:
-                held.extend(seconds)
+    def dwells(self) -> dict[str, list[float]]:
+        """The open transaction's dwells (seconds) per tenant, live: the sender appends one
+        per egress record, in order (a call per record would cost the per-record path).
+        Caller: the sender, once per batch (a commit or an abort starts a new dict)."""
+        return self.dwell
+
+    def emitted(self, cost: int) -> None:
+        """Egress records of ``cost`` in all produced. Caller: the sender, once per batch."""
         self.cost += cost
 
     def lettered(self, reason: str, count: int = 1) -> None:

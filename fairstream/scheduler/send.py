@@ -108,7 +108,7 @@ class Sender:
         produce = txn.producer.produce
         topic = self.egress_topic
         progress = self.progress
-        dwells: dict[str, list[float]] = {}  # the batch's, handed to the checkpoint
+        dwells = self.checkpoint.dwells()  # the open transaction's, live
         max_records = self.max_in_flight
         picked = freed = cost_sum = inline = 0
         self.paced = False
@@ -184,7 +184,7 @@ class Sender:
             if txn.records >= max_records:
                 break
         self.backlog.release(freed)
-        self.checkpoint.emitted(dwells, cost_sum)
+        self.checkpoint.emitted(cost_sum)
         txn.tally(inline)  # produced past Transaction.produce: counted for its polls
         return picked
 
@@ -269,7 +269,8 @@ class Sender:
         if self.rule.tracking:
             self.rule.started(tenant, request_id(headers, partition, offset))
         dwell = (stamp - enqueued) / 1000 if stamp > enqueued else 0.0
-        self.checkpoint.emitted({tenant: [dwell]}, cost)
+        self.checkpoint.dwells().setdefault(tenant, []).append(dwell)
+        self.checkpoint.emitted(cost)
 
 
 def request_id(headers: HeaderList, partition: int, offset: int) -> bytes | tuple[int, int]:
