@@ -118,9 +118,9 @@ class SchedulerService:
         # Readiness reasons any thread may raise (``/readyz``, ``fairstream_condition``).
         self.conditions = Conditions()
         self.supervisor = Supervisor(self.metrics, self.conditions, self.fail, self.done)
-        # The emitter's last answers for /metrics and /tenants, with their monotonic time:
+        # The emitter's last answers for /metrics and /tenants, with their time (the clock's):
         # served (marked stale) when the emitter is too busy to answer (a long commit).
-        self._backlog_snapshot: tuple[dict[str, int], float] = ({}, time.monotonic())
+        self._backlog_snapshot: tuple[dict[str, int], float] = ({}, self.clock.now())
         self._stats_snapshot: tuple[dict[str, Any], float] | None = None
         librdkafka = settings.kafka.librdkafka()
         txn_id = transactional_id(settings)
@@ -313,7 +313,7 @@ class SchedulerService:
         failing = self.emitter.fetcher.failing  # replaced whole by the emitter
         if not failing:
             return None
-        now = time.monotonic()
+        now = self.clock.now()  # the fetcher's
         parts = "; ".join(
             f"partition {p} since {now - f.since:.0f} s, {f.attempts} tries ({f.error})"
             for p, f in sorted(failing.items())
@@ -328,7 +328,7 @@ class SchedulerService:
         """Before a scrape: the emitter's per-tenant backlog, or, when it does not answer
         within ``SCRAPE_WAIT`` (a long commit), its last snapshot, marked stale
         (``fairstream_metrics_snapshot_stale`` 1, and its age). Caller: ``/metrics``."""
-        now = time.monotonic()
+        now = self.clock.now()
         if self._emitter_thread.is_alive():
             try:
                 fresh: dict[str, int] = self.handoff.call(
@@ -367,7 +367,7 @@ class SchedulerService:
         if not self._emitter_thread.is_alive():
             result = {"ready": False, "partitions": [], "tenants": []}
         else:
-            now = time.monotonic()
+            now = self.clock.now()
             try:
                 result = self.handoff.call(
                     lambda: self.emitter.tenant_stats(limit), timeout=SCRAPE_WAIT
