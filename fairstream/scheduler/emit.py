@@ -444,9 +444,8 @@ class Emitter:
         """
         if self.rewinding:
             return
-        self.backlog.parking.park_stranded(
-            self.txn
-        )  # tenants pinning a mark move out of the way first
+        # Tenants pinning a mark move out of the way first (``holding``).
+        self.backlog.parking.park_stranded(self.txn)
         checkpoint = self.checkpoint
         changed = checkpoint.changed(self.progress)
         if not self.txn.open and not changed:

@@ -210,10 +210,8 @@ class Sender:
                 self.expire(Expire(*step), stamp)
                 continue
             msg = entry.msg
-            if msg is None:
-                prepared.append(
-                    Prepared(step, stamp, None, None, None)
-                )  # read back after the commit
+            if msg is None:  # read back after the commit
+                prepared.append(Prepared(step, stamp, None, None, None))
                 return False
             key, value = msg.key(), msg.value()
             headers = stamp_headers(
