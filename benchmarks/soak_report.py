@@ -14,6 +14,7 @@ from pathlib import Path
 
 from benchmarks.soak_load import PARTITIONS, TENANTS_PER_PRODUCER
 from benchmarks.soak_processes import EXTRA, WORKER_CONCURRENCY
+from fairstream_dev.kafka.state import KAFKA_VERSION
 
 
 @dataclass
@@ -169,21 +170,20 @@ def print_report(report: Report) -> None:
 # What runs of the soak found in the scheduler, for docs/soak.md (see issue 13). Remove an
 # entry once it is fixed.
 KNOWN_PROBLEMS = """\
-Mitigated, cause open (issue 21), seen in the run of 2026-12-01 11:52 UTC: 2 of 54,030
-records lost after the broker restart. A scheduler that had taken partitions 5 and 7 over in
-a rebalance aborted after the restart and recovered them: the group's committed offsets
-(4,633 and 5,584) were one record below the partitions' log starts (4,634 and 5,585), so one
-record of each had been trimmed without being settled. The trim goes to the mark the emitter
-recorded after a commit; how that mark got ahead of the group's offset (a commit the broker
-did not keep across its restart, or a mark recorded beyond what was sent) is not known yet.
-The scheduler logged it ("deleted before they could be emitted") and counted it in
-`fairstream_ingest_lost_records_total`; nothing else was lost, duplicated or reordered.
-Since then the trimmer trims to a mark only once it has stood 20 s without a rewind, and a
-rewind forgets the marks not yet trimmed to; the next run (12:08 UTC, the same seed, the
-report above) lost nothing. Fixed after earlier runs: a broker restart made schedulers exit
-(a retriable `send_offsets_to_transaction` timeout was taken for a fatal error), and could
-leave an instance that no longer emitted while `/readyz` said ready (the group-shares thread
-ended on a timed-out call to a busy emitter, and its lease was never renewed).
+Fixed, seen in the run of 2026-12-01 11:52 UTC (issue 21): 2 of 54,030 records lost after the
+broker restart. Partitions 5 and 7 had been trimmed one record past the group's committed
+offsets (4,633 and 5,584). The cause was the broker's: the single Kafka 4.4.0 node, in its
+controlled shutdown, had just made every partition leaderless when a scheduler's commit came;
+it logged PrepareCommit (so `commit_transaction` returned success), skipped the commit markers
+as if the partitions had been deleted, and logged CompleteCommit. The transaction's egress
+records and offsets stayed pending until the producer's next transaction was aborted after the
+restart, which aborted them too; the trimmer had already trimmed to the marks of that commit.
+Since then the trimmer trims only to what the group's offsets, read back stably from the
+coordinator each round, confirm (and still waits 20 s without a rewind). Fixed after earlier
+runs: a broker restart made schedulers exit (a retriable `send_offsets_to_transaction` timeout
+was taken for a fatal error), and could leave an instance that no longer emitted while
+`/readyz` said ready (the group-shares thread ended on a timed-out call to a busy emitter, and
+its lease was never renewed).
 """
 
 
@@ -210,7 +210,7 @@ def markdown(report: Report, command: str) -> str:
     setting = paragraph(
         f"""Latest run: {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, {os.cpu_count()}
         cores shared with other work, Python {platform.python_version()}, an Apache Kafka
-        4.1.1 development broker of the soak's own on the same machine; seed {o.seed};
+        {KAFKA_VERSION} development broker of the soak's own on the same machine; seed {o.seed};
         {report.chaos_seconds:.0f} s of chaos, {report.total_seconds:.0f} s in all;
         {PARTITIONS} ingest partitions, {2 * TENANTS_PER_PRODUCER} tenants, {o.rate:g}
         records/s produced (half through the SDK, half through a plain confluent-kafka

@@ -178,7 +178,8 @@ class Settings:
     trim: bool = setting(
         True,
         help="Delete ingest records below the committed low-water mark (AdminClient "
-        "delete_records) once the mark has stood 20 s without an abort, so the ingest topic "
+        "delete_records) once the mark has stood 20 s without an abort and the group's "
+        "committed offsets, read back from the coordinator, confirm it, so the ingest topic "
         "holds the backlog and about 20 s more. Turn off when other consumers read the "
         "ingest topic too.",
     )
