@@ -70,6 +70,8 @@ def produce_backlog(bootstrap: str, topic: str) -> set[bytes]:
     return values
 
 
+# Its own deadline (240 s) fires before pytest's, so a failure shows the scheduler's log.
+@pytest.mark.timeout(480)
 def test_a_broker_outage_during_read_backs_loses_nothing(
     own_broker: DevBroker, tmp_path: Path
 ) -> None:
@@ -104,7 +106,7 @@ def test_a_broker_outage_during_read_backs_loses_nothing(
 
         wait_until(
             all_seen,
-            300,
+            240,
             lambda: f"every record reaches egress after the outage; log:\n{scheduler.tail()}",
             interval=0,
         )
