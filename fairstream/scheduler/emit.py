@@ -64,7 +64,7 @@ from fairstream.scheduler.handoff import (
     Stop,
 )
 from fairstream.scheduler.metrics import Metrics
-from fairstream.scheduler.observe import Observed
+from fairstream.scheduler.observe import Observed, Scrape
 from fairstream.scheduler.pacing import Pacing, new_rule
 from fairstream.scheduler.policies import DefaultPolicy, Policies, PolicyAction, SetPolicy
 from fairstream.scheduler.progress import PartitionProgress
@@ -128,6 +128,7 @@ class Emitter:
         # Per owned ingest partition p, its progress under p and its holding log's under
         # holding_id(p) (negative; ``holding``): ``owned`` lists the partitions.
         self.progress: dict[int, PartitionProgress] = {}
+        self._owned: tuple[int, ...] = ()  # published: see ``owned``
         self.queues: dict[int, deque[Parsed]] = {}  # the handoff queues of owned partitions
         self.fetcher = fetcher(
             settings.kafka.librdkafka(), self.ingest_topic, self.holding_topic, clock
@@ -143,6 +144,7 @@ class Emitter:
         self._warm_until = 0.0
         # The rule's shares of the group's rate and concurrency, and the API's feedback.
         self.pacing = Pacing(settings, partitions, self.rule, metrics)
+        self.slots_counted = self.pacing.counts_slots()  # published each round
         self.group_shares = self.pacing.group_shares
         self._next_commit = 0.0
         self._soonest_commit = 0.0  # when a waiting emitter may commit (see _run)
@@ -173,10 +175,14 @@ class Emitter:
         return self.joined and not self.rewinding and not self.stopped
 
     @property
-    def owned(self) -> list[int]:
-        """The ingest partitions owned (``progress`` also holds their holding logs). Read by
-        the group thread too: ``list`` copies the keys in one step under the GIL."""
-        return sorted(p for p in list(self.progress) if p >= 0)
+    def owned(self) -> tuple[int, ...]:
+        """The ingest partitions owned, sorted (``progress`` also holds their holding logs).
+        Published by the emitter as a new tuple whenever they change (``_publish_owned``), so
+        other threads (feedback, group) read a snapshot, never the live dict."""
+        return self._owned
+
+    def _publish_owned(self) -> None:
+        self._owned = tuple(sorted(p for p in self.progress if p >= 0))
 
     @property
     def core(self) -> FairScheduler[Parsed]:
@@ -213,7 +219,11 @@ class Emitter:
         # there, more commits would cost throughput (measured: about 10% end to end).
         soonest = interval / 5
         max_records = self.settings.max_in_flight
+        counts_slots = self.pacing.counts_slots
         while True:
+            # Published for the feedback thread (a bool, replaced whole): hand completions
+            # over only while slots are counted.
+            self.slots_counted = counts_slots()
             while handoff.controls:
                 if self._control(handoff.controls.popleft()):
                     return
@@ -337,6 +347,7 @@ class Emitter:
             # them now, not only after this instance's first commit (an instance with
             # nothing to emit, all its records settled or parked, would never commit).
             self._on_committed(*self.checkpoint.handed())
+        self._publish_owned()
         self._apply_rate_share()
         self.metrics.assigned.set(len(self.owned))
 
@@ -388,6 +399,7 @@ class Emitter:
             self.fetcher.forget(partition)
         self.checkpoint.forget(gone)
         self.backlog.drop(gone)
+        self._publish_owned()
         self._apply_rate_share()
         self.metrics.assigned.set(len(self.owned))
 
@@ -396,9 +408,9 @@ class Emitter:
         self.pacing.apply(len(self.owned))
 
     def counts_slots(self) -> bool:
-        """Whether concurrency slots are counted (``Pacing.counts_slots``). Read from the
-        feedback reader's thread."""
-        return self.pacing.counts_slots()
+        """Whether concurrency slots are counted (``Pacing.counts_slots``), as the emitter
+        last published it: the feedback thread's read."""
+        return self.slots_counted
 
     def _act(self, action: PolicyAction) -> None:
         """Do what a policy record asks (``Policies.apply`` says what)."""
@@ -416,7 +428,7 @@ class Emitter:
     def demand(self) -> tuple[dict[int, ClassDemand], tuple[int, ...]]:
         """This instance's demand for the group thread: per class, the backlogged unpaused
         tenants' weights and caps (O(backlogged tenants)), and the partitions owned."""
-        return backlogged_demand(self.core), tuple(self.owned)
+        return backlogged_demand(self.core), self.owned
 
     # -- emission ----------------------------------------------------------------------------
 
@@ -508,6 +520,7 @@ class Emitter:
         self.checkpoint.reset()
         self.rewinding = True
         self.progress.clear()
+        self._publish_owned()
         self.queues = {}
         self._on_committed(None, None)  # marks handed over before are not trimmed to unripe
         self.backlog.clear()
@@ -524,15 +537,16 @@ class Emitter:
 
     # -- reads for the web endpoints (run on this thread through Handoff.call) -----------------
 
-    def backlog_by_tenant(self) -> dict[str, int]:
-        return {t: self.core.backlog(t)[0] for t in self.core.tenants()}
+    def scrape(self) -> Scrape:
+        """What ``/metrics`` shows of this thread's state, copied (``Observed.scrape``)."""
+        return self.observed.scrape(self.core, self.txn.records, self.backlog.cached)
 
     def tenant_stats(self, limit: int) -> dict[str, Any]:
         stats = self.observed.tenant_stats(
             self.core,
             limit,
             ready=self.ready,
-            partitions=self.owned,
+            partitions=list(self.owned),
             rate_limit=self.rule.rate,
         )
         self.pacing.add_slots(stats)

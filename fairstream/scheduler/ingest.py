@@ -87,7 +87,6 @@ class Ingest:
         *,
         emitter_alive: Callable[[], bool],
         on_lost_records: Callable[[int], None],
-        on_fatal: Callable[[str], None],
     ) -> None:
         self.settings = settings
         self.topic = settings.topics.ingest
@@ -95,7 +94,6 @@ class Ingest:
         self.recovery = recovery
         self._emitter_alive = emitter_alive
         self._on_lost_records = on_lost_records
-        self._on_fatal = on_fatal
         self.consumer = Consumer(consumer_config(settings))
         self.assigned: set[int] = set()
         self.joined = threading.Event()  # the first assignment arrived (possibly empty)
@@ -121,11 +119,9 @@ class Ingest:
     # -- the thread ----------------------------------------------------------------------------
 
     def run(self) -> None:
+        """The thread's body (under ``supervise``: any failure is fatal, it cannot run twice)."""
         try:
             self._run()
-        except Exception as exc:  # a bug or an unrecoverable client error: exit, loudly
-            log.exception("ingest thread failed")
-            self._on_fatal(f"ingest thread failed: {exc!r}")
         finally:
             self._close()
 

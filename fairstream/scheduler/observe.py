@@ -31,6 +31,22 @@ TenantLoad = tuple[int, float, int, bool, float | None]
 
 
 @dataclass(frozen=True)
+class Scrape:
+    """The emitter's numbers for one ``/metrics`` scrape (``Emitter.scrape``), taken on its
+    thread and published whole: copies, which the metrics collectors read on theirs."""
+
+    backlog_by_tenant: dict[str, int]
+    emitted_by_tenant: dict[str, int]
+    cost_by_tenant: dict[str, list[int]]  # declared, reported
+    backlog: int  # records in the fair core
+    in_flight: int  # records in the open transaction
+    payload_bytes: int  # payload bytes held (``--buffer-memory``)
+
+
+NO_SCRAPE = Scrape({}, {}, {}, 0, 0, 0)  # before the first scrape, or with the emitter gone
+
+
+@dataclass(frozen=True)
 class Probe:
     """One look at the emitter for the auditor (see ``Observed.probe``)."""
 
@@ -126,6 +142,17 @@ class Observed:
                     )
         return Probe(counts, dwell, loads)
 
+    def scrape(self, core: FairScheduler[Any], in_flight: int, payload_bytes: int) -> Scrape:
+        """Copies of what ``/metrics`` shows (on the emitter thread: ``Handoff.call``)."""
+        return Scrape(
+            {t: core.backlog(t)[0] for t in core.tenants()},
+            dict(self.emitted_by_tenant),
+            {t: list(c) for t, c in self.cost_by_tenant.items()},
+            len(core),
+            in_flight,
+            payload_bytes,
+        )
+
     def tenant_stats(
         self,
         core: FairScheduler[Any],
@@ -180,6 +207,61 @@ class Observed:
             "emitted": sum(self.emitted_by_tenant.values()),
             "tenants": rows,
         }
+
+
+def add_shares(rows: list[dict[str, Any]], rates: dict[str, float], total: float) -> None:
+    """Each tenant row's egress ``rate`` (the auditor's), ``share`` of the instance's egress,
+    ``state``, ``entitlement`` and ``backlogged_share``, in place: what ``/tenants`` adds
+    to the emitter's snapshot (``Observed.tenant_stats``) on the caller's thread."""
+    for row in rows:
+        rate = rates.get(row["tenant"], 0.0)
+        row["rate"] = rate
+        row["share"] = rate / total if total else None
+        row["state"] = tenant_state(row, rate)
+    entitlements(rows)
+
+
+WAITING = 1.0  # s: a backlog that takes longer than this to drain at its rate waits for a share
+
+
+def entitlements(rows: list[dict[str, Any]]) -> None:
+    """Each listed tenant's ``entitlement`` and ``backlogged_share``, in place.
+
+    A tenant waits for a share when it is not paused and its backlog would take more than
+    ``WAITING`` seconds at its current rate (a quiet tenant with a record in hand does not).
+    Its entitlement is its weight over the weight of the waiting tenants of its priority
+    class: what a weighted fair scheduler owes it of what they receive together; its
+    ``backlogged_share`` is what it did receive of that, over the last seconds. Others have
+    neither (None): what a quiet tenant takes is its own, not anyone's shortfall.
+    """
+    waiting = [
+        r
+        for r in rows
+        if not r.get("paused") and r.get("backlog", 0) > max(1.0, r.get("rate", 0.0) * WAITING)
+    ]
+    weight: dict[int, float] = {}
+    received: dict[int, float] = {}
+    for r in waiting:
+        weight[r["priority"]] = weight.get(r["priority"], 0.0) + r["weight"]
+        received[r["priority"]] = received.get(r["priority"], 0.0) + r.get("rate", 0.0)
+    ids = {id(r) for r in waiting}
+    for r in rows:
+        if id(r) in ids:
+            r["entitlement"] = r["weight"] / weight[r["priority"]]
+            pool = received[r["priority"]]
+            r["backlogged_share"] = r.get("rate", 0.0) / pool if pool else None
+        else:
+            r["entitlement"] = r["backlogged_share"] = None
+
+
+def tenant_state(row: dict[str, Any], rate: float) -> str:
+    """paused, capped (served at its rate cap), backlogged or idle: as ``fairstream top``."""
+    cap = row.get("rate_cap")
+    if row.get("paused"):
+        return "paused"
+    if cap is not None and rate >= 0.95 * cap:
+        return "capped"
+    return "backlogged" if row.get("backlog") else "idle"
 
 
 @dataclass(frozen=True)

@@ -100,8 +100,8 @@ class Pacing:
 
     def counts_slots(self) -> bool:
         """Whether concurrency slots are counted (a limit exists, or slots are still held):
-        the feedback reader hands completions over only then. Read from its thread: one
-        attribute read of each."""
+        the feedback reader hands completions over only then. The emitter publishes it for
+        that thread once a round (``Emitter.counts_slots``)."""
         rule = self.rule
         return rule.tracking or len(rule.inflight) > 0
 

@@ -1,34 +1,56 @@
 """One scheduler instance: its threads, its identity, and how it stops.
 
-Thread map (who owns what, how they hand off, what happens when one fails):
+Thread map: every thread, what it alone owns (writes), and how others learn of it. Each
+long-lived thread runs under the one failure policy (``supervise.Supervisor``): "fatal" ends
+the instance at the first failure, "restarted" runs again with backoff (``MAX_RESTARTS``
+failures in a row are fatal). ``join`` waits for all of them on shutdown.
 
-- **emitter** (``emit``), fatal: owns the fair core, every partition's progress, the
-  transactional producer and the payload fetcher; reads its mailbox (``Handoff``: records
-  per partition, controls, ``Call``s), and nothing else touches what it owns.
-- **ingest** (``ingest``), fatal: owns the group consumer, the partition readers and
-  recovery; hands records and ``Assign``/``Revoke`` controls to the emitter, and the group
-  metadata by reference swap.
-- **policies** (``policies``), restarted: a consumer of the policy topic; hands
-  ``PolicyChange`` controls to the emitter.
-- **trim** (``trim``), restarted: an AdminClient and a watch consumer; gets the committed
-  marks from the emitter by reference swap (``Trimmer.committed``).
-- **feedback** (``feedback``, with a feedback topic), restarted: a consumer of the feedback
-  topic and the adaptive rate; hands ``FeedbackBatch``/``AdaptiveChange`` controls to the
-  emitter and the rate to the group thread.
-- **audit** (``audit``), restarted: the fairness windows and the console's history (under
-  its lock, which the web threads read under); probes the emitter with ``Handoff.call``.
-- **group** (``group``, with shares by demand), fatal (its run cannot run twice): the
-  coordination topic's producer, consumer and reports; hands ``ShareChange`` controls to
-  the emitter, reads its demand with ``Handoff.call``.
-- **main** (``run``): the web server (asyncio) and signals; reads what the others publish,
-  and the emitter through ``Handoff.call`` waiting ``SCRAPE_WAIT`` at most.
+===============  =========  ==========================  ======================================
+thread           failure    owns (writes alone)         hands off / is read through
+===============  =========  ==========================  ======================================
+emitter (emit)   fatal      the fair core, every        its mailbox (Handoff: records,
+                            partition's progress, the   controls, Calls) is its only input.
+                            transactional producer,     Publishes, replaced whole: owned (a
+                            the payload fetcher, the    tuple), slots_counted,
+                            checkpoint, Observed        fetcher.failing, the committed marks
+                                                        (Trimmer.committed). Any other read is
+                                                        a Handoff.call: scrape, tenant_stats,
+                                                        demand, the audit probe
+ingest (ingest)  fatal      the group consumer, the     Handoff records and Assign/Revoke
+                            partition readers,          controls (the group metadata rides on
+                            recovery                    them)
+policies         restarted  the policy topic's          PolicyChange controls
+                            consumer
+trim             restarted  an AdminClient, a watch     reads the marks the emitter swaps in;
+                            consumer, the offsets       its gauges
+                            read-back
+feedback         restarted  the feedback consumer, the  FeedbackBatch/AdaptiveChange controls;
+                            adaptive rate               publishes last_rate and hold_until
+                                                        (floats) for /tenants, and the rate
+                                                        for the group thread
+                                                        (GroupShares.rate, a float); asks
+                                                        RecentRequests (swap-safe)
+audit            restarted  the fairness windows, the   probes the emitter by Handoff.call;
+                            console's history           web threads read under its lock
+group            fatal      the coordination topic's    ShareChange controls; reads the
+                            producer, consumer and      emitter's demand by Handoff.call;
+                            reports                     publishes state and the instance rows
+                                                        (replaced whole)
+main (run)       exits      the web server (asyncio,    reads only what the others publish,
+                            its to_thread workers),     and the emitter by Handoff.call
+                            the signals                 waiting SCRAPE_WAIT at most
+===============  =========  ==========================  ======================================
 
-"fatal": the thread ends with the reason in ``fail``: ``/healthz`` answers 503 with it and
-the process exits non-zero within the shutdown timeout (stderr says why), for the
-orchestrator to restart it. "restarted": ``supervise.Supervisor``: logged, counted
-(``fairstream_thread_restarts_total``), raised as a condition in ``/readyz``, run again with
-backoff; ``supervise.MAX_RESTARTS`` failures in a row are fatal. No thread ends silently:
-a supervised body that returns while not stopped counts as a failure.
+Short-lived helpers: ``shutdown`` (started by ``stop``: it only asks each thread above to
+stop, the ingest last, which hands the emitter a ``Stop``; ``join`` then waits for them all)
+and the transaction's bounded librdkafka calls (``transaction._bounded``: the emitter waits
+for each up to its timeout, then counts the producer as stuck).
+
+"fatal": the thread's reason goes to ``fail``: ``/healthz`` answers 503 with it and the
+process exits non-zero within the shutdown timeout (stderr says why), for the orchestrator
+to restart it. "restarted": logged, counted (``fairstream_thread_restarts_total``), raised
+as a condition in ``/readyz``. No thread ends silently: a body that returns while not
+stopped counts as a failure.
 
 What is wrong now, short of fatal, is a condition (``observe.Conditions``, ``self.conditions``):
 any thread may ``set``/``clear`` one, or ``watch`` a probe of state it publishes; ``/readyz``
@@ -61,12 +83,18 @@ from fairstream.scheduler.group import Coordination, GroupShares
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest import Ingest
 from fairstream.scheduler.metrics import Metrics
-from fairstream.scheduler.observe import Condition, Conditions, Probe
+from fairstream.scheduler.observe import (
+    NO_SCRAPE,
+    Condition,
+    Conditions,
+    Probe,
+    Scrape,
+    add_shares,
+)
 from fairstream.scheduler.policies import PolicyReader
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.recovery import Recovery
 from fairstream.scheduler.supervise import Supervisor
-from fairstream.scheduler.transaction import FatalError
 from fairstream.scheduler.trim import Trimmer
 
 log = logging.getLogger("fairstream.scheduler")
@@ -118,9 +146,8 @@ class SchedulerService:
         # Readiness reasons any thread may raise (``/readyz``, ``fairstream_condition``).
         self.conditions = Conditions()
         self.supervisor = Supervisor(self.metrics, self.conditions, self.fail, self.done)
-        # The emitter's last answers for /metrics and /tenants, with their time (the clock's):
-        # served (marked stale) when the emitter is too busy to answer (a long commit).
-        self._backlog_snapshot: tuple[dict[str, int], float] = ({}, self.clock.now())
+        # The emitter's last answer for /tenants, with its time (the clock's): served (marked
+        # stale) when the emitter is too busy to answer (a long commit). /metrics': _scrape.
         self._stats_snapshot: tuple[dict[str, Any], float] | None = None
         librdkafka = settings.kafka.librdkafka()
         txn_id = transactional_id(settings)
@@ -143,7 +170,6 @@ class SchedulerService:
             Recovery(librdkafka, settings.topics.ingest, settings.app_id),
             emitter_alive=self._emitter_alive,
             on_lost_records=self.metrics.lost.inc,
-            on_fatal=self.fail,
         )
         # The request ids emitted lately: a reported cost is charged only for one of them.
         recent = RecentRequests() if settings.feedback_topic else None
@@ -190,9 +216,12 @@ class SchedulerService:
                 slots=self.emitter.counts_slots,
             )
         self.auditor = Auditor(self._probe, self.metrics, settings.fairness_window)
-        self._emitter_thread = threading.Thread(target=self._emit, name="emitter", daemon=True)
-        self._ingest_thread = threading.Thread(target=self.ingest.run, name="ingest", daemon=True)
+        # Every long-lived thread runs under the one failure policy (``supervise``): the
+        # emitter, ingest and group threads cannot run twice, so their first failure is
+        # fatal; the others are restarted.
         supervised = self.supervisor.thread
+        self._emitter_thread = supervised("emitter", self.emitter.run, restart=False)
+        self._ingest_thread = supervised("ingest", self.ingest.run, restart=False)
         self._threads = [
             self._emitter_thread,
             self._ingest_thread,
@@ -205,15 +234,20 @@ class SchedulerService:
             self._threads.append(supervised("group", self.group.run, restart=False))
         if self.feedback is not None:
             self._threads.append(supervised("feedback", self.feedback.run))
-        self.metrics.watch_costs(lambda: dict(self.emitter.observed.cost_by_tenant))
-        self.metrics.watch_tenants(lambda: self._backlog_snapshot[0], self._emitted_by_tenant)
+        # /metrics reads the emitter's numbers only from its last scrape snapshot, taken on
+        # the emitter thread (``refresh_metrics``), never its live dicts.
+        self._scrape: tuple[Scrape, float] = (NO_SCRAPE, self.clock.now())
+        self.metrics.watch_costs(lambda: self._scrape[0].cost_by_tenant)
+        self.metrics.watch_tenants(
+            lambda: self._scrape[0].backlog_by_tenant, lambda: self._scrape[0].emitted_by_tenant
+        )
         self.conditions.watch("payload-readback", self._readback_condition)
         self.metrics.watch_conditions(
             lambda: [(c.name, c.blocks_ready) for c in self.conditions.current()]
         )
-        self.metrics.backlog.set_function(lambda: len(self.emitter.core))
-        self.metrics.in_flight.set_function(lambda: self.emitter.in_flight)
-        self.metrics.payload_bytes.set_function(lambda: self.emitter.backlog.cached)
+        self.metrics.backlog.set_function(lambda: self._scrape[0].backlog)
+        self.metrics.in_flight.set_function(lambda: self._scrape[0].in_flight)
+        self.metrics.payload_bytes.set_function(lambda: self._scrape[0].payload_bytes)
 
     def _emitter_alive(self) -> bool:
         return self._emitter_thread.is_alive()
@@ -259,18 +293,6 @@ class SchedulerService:
             thread.start()
         self.metrics.ready.set_function(lambda: 1 if self.ready else 0)
 
-    def _emit(self) -> None:
-        try:
-            self.emitter.run()
-        except FatalError as exc:
-            self.fail(str(exc))
-        except Exception as exc:
-            log.exception("emitter thread failed")
-            self.fail(f"emitter thread failed: {exc!r}")
-        finally:
-            if not self.ingest_stopping:
-                self.fail(self.fatal or "the emitter stopped")
-
     @property
     def ingest_stopping(self) -> bool:
         return self.done.is_set()
@@ -300,10 +322,17 @@ class SchedulerService:
         self.ingest.stop()  # hands the emitter a Stop, then closes the consumer
 
     def join(self, timeout: float) -> bool:
-        """Wait for the ingest and emitter threads; False if they did not end in time."""
-        for thread in (self._ingest_thread, self._emitter_thread):
-            thread.join(timeout)
-        return not (self._ingest_thread.is_alive() or self._emitter_thread.is_alive())
+        """Wait for every thread of the map (ingest and emitter first: they commit what is
+        open and leave the group); False, naming them in the log, if some did not end within
+        ``timeout`` seconds in all."""
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            if thread.ident is not None:  # started
+                thread.join(max(0.0, deadline - time.monotonic()))
+        alive = [t.name for t in self._threads if t.is_alive()]
+        if alive:
+            log.error("threads still running at the end of the shutdown: %s", ", ".join(alive))
+        return not alive
 
     # -- reads for the web endpoints --------------------------------------------------------
 
@@ -325,28 +354,24 @@ class SchedulerService:
         )
 
     def refresh_metrics(self) -> None:
-        """Before a scrape: the emitter's per-tenant backlog, or, when it does not answer
-        within ``SCRAPE_WAIT`` (a long commit), its last snapshot, marked stale
-        (``fairstream_metrics_snapshot_stale`` 1, and its age). Caller: ``/metrics``."""
+        """Before a scrape: the emitter's numbers (``Emitter.scrape``, taken on its thread),
+        or, when it does not answer within ``SCRAPE_WAIT`` (a long commit), its last
+        snapshot, marked stale (``fairstream_metrics_snapshot_stale`` 1, and its age).
+        Caller: ``/metrics``."""
         now = self.clock.now()
         if self._emitter_thread.is_alive():
             try:
-                fresh: dict[str, int] = self.handoff.call(
-                    self.emitter.backlog_by_tenant, timeout=SCRAPE_WAIT
-                )
+                fresh: Scrape = self.handoff.call(self.emitter.scrape, timeout=SCRAPE_WAIT)
             except TimeoutError:
-                _, at = self._backlog_snapshot
+                _, at = self._scrape
                 self.metrics.snapshot_stale.set(1)
                 self.metrics.snapshot_age.set(now - at)
                 return
-            self._backlog_snapshot = (fresh, now)
+            self._scrape = (fresh, now)
         else:
-            self._backlog_snapshot = ({}, now)
+            self._scrape = (NO_SCRAPE, now)
         self.metrics.snapshot_stale.set(0)
         self.metrics.snapshot_age.set(0)
-
-    def _emitted_by_tenant(self) -> dict[str, int]:
-        return dict(self.emitter.observed.emitted_by_tenant)
 
     def _probe(self, backlogged: bool) -> Probe | None:
         """Caller: the audit thread. Runs ``Observed.probe`` on the emitter thread."""
@@ -404,55 +429,7 @@ class SchedulerService:
         if self.group is not None:
             result["instances"] = self.group.instances()
         result["fairness"] = self.auditor.fairness()
-        for row in result["tenants"]:
-            rate = rates.get(row["tenant"], 0.0)
-            row["rate"] = rate
-            row["share"] = rate / total if total else None
-            row["state"] = tenant_state(row, rate)
-        entitlements(result["tenants"])
+        add_shares(result["tenants"], rates, total)
         if history_since is not None:
             result["history"] = self.auditor.history(history_since)
         return result
-
-
-WAITING = 1.0  # s: a backlog that takes longer than this to drain at its rate waits for a share
-
-
-def entitlements(rows: list[dict[str, Any]]) -> None:
-    """Each listed tenant's ``entitlement`` and ``backlogged_share``, in place.
-
-    A tenant waits for a share when it is not paused and its backlog would take more than
-    ``WAITING`` seconds at its current rate (a quiet tenant with a record in hand does not).
-    Its entitlement is its weight over the weight of the waiting tenants of its priority
-    class: what a weighted fair scheduler owes it of what they receive together; its
-    ``backlogged_share`` is what it did receive of that, over the last seconds. Others have
-    neither (None): what a quiet tenant takes is its own, not anyone's shortfall.
-    """
-    waiting = [
-        r
-        for r in rows
-        if not r.get("paused") and r.get("backlog", 0) > max(1.0, r.get("rate", 0.0) * WAITING)
-    ]
-    weight: dict[int, float] = {}
-    received: dict[int, float] = {}
-    for r in waiting:
-        weight[r["priority"]] = weight.get(r["priority"], 0.0) + r["weight"]
-        received[r["priority"]] = received.get(r["priority"], 0.0) + r.get("rate", 0.0)
-    ids = {id(r) for r in waiting}
-    for r in rows:
-        if id(r) in ids:
-            r["entitlement"] = r["weight"] / weight[r["priority"]]
-            pool = received[r["priority"]]
-            r["backlogged_share"] = r.get("rate", 0.0) / pool if pool else None
-        else:
-            r["entitlement"] = r["backlogged_share"] = None
-
-
-def tenant_state(row: dict[str, Any], rate: float) -> str:
-    """paused, capped (served at its rate cap), backlogged or idle: as ``fairstream top``."""
-    cap = row.get("rate_cap")
-    if row.get("paused"):
-        return "paused"
-    if cap is not None and rate >= 0.95 * cap:
-        return "capped"
-    return "backlogged" if row.get("backlog") else "idle"

@@ -1,9 +1,12 @@
-"""One failure policy for the service's helper threads: restart with backoff, then fatal.
+"""One failure policy for every long-lived thread of the service: restart with backoff,
+then fatal; or fatal at once for a thread that cannot run twice.
 
-The policies, trim, feedback, audit and group threads each follow something (a topic, the
-committed marks, the emitter) on a loop of their own. None of them may end silently: a
-purge or a policy change would silently stop applying while ``/healthz`` says 200. So each
-runs under ``Supervisor.run``:
+The emitter and ingest threads own the instance's state, and the group thread leaves the
+group for good when its run ends: their first failure is fatal (``restart=False``). The
+policies, trim, feedback and audit threads each follow something (a topic, the committed
+marks, the emitter) on a loop of their own and start afresh on each run. None of them may
+end silently: a purge or a policy change would silently stop applying while ``/healthz``
+says 200. So each runs under ``Supervisor.run``:
 
 - the thread's body (its ``run``) returns only when the service stops it; an exception, or
   a return while not stopping, is a failure;
@@ -15,11 +18,10 @@ runs under ``Supervisor.run``:
   failures in a row are fatal: the service's ``fail`` turns ``/healthz`` 503 and the
   process exits non-zero, so that the orchestrator restarts all of it.
 
-Each body must be restartable: it opens what it needs (its consumer) at the start of a
-run and closes it at the end. ``fairstream_thread_up{thread}`` is 1 while a body runs.
-
-The emitter and ingest threads are not supervised here: they own the instance's state,
-and any failure of theirs is fatal at once (``SchedulerService``).
+Each restarted body must be restartable: it opens what it needs (its consumer) at the
+start of a run and closes it at the end. ``fairstream_thread_up{thread}`` is 1 while a body
+runs. A ``FatalError`` (fenced, a producer that cannot be renewed) is reported by its own
+words: it already says what happened.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from collections.abc import Callable
 from fairstream.scheduler import faults
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Conditions
+from fairstream.scheduler.transaction import FatalError
 
 log = logging.getLogger("fairstream.scheduler")
 
@@ -80,6 +83,9 @@ class Supervisor:
             try:
                 faults.fail(name)
                 body()
+            except FatalError as exc:
+                self._on_fatal(str(exc))
+                return
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 log.exception("the %s thread failed", name)

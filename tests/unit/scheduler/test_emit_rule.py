@@ -103,6 +103,7 @@ def make():
         for partition in (0, 1):
             emitter.progress[partition] = PartitionProgress(0)
         emitter.joined = True
+        emitter._publish_owned()  # as an assignment would
         emitter._apply_rate_share()
         return emitter
 

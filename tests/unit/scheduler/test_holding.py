@@ -62,6 +62,7 @@ def emitter() -> Emitter:
     em.progress[0] = PartitionProgress(0)
     em.progress[holding_id(0)] = HoldingProgress(0)
     em.joined = True
+    em._publish_owned()  # as an assignment would
     em._apply_rate_share()
     em.set_policy("slow", TenantPolicy(paused=True))
     return em

@@ -24,7 +24,6 @@ def ingest() -> Ingest:
         Recovery({"bootstrap.servers": NOWHERE}, settings.topics.ingest, settings.app_id),
         emitter_alive=lambda: True,
         on_lost_records=lambda n: None,
-        on_fatal=lambda why: None,
     )
 
 

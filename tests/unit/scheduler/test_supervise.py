@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Condition, Conditions
 from fairstream.scheduler.supervise import Supervisor
+from fairstream.scheduler.transaction import FatalError
 
 
 def _value(metrics: Metrics, name: str, thread: str) -> float | None:
@@ -79,6 +82,33 @@ def test_a_body_that_cannot_restart_is_fatal_at_once() -> None:
     sup.run("group", body, restart=False)
     assert fatal == ["the group thread failed (OSError: gone)"]
     assert _value(metrics, "fairstream_thread_restarts_total", "group") is None
+
+
+@pytest.mark.parametrize("restart", [True, False])
+def test_a_fatal_error_ends_the_instance_in_its_own_words(restart: bool) -> None:
+    """The emitter's FatalError (fenced, a producer it cannot renew) already says why: fatal
+    at once, restartable or not, with its message alone."""
+    sup, metrics, conditions, fatal = _supervisor()
+
+    def body() -> None:
+        raise FatalError("fenced by a newer producer with this transactional id", fenced=True)
+
+    sup.run("emitter", body, restart=restart)
+    assert fatal == ["fenced by a newer producer with this transactional id"]
+    assert _value(metrics, "fairstream_thread_restarts_total", "emitter") is None
+    assert _value(metrics, "fairstream_thread_up", "emitter") == 0
+    assert conditions.current() == []
+
+
+def test_a_body_that_returns_once_stopped_is_not_a_failure() -> None:
+    sup, _, _, fatal = _supervisor()
+    stopping = sup._stopping
+
+    def body() -> None:
+        stopping.set()  # the service stopped it meanwhile (a Stop reached the emitter)
+
+    sup.run("emitter", body, restart=False)
+    assert fatal == []
 
 
 def test_conditions_set_and_probed_say_what_blocks_readiness() -> None:

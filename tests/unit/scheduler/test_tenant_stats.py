@@ -1,10 +1,12 @@
-"""/tenants' entitlements: by weight among the tenants waiting for a share, per class."""
+"""/tenants' entitlements: by weight among the tenants waiting for a share, per class; and what
+/metrics reads of the emitter (a scrape, copied on its thread)."""
 
 from __future__ import annotations
 
 import pytest
 
-from fairstream.scheduler.service import entitlements, tenant_state
+from fairstream.core import FairScheduler, ManualClock
+from fairstream.scheduler.observe import Observed, add_shares, entitlements, tenant_state
 
 
 def row(tenant, backlog, rate, weight=1.0, priority=0, paused=False, cap=None):
@@ -51,3 +53,33 @@ def test_states():
     assert tenant_state(row("a", 5, 2.0, cap=2.0), 2.0) == "capped"
     assert tenant_state(row("a", 5, 1.0, cap=2.0), 1.0) == "backlogged"
     assert tenant_state(row("a", 0, 0.0), 0.0) == "idle"
+
+
+def test_a_scrape_is_a_copy_the_emitter_goes_on_without():
+    """/metrics reads the emitter's numbers from a scrape (taken on its thread), never its
+    live dicts: what the emitter does next does not show in (or break) a scrape."""
+    core: FairScheduler[int] = FairScheduler(clock=ManualClock())
+    core.push("a", 1)
+    core.push("a", 2)
+    observed = Observed()
+    observed.emitted({"a": 3})
+    observed.cost("a", 2, 5)
+    scrape = observed.scrape(core, in_flight=7, payload_bytes=64)
+    observed.emitted({"a": 1, "b": 1})
+    observed.cost("a", 2, 9)
+    core.push("b", 3)
+    assert scrape.backlog_by_tenant == {"a": 2}
+    assert scrape.emitted_by_tenant == {"a": 3}
+    assert scrape.cost_by_tenant == {"a": [2, 5]}
+    assert (scrape.backlog, scrape.in_flight, scrape.payload_bytes) == (2, 7, 64)
+
+
+def test_shares_states_and_entitlements_are_added_to_the_rows():
+    rows = [row("a", 50, 1.0), row("b", 0, 1.0)]
+    add_shares(rows, {"a": 30.0, "b": 10.0}, 40.0)
+    assert [(r["rate"], r["share"], r["state"]) for r in rows] == [
+        (30.0, 0.75, "backlogged"),
+        (10.0, 0.25, "idle"),
+    ]
+    assert rows[0]["entitlement"] == 1.0
+    assert rows[1]["entitlement"] is None
