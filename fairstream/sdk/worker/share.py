@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import inspect
 import logging
 import threading
 import time
@@ -67,19 +66,19 @@ from fairstream.adapters import clients
 from fairstream.adapters.admin import AuthWatch
 from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS, Connection, KafkaConnection
 from fairstream.errors import Error
+from fairstream.sdk.worker.calling import Calling, Report, is_async_handler
 from fairstream.sdk.worker.feedback import FeedbackWriter, feedback_settings
 from fairstream.sdk.worker.handler import (
     Handler,
     RateLimited,
     Request,
-    Usage,
     request_from_message,
     where,
 )
 from fairstream.sdk.worker.metrics import WorkerMetrics
-from fairstream.sdk.worker.retry import backoff_delay, expires_before, rate_limited_delay
+from fairstream.sdk.worker.retry import backoff_delay
 from fairstream.sdk.worker.tracking import RecentIds
-from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC, Scope
+from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC
 from fairstream.wire.feedback import Outcome as Reported
 
 __all__ = ["DEFAULT_SHARE_GROUP", "ShareGroupError", "ShareWorker", "Verdict", "deliveries"]
@@ -111,7 +110,7 @@ def deliveries(max_attempts: int, delivery_limit: int) -> int:
     return max(1, min(max_attempts, delivery_limit - 1))
 
 
-class ShareWorker:
+class ShareWorker(Calling):
     """Consume the egress topic through a share group and call ``handler(request)``.
 
     The arguments mean what they mean for ``fairstream.Worker`` (``bootstrap``, topics,
@@ -119,6 +118,8 @@ class ShareWorker:
     ``consumer_config`` / ``producer_config``); ``group_id`` names the share group.
     ``run()`` blocks until ``stop()``. See the module docstring for what it guarantees.
     """
+
+    metrics: WorkerMetrics
 
     def __init__(
         self,
@@ -179,9 +180,7 @@ class ShareWorker:
             )
         )
         self._recent = RecentIds(dedup_window) if dedup_window is not None else None
-        self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-            type(handler).__call__
-        )
+        self._is_async = is_async_handler(handler)
         self._stopping = threading.Event()
         self.running = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -343,47 +342,29 @@ class ShareWorker:
         lock_ends = self._loop.time() + self._lock_budget
         limited = 0
         while True:
-            started = time.perf_counter()
-            try:
-                result = await self._call(request)
-            except RateLimited as exc:
-                latency = time.perf_counter() - started
-                limited += 1
-                self.metrics.rate_limited.inc()
-                self._report(
-                    request, Reported.RATE_LIMITED, delivery, latency,
-                    scope=Scope(exc.scope), retry_after=exc.retry_after,
-                )  # fmt: skip
-                delay = rate_limited_delay(
-                    exc.retry_after, limited, self.backoff_initial, self.backoff_max
-                )
-                if expires_before(request.deadline_ms, time.time() * 1000, delay):
-                    detail = (
-                        f"rate-limited ({exc.scope}); the next try, in {delay:g} s, would come "
-                        f"after the deadline ({wire.DEADLINE_MS} {request.deadline_ms})"
-                    )
-                    return await self._dead_letter(msg, request, wire.EXPIRED, detail, latency)
-                if self._loop.time() + delay < lock_ends and not self._stopping.is_set():
-                    await asyncio.sleep(delay)  # within the record's lock: wait in place
-                    continue
-                return await self._give_back(msg, request, "rate-limited", latency)
-            except Exception as exc:
-                latency = time.perf_counter() - started
-                self._report(request, Reported.FAILED, delivery, latency)
+            call = await self._attempt(request)
+            exc = call.error
+            if exc is None:
+                self.handled += 1
+                self.metrics.handled(request.tenant)
+                if self._recent is not None:
+                    self._recent.add(request.request_id)
+                return Verdict.ACCEPT
+            if not isinstance(exc, RateLimited):
                 log.warning(
                     "handler failed on %s (delivery %d of %d): %r",
                     where(request), delivery, self._deliveries, exc,
                 )  # fmt: skip
                 detail = f"last error: {type(exc).__name__}: {exc}"
-                return await self._give_back(msg, request, detail, latency)
-            latency = time.perf_counter() - started
-            cost = result.cost if isinstance(result, Usage) else None
-            self._report(request, Reported.OK, delivery, latency, cost=cost)
-            self.handled += 1
-            self.metrics.handled(request.tenant)
-            if self._recent is not None:
-                self._recent.add(request.request_id)
-            return Verdict.ACCEPT
+                return await self._give_back(msg, request, detail, call.latency)
+            limited += 1
+            delay, expired = self._after_rate_limit(request, exc, limited)
+            if expired is not None:
+                return await self._dead_letter(msg, request, wire.EXPIRED, expired, call.latency)
+            if self._loop.time() + delay < lock_ends and not self._stopping.is_set():
+                await asyncio.sleep(delay)  # within the record's lock: wait in place
+                continue
+            return await self._give_back(msg, request, "rate-limited", call.latency)
 
     async def _give_back(self, msg: Message, request: Request, why: str, latency: float) -> Verdict:
         """Release a record that did not succeed, or dead-letter it on its last delivery."""
@@ -412,7 +393,7 @@ class ShareWorker:
         log.warning("dead-lettered %s as %s: %s", where(request), reason, detail)
         self.dead_lettered += 1
         self.metrics.dead_lettered(request.tenant, reason)
-        self._report(request, Reported.DEAD_LETTERED, request.attempt, latency)
+        await self._report(Report(request, Reported.DEAD_LETTERED, request.attempt, latency))
         return Verdict.REJECT
 
     def _produce_dead_letter(
@@ -438,23 +419,6 @@ class ShareWorker:
             settle(exc)
         return future
 
-    async def _call(self, request: Request) -> Any:
-        started = time.perf_counter()
-        self.metrics.running.inc()
-        try:
-            if self._is_async:
-                return await self.handler(request)
-            assert self._loop is not None
-            result = await self._loop.run_in_executor(self._pool, self.handler, request)
-            if inspect.isawaitable(result):
-                result = await result
-            return result
-        finally:
-            self.metrics.running.dec()
-            self.metrics.handler_seconds.observe(time.perf_counter() - started)
-
-    def _report(
-        self, request: Request, outcome: Reported, attempt: int, latency: float, **details: Any
-    ) -> None:
+    async def _report(self, report: Report) -> None:
         if self._feedback is not None:
-            self._feedback.report(request, outcome, attempt, latency, **details)
+            self._feedback.report(report)
