@@ -15,19 +15,14 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
-
-from confluent_kafka import KafkaError, KafkaException, Message
-from confluent_kafka import Producer as _KafkaProducer
 
 from fairstream import wire
 from fairstream.sdk.worker.calling import Ending, Report, Retrying
-from fairstream.sdk.worker.feedback import FeedbackWriter
-from fairstream.sdk.worker.handler import RawHeaders, where
+from fairstream.sdk.worker.handler import where
 from fairstream.sdk.worker.jobs import FINISHED, Job, Outcome, WorkerStats
 from fairstream.sdk.worker.metrics import WorkerMetrics
+from fairstream.sdk.worker.outputs import Outputs
 from fairstream.sdk.worker.retry import backoff_delay
 from fairstream.sdk.worker.tracking import PartitionProgress, TenantQueues
 from fairstream.wire.feedback import Outcome as Reported
@@ -48,7 +43,7 @@ class Handling(Retrying):
     concurrency: int
     stats: WorkerStats
     metrics: WorkerMetrics
-    _feedback: FeedbackWriter | None
+    _outputs: Outputs
     _completions: queue.SimpleQueue[tuple[Job, Outcome]]
     _stopping: threading.Event
     _queues: TenantQueues[Job]
@@ -57,7 +52,6 @@ class Handling(Retrying):
     _wakeup: asyncio.Event | None
     _ended: asyncio.Event | None  # set (and replaced) whenever a run ends
     _pool: ThreadPoolExecutor | None
-    _dlq: _KafkaProducer | None
 
     def _enqueue(self, job: Job) -> None:
         if not self._carry_on(job):  # revoked or stopping since it was dispatched
@@ -157,7 +151,7 @@ class Handling(Retrying):
         tries = 0
         while True:
             tries += 1
-            err = await self._produce_dead_letter(job, headers)
+            err = await self._outputs.dead_letter(job.key, job.value, headers)
             if err is None:
                 log.warning("dead-lettered %s as %s: %s", where(job.request), reason, detail)
                 job.reason = reason
@@ -170,28 +164,4 @@ class Handling(Retrying):
                 return Outcome.ABANDONED
 
     async def _report(self, report: Report) -> None:
-        """``FeedbackWriter.report``, when feedback is on (it never waits)."""
-        if self._feedback is not None:
-            self._feedback.report(report)
-
-    def _produce_dead_letter(self, job: Job, headers: RawHeaders) -> Awaitable[Any]:
-        assert self._loop is not None
-        assert self._dlq is not None
-        loop = self._loop
-        future: asyncio.Future[Any] = loop.create_future()
-
-        def settle(err: KafkaError | Exception | None) -> None:
-            if not future.done():
-                future.set_result(err)
-
-        def delivered(err: KafkaError | None, msg: Message) -> None:
-            # Runs on the consumer thread, which polls the producer.
-            loop.call_soon_threadsafe(settle, err)
-
-        try:
-            self._dlq.produce(
-                self.dlq_topic, job.value, job.key, headers=list(headers), on_delivery=delivered
-            )
-        except (BufferError, KafkaException) as exc:
-            settle(exc)
-        return future
+        self._outputs.report(report)

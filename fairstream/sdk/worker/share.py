@@ -50,7 +50,6 @@ from enum import Enum
 from typing import Any
 
 from confluent_kafka import AcknowledgeType, KafkaError, Message, ShareConsumer
-from confluent_kafka import Producer as _KafkaProducer
 
 # confluent-kafka's stubs do not re-export these names, though the module defines them.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -76,6 +75,7 @@ from fairstream.sdk.worker.handler import (
     where,
 )
 from fairstream.sdk.worker.metrics import WorkerMetrics
+from fairstream.sdk.worker.outputs import Outputs
 from fairstream.sdk.worker.retry import backoff_delay
 from fairstream.sdk.worker.tracking import RecentIds
 from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC
@@ -169,15 +169,19 @@ class ShareWorker(Calling):
             "error_cb": self._auth,
             **(consumer_config or {}),
         }
-        self._producer_config = clients.producer_config(
-            self.kafka.librdkafka(), linger_ms=1, overrides=producer_config
-        )
-        self._feedback = (
+        feedback = (
             None
             if feedback_topic is None
             else FeedbackWriter(
                 feedback_topic, feedback_settings(self.kafka, producer_config), self.metrics
             )
+        )
+        self._outputs = Outputs(
+            dlq_topic,
+            clients.producer_config(
+                self.kafka.librdkafka(), linger_ms=1, overrides=producer_config
+            ),
+            feedback,
         )
         self._recent = RecentIds(dedup_window) if dedup_window is not None else None
         self._is_async = is_async_handler(handler)
@@ -185,7 +189,6 @@ class ShareWorker(Calling):
         self.running = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._dlq: _KafkaProducer | None = None
         self._deliveries = deliveries(max_attempts, 5)
         self._lock_budget = 20.0
 
@@ -264,9 +267,7 @@ class ShareWorker(Calling):
         loop_thread.start()
         self._loop = loop
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="fairstream-handler")
-        self._dlq = _KafkaProducer(self._producer_config)
-        if self._feedback is not None:
-            self._feedback.open()
+        self._outputs.open()
         consumer = ShareConsumer(self._consumer_config)
         try:
             consumer.subscribe([self.egress_topic])
@@ -282,16 +283,12 @@ class ShareWorker(Calling):
                     for msg, verdict in zip(batch, verdicts, strict=True):
                         consumer.acknowledge(msg, verdict.value)
                     consumer.commit_sync(30)
-                self._dlq.poll(0)
-                if self._feedback is not None:
-                    self._feedback.poll()
+                self._outputs.poll()
         finally:
             try:
                 consumer.close()
             finally:
-                self._dlq.flush(30)
-                if self._feedback is not None:
-                    self._feedback.close(5)
+                self._outputs.close()
                 loop.call_soon_threadsafe(loop.stop)
                 loop_thread.join(10)
                 self._pool.shutdown(wait=False, cancel_futures=True)
@@ -300,14 +297,11 @@ class ShareWorker(Calling):
     def _wait(self, handled: concurrent.futures.Future[list[Verdict]]) -> list[Verdict]:
         """The batch's verdicts; meanwhile this thread serves the producers' delivery
         reports, which the dead letters of the batch wait for."""
-        assert self._dlq is not None
         while True:
             try:
                 return handled.result(timeout=0.05)
             except TimeoutError:
-                self._dlq.poll(0)
-                if self._feedback is not None:
-                    self._feedback.poll()
+                self._outputs.poll()
 
     def _usable(self, msg: Message) -> bool:
         err = msg.error()
@@ -385,7 +379,7 @@ class ShareWorker(Calling):
         """Write the dead letter and wait for the broker; then reject the record. A dead
         letter not acknowledged releases it instead (a delivery is kept for that)."""
         headers = wire.dead_letter_headers(request.headers, reason, detail[:MAX_DETAIL_CHARS])
-        err = await self._produce_dead_letter(msg, headers)
+        err = await self._outputs.dead_letter(msg.key(), msg.value(), headers)
         if err is not None:
             log.error("dead letter for %s not delivered: %s", where(request), err)
             self.released += 1
@@ -396,29 +390,5 @@ class ShareWorker(Calling):
         await self._report(Report(request, Reported.DEAD_LETTERED, request.attempt, latency))
         return Verdict.REJECT
 
-    def _produce_dead_letter(
-        self, msg: Message, headers: list[tuple[str, bytes | None]]
-    ) -> asyncio.Future[Any]:
-        assert self._loop is not None
-        assert self._dlq is not None
-        loop = self._loop
-        future: asyncio.Future[Any] = loop.create_future()
-
-        def settle(err: object) -> None:
-            if not future.done():
-                future.set_result(err)
-
-        def delivered(err: KafkaError | None, _msg: Message) -> None:
-            loop.call_soon_threadsafe(settle, err)  # from the consumer thread's poll
-
-        try:
-            self._dlq.produce(
-                self.dlq_topic, msg.value(), msg.key(), headers=list(headers), on_delivery=delivered
-            )
-        except Exception as exc:  # a full queue, a record too large: released, tried again
-            settle(exc)
-        return future
-
     async def _report(self, report: Report) -> None:
-        if self._feedback is not None:
-            self._feedback.report(report)
+        self._outputs.report(report)
