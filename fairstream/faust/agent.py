@@ -50,7 +50,7 @@ from fairstream import wire
 from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS
 from fairstream.faust._app import Sender, check_app
 from fairstream.sdk.worker.calling import Ending, Report, Retrying, is_async_handler
-from fairstream.sdk.worker.handler import RawHeaders, Request, where
+from fairstream.sdk.worker.handler import RawHeaders, Request, request_of, where
 from fairstream.sdk.worker.retry import backoff_delay
 from fairstream.sdk.worker.tracking import RecentIds
 from fairstream.wire.feedback import (
@@ -68,11 +68,6 @@ log = logging.getLogger("fairstream.faust")
 MAX_DETAIL_CHARS = 2000
 
 
-def _int_header(last: Mapping[str, bytes | None], name: str, limit: int) -> int | None:
-    value = wire.header_int(name, last.get(name), limit)
-    return value if isinstance(value, int) else None
-
-
 def request_from_event(event: EventT[bytes], attempt: int = 1) -> Request:
     """The handler's view of one egress event (missing headers get the defaults).
 
@@ -80,34 +75,20 @@ def request_from_event(event: EventT[bytes], attempt: int = 1) -> Request:
     keeps one value per name).
     """
     message = event.message
-    topic, partition, offset = message.topic, message.partition, message.offset
     raw = message.headers or []
     items = raw.items() if isinstance(raw, Mapping) else raw
     headers: RawHeaders = [
         (str(k), v.encode("utf-8") if isinstance(v, str) else v) for k, v in items
     ]
-    last: dict[str, bytes | None] = dict(headers)  # later duplicates win
-    raw_id = last.get(wire.REQUEST_ID)
-    request_id = (
-        raw_id.decode("ascii", "replace")
-        if raw_id
-        else wire.default_request_id(topic, partition, offset)
-    )
-    key = message.key
-    value = message.value
-    return Request(
-        tenant=key.decode("utf-8", "replace") if isinstance(key, bytes) else "",
-        payload=value if isinstance(value, bytes) else b"",
-        request_id=request_id,
-        cost=_int_header(last, wire.COST, wire.MAX_COST) or 1,
-        headers=tuple(headers),
-        enqueued_ms=_int_header(last, wire.ENQUEUED_MS, wire.MAX_EPOCH_MS),
-        scheduled_ms=_int_header(last, wire.SCHEDULED_MS, wire.MAX_EPOCH_MS),
-        deadline_ms=_int_header(last, wire.DEADLINE_MS, wire.MAX_EPOCH_MS),
-        topic=topic,
-        partition=partition,
-        offset=offset,
-        attempt=attempt,
+    key, value = message.key, message.value
+    return request_of(
+        message.topic,
+        message.partition,
+        message.offset,
+        key if isinstance(key, bytes) else None,
+        value if isinstance(value, bytes) else b"",
+        headers,
+        attempt,
     )
 
 

@@ -57,4 +57,3 @@ def test_a_failed_delivery_resolves_to_its_error() -> None:
 def test_a_full_queue_resolves_to_the_buffer_error() -> None:
     full = BufferError("queue full")
     assert _dead_letter(_StandIn(refuse=full)) is full
-
