@@ -4,8 +4,9 @@ Modules, by job: ``consumer`` (``Worker``: the consumer thread, commits, rebalan
 ``handling`` (the event loop: handler calls, retries, rate limits, dead letters),
 ``calling`` (one call of the handler and the retry rule around it, which the Faust agent
 shares), ``handler`` (``Request``, ``RateLimited``, ``Usage``: what a handler sees, raises,
-returns), ``jobs``, ``tracking`` and ``retry`` (pure bookkeeping), ``feedback`` (the
-worker's end of the feedback topic), ``metrics`` (Prometheus). Users import ``Worker``,
+returns), ``jobs``, ``tracking`` and ``retry`` (pure bookkeeping), ``outputs`` (the
+dead-letter producer and the feedback writer), ``feedback`` (the worker's end of the
+feedback topic), ``metrics`` (Prometheus). Users import ``Worker``,
 ``Request``, ``RateLimited`` and ``Usage`` from ``fairstream``.
 
 Threads: the thread that calls ``run`` owns the confluent-kafka consumer (poll, commit,

@@ -1,9 +1,10 @@
 """``fairstream.Worker``: the consumer-thread side and the public face of the worker.
 
 ``Worker`` owns the confluent-kafka consumer (poll, dispatch, commit, pause, rebalance
-callbacks) and the dead-letter producer; the handler-running half it inherits from
-``Handling`` (``handling.py``) runs on an event loop of its own. The guarantees are in the
-package's docstring (``fairstream.sdk.worker``).
+callbacks) and serves the producers' delivery reports (``Outputs``: dead letters,
+feedback); the handler-running half it inherits from ``Handling`` (``handling.py``) runs on
+an event loop of its own. The guarantees are in the package's docstring
+(``fairstream.sdk.worker``).
 """
 
 from __future__ import annotations
