@@ -1,8 +1,9 @@
 """``fairstream.aio.Producer``: ``fairstream.Producer``'s contract on an asyncio event loop.
 
-The record is the same (``fairstream.sdk.producer.ingest_record``: key = tenant, value
+The record is the same (``fairstream.sdk.record.ingest_record``: key = tenant, value
 untouched, the contract headers, checked before anything is queued), and so are the client
-defaults (idempotence, ``acks=all``, ``murmur2_random``). What changes is waiting:
+defaults (idempotence, ``acks=all``, ``murmur2_random``) and the counts: both are
+``fairstream.sdk.producer.IngestProducer``. What changes is waiting:
 
 - ``await submit(...)`` queues the record and returns an ``asyncio.Future`` of its delivery
   (the ``Message`` the broker acknowledged, or ``DeliveryError``); awaiting it is optional.
@@ -25,29 +26,20 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-import time
-from collections.abc import Callable
-from datetime import datetime
-from types import TracebackType
-from typing import Any
+from typing import Unpack
 
 from confluent_kafka import KafkaError, Message
-from confluent_kafka import Producer as _KafkaProducer
 
-from fairstream import wire
-from fairstream.adapters.admin import AuthWatch
-from fairstream.adapters.clients import producer_config
-from fairstream.config import DEFAULT_INGEST, Connection, KafkaConnection
-from fairstream.sdk.producer import FLUSH_SLICE, KEPT_FAILURES, DeliveryError, ingest_record
+from fairstream.sdk.producer import DeliveryError, IngestProducer, flush_slices
+from fairstream.sdk.record import IngestOptions
 
 __all__ = ["Producer"]
 
-DeliveryCallback = Callable[[KafkaError | None, Message], None]
 POLL_TIMEOUT = 0.1  # seconds the poll thread waits for callbacks at a time
 QUEUE_FULL_WAIT = 0.01  # seconds submit yields to the loop while librdkafka's queue is full
 
 
-class Producer:
+class Producer(IngestProducer):
     """Writes requests to the ingest topic from an event loop.
 
     ``Producer(kafka, ingest_topic, **overrides)`` as ``fairstream.Producer``: ``kafka`` is a
@@ -58,38 +50,11 @@ class Producer:
     is closed, the next loop takes it over).
     """
 
-    def __init__(
-        self,
-        kafka: Connection,
-        ingest_topic: str = DEFAULT_INGEST,
-        *,
-        on_delivery: DeliveryCallback | None = None,
-        **librdkafka_overrides: Any,
-    ) -> None:
-        self.topic = ingest_topic
-        self._on_delivery = on_delivery
-        connection = KafkaConnection.of(kafka)
-        self._auth = AuthWatch(connection)
-        own_error_cb = librdkafka_overrides.pop("error_cb", None)
-
-        def on_error(err: KafkaError) -> None:  # on the poll thread (or a flush's)
-            self._auth(err)
-            if own_error_cb is not None:
-                own_error_cb(err)
-
-        self._producer = _KafkaProducer(
-            producer_config(
-                connection.librdkafka(),
-                overrides={**librdkafka_overrides, "error_cb": on_error},
-            )
-        )
-        self.delivered = 0
-        self.failed = 0  # since the last flush that raised
-        self._failures: list[tuple[KafkaError, Message]] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._poller: threading.Thread | None = None
-        self._closing = threading.Event()
-        self.closed = False
+    # The loop and the poll thread: none until the first submit binds them (_bind).
+    _loop: asyncio.AbstractEventLoop | None = None
+    _poller: threading.Thread | None = None
+    _closing: threading.Event | None = None  # tells the poll thread to end
+    closed = False
 
     # -- the loop and the poll thread ----------------------------------------------------------
 
@@ -99,8 +64,12 @@ class Producer:
             if self.closed:
                 raise RuntimeError("this fairstream.aio.Producer is closed")
             self._loop = loop
+            self._closing = threading.Event()
             self._poller = threading.Thread(
-                target=self._poll, name="fairstream-aio-producer-poll", daemon=True
+                target=self._poll,
+                args=(self._closing,),
+                name="fairstream-aio-producer-poll",
+                daemon=True,
             )
             self._poller.start()
         elif loop is not self._loop:
@@ -113,8 +82,9 @@ class Producer:
             )
         return loop
 
-    def _poll(self) -> None:
-        while not self._closing.is_set():
+    def _poll(self, closing: threading.Event) -> None:
+        # librdkafka's callbacks (error_cb too) run here, or on a flush's executor thread.
+        while not closing.is_set():
             self._producer.poll(POLL_TIMEOUT)
 
     def _report(
@@ -128,14 +98,7 @@ class Producer:
     def _settle(
         self, future: asyncio.Future[Message], err: KafkaError | None, msg: Message
     ) -> None:
-        if err is None:
-            self.delivered += 1
-        else:
-            self.failed += 1
-            if len(self._failures) < KEPT_FAILURES:
-                self._failures.append((err, msg))
-        if self._on_delivery is not None:
-            self._on_delivery(err, msg)
+        self._count(err, msg)
         if future.done():  # cancelled by the caller
             return
         if err is None:
@@ -146,26 +109,17 @@ class Producer:
     # -- the contract --------------------------------------------------------------------------
 
     async def submit(
-        self,
-        tenant: str,
-        payload: bytes,
-        *,
-        cost: int = 1,
-        request_id: str | None = None,
-        deadline: datetime | int | None = None,
-        headers: wire.HeaderInput | None = None,
+        self, tenant: str, payload: bytes, **options: Unpack[IngestOptions]
     ) -> asyncio.Future[Message]:
         """Queue one request for ``tenant``; the future resolves to the acknowledged
         ``Message`` or raises ``DeliveryError``. Failures also count for ``flush``.
 
-        Raises ValueError/TypeError for a record the contract rejects (nothing is queued),
-        and KafkaAuthenticationError once the broker refused the credentials. While
-        librdkafka's queue is full it yields to the loop until there is room.
+        ``options`` as for ``fairstream.Producer.submit`` (``IngestOptions``). Raises
+        ValueError/TypeError for a record the contract rejects (nothing is queued), and
+        KafkaAuthenticationError once the broker refused the credentials. While librdkafka's
+        queue is full it yields to the loop until there is room.
         """
-        self._auth.check()
-        key, value, record_headers = ingest_record(
-            tenant, payload, cost=cost, request_id=request_id, deadline=deadline, headers=headers
-        )
+        key, value, headers = self._record(tenant, payload, options)
         loop = self._bind()
         future: asyncio.Future[Message] = loop.create_future()
         # Awaiting the future is optional: its exception counts as retrieved, and flush
@@ -174,9 +128,7 @@ class Producer:
         report = functools.partial(self._report, future)
         while True:
             try:
-                self._producer.produce(
-                    self.topic, value, key, headers=record_headers, on_delivery=report
-                )
+                self._producer.produce(self.topic, value, key, headers=headers, on_delivery=report)
                 return future
             except BufferError:
                 await asyncio.sleep(QUEUE_FULL_WAIT)  # the poll thread makes room
@@ -187,22 +139,14 @@ class Producer:
         still queued. Raises DeliveryError for the records that failed since the last such
         error, and KafkaAuthenticationError once the broker refused the credentials."""
         loop = asyncio.get_running_loop()
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            slice_ = max(0.0, min(FLUSH_SLICE, left))
-            remaining = int(await loop.run_in_executor(None, self._producer.flush, slice_))
+        for wait in flush_slices(timeout):
+            remaining = int(await loop.run_in_executor(None, self._producer.flush, wait))
             self._auth.check()
-            if remaining == 0 or left <= FLUSH_SLICE:
+            if remaining == 0:
                 break
         # The deliveries served by that flush were handed to the loop before it returned.
         await asyncio.sleep(0)
-        if self.failed:
-            error = DeliveryError(self.failed, self._failures)
-            self.failed = 0
-            self._failures = []
-            raise error
-        return remaining
+        return self._flushed(remaining)
 
     async def close(self, timeout: float = 30.0) -> None:
         """Flush what is queued (raising its failures), then stop the poll thread."""
@@ -213,32 +157,20 @@ class Producer:
 
     def _stop(self) -> None:
         self.closed = True
-        self._closing.set()
+        if self._closing is not None:
+            self._closing.set()
         if self._poller is not None:
             self._poller.join(5 * POLL_TIMEOUT + 1)
-
-    def __len__(self) -> int:
-        """Records queued and not yet acknowledged."""
-        return len(self._producer)
 
     async def __aenter__(self) -> Producer:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        # As the blocking producer: deliver what was queued, but let the original
-        # exception win over a DeliveryError.
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         if exc_type is None:
             await self.close()
             return
         try:
-            if self._auth.failure is None:
-                loop = asyncio.get_running_loop()
-                await loop.run_in_executor(None, self._producer.flush, 30.0)
+            await asyncio.get_running_loop().run_in_executor(None, self._deliver_quietly)
         finally:
             self._stop()
 

@@ -13,6 +13,9 @@ in the loop's default executor) and:
 - raises anything else: reported as ``failed``, retried with exponential backoff up to
   ``max_attempts``, then dead-lettered as ``handler-failed``.
 
+That rule, and the call and its report, are the worker's own
+(``fairstream.sdk.worker.calling.Retrying``).
+
 Each outcome goes to the feedback topic as ``fairstream.wire.feedback`` encodes it, keyed by
 tenant, at once (best effort: a failed send is counted in ``stats.feedback_errors`` and
 logged, it never holds up the requests). A dead letter carries the original key, value and
@@ -35,11 +38,9 @@ dead-letter topics, ``stats``.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import faust
@@ -48,15 +49,14 @@ from faust.types import EventT, StreamT
 from fairstream import wire
 from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS
 from fairstream.faust._app import Sender, check_app
-from fairstream.sdk.worker.handler import RateLimited, RawHeaders, Request, Usage, where
-from fairstream.sdk.worker.retry import backoff_delay, expires_before, rate_limited_delay
+from fairstream.sdk.worker.calling import Ending, Report, Retrying, is_async_handler
+from fairstream.sdk.worker.handler import RawHeaders, Request, request_of, where
+from fairstream.sdk.worker.retry import backoff_delay
 from fairstream.sdk.worker.tracking import RecentIds
 from fairstream.wire.feedback import (
     DEFAULT_FEEDBACK_TOPIC,
-    Feedback,
     FeedbackError,
     Outcome,
-    Scope,
     encode_feedback,
     feedback_key,
 )
@@ -68,11 +68,6 @@ log = logging.getLogger("fairstream.faust")
 MAX_DETAIL_CHARS = 2000
 
 
-def _int_header(last: Mapping[str, bytes | None], name: str, limit: int) -> int | None:
-    value = wire.header_int(name, last.get(name), limit)
-    return value if isinstance(value, int) else None
-
-
 def request_from_event(event: EventT[bytes], attempt: int = 1) -> Request:
     """The handler's view of one egress event (missing headers get the defaults).
 
@@ -80,34 +75,20 @@ def request_from_event(event: EventT[bytes], attempt: int = 1) -> Request:
     keeps one value per name).
     """
     message = event.message
-    topic, partition, offset = message.topic, message.partition, message.offset
     raw = message.headers or []
     items = raw.items() if isinstance(raw, Mapping) else raw
     headers: RawHeaders = [
         (str(k), v.encode("utf-8") if isinstance(v, str) else v) for k, v in items
     ]
-    last: dict[str, bytes | None] = dict(headers)  # later duplicates win
-    raw_id = last.get(wire.REQUEST_ID)
-    request_id = (
-        raw_id.decode("ascii", "replace")
-        if raw_id
-        else wire.default_request_id(topic, partition, offset)
-    )
-    key = message.key
-    value = message.value
-    return Request(
-        tenant=key.decode("utf-8", "replace") if isinstance(key, bytes) else "",
-        payload=value if isinstance(value, bytes) else b"",
-        request_id=request_id,
-        cost=_int_header(last, wire.COST, wire.MAX_COST) or 1,
-        headers=tuple(headers),
-        enqueued_ms=_int_header(last, wire.ENQUEUED_MS, wire.MAX_EPOCH_MS),
-        scheduled_ms=_int_header(last, wire.SCHEDULED_MS, wire.MAX_EPOCH_MS),
-        deadline_ms=_int_header(last, wire.DEADLINE_MS, wire.MAX_EPOCH_MS),
-        topic=topic,
-        partition=partition,
-        offset=offset,
-        attempt=attempt,
+    key, value = message.key, message.value
+    return request_of(
+        message.topic,
+        message.partition,
+        message.offset,
+        key if isinstance(key, bytes) else None,
+        value if isinstance(value, bytes) else b"",
+        headers,
+        attempt,
     )
 
 
@@ -124,7 +105,7 @@ class AgentStats:
     feedback_errors: int = 0  # feedback records not queued or not delivered
 
 
-class PaidApiAgent:
+class PaidApiAgent(Retrying):
     """Registers a Faust agent on the egress topic that calls ``handler`` for each request.
 
     ``PaidApiAgent(app, handler, egress_topic=..., dlq_topic=..., feedback_topic=...)``;
@@ -133,6 +114,9 @@ class PaidApiAgent:
     Read egress committed-only with ``processing_guarantee="exactly_once"`` on the app (see
     ``fairstream.faust``).
     """
+
+    _log = log
+    stats: AgentStats
 
     def __init__(
         self,
@@ -162,7 +146,7 @@ class PaidApiAgent:
         self.backoff_max = backoff_max
         self.seen = RecentIds(remember)
         self.stats = AgentStats()
-        self._is_async = inspect.iscoroutinefunction(handler)
+        self._is_async = is_async_handler(handler)
         raw: dict[str, Any] = {
             "key_type": bytes,
             "value_type": bytes,
@@ -194,91 +178,18 @@ class PaidApiAgent:
         self.seen.add(request.request_id)
         return outcome
 
-    async def _call(self, request: Request) -> Any:
-        if self._is_async:
-            return await self.handler(request)
-        result = await asyncio.get_running_loop().run_in_executor(None, self.handler, request)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
-
     async def _handle(self, event: EventT[bytes], request: Request) -> str:
-        error: Exception | None = None
-        attempt = 1
-        limited = 0  # rate-limited calls in a row
-        latency = 0.0
-        while True:
-            started = time.perf_counter()
-            try:
-                result = await self._call(replace(request, attempt=attempt))
-            except RateLimited as exc:
-                latency = time.perf_counter() - started
-                limited += 1
-                self.stats.rate_limited += 1
-                await self._report(
-                    request,
-                    Outcome.RATE_LIMITED,
-                    attempt,
-                    latency,
-                    scope=Scope(exc.scope),
-                    retry_after=exc.retry_after,
-                )
-                delay = rate_limited_delay(
-                    exc.retry_after, limited, self.backoff_initial, self.backoff_max
-                )
-                if expires_before(request.deadline_ms, time.time() * 1000, delay):
-                    detail = (
-                        f"rate-limited ({exc.scope}) {limited} time(s) in a row; the next try, "
-                        f"in {delay:g} s, would come after the deadline "
-                        f"({wire.DEADLINE_MS} {request.deadline_ms})"
-                    )
-                    return await self._dead_letter(
-                        event, request, wire.EXPIRED, detail, attempt, latency
-                    )
-                await asyncio.sleep(delay)
-                continue
-            except Exception as exc:
-                latency = time.perf_counter() - started
-                limited = 0
-                error = exc
-                self.stats.failed_attempts += 1
-                await self._report(request, Outcome.FAILED, attempt, latency)
-                log.warning(
-                    "handler failed on %s (attempt %d of %d): %r",
-                    where(request),
-                    attempt,
-                    self.max_attempts,
-                    exc,
-                )
-                if attempt >= self.max_attempts:
-                    break
-                await asyncio.sleep(backoff_delay(attempt, self.backoff_initial, self.backoff_max))
-                attempt += 1
-                continue
-            latency = time.perf_counter() - started
-            cost = result.cost if isinstance(result, Usage) else None
-            self.stats.ok += 1
-            await self._report(request, Outcome.OK, attempt, latency, cost=cost)
-            return Outcome.OK.value
-        detail = (
-            f"handler failed {self.max_attempts} time(s); last error: "
-            f"{type(error).__name__}: {error}"
-        )
-        return await self._dead_letter(
-            event, request, wire.HANDLER_FAILED, detail, attempt, latency
-        )
+        ending = await self._calls(request, _sleep)
+        assert ending is not None  # _sleep never gives a request up
+        if ending.reason is not None:
+            return await self._dead_letter(event, request, ending)
+        self.stats.ok += 1
+        return Outcome.OK.value
 
-    async def _dead_letter(
-        self,
-        event: EventT[bytes],
-        request: Request,
-        reason: str,
-        detail: str,
-        attempt: int,
-        latency: float,
-    ) -> str:
+    async def _dead_letter(self, event: EventT[bytes], request: Request, ending: Ending) -> str:
         """Write the record to the dead-letter topic; retry until the broker has it."""
-        detail = detail[:MAX_DETAIL_CHARS]
+        assert ending.reason is not None
+        reason, detail = ending.reason, ending.detail[:MAX_DETAIL_CHARS]
         headers = wire.dead_letter_headers(request.headers, reason, detail)
         message = event.message
         tries = 0
@@ -295,37 +206,18 @@ class PaidApiAgent:
                 continue
             log.warning("dead-lettered %s as %s: %s", where(request), reason, detail)
             self.stats.dead_lettered += 1
-            await self._report(request, Outcome.DEAD_LETTERED, attempt, latency)
+            await self._report(
+                Report(request, Outcome.DEAD_LETTERED, ending.attempt, ending.latency)
+            )
             return Outcome.DEAD_LETTERED.value
 
-    async def _report(
-        self,
-        request: Request,
-        outcome: Outcome,
-        attempt: int,
-        latency: float,
-        *,
-        cost: int | None = None,
-        scope: Scope | None = None,
-        retry_after: float | None = None,
-    ) -> None:
-        """Queue one feedback record about ``request`` (when feedback is on)."""
+    async def _report(self, report: Report) -> None:
+        """Queue the feedback record of ``report`` (when feedback is on)."""
         if self.feedback_topic is None:
             return
+        request = report.request
         try:
-            record = Feedback(
-                request_id=request.request_id,
-                tenant=request.tenant,
-                outcome=outcome,
-                declared_cost=request.cost,
-                reported_at_ms=wire.now_ms(),
-                attempt=attempt,
-                cost=cost,
-                latency=latency,
-                scheduled_at_ms=request.scheduled_ms,
-                scope=scope,
-                retry_after=retry_after,
-            )
+            record = report.record()
             sent = await self.sender.send(
                 self.feedback_topic, feedback_key(record), encode_feedback(record), None
             )
@@ -344,3 +236,9 @@ class PaidApiAgent:
         if sent.cancelled() or sent.exception() is not None:
             self.stats.feedback_errors += 1  # advisory: counted, not retried
             log.debug("a feedback record was not delivered: %r", sent)
+
+
+async def _sleep(delay: float) -> bool:
+    """The agent's wait before a next call: it never gives a request up."""
+    await asyncio.sleep(delay)
+    return True

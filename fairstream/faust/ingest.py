@@ -3,8 +3,9 @@
 The record is what ``fairstream.Producer`` writes: key = the tenant id (UTF-8), value = the
 payload bytes untouched, the caller's headers and then ``fairstream-cost`` (always),
 ``fairstream-request-id`` and ``fairstream-deadline-ms`` (when given), built and checked by
-``fairstream.wire.ingest_headers``. Arguments the scheduler would dead-letter as invalid
-are refused here with ``ValueError``/``TypeError`` before anything is sent.
+``fairstream.sdk.record.ingest_record`` as for the other producers. Arguments the scheduler
+would dead-letter as invalid are refused here with ``ValueError``/``TypeError`` before
+anything is sent.
 
 Partitioning: the record goes through the app's producer with no explicit partition, so
 aiokafka's default partitioner places it: Kafka's murmur2 of the key, the partition
@@ -19,14 +20,13 @@ handles the event again, so give requests a ``request_id`` (workers recognise it
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 import faust
 
-from fairstream import wire
 from fairstream.config import DEFAULT_INGEST
 from fairstream.faust._app import Sender, check_app
+from fairstream.sdk.record import IngestOptions, ingest_record
 
 __all__ = ["Ingest"]
 
@@ -45,59 +45,23 @@ class Ingest:
         self.topic = topic
         self.sender = Sender(app)
 
-    def _record(
-        self,
-        tenant: str,
-        payload: bytes,
-        cost: int,
-        request_id: str | None,
-        deadline: datetime | int | None,
-        headers: wire.HeaderInput | None,
-    ) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
-        """Key, value and headers of one request, checked (ValueError/TypeError)."""
-        key = wire.tenant_key(tenant)
-        if not isinstance(payload, bytes | bytearray | memoryview):
-            raise TypeError(
-                f"payload must be bytes, got {type(payload).__name__}; encode text first"
-            )
-        built = wire.ingest_headers(
-            cost=cost, request_id=request_id, deadline=deadline, headers=headers
-        )
-        return key, bytes(payload), built
-
     async def send(
-        self,
-        tenant: str,
-        payload: bytes,
-        *,
-        cost: int = 1,
-        request_id: str | None = None,
-        deadline: datetime | int | None = None,
-        headers: wire.HeaderInput | None = None,
+        self, tenant: str, payload: bytes, **options: Unpack[IngestOptions]
     ) -> Awaitable[Any]:
         """Queue one request for ``tenant``; returns the future of its RecordMetadata.
 
-        ``cost``: a positive integer (e.g. tokens); ``request_id``: the idempotency key
-        (ASCII; default ``<topic>-<partition>-<offset>`` of the ingest record);
-        ``deadline``: an aware datetime or epoch milliseconds after which the scheduler
-        dead-letters the request as expired. Raises ValueError/TypeError for a record the
-        contract rejects.
+        ``options`` (``fairstream.sdk.record.IngestOptions``): ``cost``, a positive integer
+        (e.g. tokens); ``request_id``, the idempotency key (ASCII; default
+        ``<topic>-<partition>-<offset>`` of the ingest record); ``deadline``, an aware
+        datetime or epoch milliseconds after which the scheduler dead-letters the request as
+        expired; ``headers``. Raises ValueError/TypeError for a record the contract rejects.
         """
-        key, value, built = self._record(tenant, payload, cost, request_id, deadline, headers)
-        return await self.sender.send(self.topic, key, value, list(built))
+        key, value, headers = ingest_record(tenant, payload, **options)
+        return await self.sender.send(self.topic, key, value, list(headers))
 
     async def send_and_wait(
-        self,
-        tenant: str,
-        payload: bytes,
-        *,
-        cost: int = 1,
-        request_id: str | None = None,
-        deadline: datetime | int | None = None,
-        headers: wire.HeaderInput | None = None,
+        self, tenant: str, payload: bytes, **options: Unpack[IngestOptions]
     ) -> Any:
         """``send``, then wait for the broker's acknowledgement (the RecordMetadata)."""
-        sent = await self.send(
-            tenant, payload, cost=cost, request_id=request_id, deadline=deadline, headers=headers
-        )
+        sent = await self.send(tenant, payload, **options)
         return await sent

@@ -8,54 +8,44 @@ pick. Arguments are checked before anything is queued: a record the scheduler wo
 dead-letter as invalid is refused here with a ``ValueError`` instead. Credentials the
 broker refuses raise ``KafkaAuthenticationError`` (with the broker's reason) from the next
 ``submit`` or ``flush``, instead of records waiting out their delivery timeout.
+
+``IngestProducer`` is what it shares with ``fairstream.aio.Producer``: the librdkafka
+producer with those defaults and the credentials' watch, the checked record, the count of
+deliveries and failures (``DeliveryError``), and flushing in slices.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from datetime import datetime
-from types import TracebackType
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Unpack
 
 from confluent_kafka import KafkaError, Message
 from confluent_kafka import Producer as _KafkaProducer
 
-from fairstream import wire
 from fairstream.adapters.admin import AuthWatch, KafkaAuthenticationError
 from fairstream.adapters.clients import producer_config
 from fairstream.config import DEFAULT_INGEST, Connection, KafkaConnection
 from fairstream.errors import Error
+from fairstream.sdk.auth import watched
+from fairstream.sdk.record import IngestOptions, ingest_record
 
-__all__ = ["DeliveryError", "KafkaAuthenticationError", "Producer", "ingest_record"]
+__all__ = [
+    "DeliveryError",
+    "IngestOptions",
+    "IngestProducer",
+    "KafkaAuthenticationError",
+    "Producer",
+    "ingest_record",
+]
 
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
+# librdkafka's stubs want header values of str | bytes | None; ours are all bytes.
+Headers = list[tuple[str, str | bytes | None]]
 # Failures kept for DeliveryError; the count goes on beyond this.
 KEPT_FAILURES = 100
 # flush waits in slices this long, to notice a refused login between them.
 FLUSH_SLICE = 0.2
-
-
-def ingest_record(
-    tenant: str,
-    payload: bytes,
-    *,
-    cost: int = 1,
-    request_id: str | None = None,
-    deadline: datetime | int | None = None,
-    headers: wire.HeaderInput | None = None,
-) -> tuple[bytes, bytes, list[tuple[str, str | bytes | None]]]:
-    """Key, value and headers of one ingest record, checked against the contract (raises
-    ValueError/TypeError for a record the scheduler would dead-letter as invalid). Shared by
-    ``Producer`` and ``fairstream.aio.Producer``."""
-    key = wire.tenant_key(tenant)
-    if not isinstance(payload, bytes | bytearray | memoryview):
-        raise TypeError(f"payload must be bytes, got {type(payload).__name__}; encode text first")
-    # The stubs want str | bytes | None values; ours are all bytes.
-    record_headers: list[tuple[str, str | bytes | None]] = list(
-        wire.ingest_headers(cost=cost, request_id=request_id, deadline=deadline, headers=headers)
-    )
-    return key, bytes(payload), record_headers
 
 
 class DeliveryError(Error):
@@ -68,20 +58,24 @@ class DeliveryError(Error):
         super().__init__(f"{count} record(s) were not delivered; first error: {first}")
 
 
-class Producer:
-    """Writes requests to the ingest topic: key = tenant, value = payload, contract headers.
+def flush_slices(timeout: float) -> Iterator[float]:
+    """The waits one flush is made of: ``FLUSH_SLICE`` s each, ``timeout`` s in all (at least
+    one wait). The caller checks the credentials after each, and stops once nothing is
+    left."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        yield max(0.0, min(FLUSH_SLICE, left))
+        if left <= FLUSH_SLICE:
+            return
 
-    ``Producer(kafka, ingest_topic, **overrides)``: ``kafka`` is a ``KafkaConnection``
-    (bootstrap servers and authentication) or a bare bootstrap string (PLAINTEXT); the
-    overrides are librdkafka settings
-    (``**{"linger.ms": 20, "compression.type": "zstd"}``) and win over fairstream's defaults
-    (idempotence, ``acks=all``, ``partitioner=murmur2_random``). ``on_delivery(err, msg)`` is
-    called for every record once the broker answered, from ``submit`` or ``flush``; failed
-    deliveries are also counted and raised together as ``DeliveryError`` by ``flush``.
-    Refused credentials raise ``KafkaAuthenticationError`` from ``submit`` and ``flush`` as
-    soon as librdkafka reports them (an ``error_cb`` in the overrides is still called).
 
-    Not thread-safe: use one per thread (librdkafka batches across submits anyway).
+class IngestProducer:
+    """What ``Producer`` and ``fairstream.aio.Producer`` share (see the module docstring).
+
+    ``IngestProducer(kafka, ingest_topic, on_delivery=..., **overrides)`` as documented on
+    ``Producer``. ``delivered`` and ``failed`` count the delivery reports (``failed`` since
+    the last ``DeliveryError``).
     """
 
     def __init__(
@@ -97,24 +91,28 @@ class Producer:
         connection = KafkaConnection.of(kafka)
         # librdkafka retries a refused login forever; the watch lets submit and flush stop.
         self._auth = AuthWatch(connection)
-        own_error_cb = librdkafka_overrides.pop("error_cb", None)
-
-        def on_error(err: KafkaError) -> None:
-            self._auth(err)
-            if own_error_cb is not None:
-                own_error_cb(err)
-
         self._producer = _KafkaProducer(
-            producer_config(
-                connection.librdkafka(),
-                overrides={**librdkafka_overrides, "error_cb": on_error},
+            watched(
+                self._auth,
+                producer_config(connection.librdkafka(), overrides=librdkafka_overrides),
             )
         )
         self.delivered = 0
         self.failed = 0  # since the last flush that raised
         self._failures: list[tuple[KafkaError, Message]] = []
 
-    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+    def _record(
+        self, tenant: str, payload: bytes, options: IngestOptions
+    ) -> tuple[bytes, bytes, Headers]:
+        """Key, value and headers of one record, once the credentials and the record are
+        found good (KafkaAuthenticationError, ValueError, TypeError)."""
+        self._auth.check()
+        key, value, headers = ingest_record(tenant, payload, **options)
+        wide: Headers = list(headers)
+        return key, value, wide
+
+    def _count(self, err: KafkaError | None, msg: Message) -> None:
+        """Count one delivery report and hand it to ``on_delivery``."""
         if err is None:
             self.delivered += 1
         else:
@@ -124,31 +122,57 @@ class Producer:
         if self._on_delivery is not None:
             self._on_delivery(err, msg)
 
-    def submit(
-        self,
-        tenant: str,
-        payload: bytes,
-        *,
-        cost: int = 1,
-        request_id: str | None = None,
-        deadline: datetime | int | None = None,
-        headers: wire.HeaderInput | None = None,
-    ) -> None:
+    def _flushed(self, remaining: int) -> int:
+        """What a flush returns: ``remaining``; but DeliveryError when records failed since
+        the last one (and then the count starts again)."""
+        if self.failed:
+            error = DeliveryError(self.failed, self._failures)
+            self.failed = 0
+            self._failures = []
+            raise error
+        return remaining
+
+    def _deliver_quietly(self) -> None:
+        """On the way out of an exception: still deliver what was queued, but let the
+        original exception win over a DeliveryError."""
+        if self._auth.failure is None:  # with refused credentials nothing would arrive
+            self._producer.flush(30.0)
+
+    def __len__(self) -> int:
+        """Records queued and not yet acknowledged."""
+        return len(self._producer)
+
+
+class Producer(IngestProducer):
+    """Writes requests to the ingest topic: key = tenant, value = payload, contract headers.
+
+    ``Producer(kafka, ingest_topic, **overrides)``: ``kafka`` is a ``KafkaConnection``
+    (bootstrap servers and authentication) or a bare bootstrap string (PLAINTEXT); the
+    overrides are librdkafka settings
+    (``**{"linger.ms": 20, "compression.type": "zstd"}``) and win over fairstream's defaults
+    (idempotence, ``acks=all``, ``partitioner=murmur2_random``). ``on_delivery(err, msg)`` is
+    called for every record once the broker answered, from ``submit`` or ``flush``; failed
+    deliveries are also counted and raised together as ``DeliveryError`` by ``flush``.
+    Refused credentials raise ``KafkaAuthenticationError`` from ``submit`` and ``flush`` as
+    soon as librdkafka reports them (an ``error_cb`` in the overrides is still called).
+
+    Not thread-safe: use one per thread (librdkafka batches across submits anyway).
+    """
+
+    def submit(self, tenant: str, payload: bytes, **options: Unpack[IngestOptions]) -> None:
         """Queue one request for ``tenant``; delivery happens in the background.
 
-        ``deadline``: an aware datetime or epoch milliseconds after which the scheduler
-        dead-letters the request as expired. Raises ValueError/TypeError for a record the
-        contract rejects; blocks while librdkafka's queue is full. Raises
-        KafkaAuthenticationError once the broker refused the credentials.
+        ``options`` (``IngestOptions``): ``cost``, ``request_id``, ``deadline`` (an aware
+        datetime or epoch milliseconds after which the scheduler dead-letters the request as
+        expired) and ``headers``. Raises ValueError/TypeError for a record the contract
+        rejects; blocks while librdkafka's queue is full. Raises KafkaAuthenticationError
+        once the broker refused the credentials.
         """
-        self._auth.check()
-        key, value, record_headers = ingest_record(
-            tenant, payload, cost=cost, request_id=request_id, deadline=deadline, headers=headers
-        )
+        key, value, headers = self._record(tenant, payload, options)
         while True:
             try:
                 self._producer.produce(
-                    self.topic, value, key, headers=record_headers, on_delivery=self._delivered
+                    self.topic, value, key, headers=headers, on_delivery=self._count
                 )
                 break
             except BufferError:
@@ -164,36 +188,18 @@ class Producer:
         Raises DeliveryError when records failed since the last such error (then resets),
         and KafkaAuthenticationError as soon as the broker refused the credentials.
         """
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            remaining = int(self._producer.flush(max(0.0, min(FLUSH_SLICE, left))))
+        for wait in flush_slices(timeout):
+            remaining = int(self._producer.flush(wait))
             self._auth.check()
-            if remaining == 0 or left <= FLUSH_SLICE:
+            if remaining == 0:
                 break
-        if self.failed:
-            error = DeliveryError(self.failed, self._failures)
-            self.failed = 0
-            self._failures = []
-            raise error
-        return remaining
-
-    def __len__(self) -> int:
-        """Records queued and not yet acknowledged."""
-        return len(self._producer)
+        return self._flushed(remaining)
 
     def __enter__(self) -> Producer:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        # On the way out of an exception, still deliver what was queued, but let the
-        # original exception win over a DeliveryError.
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         if exc_type is None:
             self.flush()
-        elif self._auth.failure is None:  # with refused credentials nothing would arrive
-            self._producer.flush(30.0)
+        else:
+            self._deliver_quietly()

@@ -2,10 +2,12 @@
 
 Modules, by job: ``consumer`` (``Worker``: the consumer thread, commits, rebalances),
 ``handling`` (the event loop: handler calls, retries, rate limits, dead letters),
-``handler`` (``Request``, ``RateLimited``, ``Usage``: what a handler sees, raises, returns),
-``jobs``, ``tracking`` and ``retry`` (pure bookkeeping), ``feedback`` (the worker's end of
-the feedback topic), ``metrics`` (Prometheus). Users import ``Worker``, ``Request``,
-``RateLimited`` and ``Usage`` from ``fairstream``.
+``calling`` (one call of the handler and the retry rule around it, which the Faust agent
+shares), ``handler`` (``Request``, ``RateLimited``, ``Usage``: what a handler sees, raises,
+returns), ``jobs``, ``tracking`` and ``retry`` (pure bookkeeping), ``outputs`` (the
+dead-letter producer and the feedback writer), ``feedback`` (the worker's end of the
+feedback topic), ``metrics`` (Prometheus). Users import ``Worker``,
+``Request``, ``RateLimited`` and ``Usage`` from ``fairstream``.
 
 Threads: the thread that calls ``run`` owns the confluent-kafka consumer (poll, commit,
 pause, rebalance callbacks) and the dead-letter producer; an event loop in a second thread

@@ -1,16 +1,17 @@
 """``fairstream.Worker``: the consumer-thread side and the public face of the worker.
 
 ``Worker`` owns the confluent-kafka consumer (poll, dispatch, commit, pause, rebalance
-callbacks) and the dead-letter producer; the handler-running half it inherits from
-``Handling`` (``handling.py``) runs on an event loop of its own. The guarantees are in the
-package's docstring (``fairstream.sdk.worker``).
+callbacks) and serves the producers' delivery reports (``Outputs``: dead letters,
+feedback); the handler-running half it inherits from ``Handling`` (``handling.py``) runs on
+an event loop of its own. The guarantees are in the package's docstring
+(``fairstream.sdk.worker``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
+import dataclasses
 import logging
 import queue
 import threading
@@ -21,17 +22,19 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
-from confluent_kafka import Producer as _KafkaProducer
 from prometheus_client import CollectorRegistry
 
 from fairstream.adapters import clients
 from fairstream.adapters.admin import AuthWatch
 from fairstream.config import Connection, KafkaConnection
+from fairstream.sdk.auth import watched
+from fairstream.sdk.worker.calling import is_async_handler
 from fairstream.sdk.worker.feedback import FeedbackWriter, feedback_settings
 from fairstream.sdk.worker.handler import Handler, coordinates, request_from_message, where
 from fairstream.sdk.worker.handling import Handling
 from fairstream.sdk.worker.jobs import Job, Outcome, WorkerStats
 from fairstream.sdk.worker.metrics import MetricsServer, WorkerMetrics
+from fairstream.sdk.worker.outputs import Outputs
 from fairstream.sdk.worker.serving import Hook, Serving
 from fairstream.sdk.worker.settings import DEFAULT_GROUP, WorkerSettings
 from fairstream.sdk.worker.tracking import (
@@ -113,28 +116,15 @@ class Worker(Serving, Handling):
     ) -> None:
         if not callable(handler):
             raise TypeError("handler must be callable")
-        # The declared checks (a SettingsError, a ValueError, names the setting's flag).
-        settings = WorkerSettings(
-            egress_topic=egress_topic,
-            dlq_topic=dlq_topic,
-            feedback_topic=feedback_topic,
-            group_id=group_id,
-            concurrency=concurrency,
-            ordering=ordering,
-            max_attempts=max_attempts,
-            backoff_initial=backoff_initial,
-            backoff_max=backoff_max,
-            dedup_window=dedup_window,
-            max_pending=max_pending,
-            session_timeout=session_timeout,
-            metrics_port=metrics_port,
-            metrics_host=metrics_host,
+        arguments = locals()
+        # The declared checks (a SettingsError, a ValueError, names the setting's flag), on
+        # the keyword arguments named after WorkerSettings' fields.
+        self.settings = settings = WorkerSettings(
+            **{field.name: arguments[field.name] for field in dataclasses.fields(WorkerSettings)}
         )
-        self.settings = settings
         self.handler = handler
+        self._is_async = is_async_handler(handler)
         self.on_startup, self.on_shutdown = on_startup, on_shutdown
-        self.kafka = KafkaConnection.of(bootstrap)
-        self.bootstrap = self.kafka.bootstrap
         self.egress_topic = settings.egress_topic
         self.dlq_topic = settings.dlq_topic
         self.group_id = settings.group_id
@@ -151,36 +141,56 @@ class Worker(Serving, Handling):
         self.metrics_port = settings.metrics_port
         self.metrics_host = settings.metrics_host
         self._metrics_server: MetricsServer | None = None
-        # Both clients report a refused login here; the consumer thread checks it.
+        self._configure_clients(bootstrap, consumer_config, producer_config)
+        self._init_state()
+
+    def _configure_clients(
+        self,
+        bootstrap: Connection,
+        consumer_config: dict[str, Any] | None,
+        producer_config: dict[str, Any] | None,
+    ) -> None:
+        """The settings of the egress consumer and the producers (``Outputs``: dead letters,
+        feedback), every one with an ``error_cb`` that feeds the credentials' watch."""
+        self.kafka = KafkaConnection.of(bootstrap)
+        self.bootstrap = self.kafka.bootstrap
+        # The clients report a refused login here; the consumer thread checks it.
         self._auth = AuthWatch(self.kafka)
-        self._consumer_config = self._watching(
+        base = self.kafka.librdkafka()
+        self._consumer_config = watched(
+            self._auth,
             {
-                **self.kafka.librdkafka(),
-                "group.id": settings.group_id,
+                **base,
+                "group.id": self.settings.group_id,
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
-                "session.timeout.ms": int(settings.session_timeout * 1000),
+                "session.timeout.ms": int(self.settings.session_timeout * 1000),
                 **(consumer_config or {}),
-            }
+            },
         )
-        self._producer_config = self._watching(
-            clients.producer_config(self.kafka.librdkafka(), linger_ms=1, overrides=producer_config)
-        )
-        self._feedback = (
+        topic = self.settings.feedback_topic
+        feedback = (
             None
-            if settings.feedback_topic is None
+            if topic is None
             else FeedbackWriter(
-                settings.feedback_topic,
-                self._watching(feedback_settings(self.kafka, producer_config)),
+                topic,
+                watched(self._auth, feedback_settings(self.kafka, producer_config)),
                 self.metrics,
             )
         )
-        # A coroutine function, or an object whose __call__ is one.
-        self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-            type(handler).__call__
+        self._outputs = Outputs(
+            self.dlq_topic,
+            watched(
+                self._auth, clients.producer_config(base, linger_ms=1, overrides=producer_config)
+            ),
+            feedback,
         )
+
+    def _init_state(self) -> None:
+        """The state of the consumer thread and of the handlers' loop, before ``run``."""
         # Consumer-thread state.
-        self._recent = RecentIds(settings.dedup) if settings.dedup is not None else None
+        dedup = self.settings.dedup
+        self._recent = RecentIds(dedup) if dedup is not None else None
         self._in_flight_ids: Counter[str] = Counter()
         self._progress: dict[tuple[str, int], PartitionProgress] = {}
         # Records handed to the loop whose outcome is not back, by (topic, partition, offset).
@@ -192,11 +202,10 @@ class Worker(Serving, Handling):
         self._running = threading.Event()
         # Event-loop state (created in run).
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queues: TenantQueues[Job] = TenantQueues(per_tenant(settings.ordering))
+        self._queues: TenantQueues[Job] = TenantQueues(per_tenant(self.ordering))
         self._wakeup: asyncio.Event | None = None
         self._ended: asyncio.Event | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._dlq: _KafkaProducer | None = None
         self._serving: asyncio.Future[None] | None = None  # ``async with``
         self._on_running: Callable[[], object] | None = None  # called once subscribed
 
@@ -223,24 +232,14 @@ class Worker(Serving, Handling):
     @property
     def feedback_topic(self) -> str | None:
         """Where outcomes are reported, or None when feedback is off."""
-        return None if self._feedback is None else self._feedback.topic
+        feedback = self._outputs.feedback
+        return None if feedback is None else feedback.topic
 
     @property
     def metrics_url(self) -> str | None:
         """Where ``/metrics`` is served while ``run`` runs (with ``metrics_port``), else None."""
         server = self._metrics_server
         return server.url if server is not None else None
-
-    def _watching(self, config: dict[str, Any]) -> dict[str, Any]:
-        """``config`` with an ``error_cb`` that feeds the AuthWatch, then the caller's own."""
-        own = config.get("error_cb")
-
-        def on_error(err: KafkaError) -> None:
-            self._auth(err)
-            if own is not None:
-                own(err)
-
-        return {**config, "error_cb": on_error}
 
     def run(self) -> None:
         """Consume until ``stop()``; then finish running handlers, commit and close.
@@ -274,9 +273,7 @@ class Worker(Serving, Handling):
         self._wakeup = asyncio.Event()
         self._ended = asyncio.Event()
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="fairstream-handler")
-        self._dlq = _KafkaProducer(self._producer_config)
-        if self._feedback is not None:
-            self._feedback.open()
+        self._outputs.open()
         consumer = Consumer(self._consumer_config)
         try:
             consumer.subscribe(
@@ -297,10 +294,7 @@ class Worker(Serving, Handling):
                 consumer.close()
             finally:
                 # A dead letter cannot be delivered with refused credentials: do not wait.
-                refused = self._auth.failure is not None
-                self._dlq.flush(0 if refused else 30)
-                if self._feedback is not None:
-                    self._feedback.close(0 if refused else 5)
+                self._outputs.close(wait=self._auth.failure is None)
                 if self.on_shutdown is not None:
                     self._shut_down(loop)
                 self._pool.shutdown(wait=False, cancel_futures=True)
@@ -381,10 +375,7 @@ class Worker(Serving, Handling):
     def _serve(self, timeout: float = 0.0) -> None:
         """Serve dead-letter delivery reports and apply the outcomes the loop sent back;
         wait up to ``timeout`` s for the first one."""
-        assert self._dlq is not None
-        self._dlq.poll(0)
-        if self._feedback is not None:
-            self._feedback.poll()
+        self._outputs.poll()
         block = timeout > 0
         while True:
             try:

@@ -12,13 +12,12 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message
 from confluent_kafka import Producer as _KafkaProducer
 
-from fairstream import wire
 from fairstream.adapters import clients
 from fairstream.config import KafkaConnection
-from fairstream.sdk.worker.handler import Request, where
+from fairstream.sdk.worker.calling import Report
+from fairstream.sdk.worker.handler import where
 from fairstream.sdk.worker.metrics import WorkerMetrics
-from fairstream.wire.feedback import Feedback, FeedbackError, Scope, encode_feedback, feedback_key
-from fairstream.wire.feedback import Outcome as Reported
+from fairstream.wire.feedback import FeedbackError, encode_feedback, feedback_key
 
 __all__ = ["FeedbackWriter", "feedback_settings"]
 
@@ -116,18 +115,8 @@ class FeedbackWriter:
             self._metrics.feedback_errors.inc(left)
         self._lost_some(left, "not delivered by shutdown", force=True)
 
-    def report(
-        self,
-        request: Request,
-        outcome: Reported,
-        attempt: int,
-        latency: float,
-        *,
-        cost: int | None = None,
-        scope: Scope | None = None,
-        retry_after: float | None = None,
-    ) -> None:
-        """Queue one feedback record about ``request``."""
+    def report(self, report: Report) -> None:
+        """Queue the feedback record of ``report``."""
         producer = self._producer
         if producer is None:
             return
@@ -135,19 +124,7 @@ class FeedbackWriter:
             self._metrics.feedback_errors.inc()  # said once when the topic was found missing
             return
         try:
-            record = Feedback(
-                request_id=request.request_id,
-                tenant=request.tenant,
-                outcome=outcome,
-                declared_cost=request.cost,
-                reported_at_ms=wire.now_ms(),
-                attempt=attempt,
-                cost=cost,
-                latency=latency,
-                scheduled_at_ms=request.scheduled_ms,
-                scope=scope,
-                retry_after=retry_after,
-            )
+            record = report.record()
             producer.produce(
                 self.topic,
                 encode_feedback(record),
@@ -156,7 +133,7 @@ class FeedbackWriter:
             )
         except FeedbackError as exc:
             # An egress record outside the contract (no key, a request id over 1 KB).
-            log.debug("no feedback for %s: %s", where(request), exc)
+            log.debug("no feedback for %s: %s", where(report.request), exc)
             self._failed("outside the feedback contract")
         except (BufferError, KafkaException) as exc:
             self._failed(f"not queued: {exc}")  # a full queue is not worth blocking for

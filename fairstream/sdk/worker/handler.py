@@ -27,6 +27,7 @@ __all__ = [
     "Usage",
     "coordinates",
     "request_from_message",
+    "request_of",
     "where",
 ]
 
@@ -62,10 +63,46 @@ class Request:
 Handler = Callable[[Request], Any]
 
 
-def _int_header(name: str, raw: bytes | None, limit: int = wire.MAX_EPOCH_MS) -> int | None:
+def _int_header(
+    last: dict[str, bytes | None], name: str, limit: int = wire.MAX_EPOCH_MS
+) -> int | None:
     """The header's value under the contract's rule, None when missing or outside it."""
-    value = wire.header_int(name, raw, limit)
+    value = wire.header_int(name, last.get(name), limit)
     return value if isinstance(value, int) else None
+
+
+def request_of(
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes,
+    headers: RawHeaders,
+    attempt: int = 1,
+) -> Request:
+    """The handler's view of an egress record from its parts, whichever client read it
+    (missing headers get the defaults; of a header given twice the last value counts)."""
+    last: dict[str, bytes | None] = dict(headers)  # later duplicates win
+    raw_id = last.get(wire.REQUEST_ID)
+    request_id = (
+        raw_id.decode("ascii", "replace")
+        if raw_id
+        else wire.default_request_id(topic, partition, offset)
+    )
+    return Request(
+        tenant=key.decode("utf-8", "replace") if key is not None else "",
+        payload=value,
+        request_id=request_id,
+        cost=_int_header(last, wire.COST, wire.MAX_COST) or 1,
+        headers=tuple(headers),
+        enqueued_ms=_int_header(last, wire.ENQUEUED_MS),
+        scheduled_ms=_int_header(last, wire.SCHEDULED_MS),
+        deadline_ms=_int_header(last, wire.DEADLINE_MS),
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        attempt=attempt,
+    )
 
 
 def request_from_message(msg: Message) -> Request:
@@ -75,28 +112,7 @@ def request_from_message(msg: Message) -> Request:
     raw = msg.headers() or []
     items = raw.items() if isinstance(raw, dict) else raw
     headers: RawHeaders = [(k, _bytes(v)) for k, v in items]
-    last: dict[str, bytes | None] = dict(headers)  # later duplicates win
-    key = msg.key()
-    raw_id = last.get(wire.REQUEST_ID)
-    request_id = (
-        raw_id.decode("ascii", "replace")
-        if raw_id
-        else wire.default_request_id(topic, partition, offset)
-    )
-    cost = _int_header(wire.COST, last.get(wire.COST), wire.MAX_COST)
-    return Request(
-        tenant=key.decode("utf-8", "replace") if key is not None else "",
-        payload=msg.value() or b"",
-        request_id=request_id,
-        cost=cost or 1,
-        headers=tuple(headers),
-        enqueued_ms=_int_header(wire.ENQUEUED_MS, last.get(wire.ENQUEUED_MS)),
-        scheduled_ms=_int_header(wire.SCHEDULED_MS, last.get(wire.SCHEDULED_MS)),
-        deadline_ms=_int_header(wire.DEADLINE_MS, last.get(wire.DEADLINE_MS)),
-        topic=topic,
-        partition=partition,
-        offset=offset,
-    )
+    return request_of(topic, partition, offset, msg.key(), msg.value() or b"", headers)
 
 
 class RateLimited(Error):

@@ -1,5 +1,5 @@
 """The event-loop side of ``fairstream.Worker``: run handlers, retry them, wait out rate
-limits, write dead letters, report outcomes.
+limits (the rule is ``calling.Retrying``'s), write dead letters, report outcomes.
 
 ``Handling`` is a part of ``Worker`` (its base class), split out by job: the methods here
 run on the worker's event loop (``Worker.run`` starts it on a thread of its own) and share
@@ -12,35 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import queue
 import threading
-import time
-from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
-from typing import Any
-
-from confluent_kafka import KafkaError, KafkaException, Message
-from confluent_kafka import Producer as _KafkaProducer
 
 from fairstream import wire
-from fairstream.sdk.worker.feedback import FeedbackWriter
-from fairstream.sdk.worker.handler import (
-    Handler,
-    RateLimited,
-    RawHeaders,
-    Request,
-    Usage,
-    where,
-)
+from fairstream.sdk.worker.calling import Ending, Report, Retrying
+from fairstream.sdk.worker.handler import where
 from fairstream.sdk.worker.jobs import FINISHED, Job, Outcome, WorkerStats
 from fairstream.sdk.worker.metrics import WorkerMetrics
-from fairstream.sdk.worker.retry import backoff_delay, expires_before, rate_limited_delay
+from fairstream.sdk.worker.outputs import Outputs
+from fairstream.sdk.worker.retry import backoff_delay
 from fairstream.sdk.worker.tracking import PartitionProgress, TenantQueues
 from fairstream.wire.feedback import Outcome as Reported
-from fairstream.wire.feedback import Scope
 
 __all__ = ["MAX_DETAIL_CHARS", "Handling"]
 
@@ -49,20 +34,16 @@ log = logging.getLogger("fairstream.worker")
 MAX_DETAIL_CHARS = 2000
 
 
-class Handling:
+class Handling(Retrying):
     """The handler-running half of ``Worker`` (see the module docstring)."""
 
-    # Set by Worker.__init__.
-    handler: Handler
+    _log = log
+    # Set by Worker.__init__ (and those ``Retrying`` declares: the handler, the retry rule).
     dlq_topic: str
-    max_attempts: int
-    backoff_initial: float
-    backoff_max: float
     concurrency: int
     stats: WorkerStats
     metrics: WorkerMetrics
-    _is_async: bool
-    _feedback: FeedbackWriter | None
+    _outputs: Outputs
     _completions: queue.SimpleQueue[tuple[Job, Outcome]]
     _stopping: threading.Event
     _queues: TenantQueues[Job]
@@ -71,7 +52,6 @@ class Handling:
     _wakeup: asyncio.Event | None
     _ended: asyncio.Event | None  # set (and replaced) whenever a run ends
     _pool: ThreadPoolExecutor | None
-    _dlq: _KafkaProducer | None
 
     def _enqueue(self, job: Job) -> None:
         if not self._carry_on(job):  # revoked or stopping since it was dispatched
@@ -141,23 +121,6 @@ class Handling:
                 await asyncio.wait_for(self._wakeup.wait(), remaining)
         return False
 
-    async def _call(self, request: Request) -> Any:
-        """Call the handler once; return what it returned (a ``Usage``, or anything)."""
-        metrics = self.metrics
-        started = time.perf_counter()
-        metrics.running.inc()
-        try:
-            if self._is_async:
-                return await self.handler(request)
-            assert self._loop is not None
-            result = await self._loop.run_in_executor(self._pool, self.handler, request)
-            if inspect.isawaitable(result):
-                result = await result
-            return result
-        finally:
-            metrics.running.dec()
-            metrics.handler_seconds.observe(time.perf_counter() - started)
-
     async def _process(self, job: Job) -> Outcome:
         earlier = job.predecessor
         if earlier is not None:
@@ -171,122 +134,34 @@ class Handling:
                 return Outcome.REPEATED
         if not self._carry_on(job):
             return Outcome.ABANDONED
-        request = job.request
-        error: Exception | None = None
-        attempt = 1
-        limited = 0  # rate-limited calls in a row
-        while True:
-            started = time.perf_counter()
-            try:
-                result = await self._call(replace(request, attempt=attempt))
-            except RateLimited as exc:
-                latency = time.perf_counter() - started
-                limited += 1
-                self.stats.rate_limited += 1
-                self.metrics.rate_limited.inc()
-                self._report(
-                    request,
-                    Reported.RATE_LIMITED,
-                    attempt,
-                    latency,
-                    scope=Scope(exc.scope),
-                    retry_after=exc.retry_after,
-                )
-                delay = rate_limited_delay(
-                    exc.retry_after, limited, self.backoff_initial, self.backoff_max
-                )
-                if expires_before(request.deadline_ms, time.time() * 1000, delay):
-                    if not self._carry_on(job):
-                        return Outcome.ABANDONED
-                    detail = (
-                        f"rate-limited ({exc.scope}) {limited} time(s) in a row; the next try, "
-                        f"in {delay:g} s, would come after the deadline "
-                        f"({wire.DEADLINE_MS} {request.deadline_ms})"
-                    )
-                    return await self._dead_letter(job, wire.EXPIRED, detail, attempt, latency)
-                log.debug("%s rate-limited (%s); retry in %g s", where(request), exc.scope, delay)
-                if not await self._pause(delay, job):
-                    return Outcome.ABANDONED
-                continue
-            except Exception as exc:
-                latency = time.perf_counter() - started
-                limited = 0
-                error = exc
-                self.stats.failed_attempts += 1
-                self._report(request, Reported.FAILED, attempt, latency)
-                log.warning(
-                    "handler failed on %s (attempt %d of %d): %r",
-                    where(request),
-                    attempt,
-                    self.max_attempts,
-                    exc,
-                )
-                if attempt >= self.max_attempts:
-                    break
-                self.metrics.retries.inc()
-                delay = backoff_delay(attempt, self.backoff_initial, self.backoff_max)
-                if not await self._pause(delay, job):
-                    return Outcome.ABANDONED
-                attempt += 1
-                continue
-            latency = time.perf_counter() - started
-            cost = result.cost if isinstance(result, Usage) else None
-            self._report(request, Reported.OK, attempt, latency, cost=cost)
+        ending = await self._calls(job.request, lambda delay: self._pause(delay, job))
+        if ending is None:
+            return Outcome.ABANDONED
+        if ending.reason is None:
             return Outcome.DONE
         if not self._carry_on(job):
             return Outcome.ABANDONED  # revoked meanwhile: the next owner tries it again
-        detail = (
-            f"handler failed {self.max_attempts} time(s); last error: "
-            f"{type(error).__name__}: {error}"
-        )
-        return await self._dead_letter(job, wire.HANDLER_FAILED, detail, attempt, latency)
+        return await self._dead_letter(job, ending)
 
-    async def _dead_letter(
-        self, job: Job, reason: str, detail: str, attempt: int, latency: float
-    ) -> Outcome:
+    async def _dead_letter(self, job: Job, ending: Ending) -> Outcome:
         """Write the record to the dead-letter topic and wait for the broker's ack."""
-        detail = detail[:MAX_DETAIL_CHARS]
+        assert ending.reason is not None
+        reason, detail = ending.reason, ending.detail[:MAX_DETAIL_CHARS]
         headers = wire.dead_letter_headers(job.request.headers, reason, detail)
         tries = 0
         while True:
             tries += 1
-            err = await self._produce_dead_letter(job, headers)
+            err = await self._outputs.dead_letter(job.key, job.value, headers)
             if err is None:
                 log.warning("dead-lettered %s as %s: %s", where(job.request), reason, detail)
                 job.reason = reason
-                self._report(job.request, Reported.DEAD_LETTERED, attempt, latency)
+                dead = Report(job.request, Reported.DEAD_LETTERED, ending.attempt, ending.latency)
+                await self._report(dead)
                 return Outcome.DEAD_LETTERED
             log.error("dead letter for %s not delivered: %s", where(job.request), err)
             delay = backoff_delay(tries, max(self.backoff_initial, 0.1), self.backoff_max)
             if not await self._pause(delay, job):
                 return Outcome.ABANDONED
 
-    def _report(
-        self, request: Request, outcome: Reported, attempt: int, latency: float, **details: Any
-    ) -> None:
-        """``FeedbackWriter.report`` (``details``: cost, scope, retry_after), when feedback
-        is on."""
-        if self._feedback is not None:
-            self._feedback.report(request, outcome, attempt, latency, **details)
-
-    def _produce_dead_letter(self, job: Job, headers: RawHeaders) -> Awaitable[Any]:
-        assert self._loop is not None
-        assert self._dlq is not None
-        loop = self._loop
-        future: asyncio.Future[Any] = loop.create_future()
-
-        def settle(err: KafkaError | Exception | None) -> None:
-            if not future.done():
-                future.set_result(err)
-
-        def delivered(err: KafkaError | None, msg: Message) -> None:
-            # Runs on the consumer thread, which polls the producer.
-            loop.call_soon_threadsafe(settle, err)
-
-        try:
-            self._dlq.produce(
-                self.dlq_topic, job.value, job.key, headers=list(headers), on_delivery=delivered
-            )
-        except (BufferError, KafkaException) as exc:
-            settle(exc)
-        return future
+    async def _report(self, report: Report) -> None:
+        self._outputs.report(report)

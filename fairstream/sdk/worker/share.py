@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import inspect
 import logging
 import threading
 import time
@@ -51,7 +50,6 @@ from enum import Enum
 from typing import Any
 
 from confluent_kafka import AcknowledgeType, KafkaError, Message, ShareConsumer
-from confluent_kafka import Producer as _KafkaProducer
 
 # confluent-kafka's stubs do not re-export these names, though the module defines them.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -67,19 +65,20 @@ from fairstream.adapters import clients
 from fairstream.adapters.admin import AuthWatch
 from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS, Connection, KafkaConnection
 from fairstream.errors import Error
+from fairstream.sdk.worker.calling import Calling, Report, is_async_handler
 from fairstream.sdk.worker.feedback import FeedbackWriter, feedback_settings
 from fairstream.sdk.worker.handler import (
     Handler,
     RateLimited,
     Request,
-    Usage,
     request_from_message,
     where,
 )
 from fairstream.sdk.worker.metrics import WorkerMetrics
-from fairstream.sdk.worker.retry import backoff_delay, expires_before, rate_limited_delay
+from fairstream.sdk.worker.outputs import Outputs
+from fairstream.sdk.worker.retry import backoff_delay
 from fairstream.sdk.worker.tracking import RecentIds
-from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC, Scope
+from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC
 from fairstream.wire.feedback import Outcome as Reported
 
 __all__ = ["DEFAULT_SHARE_GROUP", "ShareGroupError", "ShareWorker", "Verdict", "deliveries"]
@@ -111,7 +110,7 @@ def deliveries(max_attempts: int, delivery_limit: int) -> int:
     return max(1, min(max_attempts, delivery_limit - 1))
 
 
-class ShareWorker:
+class ShareWorker(Calling):
     """Consume the egress topic through a share group and call ``handler(request)``.
 
     The arguments mean what they mean for ``fairstream.Worker`` (``bootstrap``, topics,
@@ -119,6 +118,8 @@ class ShareWorker:
     ``consumer_config`` / ``producer_config``); ``group_id`` names the share group.
     ``run()`` blocks until ``stop()``. See the module docstring for what it guarantees.
     """
+
+    metrics: WorkerMetrics
 
     def __init__(
         self,
@@ -168,25 +169,26 @@ class ShareWorker:
             "error_cb": self._auth,
             **(consumer_config or {}),
         }
-        self._producer_config = clients.producer_config(
-            self.kafka.librdkafka(), linger_ms=1, overrides=producer_config
-        )
-        self._feedback = (
+        feedback = (
             None
             if feedback_topic is None
             else FeedbackWriter(
                 feedback_topic, feedback_settings(self.kafka, producer_config), self.metrics
             )
         )
-        self._recent = RecentIds(dedup_window) if dedup_window is not None else None
-        self._is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-            type(handler).__call__
+        self._outputs = Outputs(
+            dlq_topic,
+            clients.producer_config(
+                self.kafka.librdkafka(), linger_ms=1, overrides=producer_config
+            ),
+            feedback,
         )
+        self._recent = RecentIds(dedup_window) if dedup_window is not None else None
+        self._is_async = is_async_handler(handler)
         self._stopping = threading.Event()
         self.running = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._dlq: _KafkaProducer | None = None
         self._deliveries = deliveries(max_attempts, 5)
         self._lock_budget = 20.0
 
@@ -265,9 +267,7 @@ class ShareWorker:
         loop_thread.start()
         self._loop = loop
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="fairstream-handler")
-        self._dlq = _KafkaProducer(self._producer_config)
-        if self._feedback is not None:
-            self._feedback.open()
+        self._outputs.open()
         consumer = ShareConsumer(self._consumer_config)
         try:
             consumer.subscribe([self.egress_topic])
@@ -283,16 +283,12 @@ class ShareWorker:
                     for msg, verdict in zip(batch, verdicts, strict=True):
                         consumer.acknowledge(msg, verdict.value)
                     consumer.commit_sync(30)
-                self._dlq.poll(0)
-                if self._feedback is not None:
-                    self._feedback.poll()
+                self._outputs.poll()
         finally:
             try:
                 consumer.close()
             finally:
-                self._dlq.flush(30)
-                if self._feedback is not None:
-                    self._feedback.close(5)
+                self._outputs.close()
                 loop.call_soon_threadsafe(loop.stop)
                 loop_thread.join(10)
                 self._pool.shutdown(wait=False, cancel_futures=True)
@@ -301,14 +297,11 @@ class ShareWorker:
     def _wait(self, handled: concurrent.futures.Future[list[Verdict]]) -> list[Verdict]:
         """The batch's verdicts; meanwhile this thread serves the producers' delivery
         reports, which the dead letters of the batch wait for."""
-        assert self._dlq is not None
         while True:
             try:
                 return handled.result(timeout=0.05)
             except TimeoutError:
-                self._dlq.poll(0)
-                if self._feedback is not None:
-                    self._feedback.poll()
+                self._outputs.poll()
 
     def _usable(self, msg: Message) -> bool:
         err = msg.error()
@@ -343,47 +336,29 @@ class ShareWorker:
         lock_ends = self._loop.time() + self._lock_budget
         limited = 0
         while True:
-            started = time.perf_counter()
-            try:
-                result = await self._call(request)
-            except RateLimited as exc:
-                latency = time.perf_counter() - started
-                limited += 1
-                self.metrics.rate_limited.inc()
-                self._report(
-                    request, Reported.RATE_LIMITED, delivery, latency,
-                    scope=Scope(exc.scope), retry_after=exc.retry_after,
-                )  # fmt: skip
-                delay = rate_limited_delay(
-                    exc.retry_after, limited, self.backoff_initial, self.backoff_max
-                )
-                if expires_before(request.deadline_ms, time.time() * 1000, delay):
-                    detail = (
-                        f"rate-limited ({exc.scope}); the next try, in {delay:g} s, would come "
-                        f"after the deadline ({wire.DEADLINE_MS} {request.deadline_ms})"
-                    )
-                    return await self._dead_letter(msg, request, wire.EXPIRED, detail, latency)
-                if self._loop.time() + delay < lock_ends and not self._stopping.is_set():
-                    await asyncio.sleep(delay)  # within the record's lock: wait in place
-                    continue
-                return await self._give_back(msg, request, "rate-limited", latency)
-            except Exception as exc:
-                latency = time.perf_counter() - started
-                self._report(request, Reported.FAILED, delivery, latency)
+            call = await self._attempt(request)
+            exc = call.error
+            if exc is None:
+                self.handled += 1
+                self.metrics.handled(request.tenant)
+                if self._recent is not None:
+                    self._recent.add(request.request_id)
+                return Verdict.ACCEPT
+            if not isinstance(exc, RateLimited):
                 log.warning(
                     "handler failed on %s (delivery %d of %d): %r",
                     where(request), delivery, self._deliveries, exc,
                 )  # fmt: skip
                 detail = f"last error: {type(exc).__name__}: {exc}"
-                return await self._give_back(msg, request, detail, latency)
-            latency = time.perf_counter() - started
-            cost = result.cost if isinstance(result, Usage) else None
-            self._report(request, Reported.OK, delivery, latency, cost=cost)
-            self.handled += 1
-            self.metrics.handled(request.tenant)
-            if self._recent is not None:
-                self._recent.add(request.request_id)
-            return Verdict.ACCEPT
+                return await self._give_back(msg, request, detail, call.latency)
+            limited += 1
+            delay, expired = self._after_rate_limit(request, exc, limited)
+            if expired is not None:
+                return await self._dead_letter(msg, request, wire.EXPIRED, expired, call.latency)
+            if self._loop.time() + delay < lock_ends and not self._stopping.is_set():
+                await asyncio.sleep(delay)  # within the record's lock: wait in place
+                continue
+            return await self._give_back(msg, request, "rate-limited", call.latency)
 
     async def _give_back(self, msg: Message, request: Request, why: str, latency: float) -> Verdict:
         """Release a record that did not succeed, or dead-letter it on its last delivery."""
@@ -404,7 +379,7 @@ class ShareWorker:
         """Write the dead letter and wait for the broker; then reject the record. A dead
         letter not acknowledged releases it instead (a delivery is kept for that)."""
         headers = wire.dead_letter_headers(request.headers, reason, detail[:MAX_DETAIL_CHARS])
-        err = await self._produce_dead_letter(msg, headers)
+        err = await self._outputs.dead_letter(msg.key(), msg.value(), headers)
         if err is not None:
             log.error("dead letter for %s not delivered: %s", where(request), err)
             self.released += 1
@@ -412,49 +387,8 @@ class ShareWorker:
         log.warning("dead-lettered %s as %s: %s", where(request), reason, detail)
         self.dead_lettered += 1
         self.metrics.dead_lettered(request.tenant, reason)
-        self._report(request, Reported.DEAD_LETTERED, request.attempt, latency)
+        await self._report(Report(request, Reported.DEAD_LETTERED, request.attempt, latency))
         return Verdict.REJECT
 
-    def _produce_dead_letter(
-        self, msg: Message, headers: list[tuple[str, bytes | None]]
-    ) -> asyncio.Future[Any]:
-        assert self._loop is not None
-        assert self._dlq is not None
-        loop = self._loop
-        future: asyncio.Future[Any] = loop.create_future()
-
-        def settle(err: object) -> None:
-            if not future.done():
-                future.set_result(err)
-
-        def delivered(err: KafkaError | None, _msg: Message) -> None:
-            loop.call_soon_threadsafe(settle, err)  # from the consumer thread's poll
-
-        try:
-            self._dlq.produce(
-                self.dlq_topic, msg.value(), msg.key(), headers=list(headers), on_delivery=delivered
-            )
-        except Exception as exc:  # a full queue, a record too large: released, tried again
-            settle(exc)
-        return future
-
-    async def _call(self, request: Request) -> Any:
-        started = time.perf_counter()
-        self.metrics.running.inc()
-        try:
-            if self._is_async:
-                return await self.handler(request)
-            assert self._loop is not None
-            result = await self._loop.run_in_executor(self._pool, self.handler, request)
-            if inspect.isawaitable(result):
-                result = await result
-            return result
-        finally:
-            self.metrics.running.dec()
-            self.metrics.handler_seconds.observe(time.perf_counter() - started)
-
-    def _report(
-        self, request: Request, outcome: Reported, attempt: int, latency: float, **details: Any
-    ) -> None:
-        if self._feedback is not None:
-            self._feedback.report(request, outcome, attempt, latency, **details)
+    async def _report(self, report: Report) -> None:
+        self._outputs.report(report)

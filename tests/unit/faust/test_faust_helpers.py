@@ -99,9 +99,19 @@ def test_a_custom_partitioner_is_refused() -> None:
 
 def test_ingest_builds_the_contract_record() -> None:
     ingest = Ingest(app(), "fs.ingest")
-    key, value, headers = ingest._record(
-        "acme", b"payload", 5, "r-1", 1_800_000_000_000, {"trace": "t"}
+    sent = Recorder()
+    ingest.sender = sent  # type: ignore[assignment]
+    asyncio.run(
+        ingest.send(
+            "acme",
+            b"payload",
+            cost=5,
+            request_id="r-1",
+            deadline=1_800_000_000_000,
+            headers={"trace": "t"},
+        )
     )
+    ((key, value, headers),) = sent.sent["fs.ingest"]
     assert (key, value) == (b"acme", b"payload")
     assert headers == [
         ("trace", b"t"),

@@ -1,0 +1,238 @@
+"""Calling a paid-API handler: one call, timed and reported (``Calling``), and the retry rule
+around it (``Retrying``), as ``fairstream.Worker`` and ``fairstream.faust.PaidApiAgent``
+apply it; ``fairstream.ShareWorker`` calls and reports through ``Calling`` and decides per
+delivery itself.
+
+The rule: a handler that raises ``RateLimited`` is called again after its ``retry_after``
+(or the backoff) without using up an attempt, unless that call would come after the
+request's deadline: then the request is to be dead-lettered as ``expired``. A handler that
+raises anything else is called again after the exponential backoff, ``max_attempts`` calls
+in all; then the request is to be dead-lettered as ``handler-failed``. Every call is
+reported (``ok`` with the cost a ``Usage`` gave, ``rate-limited`` with its scope and
+Retry-After, ``failed``) as a ``Report`` through the class's own ``_report``, and so is a
+dead letter; ``Report.record`` is its feedback record.
+
+Light on purpose (no Kafka client): the Faust agent imports it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from fairstream import wire
+from fairstream.sdk.worker.handler import Handler, RateLimited, Request, Usage, where
+from fairstream.sdk.worker.retry import backoff_delay, expires_before, rate_limited_delay
+from fairstream.wire.feedback import Feedback, Scope
+from fairstream.wire.feedback import Outcome as Reported
+
+if TYPE_CHECKING:
+    from fairstream.sdk.worker.metrics import WorkerMetrics
+
+__all__ = ["Call", "Calling", "Ending", "Report", "Retrying", "is_async_handler"]
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """What the feedback topic is told about ``request``: one call (ok, rate-limited,
+    failed) or its dead letter, at ``attempt``, after a call of ``latency`` s; with the cost
+    the handler reported (``Usage``), a rate limit's scope and Retry-After."""
+
+    request: Request
+    outcome: Reported
+    attempt: int
+    latency: float
+    cost: int | None = None
+    scope: Scope | None = None
+    retry_after: float | None = None
+
+    def record(self) -> Feedback:
+        """The feedback record (raises ``FeedbackError`` for an egress record outside the
+        contract: no key, a request id over 1 KB)."""
+        request = self.request
+        return Feedback(
+            request_id=request.request_id,
+            tenant=request.tenant,
+            outcome=self.outcome,
+            declared_cost=request.cost,
+            reported_at_ms=wire.now_ms(),
+            attempt=self.attempt,
+            cost=self.cost,
+            latency=self.latency,
+            scheduled_at_ms=request.scheduled_ms,
+            scope=self.scope,
+            retry_after=self.retry_after,
+        )
+
+
+def is_async_handler(handler: Handler) -> bool:
+    """A coroutine function, or an object whose ``__call__`` is one: called on the loop."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        type(handler).__call__
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call of the handler: how long it took, what it returned or raised."""
+
+    latency: float
+    result: Any = None
+    error: Exception | None = None
+
+
+class Calling:
+    """Calls the handler once and reports the call (see the module docstring).
+
+    Mixed into ``Handling`` (``fairstream.Worker``), ``ShareWorker`` and ``PaidApiAgent``,
+    which set the attributes below and say how a report travels (``_report``).
+    """
+
+    handler: Handler
+    _is_async: bool  # is_async_handler(handler)
+    backoff_initial: float
+    backoff_max: float
+    # Where plain-function handlers run; None: the loop's default executor.
+    _pool: Executor | None = None
+    # The workers' Prometheus metrics (calls running, their seconds, rate limits, retries);
+    # the Faust agent keeps none.
+    metrics: WorkerMetrics | None = None
+
+    async def _report(self, report: Report) -> None:
+        """Tell the feedback topic (when feedback is on)."""
+        raise NotImplementedError
+
+    async def _call(self, request: Request) -> Any:
+        """Call the handler once; return what it returned (a ``Usage``, or anything)."""
+        if self._is_async:
+            return await self.handler(request)
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self._pool, self.handler, request)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def _attempt(self, request: Request) -> Call:
+        """Call the handler with ``request`` (its ``attempt`` is the one reported), time the
+        call and report it: ok (with the cost), rate-limited (scope, Retry-After), failed."""
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.running.inc()
+        started = time.perf_counter()
+        result: Any = None
+        error: Exception | None = None
+        try:
+            result = await self._call(request)
+        except Exception as exc:
+            error = exc
+        finally:
+            latency = time.perf_counter() - started
+            if metrics is not None:
+                metrics.running.dec()
+                metrics.handler_seconds.observe(latency)
+        attempt = request.attempt
+        if isinstance(error, RateLimited):
+            if metrics is not None:
+                metrics.rate_limited.inc()
+            report = Report(request, Reported.RATE_LIMITED, attempt, latency)
+            await self._report(
+                replace(report, scope=Scope(error.scope), retry_after=error.retry_after)
+            )
+        elif error is not None:
+            await self._report(Report(request, Reported.FAILED, attempt, latency))
+        else:
+            cost = result.cost if isinstance(result, Usage) else None
+            await self._report(Report(request, Reported.OK, attempt, latency, cost=cost))
+        return Call(latency, result, error)
+
+    def _after_rate_limit(
+        self, request: Request, exc: RateLimited, limited: int
+    ) -> tuple[float, str | None]:
+        """The wait before calling again after the ``limited``-th rate-limited call in a row;
+        with it the dead letter's sentence when that call would come after the request's
+        deadline, else None."""
+        delay = rate_limited_delay(exc.retry_after, limited, self.backoff_initial, self.backoff_max)
+        if not expires_before(request.deadline_ms, time.time() * 1000, delay):
+            return delay, None
+        return delay, (
+            f"rate-limited ({exc.scope}) {limited} time(s) in a row; the next try, "
+            f"in {delay:g} s, would come after the deadline "
+            f"({wire.DEADLINE_MS} {request.deadline_ms})"
+        )
+
+
+class Counts(Protocol):
+    """The counters ``Retrying`` keeps (``WorkerStats``, ``AgentStats``)."""
+
+    rate_limited: int
+    failed_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How the calls for one request ended: ``reason`` None when the handler succeeded, else
+    the dead-letter reason and its sentence; the last call's attempt and latency."""
+
+    attempt: int
+    latency: float
+    reason: str | None = None
+    detail: str = ""
+
+
+class Retrying(Calling):
+    """The retry rule of the module docstring around ``Calling``'s calls."""
+
+    max_attempts: int
+    stats: Counts
+    _log: logging.Logger  # the owner's logger
+
+    async def _calls(
+        self, request: Request, pause: Callable[[float], Awaitable[bool]]
+    ) -> Ending | None:
+        """Call the handler for ``request`` until it succeeds or the request is to be
+        dead-lettered; None when ``pause`` (the wait before a next call, False to stop
+        waiting) gave the request up."""
+        attempt = 1
+        limited = 0  # rate-limited calls in a row
+        while True:
+            call = await self._attempt(replace(request, attempt=attempt))
+            exc = call.error
+            if exc is None:
+                return Ending(attempt, call.latency)
+            if isinstance(exc, RateLimited):
+                limited += 1
+                self.stats.rate_limited += 1
+                delay, expired = self._after_rate_limit(request, exc, limited)
+                if expired is not None:
+                    return Ending(attempt, call.latency, wire.EXPIRED, expired)
+                self._log.debug(
+                    "%s rate-limited (%s); retry in %g s", where(request), exc.scope, delay
+                )
+            else:
+                limited = 0
+                self.stats.failed_attempts += 1
+                self._log.warning(
+                    "handler failed on %s (attempt %d of %d): %r",
+                    where(request),
+                    attempt,
+                    self.max_attempts,
+                    exc,
+                )
+                if attempt >= self.max_attempts:
+                    detail = (
+                        f"handler failed {self.max_attempts} time(s); last error: "
+                        f"{type(exc).__name__}: {exc}"
+                    )
+                    return Ending(attempt, call.latency, wire.HANDLER_FAILED, detail)
+                if self.metrics is not None:
+                    self.metrics.retries.inc()
+                delay = backoff_delay(attempt, self.backoff_initial, self.backoff_max)
+                attempt += 1
+            if not await pause(delay):
+                return None
