@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any, TypeVar
 
 import click
 
@@ -37,6 +37,8 @@ from fairstream.core import (
 from fairstream.core.emission import EmissionRule, Expire, Wait
 
 __all__ = ["Arrival", "Departure", "parse_trace", "replay", "simulate"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,47 +189,43 @@ def _summary(
     return lines
 
 
+def _option(flag: str, **kw: Any) -> Callable[[F], F]:
+    """An option of ``simulate``, read from ``FAIRSTREAM_SIMULATE_<FLAG>`` too (--help shows
+    it): every option of the command has its variable, named the same way."""
+    variable = "FAIRSTREAM_SIMULATE_" + flag.removeprefix("--").replace("-", "_").upper()
+    return click.option(flag, envvar=variable, show_envvar=True, **kw)
+
+
 @click.command("simulate")
-@click.option(
+@_option(
     "--trace",
-    "trace",
     type=click.File("r", encoding="utf-8"),
     required=True,
-    envvar="FAIRSTREAM_SIMULATE_TRACE",
-    show_envvar=True,
     help='Arrivals as JSON lines {"t", "tenant", "id", "cost"?}, sorted by t; - for stdin.',
 )
-@click.option(
+@_option(
     "--rate",
     type=click.FloatRange(min=0, min_open=True),
     required=True,
-    envvar="FAIRSTREAM_SIMULATE_RATE",
-    show_envvar=True,
     help="Egress rate in records per second.",
 )
-@click.option(
+@_option(
     "--burst",
     type=click.FloatRange(min=1),
     default=1.0,
     show_default=True,
-    envvar="FAIRSTREAM_SIMULATE_BURST",
-    show_envvar=True,
     help="Records the egress may send back to back after a quiet period.",
 )
-@click.option(
+@_option(
     "--weights",
     default=None,
-    envvar="FAIRSTREAM_SIMULATE_WEIGHTS",
-    show_envvar=True,
     help="tenant=w,... or a file (JSON object, or tenant=w lines). Others weigh 1.",
 )
-@click.option(
+@_option(
     "--quantum",
     type=click.FloatRange(min=0, min_open=True),
     default=1.0,
     show_default=True,
-    envvar="FAIRSTREAM_SIMULATE_QUANTUM",
-    show_envvar=True,
     help="Base quantum in cost units; a tenant's quantum is weight x quantum.",
 )
 def simulate(
