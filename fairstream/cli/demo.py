@@ -34,9 +34,10 @@ import time
 import urllib.request
 import uuid
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, TypeVar, cast
 
 import click
 from confluent_kafka import Consumer, KafkaError, Message, Producer
@@ -51,6 +52,7 @@ from fairstream.config import KafkaConnection, Topics, kafka_options
 from fairstream.core import TokenBucket, percentile
 
 ARRIVAL_HEADER = "demo-arrival-ms"
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def free_port() -> int:
@@ -396,31 +398,23 @@ def _report(
     return 0
 
 
+def _scenario_option(name: str, kind: click.ParamType, help: str) -> Callable[[F], F]:
+    """``--<name>``: the ``Scenario`` field ``name``, its default the scenario's."""
+    return click.option(
+        f"--{name}", type=kind, default=getattr(Scenario, name), show_default=True, help=help
+    )
+
+
 @click.command("demo")
 @kafka_options
-@click.option(
-    "--rate",
-    type=click.FloatRange(min=1),
-    default=50.0,
-    show_default=True,
-    help="Calls per second the simulated paid API accepts, counted over a second "
+@_scenario_option(
+    "rate",
+    click.FloatRange(min=1),
+    "Calls per second the simulated paid API accepts, counted over a second "
     "(fairstream runs with --rate and --burst of it).",
 )
-@click.option(
-    "--burst",
-    "burst",
-    type=click.IntRange(min=1),
-    default=1200,
-    show_default=True,
-    help="Records the noisy tenant sends at once.",
-)
-@click.option(
-    "--duration",
-    type=click.FloatRange(min=5),
-    default=30.0,
-    show_default=True,
-    help="Seconds the quiet tenants keep sending.",
-)
+@_scenario_option("burst", click.IntRange(min=1), "Records the noisy tenant sends at once.")
+@_scenario_option("duration", click.FloatRange(min=5), "Seconds the quiet tenants keep sending.")
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
