@@ -5,9 +5,9 @@ for ``fairstream topics check`` (whose rules are ``fairstream.adapters.topic_che
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -125,36 +125,45 @@ def topic_configs(
     admin: AdminClient, topic: str, names: tuple[str, ...], timeout: float = 30.0
 ) -> dict[str, str | None]:
     """The values of the named configs of ``topic`` (None for one the broker did not give)."""
+    configs = _described(admin, topic, timeout)
+    return {name: (str(configs[name].value) if name in configs else None) for name in names}
+
+
+def _described(admin: AdminClient, topic: str, timeout: float) -> dict[str, Any]:
+    """Every config entry of ``topic``, by name."""
     # Right after a topic is created the broker may not know it yet for config reads
     # (UNKNOWN_TOPIC_OR_PARTITION): ask again until it does.
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     deadline = time.monotonic() + timeout
     while True:
         try:
-            configs = admin.describe_configs([resource])[resource].result(timeout=15)
+            future = admin.describe_configs([resource])[resource]
+            return cast("dict[str, Any]", future.result(timeout=15))
         except KafkaException as exc:
             if time.monotonic() >= deadline:
                 raise TopicError(f"cannot read the configuration of {topic}: {exc}") from exc
             time.sleep(0.2)
-            continue
-        return {name: (str(configs[name].value) if name in configs else None) for name in names}
 
 
 def _cleanup_policy(admin: AdminClient, topic: str) -> str:
     return topic_configs(admin, topic, ("cleanup.policy",))["cleanup.policy"] or "delete"
 
 
-def _create(admin: AdminClient, new_topics: list[NewTopic]) -> None:
+def _create(admin: AdminClient, new_topics: list[NewTopic], *, validate_only: bool = False) -> None:
+    """Create ``new_topics``; ``validate_only``: let the broker check every one and create
+    none (``create_topics`` does so first: all or nothing)."""
     if not new_topics:
         return
-    for name, future in admin.create_topics(new_topics, operation_timeout=30).items():
+    futures = admin.create_topics(new_topics, operation_timeout=30, validate_only=validate_only)
+    for name, future in futures.items():
         try:
             future.result(timeout=60)
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             # Another instance created it between our check and our request: fine.
             if getattr(err, "name", lambda: "")() != "TOPIC_ALREADY_EXISTS":
-                raise TopicError(f"cannot create {name}: {exc}") from exc
+                none = ", so none was created" if validate_only else ""
+                raise TopicError(f"cannot create {name}{none}: {exc}") from exc
 
 
 def ensure_internal_topics(
@@ -306,82 +315,34 @@ def create_topics(
     extra = {kind: dict(values) for kind, values in (configs or {}).items()}
     check_topic_configs(extra)
     admin = admin_client(kafka)
-    ingest = partition_count(admin, topics.ingest)
-    if ingest is not None and ingest != partitions:
-        raise TopicError(
-            f"topic {topics.ingest} exists with {ingest} partitions but --partitions is "
-            f"{partitions}. fairstream's per-tenant buffers are co-partitioned with the ingest "
-            f"topic: use --partitions {ingest}, or recreate the topic (which loses its records)."
-        )
-    internal = progress_topic(app_id)
-    existing_internal = partition_count(admin, internal)
-    if existing_internal is not None:
-        check_copartitioned(app_id, existing_internal, partitions)
-    retention = {"retention.ms": str(ingest_retention_ms), "retention.bytes": "-1"}
+    existing_progress = _progress_partitions(admin, topics.ingest, app_id, partitions)
+    progress, holding = progress_topic(app_id), holding_topic(app_id)
     room = str(_ingest_limit(admin, topics.ingest, extra.get("ingest", {})) + HEADER_HEADROOM)
-    wanted: list[tuple[Kind, str, int, dict[str, str]]] = [
-        ("ingest", topics.ingest, partitions, retention),
-        ("egress", topics.egress, partitions, {"max.message.bytes": room}),
-        ("dlq", topics.dlq, partitions, {"max.message.bytes": room}),
-        # Every instance reads every policy, so one partition keeps them in one order.
-        ("policy", topics.policy, 1, {"cleanup.policy": "compact"}),
+    planned = [
+        new if kind is None else _with_configs(new, kind, min_insync_replicas, extra)
+        for kind, new in _planned(
+            topics,
+            partitions,
+            app_id,
+            replication_factor,
+            ingest_retention_ms,
+            room,
+            feedback_topic,
+        )
     ]
-    if feedback_topic is not None:
-        wanted.append(("feedback", feedback_topic, partitions, {}))
     statuses: list[TopicStatus] = []
     to_create: list[NewTopic] = []
-    for kind, name, count, config in wanted:
-        existing = partition_count(admin, name)
+    for new in planned:
+        name = new.topic
+        existing = existing_progress if name == progress else partition_count(admin, name)
         if existing is None:
-            new = NewTopic(name, count, replication_factor, config=config)
-            to_create.append(_with_configs(new, kind, min_insync_replicas, extra))
-            statuses.append(TopicStatus(name, count, True))
-        else:
-            statuses.append(TopicStatus(name, existing, False))
-
-    def plan(name: str, count: int, make: Callable[[], NewTopic], existing: int | None) -> None:
-        if existing is None:
-            to_create.append(make())
-            statuses.append(TopicStatus(name, count, True))
-        else:
-            statuses.append(TopicStatus(name, existing, False))
-
-    plan(
-        internal,
-        partitions,
-        lambda: _with_configs(
-            _progress_new_topic(app_id, partitions, replication_factor),
-            "progress",
-            min_insync_replicas,
-            extra,
-        ),
-        existing_internal,
-    )
-    holding = holding_topic(app_id)
-    existing_holding = partition_count(admin, holding)
-    if existing_holding is not None:
-        check_copartitioned(app_id, existing_holding, partitions, holding)
-    plan(
-        holding,
-        partitions,
-        lambda: _holding_new_topic(
-            app_id, partitions, replication_factor, BROKER_DEFAULT_BYTES + HOLDING_HEADROOM
-        ),
-        existing_holding,
-    )
-    coordination = coordination_topic(app_id)
-    plan(
-        coordination,
-        1,
-        lambda: _with_configs(
-            _coordination_new_topic(app_id, replication_factor),
-            "coordination",
-            min_insync_replicas,
-            extra,
-        ),
-        partition_count(admin, coordination),
-    )
-    _validate(admin, to_create)
+            to_create.append(new)
+            statuses.append(TopicStatus(name, new.num_partitions, True))
+            continue
+        if name == holding:
+            check_copartitioned(app_id, existing, partitions, holding)
+        statuses.append(TopicStatus(name, existing, False))
+    _create(admin, to_create, validate_only=True)
     _create(admin, to_create)
     if _cleanup_policy(admin, topics.policy) != "compact":
         raise TopicError(
@@ -389,6 +350,59 @@ def create_topics(
             "tenant policies would be deleted by retention"
         )
     return statuses
+
+
+def _progress_partitions(
+    admin: AdminClient, ingest_topic: str, app_id: str, partitions: int
+) -> int | None:
+    """The partitions of the progress topic of ``app_id`` (None: it does not exist yet), once
+    neither it nor the ingest topic exists with other than ``partitions``."""
+    ingest = partition_count(admin, ingest_topic)
+    if ingest is not None and ingest != partitions:
+        raise TopicError(
+            f"topic {ingest_topic} exists with {ingest} partitions but --partitions is "
+            f"{partitions}. fairstream's per-tenant buffers are co-partitioned with the ingest "
+            f"topic: use --partitions {ingest}, or recreate the topic (which loses its records)."
+        )
+    existing = partition_count(admin, progress_topic(app_id))
+    if existing is not None:
+        check_copartitioned(app_id, existing, partitions)
+    return existing
+
+
+def _planned(
+    topics: Topics,
+    partitions: int,
+    app_id: str,
+    replication_factor: int,
+    ingest_retention_ms: int,
+    room: str,
+    feedback_topic: str | None,
+) -> list[tuple[Kind | None, NewTopic]]:
+    """Every topic ``create_topics`` makes where missing, in order, with fairstream's configs
+    and its kind, whose operator configs go over them (None: the holding topic takes none).
+    ``room``: the egress and dead-letter topics' ``max.message.bytes``."""
+
+    def new(name: str, count: int, config: dict[str, str]) -> NewTopic:
+        return NewTopic(name, count, replication_factor, config=config)
+
+    retention = {"retention.ms": str(ingest_retention_ms), "retention.bytes": "-1"}
+    planned: list[tuple[Kind | None, NewTopic]] = [
+        ("ingest", new(topics.ingest, partitions, retention)),
+        ("egress", new(topics.egress, partitions, {"max.message.bytes": room})),
+        ("dlq", new(topics.dlq, partitions, {"max.message.bytes": room})),
+        # Every instance reads every policy, so one partition keeps them in one order.
+        ("policy", new(topics.policy, 1, {"cleanup.policy": "compact"})),
+    ]
+    if feedback_topic is not None:
+        planned.append(("feedback", new(feedback_topic, partitions, {})))
+    holding_bytes = BROKER_DEFAULT_BYTES + HOLDING_HEADROOM
+    return [
+        *planned,
+        ("progress", _progress_new_topic(app_id, partitions, replication_factor)),
+        (None, _holding_new_topic(app_id, partitions, replication_factor, holding_bytes)),
+        ("coordination", _coordination_new_topic(app_id, replication_factor)),
+    ]
 
 
 # --- topic configs chosen by the operator (``topics create --config``) ---------------------
@@ -465,20 +479,6 @@ def _with_configs(
     return NewTopic(new.topic, new.num_partitions, new.replication_factor, config=config)
 
 
-def _validate(admin: AdminClient, new_topics: list[NewTopic]) -> None:
-    """Let the broker check every topic to create before any is: all or nothing."""
-    if not new_topics:
-        return
-    futures = admin.create_topics(new_topics, operation_timeout=30, validate_only=True)
-    for name, future in futures.items():
-        try:
-            future.result(timeout=60)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if getattr(err, "name", lambda: "")() != "TOPIC_ALREADY_EXISTS":
-                raise TopicError(f"cannot create {name}, so none was created: {exc}") from exc
-
-
 def _ingest_limit(admin: AdminClient, ingest: str, config: Mapping[str, str]) -> int:
     """The ``max.message.bytes`` the ingest topic has or will have."""
     if "max.message.bytes" in config:
@@ -538,14 +538,5 @@ def describe_topics(kafka: Connection, names: Iterable[str]) -> dict[str, TopicS
 
 
 def _all_configs(admin: AdminClient, topic: str, timeout: float = 30.0) -> dict[str, str]:
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            configs = admin.describe_configs([resource])[resource].result(timeout=15)
-        except KafkaException as exc:
-            if time.monotonic() >= deadline:
-                raise TopicError(f"cannot read the configuration of {topic}: {exc}") from exc
-            time.sleep(0.2)
-            continue
-        return {k: str(v.value) for k, v in configs.items() if v.value is not None}
+    configs = _described(admin, topic, timeout)
+    return {k: str(v.value) for k, v in configs.items() if v.value is not None}

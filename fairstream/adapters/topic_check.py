@@ -133,6 +133,24 @@ def _missing(expected: Expected, kind: Kind, name: str, create: str) -> Finding:
     )
 
 
+# The topics of one partition: what another count costs, and the fix ({name}: the topic's).
+SINGLE_PARTITION: dict[Kind, tuple[Severity, str, str]] = {
+    "coordination": (
+        "problem",
+        "instances read partition 0 only, so reports written to the others are never seen "
+        "and the group's shares of --rate are wrong",
+        "stop the schedulers and delete {name} (it holds only live reports); the next "
+        "scheduler recreates it with 1 partition",
+    ),
+    "policy": (
+        "warning",
+        "one keeps every policy in one order, and adding partitions later would move "
+        "tenants' keys, leaving an older policy in another partition",
+        "leave its partition count as it is: never add partitions to it",
+    ),
+}
+
+
 def _partitions(expected: Expected, states: Mapping[Kind, TopicState]) -> list[Finding]:
     found: list[Finding] = []
     ingest, progress = states.get("ingest"), states.get("progress")
@@ -162,31 +180,17 @@ def _partitions(expected: Expected, states: Mapping[Kind, TopicState]) -> list[F
                 f"the backlog, stop the schedulers and delete {progress.name}",
             )
         )
-    coordination = states.get("coordination")
-    if coordination is not None and coordination.partitions != 1:
-        found.append(
-            Finding(
-                "problem",
-                coordination.name,
-                f"has {coordination.partitions} partitions; instances read partition 0 "
-                "only, so reports written to the others are never seen and the group's "
-                "shares of --rate are wrong",
-                f"stop the schedulers and delete {coordination.name} (it holds only live "
-                "reports); the next scheduler recreates it with 1 partition",
+    for kind, (severity, cost, fix) in SINGLE_PARTITION.items():
+        state = states.get(kind)
+        if state is not None and state.partitions != 1:
+            found.append(
+                Finding(
+                    severity,
+                    state.name,
+                    f"has {state.partitions} partitions; {cost}",
+                    fix.format(name=state.name),
+                )
             )
-        )
-    policy = states.get("policy")
-    if policy is not None and policy.partitions != 1:
-        found.append(
-            Finding(
-                "warning",
-                policy.name,
-                f"has {policy.partitions} partitions; one keeps every policy in one order, "
-                "and adding partitions later would move tenants' keys, leaving an older "
-                "policy in another partition",
-                "leave its partition count as it is: never add partitions to it",
-            )
-        )
     return found
 
 
@@ -228,34 +232,37 @@ def _retention(expected: Expected, states: Mapping[Kind, TopicState]) -> list[Fi
     ingest = states.get("ingest")
     if ingest is None:
         return []
-    found: list[Finding] = []
     severity: Severity = "warning" if expected.allow_ingest_retention else "problem"
-    ms = ingest.int_config("retention.ms")
-    if ms is not None and ms >= 0:
-        found.append(
-            Finding(
-                severity,
-                ingest.name,
-                f"has retention.ms={ms} ({ms / 3_600_000:.3g} h): the ingest topic is the "
-                "scheduler's buffer, and a record still waiting (a paused, capped or starved "
-                "tenant) when it is that old is deleted and dead-lettered as lost",
-                _alter(expected, ingest.name, "retention.ms=-1")
-                + " (the scheduler deletes what it settled: --trim); or keep the bound, alert "
-                "on fairstream_ingest_retention_headroom_seconds and pass "
-                "--allow-ingest-retention",
+    # The ingest topic is the scheduler's buffer: a bound of either kind deletes records
+    # still waiting. Each bound: what it costs ({hours}: the bound in hours), and advice
+    # after the fix.
+    bounds = (
+        (
+            "retention.ms",
+            " ({hours:.3g} h): the ingest topic is the scheduler's buffer, and a record still "
+            "waiting (a paused, capped or starved tenant) when it is that old is deleted and "
+            "dead-lettered as lost",
+            " (the scheduler deletes what it settled: --trim); or keep the bound, alert on "
+            "fairstream_ingest_retention_headroom_seconds and pass --allow-ingest-retention",
+        ),
+        (
+            "retention.bytes",
+            ": a backlog larger than that per partition is deleted before it is emitted",
+            "",
+        ),
+    )
+    found: list[Finding] = []
+    for key, cost, advice in bounds:
+        value = ingest.int_config(key)
+        if value is not None and value >= 0:
+            found.append(
+                Finding(
+                    severity,
+                    ingest.name,
+                    f"has {key}={value}" + cost.format(hours=value / 3_600_000),
+                    _alter(expected, ingest.name, f"{key}=-1") + advice,
+                )
             )
-        )
-    size = ingest.int_config("retention.bytes")
-    if size is not None and size >= 0:
-        found.append(
-            Finding(
-                severity,
-                ingest.name,
-                f"has retention.bytes={size}: a backlog larger than that per partition is "
-                "deleted before it is emitted",
-                _alter(expected, ingest.name, "retention.bytes=-1"),
-            )
-        )
     return found
 
 

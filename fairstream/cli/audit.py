@@ -12,7 +12,7 @@ rebuilds arrivals and departures and prints:
   ``fairstream_fairness_*`` metrics), and the quiet tenants' dwell p99 next to the ideal
   fluid (GPS) schedule of the same arrivals;
 - per tenant, the demo's table (FIFO being a model of the same arrivals at the same rate),
-  the demo's verdict (``fairstream.reference.judge``), and the demo's plot (``--png``).
+  the demo's verdict (``fairstream.analysis.verdict.judge``), and the demo's plot (``--png``).
 
 The rate of the reference schedules is ``--rate``, or else the egress rate measured while
 some tenant was backlogged (the scheduler was then held by its rate limit). What the egress
@@ -36,11 +36,13 @@ import click
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from fairstream import wire
-from fairstream.cli.demo import p99_by_tenant, plot_dwell, summary_table
-from fairstream.cli.simulate import parse_weights
+from fairstream.analysis.dwell import Dwell, p99_by_tenant, summary_table
+from fairstream.analysis.plot import plot_dwell
+from fairstream.analysis.reference import Arrival, fifo_starts, gps_starts
+from fairstream.analysis.verdict import Verdict, judge
+from fairstream.cli.weights import parse_weights
 from fairstream.config import KafkaConnection, Topics, kafka_options, option_of
 from fairstream.core import backlogged_throughout, busy_periods, percentile, window_fairness
-from fairstream.reference import Arrival, Verdict, fifo_starts, gps_starts, judge
 
 UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -190,9 +192,9 @@ class Audit:
     records: list[Record]
     rate: float
     windows: list[Window]
-    measured: dict[str, list[tuple[float, float]]]  # tenant -> [(arrival, dwell)]
-    fifo: dict[str, list[tuple[float, float]]]
-    ideal: dict[str, list[tuple[float, float]]]
+    measured: Dwell  # tenant -> [(arrival, dwell)]
+    fifo: Dwell
+    ideal: Dwell
     verdict: Verdict
 
 
@@ -209,9 +211,9 @@ def analyse(
     arrivals = [Arrival(r.enqueued, r.tenant, r.id) for r in records]
     gps = gps_starts(arrivals, rate, weights)
     fifo = fifo_starts(arrivals, rate)
-    measured: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    fifo_dwell: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    ideal: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    measured: Dwell = defaultdict(list)
+    fifo_dwell: Dwell = defaultdict(list)
+    ideal: Dwell = defaultdict(list)
     spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for r in records:
         measured[r.tenant].append((r.enqueued, max(0.0, r.scheduled - r.enqueued)))

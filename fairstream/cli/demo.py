@@ -34,20 +34,25 @@ import time
 import urllib.request
 import uuid
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import click
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 from fairstream import wire
 from fairstream.adapters.admin import admin_client, create_topics
+from fairstream.analysis.dwell import Dwell, p99_by_tenant, summary_table
+from fairstream.analysis.plot import plot_dwell
+from fairstream.analysis.reference import Arrival, fifo_starts, gps_starts
+from fairstream.analysis.verdict import judge
 from fairstream.config import KafkaConnection, Topics, kafka_options
 from fairstream.core import TokenBucket, percentile
-from fairstream.reference import Arrival, fifo_starts, gps_starts, judge
 
 ARRIVAL_HEADER = "demo-arrival-ms"
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def free_port() -> int:
@@ -199,46 +204,13 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None
     raise click.ClickException(f"the scheduler was not ready within {timeout:.0f} s")
 
 
-def _dwell(served: Served) -> dict[str, list[tuple[float, float]]]:
+def _dwell(served: Served) -> Dwell:
     """tenant -> [(arrival, dwell)] ."""
-    out: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    out: Dwell = defaultdict(list)
     with served.lock:
         for tenant, arrival, started in served.records.values():
             out[tenant].append((arrival, max(0.0, started - arrival)))
     return out
-
-
-def summary_table(
-    arrivals: list[Arrival],
-    fair: dict[str, list[tuple[float, float]]],
-    fifo: dict[str, list[tuple[float, float]]],
-    gps: dict[str, list[float]],
-) -> str:
-    """Per tenant: count, and dwell p50/p99 through fairstream, FIFO and the ideal (GPS).
-
-    ``fair`` and ``fifo``: tenant -> [(arrival, dwell)]; ``gps``: tenant -> [dwell].
-    Caller: the demo, and ``fairstream audit`` (with FIFO as a model of the same arrivals).
-    """
-    lines = [
-        f"{'tenant':<10} {'count':>6}   {'fairstream p50':>14} {'p99':>7}   "
-        f"{'FIFO p50':>9} {'p99':>7}   {'ideal (GPS) p50':>15} {'p99':>7}"
-    ]
-    counts: dict[str, int] = defaultdict(int)
-    for a in arrivals:
-        counts[a.tenant] += 1
-
-    def stat(values: list[float], q: float) -> str:
-        return f"{percentile(values, q):.2f}s" if values else "-"
-
-    for tenant in sorted(counts, key=lambda t: (t != "noisy", t)):
-        f = [d for _, d in fair.get(tenant, [])]
-        q = [d for _, d in fifo.get(tenant, [])]
-        g = gps.get(tenant, [])
-        lines.append(
-            f"{tenant:<10} {counts[tenant]:>6}   {stat(f, 50):>14} {stat(f, 99):>7}   "
-            f"{stat(q, 50):>9} {stat(q, 99):>7}   {stat(g, 50):>15} {stat(g, 99):>7}"
-        )
-    return "\n".join(lines)
 
 
 def utilization(served: list[tuple[float, float]], rate: float) -> float:
@@ -286,79 +258,6 @@ def api_table(fair: SideStats, fifo: SideStats, ideal_makespan: float, rate: flo
             f"{fifo.utilization * rate:>9.1f} {rate:>12.1f}",
         ]
     )
-
-
-def p99_by_tenant(dwell: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
-    """tenant -> p99 of the dwell times in ``dwell`` (tenant -> [(arrival, dwell)])."""
-    return {t: percentile([d for _, d in v], 99) for t, v in dwell.items() if v}
-
-
-def plot_dwell(
-    path: Path,
-    panels: list[tuple[str, dict[str, list[tuple[float, float]]]]],
-    t0: float,
-    title: str = "Noisy neighbour: dwell time per tenant, same arrivals, same API rate",
-    *,
-    ylabel: str = "dwell: arrival to service start (s)",
-    api: list[tuple[str, list[float]]] | None = None,
-    rate: float | None = None,
-) -> bool:
-    """Dwell time against arrival time per tenant, one panel per (title, tenant ->
-    [(arrival, dwell)]), to a PNG; False when matplotlib (the demo extra) is missing.
-    ``api``: (label, service start times in s from t0) per side, drawn below as API calls
-    started per second beside ``rate``. Caller: the demo, and ``fairstream audit``."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    if api:
-        fig = plt.figure(figsize=(6 * len(panels), 7.5))
-        grid = fig.add_gridspec(2, len(panels), height_ratios=[3, 1.6])
-        axes = [fig.add_subplot(grid[0, 0])]
-        axes += [fig.add_subplot(grid[0, i], sharey=axes[0]) for i in range(1, len(panels))]
-        calls = fig.add_subplot(grid[1, :])
-        for label, starts in api:
-            seconds = int(max(starts, default=0)) + 1
-            counts = [0] * seconds
-            for start in starts:
-                if start >= 0:
-                    counts[int(start)] += 1
-            calls.step(range(seconds), counts, where="post", label=label)
-        if rate is not None:
-            calls.axhline(rate, color="0.4", linestyle=":", label=f"API rate {rate:g}/s")
-        calls.set_xlabel("time (s)")
-        calls.set_ylabel("API calls started / s")
-        calls.set_title("API utilization: calls started per second")
-        calls.grid(True, alpha=0.3)
-        calls.legend(loc="lower left", fontsize=8)
-    else:
-        fig, grid_axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), sharey=True)
-        axes = list(grid_axes) if len(panels) > 1 else [grid_axes]
-    for ax, (panel_title, data) in zip(axes, panels, strict=True):
-        for tenant in sorted(data, key=lambda t: (t != "noisy", t)):
-            points = sorted(data[tenant])
-            xs = [a - t0 for a, _ in points]
-            ys = [d for _, d in points]
-            style: dict[str, Any] = (
-                {"color": "0.6", "s": 4, "label": "noisy (burst)"}
-                if tenant == "noisy"
-                else {"s": 14, "label": tenant}
-            )
-            ax.scatter(xs, ys, **style)
-        ax.set_title(panel_title)
-        ax.set_xlabel("arrival time (s)")
-        ax.set_yscale("symlog", linthresh=0.1)
-        ax.grid(True, alpha=0.3)
-    axes[0].set_ylabel(ylabel)
-    axes[-1].legend(loc="upper left", fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
 
 
 def _start_scheduler(
@@ -499,31 +398,23 @@ def _report(
     return 0
 
 
+def _scenario_option(name: str, kind: click.ParamType, help: str) -> Callable[[F], F]:
+    """``--<name>``: the ``Scenario`` field ``name``, its default the scenario's."""
+    return click.option(
+        f"--{name}", type=kind, default=getattr(Scenario, name), show_default=True, help=help
+    )
+
+
 @click.command("demo")
 @kafka_options
-@click.option(
-    "--rate",
-    type=click.FloatRange(min=1),
-    default=50.0,
-    show_default=True,
-    help="Calls per second the simulated paid API accepts, counted over a second "
+@_scenario_option(
+    "rate",
+    click.FloatRange(min=1),
+    "Calls per second the simulated paid API accepts, counted over a second "
     "(fairstream runs with --rate and --burst of it).",
 )
-@click.option(
-    "--burst",
-    "burst",
-    type=click.IntRange(min=1),
-    default=1200,
-    show_default=True,
-    help="Records the noisy tenant sends at once.",
-)
-@click.option(
-    "--duration",
-    type=click.FloatRange(min=5),
-    default=30.0,
-    show_default=True,
-    help="Seconds the quiet tenants keep sending.",
-)
+@_scenario_option("burst", click.IntRange(min=1), "Records the noisy tenant sends at once.")
+@_scenario_option("duration", click.FloatRange(min=5), "Seconds the quiet tenants keep sending.")
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO
+from typing import IO, Any, TypeVar
 
 import click
 
+from fairstream.analysis.reference import Arrival
+from fairstream.cli.weights import parse_weights
 from fairstream.core import (
     FairScheduler,
     FairShareTracker,
@@ -34,9 +35,10 @@ from fairstream.core import (
     percentile,
 )
 from fairstream.core.emission import EmissionRule, Expire, Wait
-from fairstream.reference import Arrival
 
-__all__ = ["Arrival", "Departure", "parse_trace", "parse_weights", "replay", "simulate"]
+__all__ = ["Arrival", "Departure", "parse_trace", "replay", "simulate"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,75 +102,6 @@ def parse_trace(lines: Iterable[str]) -> list[Arrival]:
         previous_t, previous_line = t, lineno
         arrivals.append(Arrival(float(t), tenant, record_id, cost))
     return arrivals
-
-
-def _parse_weight(tenant: str, text: object, where: str) -> tuple[str, float]:
-    if not tenant:
-        raise click.BadParameter(f"{where}: empty tenant name", param_hint="'--weights'")
-    weight: object = text
-    if isinstance(text, str):
-        try:
-            weight = float(text)
-        except ValueError:
-            weight = text
-    if isinstance(weight, bool) or not isinstance(weight, int | float):
-        raise click.BadParameter(
-            f"{where}: weight of {tenant!r} must be a number, got {text!r}",
-            param_hint="'--weights'",
-        )
-    if not math.isfinite(weight) or weight <= 0:
-        raise click.BadParameter(
-            f"{where}: weight of {tenant!r} must be a positive number, got {text!r}",
-            param_hint="'--weights'",
-        )
-    return tenant, float(weight)
-
-
-def parse_weights(value: str | None) -> dict[str, float]:
-    """Weights from ``tenant=w,...`` or from a file: a JSON object, or ``tenant=w`` lines.
-
-    A value naming an existing file is read as a file; otherwise it must contain ``=``.
-    """
-    if value is None or not value.strip():
-        return {}
-    path = Path(value)
-    if path.is_file():
-        text = path.read_text(encoding="utf-8")
-        if text.lstrip().startswith("{"):
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise click.BadParameter(
-                    f"{value}: not valid JSON ({exc.msg})", param_hint="'--weights'"
-                ) from None
-            if not isinstance(obj, dict):
-                raise click.BadParameter(
-                    f"{value}: expected a JSON object of tenant: weight",
-                    param_hint="'--weights'",
-                )
-            return dict(_parse_weight(str(k), v, value) for k, v in obj.items())
-        entries = [
-            (f"{value} line {n}", line.strip())
-            for n, line in enumerate(text.splitlines(), start=1)
-            if line.strip() and not line.lstrip().startswith("#")
-        ]
-    elif "=" in value:
-        entries = [("--weights", part.strip()) for part in value.split(",") if part.strip()]
-    else:
-        raise click.BadParameter(
-            f"{value!r} is neither a file nor tenant=weight pairs (e.g. acme=2,globex=1)",
-            param_hint="'--weights'",
-        )
-    weights: dict[str, float] = {}
-    for where, entry in entries:
-        tenant, sep, text = entry.partition("=")
-        if not sep:
-            raise click.BadParameter(
-                f"{where}: expected tenant=weight, got {entry!r}", param_hint="'--weights'"
-            )
-        name, weight = _parse_weight(tenant.strip(), text.strip(), where)
-        weights[name] = weight
-    return weights
 
 
 def replay(
@@ -256,47 +189,43 @@ def _summary(
     return lines
 
 
+def _option(flag: str, **kw: Any) -> Callable[[F], F]:
+    """An option of ``simulate``, read from ``FAIRSTREAM_SIMULATE_<FLAG>`` too (--help shows
+    it): every option of the command has its variable, named the same way."""
+    variable = "FAIRSTREAM_SIMULATE_" + flag.removeprefix("--").replace("-", "_").upper()
+    return click.option(flag, envvar=variable, show_envvar=True, **kw)
+
+
 @click.command("simulate")
-@click.option(
+@_option(
     "--trace",
-    "trace",
     type=click.File("r", encoding="utf-8"),
     required=True,
-    envvar="FAIRSTREAM_SIMULATE_TRACE",
-    show_envvar=True,
     help='Arrivals as JSON lines {"t", "tenant", "id", "cost"?}, sorted by t; - for stdin.',
 )
-@click.option(
+@_option(
     "--rate",
     type=click.FloatRange(min=0, min_open=True),
     required=True,
-    envvar="FAIRSTREAM_SIMULATE_RATE",
-    show_envvar=True,
     help="Egress rate in records per second.",
 )
-@click.option(
+@_option(
     "--burst",
     type=click.FloatRange(min=1),
     default=1.0,
     show_default=True,
-    envvar="FAIRSTREAM_SIMULATE_BURST",
-    show_envvar=True,
     help="Records the egress may send back to back after a quiet period.",
 )
-@click.option(
+@_option(
     "--weights",
     default=None,
-    envvar="FAIRSTREAM_SIMULATE_WEIGHTS",
-    show_envvar=True,
     help="tenant=w,... or a file (JSON object, or tenant=w lines). Others weigh 1.",
 )
-@click.option(
+@_option(
     "--quantum",
     type=click.FloatRange(min=0, min_open=True),
     default=1.0,
     show_default=True,
-    envvar="FAIRSTREAM_SIMULATE_QUANTUM",
-    show_envvar=True,
     help="Base quantum in cost units; a tenant's quantum is weight x quantum.",
 )
 def simulate(

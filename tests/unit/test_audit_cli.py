@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 import pytest
 
+from fairstream.analysis.reference import fifo_starts
 from fairstream.cli.audit import (
     Record,
     analyse,
@@ -19,7 +20,6 @@ from fairstream.cli.audit import (
 from fairstream.cli.demo import Scenario
 from fairstream.cli.simulate import Arrival as TraceArrival
 from fairstream.cli.simulate import replay
-from fairstream.reference import fifo_starts
 
 T0 = 1_700_000_000.0  # an epoch, as in the headers
 SCENARIO = Scenario(rate=50, duration=20, burst_at=2, burst=600)

@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from fairstream.cli import main
-from fairstream.cli.simulate import Arrival, parse_trace, parse_weights, replay, simulate
+from fairstream.cli.simulate import Arrival, parse_trace, replay, simulate
+from fairstream.cli.weights import parse_weights
 
 
 def lines(*records: dict[str, object]) -> str:

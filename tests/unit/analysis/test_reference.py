@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fairstream.reference import Arrival, fifo_starts, gps_starts
+from fairstream.analysis.reference import Arrival, fifo_starts, gps_starts
 
 
 def test_fifo_serves_in_arrival_order_at_the_rate() -> None:
