@@ -19,9 +19,10 @@ egress partition, in this process, on the same clock) receives it minus its inge
 CreateTime. Reported separately for the 4 quiet tenants on the burst's partition and the 4
 on the other partitions, over the quiet records created from the burst's first record on,
 beside FIFO (one queue) and the ideal fluid schedule (GPS) computed by
-``fairstream.reference`` from the same arrivals (quiet CreateTimes, burst records spread over
-the times their batches were handed to librdkafka) at the same rate. Targets: quiet p99 at
-most 0.5 s on the other partitions, at most 5 s (goal 3 s) on the burst's partition.
+``fairstream.analysis.reference`` from the same arrivals (quiet CreateTimes, burst records
+spread over the times their batches were handed to librdkafka) at the same rate. Targets:
+quiet p99 at most 0.5 s on the other partitions, at most 5 s (goal 3 s) on the burst's
+partition.
 
 A quiet record still missing when the drain wait ends counts with the dwell it had reached
 then; a statistic such a record can change is marked as a lower bound (">=").
@@ -71,8 +72,8 @@ from benchmarks.common import (
     print_targets,
     undoing,
 )
-from fairstream.core import percentile
-from fairstream.reference import Arrival, fifo_starts, gps_starts
+from fairstream.analysis.reference import Arrival, fifo_starts, gps_starts
+from fairstream.analysis.stats import percentile
 from fairstream_dev.harness.kafka import unique
 from fairstream_dev.harness.scheduler import SchedulerProcess
 

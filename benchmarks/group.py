@@ -33,7 +33,7 @@ from confluent_kafka import Message, Producer
 
 from benchmarks.common import Broker, logger, print_targets
 from fairstream import wire
-from fairstream.core import jain_index
+from fairstream.analysis.stats import jain_index
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 

@@ -1,7 +1,7 @@
 """run_all's ``noisy`` phase: three noisy tenants burst while five quiet tenants trickle;
 the scheduler emits at 200/s. Quiet tenants' dwell (fairstream-scheduled-ms minus
 fairstream-enqueued-ms on egress) p50/p99, against FIFO and the ideal GPS schedule of the
-same actual arrivals (``fairstream.reference``), and Jain's index per 1 s window over the
+same actual arrivals (``fairstream.analysis.reference``), and Jain's index per 1 s window over the
 tenants backlogged throughout the window.
 """
 
@@ -21,8 +21,8 @@ from confluent_kafka import Producer
 from benchmarks.common import VALUE_SIZE, delete_all, new_deployment, start_scheduler
 from benchmarks.throughput import PARTITIONS
 from fairstream import wire
-from fairstream.core import jain_index, percentile
-from fairstream.reference import Arrival, fifo_starts, gps_starts
+from fairstream.analysis.reference import Arrival, fifo_starts, gps_starts
+from fairstream.analysis.stats import jain_index, percentile
 from fairstream_dev.harness.scheduler import TopicReader
 
 NOISY = (("noisy-1", 1.0, 3000), ("noisy-2", 3.0, 1500), ("noisy-3", 3.0, 1500))

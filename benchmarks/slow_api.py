@@ -55,8 +55,8 @@ from confluent_kafka import Producer
 from benchmarks.common import Broker, Row, delete_all, get, logger, print_targets, start_scheduler
 from fairstream import Request, Worker, wire
 from fairstream.adapters.admin import create_topics
+from fairstream.analysis.stats import percentile
 from fairstream.config import Topics
-from fairstream.core import percentile
 from fairstream.sdk.worker.tracking import ORDERINGS, Ordering
 from fairstream_dev.harness.kafka import unique, wait_until
 from fairstream_dev.harness.scheduler import Deployment, TopicReader

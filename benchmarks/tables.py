@@ -116,8 +116,8 @@ def noisy_table(r: dict[str, Any]) -> list[str]:
         f"**Noisy neighbour** (rate {num(g('rate'))}/s; bursts {g('noisy_bursts')}; "
         f"{noisy.QUIET_TENANTS} quiet tenants at ~{noisy.QUIET_RATE:g}/s each, "
         f"{num(g('quiet_records'))} quiet records; dwell = fairstream-scheduled-ms - "
-        "fairstream-enqueued-ms; FIFO and GPS computed by `fairstream.reference` on the same "
-        "actual arrivals):",
+        "fairstream-enqueued-ms; FIFO and GPS computed by `fairstream.analysis.reference` on "
+        "the same actual arrivals):",
         "",
         "| quiet tenants' dwell | p50 ms | p99 ms | max ms |",
         "| --- | ---: | ---: | ---: |",
@@ -235,7 +235,7 @@ def burst_table(results: dict[str, Any]) -> list[str]:
         "at once; quiet records created from the burst's start until "
         f"{get(first, 'after_burst_seconds') or '-'} s after it; dwell = time a read_committed "
         "egress consumer received the record - its ingest CreateTime; FIFO and ideal (GPS) "
-        "computed by `fairstream.reference` from the same arrivals at the same rate; "
+        "computed by `fairstream.analysis.reference` from the same arrivals at the same rate; "
         "`benchmarks/burst.py`):",
         "",
         "| burst | quiet dwell | burst's partition p50 / p99 / max s | other partitions "

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import TypeAlias
 
 from fairstream.analysis.reference import Arrival
-from fairstream.core.stats import percentile
+from fairstream.analysis.stats import percentile
 
 Dwell: TypeAlias = dict[str, list[tuple[float, float]]]  # tenant -> [(arrival, dwell)]
 

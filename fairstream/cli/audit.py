@@ -39,10 +39,15 @@ from fairstream import wire
 from fairstream.analysis.dwell import Dwell, p99_by_tenant, summary_table
 from fairstream.analysis.plot import plot_dwell
 from fairstream.analysis.reference import Arrival, fifo_starts, gps_starts
+from fairstream.analysis.stats import (
+    backlogged_throughout,
+    busy_periods,
+    percentile,
+    window_fairness,
+)
 from fairstream.analysis.verdict import Verdict, judge
 from fairstream.cli.weights import parse_weights
 from fairstream.config import KafkaConnection, Topics, kafka_options, option_of
-from fairstream.core import backlogged_throughout, busy_periods, percentile, window_fairness
 
 UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 

@@ -47,9 +47,10 @@ from fairstream.adapters.admin import admin_client, create_topics
 from fairstream.analysis.dwell import Dwell, p99_by_tenant, summary_table
 from fairstream.analysis.plot import plot_dwell
 from fairstream.analysis.reference import Arrival, fifo_starts, gps_starts
+from fairstream.analysis.stats import percentile
 from fairstream.analysis.verdict import judge
 from fairstream.config import KafkaConnection, Topics, kafka_options
-from fairstream.core import TokenBucket, percentile
+from fairstream.core import TokenBucket
 
 ARRIVAL_HEADER = "demo-arrival-ms"
 F = TypeVar("F", bound=Callable[..., Any])

@@ -25,15 +25,9 @@ from typing import IO, Any, TypeVar
 import click
 
 from fairstream.analysis.reference import Arrival
+from fairstream.analysis.stats import FairShareTracker, jain_index, percentile
 from fairstream.cli.weights import parse_weights
-from fairstream.core import (
-    FairScheduler,
-    FairShareTracker,
-    ManualClock,
-    TenantPolicy,
-    jain_index,
-    percentile,
-)
+from fairstream.core import FairScheduler, ManualClock, TenantPolicy
 from fairstream.core.emission import EmissionRule, Expire, Wait
 
 __all__ = ["Arrival", "Departure", "parse_trace", "replay", "simulate"]

@@ -21,15 +21,6 @@ from fairstream.core.clock import Clock, ManualClock, MonotonicClock, RecordCloc
 from fairstream.core.deficit import FairScheduler, Pick
 from fairstream.core.emission import EmissionRule, Expire, Wait
 from fairstream.core.ratelimit import EgressLimiter, TokenBucket
-from fairstream.core.stats import (
-    FairShareTracker,
-    WindowFairness,
-    backlogged_throughout,
-    busy_periods,
-    jain_index,
-    percentile,
-    window_fairness,
-)
 from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicy
 from fairstream.core.usage import cost_correction
 
@@ -44,7 +35,6 @@ __all__ = [
     "EmissionRule",
     "Expire",
     "FairScheduler",
-    "FairShareTracker",
     "ManualClock",
     "MonotonicClock",
     "Pick",
@@ -53,12 +43,6 @@ __all__ = [
     "TenantPolicy",
     "TokenBucket",
     "Wait",
-    "WindowFairness",
     "admit",
-    "backlogged_throughout",
-    "busy_periods",
     "cost_correction",
-    "jain_index",
-    "percentile",
-    "window_fairness",
 ]

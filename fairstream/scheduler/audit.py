@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from fairstream.core import window_fairness
+from fairstream.analysis.stats import window_fairness
 from fairstream.scheduler.metrics import OTHER, Metrics
 from fairstream.scheduler.observe import Probe, TenantLoad
 

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fairstream.core import FairScheduler, percentile
+from fairstream.analysis.stats import percentile
+from fairstream.core import FairScheduler
 from fairstream.scheduler.metrics import OTHER
 
 DWELL_TENANTS = 1000  # tenants whose recent dwell times are kept, most recent emitters

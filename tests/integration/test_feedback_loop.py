@@ -26,7 +26,7 @@ import pytest
 from confluent_kafka import Producer
 
 from fairstream import RateLimited, Request
-from fairstream.core import jain_index
+from fairstream.analysis.stats import jain_index
 from fairstream.wire.feedback import Feedback, Outcome, encode_feedback, feedback_key
 from fairstream_dev.harness.paid_api import (
     FEEDBACK,

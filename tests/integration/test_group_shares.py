@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Message, Producer
 
 from fairstream import wire
-from fairstream.core import jain_index
+from fairstream.analysis.stats import jain_index
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 from tests.integration.policies import set_policy

@@ -10,7 +10,7 @@ from pathlib import Path
 from confluent_kafka import Message, Producer
 
 from fairstream import wire
-from fairstream.core import percentile
+from fairstream.analysis.stats import percentile
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 

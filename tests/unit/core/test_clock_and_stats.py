@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fairstream.core import (
-    Clock,
-    FairShareTracker,
-    ManualClock,
-    MonotonicClock,
-    jain_index,
-    percentile,
-)
+from fairstream.analysis.stats import FairShareTracker, jain_index, percentile
+from fairstream.core import Clock, ManualClock, MonotonicClock
 
 
 def test_manual_clock_moves_only_forward():

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairstream.core import FairScheduler, ManualClock, TenantPolicy, jain_index
+from fairstream.analysis.stats import jain_index
+from fairstream.core import FairScheduler, ManualClock, TenantPolicy
 
 PROPERTY_SETTINGS = settings(max_examples=150, deadline=None)
 TENANTS = "ABCDEF"

@@ -10,13 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairstream.core import (
-    FairScheduler,
-    ManualClock,
-    TenantPolicy,
-    cost_correction,
-    jain_index,
-)
+from fairstream.analysis.stats import jain_index
+from fairstream.core import FairScheduler, ManualClock, TenantPolicy, cost_correction
 from fairstream.core.usage import MAX_COST
 
 # -- cost_correction ------------------------------------------------------------------------

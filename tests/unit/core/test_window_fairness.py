@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fairstream.core import backlogged_throughout, busy_periods, window_fairness
+from fairstream.analysis.stats import backlogged_throughout, busy_periods, window_fairness
 
 
 def test_equal_service_at_equal_weights_is_perfectly_fair():
