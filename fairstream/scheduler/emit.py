@@ -71,7 +71,7 @@ from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.recovery import holding_id
 from fairstream.scheduler.send import Sender
-from fairstream.scheduler.transaction import Aborted, FatalError, Transaction
+from fairstream.scheduler.transaction import Aborted, FatalError, Transaction, transaction_config
 
 __all__ = ["Emitter", "Limits"]  # Limits: fairstream.scheduler.egress's
 
@@ -133,7 +133,11 @@ class Emitter:
         self.fetcher = fetcher(
             settings.kafka.librdkafka(), self.ingest_topic, self.holding_topic, clock
         )
-        self._txn_config = _transaction_config(settings, limits, transactional_id)
+        self._txn_config = (
+            transaction_config(settings.kafka.librdkafka(), max(limits.egress, limits.dlq)),
+            transactional_id,
+            settings.transaction_timeout,
+        )
         self._renewed_at = -RENEW_EVERY
         self._new_transaction = transaction
         self.txn = transaction(*self._txn_config)
@@ -554,16 +558,3 @@ class Emitter:
 
     def policy_of(self, tenant: str) -> TenantPolicy:
         return self.core.policy(tenant)
-
-
-def _transaction_config(
-    settings: Settings, limits: Limits, transactional_id: str
-) -> tuple[dict[str, Any], str, float]:
-    """The transactional producer's arguments (``Transaction``)."""
-    config = {
-        **settings.kafka.librdkafka(),
-        # Our own size check decides what fits (``egress``); librdkafka must not refuse
-        # first what the topic accepts.
-        "message.max.bytes": max(limits.egress, limits.dlq) + 64 * 1024,
-    }
-    return config, transactional_id, settings.transaction_timeout

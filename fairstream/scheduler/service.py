@@ -187,67 +187,89 @@ class SchedulerService:
             token_prefix=token_prefix,
         )
         self.policies = PolicyReader(settings, self.handoff)
-        self.group: GroupShares | None = None
-        group_rate = settings.rate if settings.rate is not None else settings.cost_rate
-        if self.emitter.group_shares and group_rate is not None:
-            self.group = GroupShares(
-                librdkafka,
-                settings.app_id,
-                transactional_id(settings),
-                group_rate,
-                self.handoff,
-                self.metrics,
-                demand=self.emitter.demand,
-                partitions=partitions,
-            )
-        self.feedback: FeedbackReader | None = None
-        if settings.feedback_topic:
-            group = self.group
-            self.feedback = FeedbackReader(
-                librdkafka,
-                settings.feedback_topic,
-                self.handoff,
-                self.metrics,
-                ceiling=settings.rate,
-                floor=settings.min_rate,
-                on_rate=(lambda rate: setattr(group, "rate", rate)) if group else _ignore,
-                recent=recent,
-                ownership=lambda: (partitions, set(self.emitter.owned)),
-                slots=self.emitter.counts_slots,
-            )
+        self.group = self._group_shares(librdkafka, partitions)
+        self.feedback = self._feedback_reader(librdkafka, partitions, recent)
         self.auditor = Auditor(self._probe, self.metrics, settings.fairness_window)
-        # Every long-lived thread runs under the one failure policy (``supervise``): the
-        # emitter, ingest and group threads cannot run twice, so their first failure is
-        # fatal; the others are restarted.
+        self._threads = self._thread_map()
+        self._emitter_thread, self._ingest_thread = self._threads[:2]
+        # /metrics reads the emitter's numbers only from its last scrape snapshot, taken on
+        # the emitter thread (``refresh_metrics``), never its live dicts.
+        self._scrape: tuple[Scrape, float] = (NO_SCRAPE, self.clock.now())
+        self._watch()
+
+    def _group_shares(self, librdkafka: dict[str, Any], partitions: int) -> GroupShares | None:
+        """The group thread's part, with shares by demand and a rate to share."""
+        settings = self.settings
+        group_rate = settings.rate if settings.rate is not None else settings.cost_rate
+        if not self.emitter.group_shares or group_rate is None:
+            return None
+        return GroupShares(
+            librdkafka,
+            settings.app_id,
+            transactional_id(settings),
+            group_rate,
+            self.handoff,
+            self.metrics,
+            demand=self.emitter.demand,
+            partitions=partitions,
+        )
+
+    def _feedback_reader(
+        self, librdkafka: dict[str, Any], partitions: int, recent: RecentRequests | None
+    ) -> FeedbackReader | None:
+        """The feedback thread's part, with a feedback topic. The adapted rate goes to the
+        group thread (a float it reads, replaced whole) or, alone, to the emitter."""
+        settings = self.settings
+        if not settings.feedback_topic:
+            return None
+        group, emitter = self.group, self.emitter
+        return FeedbackReader(
+            librdkafka,
+            settings.feedback_topic,
+            self.handoff,
+            self.metrics,
+            ceiling=settings.rate,
+            floor=settings.min_rate,
+            on_rate=(lambda rate: setattr(group, "rate", rate)) if group else _ignore,
+            recent=recent,
+            ownership=lambda: (partitions, set(emitter.owned)),
+            slots=emitter.counts_slots,
+        )
+
+    def _thread_map(self) -> list[threading.Thread]:
+        """The threads of the module's map, emitter and ingest first, each under the one
+        failure policy (``supervise``): the emitter, ingest and group threads cannot run
+        twice (the group's run leaves the group for good), so their first failure is fatal;
+        the others are restarted."""
         supervised = self.supervisor.thread
-        self._emitter_thread = supervised("emitter", self.emitter.run, restart=False)
-        self._ingest_thread = supervised("ingest", self.ingest.run, restart=False)
-        self._threads = [
-            self._emitter_thread,
-            self._ingest_thread,
+        threads = [
+            supervised("emitter", self.emitter.run, restart=False),
+            supervised("ingest", self.ingest.run, restart=False),
             supervised("policies", self.policies.run),
             supervised("trim", self.trimmer.run),
             supervised("audit", self.auditor.run),
         ]
         if self.group is not None:
-            # Not restartable (its run leaves the group for good when it ends): fatal.
-            self._threads.append(supervised("group", self.group.run, restart=False))
+            threads.append(supervised("group", self.group.run, restart=False))
         if self.feedback is not None:
-            self._threads.append(supervised("feedback", self.feedback.run))
-        # /metrics reads the emitter's numbers only from its last scrape snapshot, taken on
-        # the emitter thread (``refresh_metrics``), never its live dicts.
-        self._scrape: tuple[Scrape, float] = (NO_SCRAPE, self.clock.now())
-        self.metrics.watch_costs(lambda: self._scrape[0].cost_by_tenant)
-        self.metrics.watch_tenants(
+            threads.append(supervised("feedback", self.feedback.run))
+        return threads
+
+    def _watch(self) -> None:
+        """The metrics and conditions read at a scrape: what threads published, and the
+        emitter's last scrape."""
+        metrics = self.metrics
+        metrics.watch_costs(lambda: self._scrape[0].cost_by_tenant)
+        metrics.watch_tenants(
             lambda: self._scrape[0].backlog_by_tenant, lambda: self._scrape[0].emitted_by_tenant
         )
         self.conditions.watch("payload-readback", self._readback_condition)
-        self.metrics.watch_conditions(
+        metrics.watch_conditions(
             lambda: [(c.name, c.blocks_ready) for c in self.conditions.current()]
         )
-        self.metrics.backlog.set_function(lambda: self._scrape[0].backlog)
-        self.metrics.in_flight.set_function(lambda: self._scrape[0].in_flight)
-        self.metrics.payload_bytes.set_function(lambda: self._scrape[0].payload_bytes)
+        metrics.backlog.set_function(lambda: self._scrape[0].backlog)
+        metrics.in_flight.set_function(lambda: self._scrape[0].in_flight)
+        metrics.payload_bytes.set_function(lambda: self._scrape[0].payload_bytes)
 
     def _emitter_alive(self) -> bool:
         return self._emitter_thread.is_alive()

@@ -60,6 +60,13 @@ class FatalError(Error):
         self.fenced = fenced
 
 
+def transaction_config(librdkafka: dict[str, Any], largest: int) -> dict[str, Any]:
+    """The transactional producer's client config, for records of up to ``largest`` bytes:
+    our own size check decides what fits (``egress``), librdkafka must not refuse first
+    what the topics accept."""
+    return {**librdkafka, "message.max.bytes": largest + 64 * 1024}
+
+
 def _bounded(
     call: Callable[[], None],
     timeout: float,
