@@ -20,6 +20,7 @@ from fairstream.core.admission import (
 from fairstream.core.clock import Clock, ManualClock, MonotonicClock
 from fairstream.core.deficit import FairScheduler, Pick
 from fairstream.core.emission import EmissionRule, Expire, Wait
+from fairstream.core.hierarchy import GroupScheduler
 from fairstream.core.ratelimit import EgressLimiter, TokenBucket
 from fairstream.core.stats import (
     FairShareTracker,
@@ -45,6 +46,7 @@ __all__ = [
     "Expire",
     "FairScheduler",
     "FairShareTracker",
+    "GroupScheduler",
     "ManualClock",
     "MonotonicClock",
     "Pick",

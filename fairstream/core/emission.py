@@ -76,6 +76,7 @@ from typing import Final, Generic, NamedTuple, TypeVar
 from fairstream.core.adaptive import TenantPauses
 from fairstream.core.clock import Clock
 from fairstream.core.deficit import FairScheduler
+from fairstream.core.hierarchy import GroupScheduler
 from fairstream.core.inflight import DEFAULT_LEASE, InFlight, split_limit
 from fairstream.core.ratelimit import EgressLimiter
 from fairstream.core.rings import Pick
@@ -117,7 +118,8 @@ MAX_EXCUSED: Final = 10.0  # seconds of excused work owed at most (an overloaded
 
 class EmissionRule(Generic[T]):
     """Pace, pick, expire, cost tokens, hold, tenant pauses and the rate share, over one
-    ``FairScheduler`` (see the module docstring for the order of the checks).
+    ``FairScheduler`` or ``GroupScheduler`` (see the module docstring for the order of the
+    checks).
 
     ``rate`` and ``cost_rate`` are the rates of the whole group (None: unlimited), ``burst``
     and ``cost_burst`` its bursts (``cost_burst`` defaults to one second of ``cost_rate``);
@@ -164,7 +166,7 @@ class EmissionRule(Generic[T]):
 
     def __init__(
         self,
-        core: FairScheduler[T],
+        core: FairScheduler[T] | GroupScheduler[T],
         clock: Clock,
         *,
         rate: float | None = None,
@@ -418,7 +420,7 @@ class EmissionRule(Generic[T]):
         pick, self._pending = self._pending, None
         return pick
 
-    def replace_core(self, core: FairScheduler[T]) -> None:
+    def replace_core(self, core: FairScheduler[T] | GroupScheduler[T]) -> None:
         """Drive ``core`` from now on (the service rebuilt it): the held pick is forgotten,
         tenants still paused are paused in the new core too.
 
