@@ -19,6 +19,7 @@ from fairstream.core.admission import (
 )
 from fairstream.core.clock import Clock, ManualClock, MonotonicClock
 from fairstream.core.deficit import FairScheduler, Pick
+from fairstream.core.dominant import DominantCharge
 from fairstream.core.emission import EmissionRule, Expire, Wait
 from fairstream.core.hierarchy import GroupScheduler
 from fairstream.core.ratelimit import EgressLimiter, TokenBucket
@@ -41,6 +42,7 @@ __all__ = [
     "AdaptiveRate",
     "Clock",
     "Decision",
+    "DominantCharge",
     "EgressLimiter",
     "EmissionRule",
     "Expire",
