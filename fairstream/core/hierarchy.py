@@ -19,17 +19,22 @@ Levels
   ``STAGED`` (2) of them, each with its real cost. The outer DRR therefore decides on the
   cost of the record that will really go (exactly as a flat DRR decides on a tenant's head),
   and after an outer pick takes a group's head, the next staged record is the head it
-  compares with its deficit. After each outer pick the group stages one more. So the
-  decisions inside a group are made up to ``STAGED`` records ahead: a member arriving in a
-  group goes at most that many records later than a DRR over the group alone would send it.
+  compares with its deficit. After each outer pick the group stages one more, and a push
+  to a group with fewer than ``STAGED`` staged stages at once. So the decisions inside a
+  group are made up to ``STAGED`` records ahead, at the time they are staged: a member
+  arriving goes at most that many of its group's records later than a DRR over the group
+  alone, picking at send time, would send it; a member whose last waiting record is
+  staged ends its visit then, as it would under a DRR picking at that moment. (A member of
+  a better class arriving is not kept waiting: what was staged goes back, see below.)
   Without staging, the outer level would decide on one cost and send another (and a group
   of cheap and costly members would sit out rounds for costs it never sends).
 - When something changes a member's staged records (its policy, pause, removal, a record
-  put back in front, a group change), they go back to the head of its inner queue (its
-  inner deficit refunded, at most up to a quantum, as ``charge`` refunds) and the group
-  stages again. The staged records behind them move up, in order; a staged slot of the
-  outer queue whose record changed keeps the cost it was queued with, and the difference
-  is charged to the group when it goes (``charge``), so the group pays for what it sends.
+  put back in front, a group change, a member of a better class joining), they go back to
+  the head of its inner queue (its inner deficit refunded, at most up to a quantum, as
+  ``charge`` refunds) and the group stages again. The staged records behind them move up,
+  in order; a staged slot of the outer queue whose record changed keeps the cost it was
+  queued with, and the difference is charged to the group when it goes (``charge``), so
+  the group pays for what it sends.
 - A group whose members have records but none eligible now (all paused or waiting for
   their own rate caps) has nothing staged; it leaves the outer ring as an emptied one does
   (its outer deficit forgotten) and stages again when a member's cap allows (the earliest
@@ -86,72 +91,19 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from fairstream.core.admission import BACKLOG_FULL, Decision, admit
+from fairstream.core.admission import Decision, admit, admit_to_group
 from fairstream.core.clock import Clock
 from fairstream.core.deficit import FairScheduler
+from fairstream.core.grouping import STAGED, Group, GroupKey, Slot
 from fairstream.core.rings import Pick
 from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicy
 
 __all__ = ["STAGED", "GroupScheduler"]
 
 T = TypeVar("T")
-
-STAGED: Final = 2  # records a group keeps picked ahead in its outer queue
-
-
-class _GroupKey(str):
-    """A group's key in the outer scheduler: equal only to the key of the same group, never
-    to a tenant id (a plain ``str``), whatever the names."""
-
-    __slots__ = ()
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is _GroupKey and str.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
-
-    __hash__ = str.__hash__
-
-    def __repr__(self) -> str:
-        return f"group {str.__repr__(self)}"
-
-
-class _Slot(Generic[T]):
-    """One entry of a group's outer queue: a record its inner scheduler picked (staged), or
-    void (its record went back to the inner queue; it is staged again or skipped)."""
-
-    __slots__ = ("group", "pick")
-
-    def __init__(self, group: _Group[T], pick: Pick[T] | None) -> None:
-        self.group = group
-        self.pick = pick
-
-
-class _Group(Generic[T]):
-    """Runtime state of one group: its members' scheduler and its staged records."""
-
-    __slots__ = ("cost", "due", "inner", "key", "live", "name", "records", "slots")
-
-    def __init__(self, name: str, inner: FairScheduler[T]) -> None:
-        self.name = name
-        self.key = _GroupKey(name)
-        self.inner = inner
-        self.slots: deque[_Slot[T]] = deque()  # in the order of the outer queue
-        self.live = 0  # slots holding a record: always a prefix of ``slots``
-        self.records = 0  # records waiting, staged included
-        self.cost = 0  # their total cost
-        self.due: float | None = None  # when a starved group may stage again (heap entry)
-
-    def staged(self) -> Iterator[Pick[T]]:
-        for slot in itertools.islice(self.slots, self.live):
-            pick = slot.pick
-            assert pick is not None
-            yield pick
 
 
 class GroupScheduler(Generic[T]):
@@ -182,9 +134,9 @@ class GroupScheduler(Generic[T]):
         self._group_policies: dict[str, TenantPolicy] = {}  # groups' own policies
         self._assigned: dict[str, str] = {}  # set_group
         self._derive = group_of
-        self._groups: dict[str, _Group[T]] = {}
-        self._where: dict[str, _Group[T]] = {}  # backlogged grouped tenants
-        self._starved: list[tuple[float, int, _Group[T]]] = []  # heap: (due, seq, group)
+        self._groups: dict[str, Group[T]] = {}
+        self._where: dict[str, Group[T]] = {}  # backlogged grouped tenants
+        self._starved: list[tuple[float, int, Group[T]]] = []  # heap: (due, seq, group)
         self._seq = itertools.count()
         self._grouped = 0  # records in groups, staged included
         self._slots = 0  # slots in the outer queues, void ones included
@@ -219,7 +171,7 @@ class GroupScheduler(Generic[T]):
                 return
         self._push_in(g, tenant, item, cost, front=True)
 
-    def _push_in(self, g: _Group[T], tenant: str, item: T, cost: int, *, front: bool) -> None:
+    def _push_in(self, g: Group[T], tenant: str, item: T, cost: int, *, front: bool) -> None:
         if type(cost) is not int or cost < 1:
             raise ValueError(f"cost must be a positive integer, got {cost!r}")
         inner = g.inner
@@ -230,7 +182,7 @@ class GroupScheduler(Generic[T]):
             if g.live:
                 self._outranked(g, (own or self._default).priority)
         if front:
-            self._restore(g, self._unstage(g, tenant))
+            g.restore(g.unstage(tenant))
             inner.push_front(tenant, item, cost)
         else:
             inner.push(tenant, item, cost)
@@ -263,7 +215,7 @@ class GroupScheduler(Generic[T]):
         g = self._where.pop(tenant, None)
         if g is None:
             return self._outer.take_backlog(tenant)
-        picks = self._unstage(g, tenant)
+        picks = g.unstage(tenant)
         picks.extend(g.inner.take_backlog(tenant))
         g.records -= len(picks)
         g.cost -= sum(pick[2] for pick in picks)
@@ -285,7 +237,7 @@ class GroupScheduler(Generic[T]):
         outer = self._outer
         while True:
             picked = outer.pick(now)
-            if picked is None or type(picked[1]) is not _Slot:
+            if picked is None or type(picked[1]) is not Slot:
                 return picked
             got = self._take(picked, now)
             if got is not None:
@@ -294,7 +246,7 @@ class GroupScheduler(Generic[T]):
     def _take(self, picked: Pick[Any], now: float | None) -> Pick[T] | None:
         """The record behind a slot the outer level picked (None: a void slot nothing could
         be staged into; its cost is refunded to the group)."""
-        slot: _Slot[T] = picked[1]
+        slot: Slot[T] = picked[1]
         g = slot.group
         g.slots.popleft()
         self._slots -= 1
@@ -346,7 +298,7 @@ class GroupScheduler(Generic[T]):
 
     # -- staging ---------------------------------------------------------------------------
 
-    def _fill(self, g: _Group[T], now: float | None) -> None:
+    def _fill(self, g: Group[T], now: float | None) -> None:
         """Stage records until ``STAGED`` slots are live: void slots first, in order (they
         are behind every live one), then new slots at the tail of the group's outer queue."""
         inner, slots = g.inner, g.slots
@@ -359,43 +311,21 @@ class GroupScheduler(Generic[T]):
             if g.live < len(slots):
                 slots[g.live].pick = got
             else:
-                slot = _Slot(g, got)
+                slot = Slot(g, got)
                 slots.append(slot)
                 self._outer.push(g.key, slot, got[2])
                 self._slots += 1
             g.live += 1
 
-    def _unstage(self, g: _Group[T], tenant: str | None) -> list[Pick[T]]:
-        """Take ``tenant``'s staged records (every member's: None) out of the group's slots,
-        in order; the others move up, the freed slots at the end turn void."""
-        staged = list(g.staged())
-        mine = [p for p in staged if tenant is None or p[0] == tenant]
-        if mine:
-            rest = [p for p in staged if tenant is not None and p[0] != tenant]
-            for i, slot in enumerate(g.slots):
-                slot.pick = rest[i] if i < len(rest) else None
-            g.live = len(rest)
-        return mine
-
-    def _outranked(self, g: _Group[T], priority: int) -> None:
+    def _outranked(self, g: Group[T], priority: int) -> None:
         """A member of class ``priority`` joins the inner rings (or moves up): records of a
         lower class staged before it was eligible go back, so strict priority inside the group holds
         from now on, not ``STAGED`` records later."""
         policies, default = self._policies, self._default
         if any(policies.get(p[0], default).priority > priority for p in g.staged()):
-            self._restore(g, self._unstage(g, None))
+            g.restore(g.unstage(None))
 
-    @staticmethod
-    def _restore(g: _Group[T], picks: list[Pick[T]]) -> None:
-        """Put unstaged records back at the heads of their inner queues, in order, and
-        refund their inner deficits (they were not sent)."""
-        inner = g.inner
-        for pick in reversed(picks):
-            inner.push_front(*pick)
-        for pick in picks:
-            inner.charge(pick[0], -pick[2])
-
-    def _starve(self, g: _Group[T], now: float | None) -> None:
+    def _starve(self, g: Group[T], now: float | None) -> None:
         """The group has records but none eligible: wake it when a member's cap allows."""
         if now is None:
             now = self._clock.now()
@@ -420,7 +350,7 @@ class GroupScheduler(Generic[T]):
                     self._fill(g, now)
         return now
 
-    def _empty(self, g: _Group[T]) -> None:
+    def _empty(self, g: Group[T]) -> None:
         """The group has no backlog: out of the outer level; forgotten if nothing of it is
         worth keeping (policy, rate-cap buckets refilling)."""
         if g.slots:
@@ -448,7 +378,7 @@ class GroupScheduler(Generic[T]):
             return hint
         return None if self._derive is None else self._derive(tenant)
 
-    def _locate(self, tenant: str, hint: str | None) -> _Group[T] | None:
+    def _locate(self, tenant: str, hint: str | None) -> Group[T] | None:
         """Where a tenant without a grouped backlog goes: its group (created if need be),
         or None (the outer level: ungrouped, or backlogged there already)."""
         if tenant in self._outer:
@@ -456,12 +386,12 @@ class GroupScheduler(Generic[T]):
         name = self._resolve(tenant, hint)
         return None if name is None else self._group(name)
 
-    def _mapped(self, tenant: str) -> _Group[T] | None:
+    def _mapped(self, tenant: str) -> Group[T] | None:
         """The existing group of a tenant without a backlog, by its mapping (not a hint)."""
         name = self._resolve(tenant, None)
         return None if name is None else self._groups.get(name)
 
-    def _group(self, name: str) -> _Group[T]:
+    def _group(self, name: str) -> Group[T]:
         g = self._groups.get(name)
         if g is None:
             if not isinstance(name, str):
@@ -469,7 +399,7 @@ class GroupScheduler(Generic[T]):
             inner: FairScheduler[T] = FairScheduler(
                 self._clock, quantum=self._outer.quantum, default_policy=self._default
             )
-            g = self._groups[name] = _Group(name, inner)
+            g = self._groups[name] = Group(name, inner)
             self._outer.set_policy(g.key, self.group_policy(name))
         return g
 
@@ -479,17 +409,22 @@ class GroupScheduler(Generic[T]):
         with no deficit.
 
         Caller: the service, for the tenant's policy record. Affects: the mapping, the
-        tenant's backlog and place.
+        tenant's backlog and place (kept when the group it is in does not change).
         """
         if group is not None and not isinstance(group, str):
             raise TypeError(f"a group id must be a string or None, got {group!r}")
         old = self._where.get(tenant) or self._mapped(tenant)
-        picks = self.take_backlog(tenant)
+        backlogged = tenant in self
+        before = self.group_of(tenant)
         if group is None:
             self._assigned.pop(tenant, None)
         else:
             self._assigned[tenant] = group
-        if old is not None and self._resolve(tenant, None) != old.name:
+        after = self._resolve(tenant, None)
+        if backlogged and before == after:
+            return  # it stays where it is, deficit and place in the ring included
+        picks = self.take_backlog(tenant)
+        if old is not None and after != old.name:
             if old.inner.own_policy(tenant) is not None:
                 old.inner.set_policy(tenant, None)  # the new group's inner gets it on push
             if not old.records:
@@ -592,7 +527,7 @@ class GroupScheduler(Generic[T]):
         if g is None and tenant not in self._outer:
             g = self._mapped(tenant)
         if g is not None:
-            self._restore(g, self._unstage(g, tenant))
+            g.restore(g.unstage(tenant))
             g.inner.set_policy(tenant, policy)
             if g.records:
                 self._outranked(g, (policy or self._default).priority)
@@ -605,7 +540,7 @@ class GroupScheduler(Generic[T]):
         self._default = policy
         self._outer.set_default_policy(policy)
         for g in list(self._groups.values()):
-            self._restore(g, self._unstage(g, None))
+            g.restore(g.unstage(None))
             g.inner.set_default_policy(policy)
             if g.records:
                 self._fill(g, None)
@@ -623,22 +558,9 @@ class GroupScheduler(Generic[T]):
         name = g.name if g is not None else self._resolve(tenant, group)
         if name is None or (g is None and tenant in self._outer):
             return decision
-        policy = self.group_policy(name)
-        records, waiting = self.group_backlog(name)
-        if policy.max_backlog is not None and records + 1 > policy.max_backlog:
-            return Decision.reject(
-                BACKLOG_FULL,
-                f"group {name!r} of tenant {tenant!r} already has {records} records waiting, "
-                f"the most its policy allows (max_backlog={policy.max_backlog})",
-            )
-        limit = policy.max_backlog_cost
-        if limit is not None and waiting + cost > limit:
-            return Decision.reject(
-                BACKLOG_FULL,
-                f"group {name!r} of tenant {tenant!r} has cost {waiting} waiting; a record "
-                f"of cost {cost} would exceed its policy's max_backlog_cost={limit}",
-            )
-        return decision
+        return admit_to_group(
+            name, tenant, self.group_policy(name), *self.group_backlog(name), cost
+        )
 
     def backlog(self, tenant: str) -> tuple[int, int]:
         """``(records, total cost)`` waiting for ``tenant``, staged included."""
@@ -678,7 +600,7 @@ class GroupScheduler(Generic[T]):
 
     def tenants(self) -> Iterator[str]:
         """The backlogged tenants (paused ones included), in no particular order."""
-        names = [t for t in self._outer.tenants() if type(t) is not _GroupKey]
+        names = [t for t in self._outer.tenants() if type(t) is not GroupKey]
         names.extend(self._where)
         return iter(names)
 

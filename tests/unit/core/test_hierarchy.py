@@ -186,6 +186,18 @@ def test_moving_a_tenant_changes_the_shares():
     assert within(users["z"] / 800, 0.25)
 
 
+def test_set_group_to_the_group_it_is_in_keeps_its_place():
+    """Mapping a tenant explicitly to the group it is in already moves nothing: the same
+    picks as a twin scheduler that was never told (a move would end x's visit)."""
+    twins = [make(group_of=lambda t: "A")[0] for _ in range(2)]
+    for s in twins:
+        s.set_policy("x", TenantPolicy(weight=3))
+        fill(s, ["x", "y"], 6)
+        picks(s, 2)
+    twins[0].set_group("x", "A")
+    assert drain(twins[0]) == drain(twins[1])
+
+
 def test_set_group_of_an_idle_tenant_only_maps_it():
     s, _ = make(group_of=lambda t: "conv")
     assert s.group_of("t") == "conv"
