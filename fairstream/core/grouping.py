@@ -74,6 +74,15 @@ class Group(Generic[T]):
             assert pick is not None
             yield pick
 
+    def holds(self, tenant: str) -> bool:
+        """Whether a record of ``tenant`` is staged. O(STAGED)."""
+        slots = self.slots
+        for i in range(self.live):
+            pick = slots[i].pick
+            if pick is not None and pick[0] == tenant:
+                return True
+        return False
+
     def unstage(self, tenant: str | None) -> list[Pick[T]]:
         """Take ``tenant``'s staged records (every member's: None) out of the group's slots,
         in order; the others move up, the freed slots at the end turn void."""

@@ -75,12 +75,14 @@ ungrouped tenant may share a name.
 
 Complexity
 ----------
-An ungrouped tenant's push and pick are ``FairScheduler``'s (O(1)) plus one dict lookup
-and one type check. A grouped record costs an outer pick, an inner pick (staging the next)
-and an outer push: O(1), a constant about three times a flat one, plus the heap operations
-``FairScheduler`` does for records that skip rounds or tenants that park. A policy change,
-removal or ``push_front`` of a member touches at most ``STAGED`` staged records.
-``set_default_policy`` is O(groups + backlogged tenants); ``tenants()`` O(tenants).
+An ungrouped tenant's push and pick are ``FairScheduler``'s (O(1)) plus a dict lookup and
+a type check (measured: about 20% more per push and per pick). A grouped record costs an
+outer pick, an inner pick (staging the next) and an outer push: O(1), about four times a
+flat pick (7.4 us against 1.8 us on the development machine, 1,000 tenants in 100 groups),
+plus the heap operations ``FairScheduler`` does for records that skip rounds or tenants
+that park. A policy change, removal or ``push_front`` of a member touches at most
+``STAGED`` staged records. ``set_default_policy`` is O(groups + backlogged tenants),
+``tenants()`` O(tenants).
 Memory: a group is forgotten once it has no backlog, no explicit policy and no rate-cap
 bucket still refilling (with a capped group default, every group seen is kept).
 
@@ -271,10 +273,23 @@ class GroupScheduler(Generic[T]):
         g.cost -= cost
         self._grouped -= 1
         tenant = got[0]
-        if tenant not in g.inner and not any(p[0] == tenant for p in g.staged()):
+        inner = g.inner
+        if tenant not in inner and not g.holds(tenant):
             del self._where[tenant]
         if not g.records:
             self._empty(g)
+        elif g.live == len(g.slots) == STAGED - 1:
+            # The usual case, inline: stage one more into the slot just taken.
+            staged = inner.pick(now)
+            if staged is None:
+                if len(inner):
+                    self._starve(g, now)
+            else:
+                slot.pick = staged
+                g.slots.append(slot)
+                g.live += 1
+                outer.push(g.key, slot, staged[2])
+                self._slots += 1
         elif g.live < STAGED:
             self._fill(g, now)
         return got
@@ -594,7 +609,7 @@ class GroupScheduler(Generic[T]):
             return self._outer.held_back(tenant)
         if self._outer.held_back(g.key):
             return True
-        if any(p[0] == tenant for p in g.staged()):
+        if g.holds(tenant):
             return False
         return g.inner.held_back(tenant)
 
