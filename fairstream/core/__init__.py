@@ -2,7 +2,9 @@
 
 The emission rule (``EmissionRule``: pace, pick, expire at emit time, cost tokens, the
 Retry-After hold, tenant pauses and the rate share; it answers a ``Pick``, an ``Expire`` or
-a ``Wait``) over weighted deficit round robin with priority classes (``FairScheduler``) and
+a ``Wait``) over weighted deficit round robin with priority classes (``FairScheduler``, or
+``GroupScheduler`` for two levels: groups, then their members), dominant-resource charges
+under two limits (``DominantCharge``), the demotion of noisy tenants (``Demotion``) and
 token-bucket rate limits (``EgressLimiter``, ``TokenBucket``); the rate adapted to the
 API's feedback (``AdaptiveRate``, ``TenantPauses``), measured-cost corrections
 (``cost_correction``), admission decisions, tenant policies and an injected clock. No Kafka,
@@ -19,7 +21,10 @@ from fairstream.core.admission import (
 )
 from fairstream.core.clock import Clock, ManualClock, MonotonicClock, RecordClock
 from fairstream.core.deficit import FairScheduler, Pick
+from fairstream.core.demotion import Demotion, DemotionPolicy
+from fairstream.core.dominant import DominantCharge
 from fairstream.core.emission import EmissionRule, Expire, Wait
+from fairstream.core.hierarchy import Core, GroupScheduler
 from fairstream.core.ratelimit import EgressLimiter, TokenBucket
 from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicy
 from fairstream.core.usage import cost_correction
@@ -30,11 +35,16 @@ __all__ = [
     "DEFAULT_POLICY",
     "AdaptiveRate",
     "Clock",
+    "Core",
     "Decision",
+    "Demotion",
+    "DemotionPolicy",
+    "DominantCharge",
     "EgressLimiter",
     "EmissionRule",
     "Expire",
     "FairScheduler",
+    "GroupScheduler",
     "ManualClock",
     "MonotonicClock",
     "Pick",

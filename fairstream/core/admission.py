@@ -17,6 +17,7 @@ __all__ = [
     "BACKLOG_FULL",
     "Decision",
     "admit",
+    "admit_to_group",
 ]
 
 BACKLOG_FULL: Final = "backlog-full"
@@ -78,4 +79,32 @@ def admit(
                 f"would exceed its policy's max_backlog_cost={cost_limit}"
             )
         return Decision.reject(BACKLOG_FULL, detail)
+    return ACCEPT
+
+
+def admit_to_group(
+    group: str,
+    tenant: str,
+    policy: TenantPolicy,
+    backlog_records: int,
+    backlog_cost: int,
+    cost: int = 1,
+) -> Decision:
+    """Decide whether a record of ``cost`` of ``tenant`` may join the backlog of its
+    ``group`` under the group's ``policy`` (its ``max_backlog`` and ``max_backlog_cost``,
+    over all of the group's members); the tenant's own policy is ``admit``'s."""
+    limit = policy.max_backlog
+    if limit is not None and backlog_records + 1 > limit:
+        return Decision.reject(
+            BACKLOG_FULL,
+            f"group {group!r} of tenant {tenant!r} already has {backlog_records} records "
+            f"waiting, the most its policy allows (max_backlog={limit})",
+        )
+    cost_limit = policy.max_backlog_cost
+    if cost_limit is not None and backlog_cost + cost > cost_limit:
+        return Decision.reject(
+            BACKLOG_FULL,
+            f"group {group!r} of tenant {tenant!r} has cost {backlog_cost} waiting; a record "
+            f"of cost {cost} would exceed its policy's max_backlog_cost={cost_limit}",
+        )
     return ACCEPT

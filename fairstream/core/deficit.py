@@ -201,6 +201,15 @@ class FairScheduler(Generic[T]):
         Caller: the service, when the tenant's partition is revoked or its backlog purged.
         Affects: the tenant's queue (gone), the ring, the total backlog.
         """
+        return [pick.item for pick in self.take_backlog(tenant)]
+
+    def take_backlog(self, tenant: str) -> list[Pick[T]]:
+        """``remove_tenant``, returning the whole ``Pick`` (tenant, item, cost) of each item,
+        oldest first: for a caller that pushes them again elsewhere (``GroupScheduler``
+        moving a tenant to another group).
+
+        Caller: ``remove_tenant``, ``GroupScheduler``. Affects: as ``remove_tenant``.
+        """
         t = self._tenants.pop(tenant, None)
         if t is None:
             return []
@@ -208,10 +217,10 @@ class FairScheduler(Generic[T]):
             self._leave_ring(t)
         t.state = RETIRED
         self._len -= len(t.queue)
-        items = [pick.item for pick in t.queue]
+        picks = list(t.queue)
         t.queue = deque()  # the retired record may linger in a ring; do not keep items alive
         self._forget_bucket(tenant)
-        return items
+        return picks
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -471,6 +480,20 @@ class FairScheduler(Generic[T]):
         if t.state in (PAUSED, PARKED):
             return True
         return bool(self._classes) and t.policy.priority > min(self._classes)
+
+    def idle(self, now: float | None = None) -> bool:
+        """Whether this scheduler holds nothing a fresh one with the same policies would not:
+        no backlog, and no rate-cap bucket still refilling (a tenant following the default
+        keeps its bucket until it is full; a tenant's own capped policy keeps it always).
+
+        Caller: ``GroupScheduler``, before it forgets an emptied group. Affects: drops the
+        buckets that are full again.
+        """
+        if self._tenants:
+            return False
+        if self._idle_buckets:
+            self._drop_full_buckets(self._clock.now() if now is None else now)
+        return not self._buckets
 
     def tenants(self) -> Iterator[str]:
         """The backlogged tenants (paused ones included), in no particular order."""

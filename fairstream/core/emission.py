@@ -23,7 +23,10 @@ How the answer is made, in order:
 5. Pacing: wait for a record token *before* deciding who goes. A decision taken early
    would pass over tenants that become backlogged while it waits. The buckets are asked at
    the pacer's own time (see "The virtual schedule" below), not at the caller's.
-6. Pick: ``FairScheduler.pick`` (weighted DRR, classes, per-tenant caps).
+6. Pick: ``FairScheduler.pick`` (weighted DRR, classes, per-tenant caps), or
+   ``GroupScheduler.pick`` (the same, groups first). With ``dominant`` and both limits,
+   the picked tenant is charged its dominant use on top of the cost
+   (``fairstream.core.dominant``).
 7. Expiry at emit time: a picked item whose deadline (``deadline(item)``, epoch ms) is
    before ``now_ms`` is answered ``Expire``.
 8. Cost tokens: only a picked record's cost is known, so its cost tokens are taken after
@@ -76,6 +79,8 @@ from typing import Final, Generic, NamedTuple, TypeVar
 from fairstream.core.adaptive import TenantPauses
 from fairstream.core.clock import Clock
 from fairstream.core.deficit import FairScheduler
+from fairstream.core.dominant import DominantCharge
+from fairstream.core.hierarchy import GroupScheduler
 from fairstream.core.inflight import DEFAULT_LEASE, InFlight, split_limit
 from fairstream.core.ratelimit import EgressLimiter
 from fairstream.core.rings import Pick
@@ -117,7 +122,8 @@ MAX_EXCUSED: Final = 10.0  # seconds of excused work owed at most (an overloaded
 
 class EmissionRule(Generic[T]):
     """Pace, pick, expire, cost tokens, hold, tenant pauses and the rate share, over one
-    ``FairScheduler`` (see the module docstring for the order of the checks).
+    ``FairScheduler`` or ``GroupScheduler`` (see the module docstring for the order of the
+    checks).
 
     ``rate`` and ``cost_rate`` are the rates of the whole group (None: unlimited), ``burst``
     and ``cost_burst`` its bursts (``cost_burst`` defaults to one second of ``cost_rate``);
@@ -126,7 +132,8 @@ class EmissionRule(Generic[T]):
     told each tenant whose pause has ended (for a log line). ``max_concurrency`` is the
     group's limit of requests in flight (None: unlimited), of which this rule holds
     ``set_concurrency_share``'s part; ``concurrency_lease`` the seconds a slot is held
-    without news of its request.
+    without news of its request. ``dominant``: with both ``rate`` and ``cost_rate``, share
+    by dominant resource (``fairstream.core.dominant``), not by cost alone.
     """
 
     __slots__ = (
@@ -138,6 +145,7 @@ class EmissionRule(Generic[T]):
         "_cost_burst",
         "_cost_rate",
         "_deadline",
+        "_dominant",
         "_enqueued",
         "_excused",
         "_full",
@@ -164,7 +172,7 @@ class EmissionRule(Generic[T]):
 
     def __init__(
         self,
-        core: FairScheduler[T],
+        core: FairScheduler[T] | GroupScheduler[T],
         clock: Clock,
         *,
         rate: float | None = None,
@@ -178,6 +186,7 @@ class EmissionRule(Generic[T]):
         on_resume: Callable[[str], None] | None = None,
         max_concurrency: int | None = None,
         concurrency_lease: float = DEFAULT_LEASE,
+        dominant: bool = False,
     ) -> None:
         self.core = core
         self._clock = clock
@@ -190,6 +199,8 @@ class EmissionRule(Generic[T]):
         self._cost_burst = float(cost_burst)
         self._limiter = EgressLimiter(clock, rate, burst, cost_rate, cost_burst)
         self._limited = rate is not None or cost_rate is not None
+        drf = DominantCharge(rate, cost_rate)
+        self._dominant = drf if dominant and drf.active else None
         self._share = 1.0
         self._deadline = deadline
         self._enqueued = enqueued
@@ -259,7 +270,7 @@ class EmissionRule(Generic[T]):
         self.stamp_ms = now_ms
         return pick
 
-    def _paced(self, now: float, now_ms: int) -> Pick[T] | Expire[T] | Wait:
+    def _paced(self, now: float, now_ms: int) -> Pick[T] | Expire[T] | Wait:  # noqa: PLR0915 (flat hot path)
         """``next`` under a rate or cost limit: the tokens are taken at the slot."""
         limiter = self._limiter
         # The slot: the schedule's own time, behind ``now`` by what a late caller missed
@@ -290,6 +301,11 @@ class EmissionRule(Generic[T]):
                 self._slot = slot
                 later = self._later(now)
                 return WAIT_FOR_NEWS if later is None or later == math.inf else Wait(later)
+            dominant = self._dominant
+            if dominant is not None:
+                extra = dominant.extra(pick[2])
+                if extra:
+                    core.charge(pick[0], extra)
         else:
             self._pending = None
         self._idle = False
@@ -405,6 +421,12 @@ class EmissionRule(Generic[T]):
         self._excused = 0.0
 
     @property
+    def dominant(self) -> DominantCharge | None:
+        """The dominant-resource charge in force (``dominant`` and both limits), else None:
+        the feedback reader charges measured costs with its ``correction`` then."""
+        return self._dominant
+
+    @property
     def pending(self) -> Pick[T] | None:
         """The pick held for its cost tokens, if any: no longer in the core, not yet sent."""
         return self._pending
@@ -418,7 +440,7 @@ class EmissionRule(Generic[T]):
         pick, self._pending = self._pending, None
         return pick
 
-    def replace_core(self, core: FairScheduler[T]) -> None:
+    def replace_core(self, core: FairScheduler[T] | GroupScheduler[T]) -> None:
         """Drive ``core`` from now on (the service rebuilt it): the held pick is forgotten,
         tenants still paused are paused in the new core too.
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairstream.core.deficit import FairScheduler
+from fairstream.core.hierarchy import Core
 
 MAX_CAPPED = 64  # capped tenants reported one by one per class; the rest are summed
 
@@ -47,7 +47,7 @@ class ClassDemand:
 Demand = Mapping[int, ClassDemand]  # priority class -> demand
 
 
-def backlogged_demand(core: FairScheduler[Any]) -> dict[int, ClassDemand]:
+def backlogged_demand(core: Core[Any]) -> dict[int, ClassDemand]:
     """The demand of ``core``'s backlogged, unpaused tenants (O(backlogged tenants))."""
     tenants = []
     for tenant in core.tenants():

@@ -33,7 +33,7 @@ from confluent_kafka import Message
 from fairstream import wire
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic
-from fairstream.core import FairScheduler, RecordClock
+from fairstream.core import Core, RecordClock
 from fairstream.core.emission import EmissionRule
 from fairstream.scheduler.checkpoint import Checkpoint
 from fairstream.scheduler.egress import FOOTPRINT, dead_letter, footprint
@@ -394,7 +394,7 @@ def _refused(
     return None
 
 
-def _room(core: FairScheduler[Parsed], tenant: str) -> list[float]:
+def _room(core: Core[Parsed], tenant: str) -> list[float]:
     """Records and cost ``tenant`` may still add to its backlog under its policy."""
     policy = core.policy(tenant)
     records, cost = core.backlog(tenant)

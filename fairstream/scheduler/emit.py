@@ -44,7 +44,7 @@ from typing import Any
 
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic, progress_topic
-from fairstream.core import FairScheduler, RecordClock, TenantPolicy
+from fairstream.core import Core, RecordClock, TenantPolicy
 from fairstream.core.shares import ClassDemand, backlogged_demand
 from fairstream.scheduler import faults
 from fairstream.scheduler.backlog import Backlog
@@ -189,7 +189,7 @@ class Emitter:
         self._owned = tuple(sorted(p for p in self.progress if p >= 0))
 
     @property
-    def core(self) -> FairScheduler[Parsed]:
+    def core(self) -> Core[Parsed]:
         """The fair core in use (the rule's; replaced on a rewind)."""
         return self.rule.core
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fairstream.analysis.stats import percentile
-from fairstream.core import FairScheduler
+from fairstream.core import Core
 from fairstream.scheduler.metrics import OTHER
 
 DWELL_TENANTS = 1000  # tenants whose recent dwell times are kept, most recent emitters
@@ -112,7 +112,7 @@ class Observed:
                 by_tenant.move_to_end(tenant)
             samples.extend(seconds)
 
-    def probe(self, core: FairScheduler[Any], top: int, *, backlogged: bool) -> Probe:
+    def probe(self, core: Core[Any], top: int, *, backlogged: bool) -> Probe:
         """What was committed since the last probe, per tenant, and the dwell p99 of the
         ``top`` busiest; with ``backlogged``, every tenant with a backlog and its policy.
 
@@ -143,7 +143,7 @@ class Observed:
                     )
         return Probe(counts, dwell, loads)
 
-    def scrape(self, core: FairScheduler[Any], in_flight: int, payload_bytes: int) -> Scrape:
+    def scrape(self, core: Core[Any], in_flight: int, payload_bytes: int) -> Scrape:
         """Copies of what ``/metrics`` shows (on the emitter thread: ``Handoff.call``)."""
         return Scrape(
             {t: core.backlog(t)[0] for t in core.tenants()},
@@ -156,7 +156,7 @@ class Observed:
 
     def tenant_stats(
         self,
-        core: FairScheduler[Any],
+        core: Core[Any],
         limit: int,
         *,
         ready: bool,
