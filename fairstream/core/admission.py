@@ -59,27 +59,7 @@ def admit(
 
     A paused tenant still accepts records: pausing stops sending, not buffering.
     """
-    limit = policy.max_backlog
-    if limit is not None and backlog_records + 1 > limit:
-        return Decision.reject(
-            BACKLOG_FULL,
-            f"tenant {tenant!r} already has {backlog_records} records waiting, "
-            f"the most its policy allows (max_backlog={limit})",
-        )
-    cost_limit = policy.max_backlog_cost
-    if cost_limit is not None and backlog_cost + cost > cost_limit:
-        if cost > cost_limit:
-            detail = (
-                f"a record of cost {cost} can never fit tenant {tenant!r}'s backlog "
-                f"(max_backlog_cost={cost_limit})"
-            )
-        else:
-            detail = (
-                f"tenant {tenant!r} has cost {backlog_cost} waiting; a record of cost {cost} "
-                f"would exceed its policy's max_backlog_cost={cost_limit}"
-            )
-        return Decision.reject(BACKLOG_FULL, detail)
-    return ACCEPT
+    return _admit(f"tenant {tenant!r}", policy, backlog_records, backlog_cost, cost)
 
 
 def admit_to_group(
@@ -93,18 +73,32 @@ def admit_to_group(
     """Decide whether a record of ``cost`` of ``tenant`` may join the backlog of its
     ``group`` under the group's ``policy`` (its ``max_backlog`` and ``max_backlog_cost``,
     over all of the group's members); the tenant's own policy is ``admit``'s."""
+    who = f"group {group!r} of tenant {tenant!r}"
+    return _admit(who, policy, backlog_records, backlog_cost, cost)
+
+
+def _admit(
+    who: str, policy: TenantPolicy, backlog_records: int, backlog_cost: int, cost: int
+) -> Decision:
+    """The one backlog rule, for a tenant or a group (``who`` names it in the detail)."""
     limit = policy.max_backlog
     if limit is not None and backlog_records + 1 > limit:
         return Decision.reject(
             BACKLOG_FULL,
-            f"group {group!r} of tenant {tenant!r} already has {backlog_records} records "
-            f"waiting, the most its policy allows (max_backlog={limit})",
+            f"{who} already has {backlog_records} records waiting, "
+            f"the most its policy allows (max_backlog={limit})",
         )
     cost_limit = policy.max_backlog_cost
     if cost_limit is not None and backlog_cost + cost > cost_limit:
-        return Decision.reject(
-            BACKLOG_FULL,
-            f"group {group!r} of tenant {tenant!r} has cost {backlog_cost} waiting; a record "
-            f"of cost {cost} would exceed its policy's max_backlog_cost={cost_limit}",
-        )
+        if cost > cost_limit:
+            detail = (
+                f"a record of cost {cost} can never fit the backlog of {who} "
+                f"(max_backlog_cost={cost_limit})"
+            )
+        else:
+            detail = (
+                f"{who} has cost {backlog_cost} waiting; a record of cost {cost} "
+                f"would exceed its policy's max_backlog_cost={cost_limit}"
+            )
+        return Decision.reject(BACKLOG_FULL, detail)
     return ACCEPT
