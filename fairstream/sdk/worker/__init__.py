@@ -31,7 +31,7 @@ Guarantees:
     side; otherwise records start in egress order (with ``concurrency=1``, exactly that
     order per partition). A tenant gets at most ``1 / latency`` calls/s.
   Either way, one record never runs twice at once in one worker, and the commit position
-  is the contiguous done prefix of each partition (``PartitionProgress``).
+  is the contiguous done prefix of each partition (``CommitPosition``).
 - retries: a failing handler is called again after ``backoff_initial``, ``2 x``... up to
   ``backoff_max`` seconds, ``max_attempts`` times in all; then the record goes to the
   dead-letter topic with reason ``handler-failed`` and the last error in

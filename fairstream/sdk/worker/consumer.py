@@ -38,8 +38,8 @@ from fairstream.sdk.worker.outputs import Outputs
 from fairstream.sdk.worker.serving import Hook, Serving
 from fairstream.sdk.worker.settings import DEFAULT_GROUP, WorkerSettings
 from fairstream.sdk.worker.tracking import (
+    CommitPosition,
     Ordering,
-    PartitionProgress,
     RecentIds,
     TenantQueues,
     per_tenant,
@@ -192,7 +192,7 @@ class Worker(Serving, Handling):
         dedup = self.settings.dedup
         self._recent = RecentIds(dedup) if dedup is not None else None
         self._in_flight_ids: Counter[str] = Counter()
-        self._progress: dict[tuple[str, int], PartitionProgress] = {}
+        self._progress: dict[tuple[str, int], CommitPosition] = {}
         # Records handed to the loop whose outcome is not back, by (topic, partition, offset).
         self._jobs: dict[tuple[str, int, int], Job] = {}
         self._outstanding = 0  # handed to the loop, outcome not back yet
@@ -503,7 +503,7 @@ class Worker(Serving, Handling):
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for p in partitions:
-            self._progress[(p.topic, p.partition)] = PartitionProgress()
+            self._progress[(p.topic, p.partition)] = CommitPosition()
         self.metrics.assigned.set(len(self._progress))
         log.info("assigned %s", [(p.topic, p.partition) for p in partitions])
 

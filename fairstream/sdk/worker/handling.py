@@ -24,7 +24,7 @@ from fairstream.sdk.worker.jobs import FINISHED, Job, Outcome, WorkerStats
 from fairstream.sdk.worker.metrics import WorkerMetrics
 from fairstream.sdk.worker.outputs import Outputs
 from fairstream.sdk.worker.retry import backoff_delay
-from fairstream.sdk.worker.tracking import PartitionProgress, TenantQueues
+from fairstream.sdk.worker.tracking import CommitPosition, TenantQueues
 from fairstream.wire.feedback import Outcome as Reported
 
 __all__ = ["MAX_DETAIL_CHARS", "Handling"]
@@ -76,7 +76,7 @@ class Handling(Retrying):
         job.outcome = Outcome.ABANDONED
         self._completions.put((job, Outcome.ABANDONED))
 
-    def _purge(self, progresses: set[PartitionProgress]) -> None:
+    def _purge(self, progresses: set[CommitPosition]) -> None:
         for job in self._queues.purge(lambda job: job.progress in progresses):
             self._abandon(job)
         self._interrupt()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from fairstream import wire
 from fairstream.sdk.worker.handler import Request
-from fairstream.sdk.worker.tracking import PartitionProgress
+from fairstream.sdk.worker.tracking import CommitPosition
 
 __all__ = ["FINISHED", "Job", "Outcome", "WorkerStats"]
 
@@ -37,7 +37,7 @@ class Job:
     request: Request
     key: bytes | None
     value: bytes | None
-    progress: PartitionProgress
+    progress: CommitPosition
     # The run of the same record still going on from an earlier assignment of its
     # partition, if any: this one runs after it (same tenant), and only if it did not finish.
     predecessor: Job | None = None

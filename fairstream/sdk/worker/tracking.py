@@ -3,7 +3,7 @@ the order in which it starts the records it fetched, per tenant and overall (eve
 and the bounded memory of recently seen request ids. Pure: the unit tests drive these
 directly.
 
-Offsets complete in any order (``PartitionProgress`` commits only the contiguous done
+Offsets complete in any order (``CommitPosition`` commits only the contiguous done
 prefix), so how many records of a tenant run at once (``TenantQueues``' ``per_tenant``)
 never changes what is committed.
 """
@@ -15,7 +15,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Generic, Literal, TypeVar, get_args
 
-__all__ = ["ORDERINGS", "Ordering", "PartitionProgress", "RecentIds", "TenantQueues", "per_tenant"]
+__all__ = ["ORDERINGS", "CommitPosition", "Ordering", "RecentIds", "TenantQueues", "per_tenant"]
 
 T = TypeVar("T")
 
@@ -36,7 +36,7 @@ def per_tenant(ordering: str) -> int | None:
     raise ValueError(f"ordering must be one of {', '.join(ORDERINGS)}, got {ordering!r}")
 
 
-class PartitionProgress:
+class CommitPosition:
     """Offsets of one partition handed out during one assignment, and how far it may commit.
 
     The commit position is the first offset not yet done: every record before it succeeded,

@@ -9,7 +9,7 @@ import pytest
 from fairstream.sdk.worker.retry import backoff_delay
 from fairstream.sdk.worker.tracking import (
     ORDERINGS,
-    PartitionProgress,
+    CommitPosition,
     RecentIds,
     TenantQueues,
     per_tenant,
@@ -29,7 +29,7 @@ def test_backoff_survives_huge_attempt_numbers_and_rejects_zero() -> None:
 
 
 def test_commit_position_is_the_first_offset_not_done() -> None:
-    p = PartitionProgress()
+    p = CommitPosition()
     assert p.commit_position() is None
     for offset in (10, 11, 12, 13):
         assert p.add(offset)
@@ -45,7 +45,7 @@ def test_commit_position_is_the_first_offset_not_done() -> None:
 
 
 def test_commit_position_across_offset_gaps() -> None:
-    p = PartitionProgress()
+    p = CommitPosition()
     for offset in (5, 9, 20):  # compaction or transaction markers leave gaps
         p.add(offset)
     p.resolve(5, done=True)
@@ -56,7 +56,7 @@ def test_commit_position_across_offset_gaps() -> None:
 
 
 def test_abandoned_offset_blocks_the_commit_for_good() -> None:
-    p = PartitionProgress()
+    p = CommitPosition()
     for offset in range(3):
         p.add(offset)
     p.resolve(0, done=True)
@@ -69,7 +69,7 @@ def test_abandoned_offset_blocks_the_commit_for_good() -> None:
 
 
 def test_refetched_offsets_are_refused_and_stale_reports_ignored() -> None:
-    p = PartitionProgress()
+    p = CommitPosition()
     assert p.add(0)
     assert p.add(1)
     assert not p.add(1)
@@ -84,7 +84,7 @@ def test_commit_position_matches_a_model_under_random_completion_order() -> None
     rng = random.Random(7)
     for _ in range(200):
         offsets = sorted(rng.sample(range(100), rng.randint(1, 30)))
-        p = PartitionProgress()
+        p = CommitPosition()
         for o in offsets:
             p.add(o)
         done: set[int] = set()
@@ -276,7 +276,7 @@ def test_many_in_flight_per_tenant_never_commit_past_an_unfinished_record() -> N
     commit position of each partition never passes a record that is not done, and reaches
     the end once all are."""
     rng = random.Random(5)
-    progress = {0: PartitionProgress(), 1: PartitionProgress()}
+    progress = {0: CommitPosition(), 1: CommitPosition()}
     q: TenantQueues[tuple[int, int]] = TenantQueues(per_tenant=None)
     next_offset = {0: 0, 1: 0}
     done: set[tuple[int, int]] = set()
