@@ -35,11 +35,12 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+from confluent_kafka import OFFSET_END
 
 from fairstream.core import MonotonicClock
 from fairstream.core.adaptive import AdaptiveRate
 from fairstream.core.usage import cost_correction
+from fairstream.scheduler.consumers import LazyConsumer, assign_when_present
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.recent import RecentRequests
@@ -56,7 +57,6 @@ log = logging.getLogger("fairstream.feedback")
 
 MAX_COST_RATIO = 10_000  # a reported cost this many times the declared one is not believed
 PUBLISH_EVERY = 0.05  # seconds between two looks at the adaptive rate
-RETRY_TOPIC = 30.0  # seconds between two looks for a feedback topic that is missing
 
 
 class _NoRate:
@@ -124,13 +124,8 @@ class FeedbackReader:
         self._on_rate = on_rate
         self._slots = slots
         self._stopping = threading.Event()
-        self._config = {
-            **config,
-            "group.id": f"{topic}.scheduler",  # never joins: assigned by hand
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 20,
-        }
-        self._consumer: Consumer | None = Consumer(self._config)
+        self._consumer = LazyConsumer(config, f"{topic}.scheduler", {"fetch.wait.max.ms": 20})
+        self._consumer.get()  # opened now: a configuration librdkafka refuses fails here
         self._published: AdaptiveChange | None = None
         self.last_rate = ceiling  # what the web endpoints show (read by another thread)
         self.hold_until = 0.0  # monotonic
@@ -142,12 +137,10 @@ class FeedbackReader:
         """Follow the topic until stopped. An error ends it with the exception; the
         service's supervisor runs it again (``supervise``) with a new consumer, from the
         topic's end."""
-        if self._consumer is None:
-            self._consumer = Consumer(self._config)
-        consumer = self._consumer
+        consumer = self._consumer.get()
         try:
-            while not self._stopping.is_set() and not self._assign():
-                self._stopping.wait(RETRY_TOPIC)
+            if assign_when_present(consumer, self.topic, OFFSET_END, self._stopping, self._missing):
+                log.info("following feedback on %s", self.topic)
             next_publish = 0.0
             while not self._stopping.is_set():
                 batch = FeedbackBatch()
@@ -167,25 +160,15 @@ class FeedbackReader:
                     next_publish = now + PUBLISH_EVERY
                     self._publish(now)
         finally:
-            consumer.close()
-            self._consumer = None
+            self._consumer.close()  # the next run opens a new one
 
-    def _assign(self) -> bool:
-        consumer = self._consumer
-        assert consumer is not None  # run opened it
-        metadata = consumer.list_topics(self.topic, timeout=30)
-        info = metadata.topics.get(self.topic)
-        if info is None or info.error is not None:
-            log.warning(
-                "feedback topic %s not found: the rate stays at --rate until it exists "
-                "(fairstream topics create --feedback-topic %s)",
-                self.topic,
-                self.topic,
-            )
-            return False
-        consumer.assign([TopicPartition(self.topic, p, OFFSET_END) for p in info.partitions])
-        log.info("following feedback on %s", self.topic)
-        return True
+    def _missing(self) -> None:
+        log.warning(
+            "feedback topic %s not found: the rate stays at --rate until it exists "
+            "(fairstream topics create --feedback-topic %s)",
+            self.topic,
+            self.topic,
+        )
 
     def _read(self, key: bytes | None, value: bytes | None, batch: FeedbackBatch) -> None:
         try:
