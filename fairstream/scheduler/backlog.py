@@ -124,7 +124,7 @@ class Backlog:
         # A flood's overflow (refused by its tenant's backlog limits): written after the
         # other letters, in bounded turns, its payloads held within a budget.
         self.overflow = Overflow(settings.buffer_memory // 8)
-        self.parking = Parking(settings, rule, progress, fetcher, metrics, self)
+        self.parking = Parking(settings, self)
 
     @property
     def waiting(self) -> bool:
