@@ -112,9 +112,8 @@ class FairScheduler(Generic[T]):
         self._tenants: dict[str, TenantRecord[T]] = {}  # backlogged tenants only
         self._classes: dict[int, ClassRings[T]] = {}  # classes with live ring members
         self._order: list[ClassRings[T]] = []  # the same, highest priority first
-        self._parked: list[
-            tuple[float, int, TenantRecord[T]]
-        ] = []  # heap: (token due, seq, tenant)
+        # Tenants out of tokens, a heap: (token due, seq, tenant).
+        self._parked: list[tuple[float, int, TenantRecord[T]]] = []
         # Buckets of idle tenants under a capped default policy, dropped once full again:
         # (time full, seq, tenant, bucket). A full bucket is the same as a new one.
         self._idle_buckets: list[tuple[float, int, str, TokenBucket]] = []
@@ -136,19 +135,11 @@ class FairScheduler(Generic[T]):
         if type(cost) is not int or cost < 1:
             raise ValueError(f"cost must be a positive integer, got {cost!r}")
         t = self._tenants.get(tenant)
-        if t is not None:
-            t.queue.append(new_pick(Pick, (tenant, item, cost)))
-            t.cost += cost
-            self._len += 1
-            return
-        t = self._new_tenant(tenant)
+        if t is None:
+            t = self._new_tenant(tenant)
         t.queue.append(new_pick(Pick, (tenant, item, cost)))
-        t.cost = cost
+        t.cost += cost
         self._len += 1
-        if t.policy.paused:
-            t.state = PAUSED
-        else:
-            self._join_tail(t)
 
     def push_front(self, tenant: str, item: T, cost: int = 1) -> None:
         """Put ``item`` back at the head of ``tenant``'s queue: a pick the service could not
@@ -157,15 +148,8 @@ class FairScheduler(Generic[T]):
 
         Caller: the service, with the item of a ``Pick`` it just took. Affects: as ``push``.
         """
-        if type(cost) is not int or cost < 1:
-            raise ValueError(f"cost must be a positive integer, got {cost!r}")
-        t = self._tenants.get(tenant)
-        if t is not None:
-            t.queue.appendleft(new_pick(Pick, (tenant, item, cost)))
-            t.cost += cost
-            self._len += 1
-            return
         self.push(tenant, item, cost)
+        self._tenants[tenant].queue.rotate(1)  # the item just appended goes to the head: O(1)
 
     def charge(self, tenant: str, amount: float) -> bool:
         """Charge a backlogged ``tenant``'s deficit ``amount`` more cost units (a negative
@@ -236,12 +220,7 @@ class FairScheduler(Generic[T]):
         """
         # The hot path of the whole project, hence one flat function with local names.
         if self._buckets:
-            if now is None:
-                now = self._clock.now()
-            if self._parked and self._parked[0][0] <= now:
-                self._unpark_due(now)
-            if self._idle_buckets and self._idle_buckets[0][0] <= now:
-                self._drop_full_buckets(now)
+            now = self._caps_due(now)
         order = self._order
         i = 0
         while i < len(order):
@@ -274,10 +253,7 @@ class FairScheduler(Generic[T]):
                     if now is None:
                         now = self._clock.now()
                     if not bucket.try_take(1, now):
-                        t.deficit = deficit
-                        ring.popleft()
-                        self._leave_ring(t)
-                        self._park(t, now)
+                        self._out_of_tokens(ring, t, deficit, now)
                         if cls.size == 0:
                             break
                         continue
@@ -492,7 +468,7 @@ class FairScheduler(Generic[T]):
         if self._tenants:
             return False
         if self._idle_buckets:
-            self._drop_full_buckets(self._clock.now() if now is None else now)
+            self._caps_due(now)  # with no backlog, nothing is parked: this drops full buckets
         return not self._buckets
 
     def tenants(self) -> Iterator[str]:
@@ -525,6 +501,8 @@ class FairScheduler(Generic[T]):
     # -- ring membership ---------------------------------------------------------------------
 
     def _new_tenant(self, name: str) -> TenantRecord[T]:
+        """A tenant becoming backlogged (its first item still to append): it joins the tail
+        of its class's ring, unless paused."""
         policy = self._policies.get(name, self._default)
         bucket: TokenBucket | None = None
         if policy.rate_cap is not None:
@@ -535,6 +513,10 @@ class FairScheduler(Generic[T]):
                 )
         t: TenantRecord[T] = TenantRecord(name, policy, policy.weight * self._quantum, bucket)
         self._tenants[name] = t
+        if policy.paused:
+            t.state = PAUSED
+        else:
+            self._join_tail(t)
         return t
 
     def _class(self, priority: int) -> ClassRings[T]:
@@ -629,16 +611,41 @@ class FairScheduler(Generic[T]):
         due = now + t.bucket.wait_time(1, now)
         heapq.heappush(self._parked, (due, next(self._seq), t))
 
-    def _unpark_due(self, now: float) -> None:
+    def _out_of_tokens(
+        self, ring: deque[TenantRecord[T]], t: TenantRecord[T], deficit: float, now: float
+    ) -> None:
+        """``t``, at the head of ``ring``, has no token for its head record: its visit ends
+        with ``deficit`` and it waits out of the ring (``_park``)."""
+        t.deficit = deficit
+        ring.popleft()
+        self._leave_ring(t)
+        self._park(t, now)
+
+    def _caps_due(self, now: float | None) -> float:
+        """The time of a pick (the clock's when ``now`` is None), once the parked tenants
+        whose token is due have rejoined their rings and idle buckets full again are gone."""
+        if now is None:
+            now = self._clock.now()
         parked = self._parked
-        due: list[TenantRecord[T]] = []
-        while parked and parked[0][0] <= now:
-            t = heapq.heappop(parked)[2]
-            if t.state == PARKED:
-                due.append(t)
-        # Earliest due first: file them at the head in reverse order.
-        for t in reversed(due):
-            self._join_head(t)
+        if parked and parked[0][0] <= now:
+            due: list[TenantRecord[T]] = []
+            while parked and parked[0][0] <= now:
+                t = heapq.heappop(parked)[2]
+                if t.state == PARKED:
+                    due.append(t)
+            # Earliest due first: file them at the head in reverse order.
+            for t in reversed(due):
+                self._join_head(t)
+        idle = self._idle_buckets
+        while idle and idle[0][0] <= now:
+            _, _, tenant, bucket = heapq.heappop(idle)
+            if (
+                tenant not in self._tenants
+                and tenant not in self._policies
+                and self._buckets.get(tenant) is bucket
+            ):
+                del self._buckets[tenant]
+        return now
 
     def _forget_bucket(self, tenant: str) -> None:
         """An idle tenant following a capped default keeps its bucket only until it is full."""
@@ -650,14 +657,3 @@ class FairScheduler(Generic[T]):
         now = self._clock.now()
         full_in = bucket.wait_time(bucket.burst, now)
         heapq.heappush(self._idle_buckets, (now + full_in, next(self._seq), tenant, bucket))
-
-    def _drop_full_buckets(self, now: float) -> None:
-        idle = self._idle_buckets
-        while idle and idle[0][0] <= now:
-            _, _, tenant, bucket = heapq.heappop(idle)
-            if (
-                tenant not in self._tenants
-                and tenant not in self._policies
-                and self._buckets.get(tenant) is bucket
-            ):
-                del self._buckets[tenant]

@@ -124,7 +124,7 @@ class Backlog:
         # A flood's overflow (refused by its tenant's backlog limits): written after the
         # other letters, in bounded turns, its payloads held within a budget.
         self.overflow = Overflow(settings.buffer_memory // 8)
-        self.parking = Parking(settings, rule, progress, fetcher, metrics, self)
+        self.parking = Parking(settings, self)
 
     @property
     def waiting(self) -> bool:
@@ -166,6 +166,7 @@ class Backlog:
         """
         progress, letters, warming, purges = self.progress, self.letters, self.warming, self.purges
         core, budget, cached = self.rule.core, self.budget, self.cached
+        flood, held = self.overflow, self.overflow.held  # a flood's overflow (and bytes held)
         pushed = 0
         now = self.clock.epoch_ms()
         # Room left in each tenant's backlog (records, cost) under its policy: worked out
@@ -174,11 +175,6 @@ class Backlog:
         # Why a tenant's next record is refused, once per batch: a flood's overflow is a run of
         # records refused for one reason, and the sentence is the same for the whole run.
         refusal: dict[str, tuple[str, str]] = {}
-        overflow, held, held_budget = (
-            self.overflow.letters,
-            self.overflow.held,
-            self.overflow.budget,
-        )
         # Partitions with parked tenants (``holding``): their new records are parked too.
         parking = self.parking.parking()
         for item in records:
@@ -216,24 +212,20 @@ class Backlog:
             left = room.get(tenant)
             if left is None:
                 left = room[tenant] = _room(core, tenant)
-            if left[0] < 1 or left[1] < cost:
+            size = FOOTPRINT + len(msg) if msg.headers() is None else footprint(msg)  # inlined
+            if left[0] < 1 or left[1] < cost:  # over its backlog limits: overflow
                 why = refusal.get(tenant) if left[0] < 1 else None
-                if why is None:
-                    decision = core.admit(tenant, cost)  # the exact reason and sentence
-                    why = (decision.reason or wire.BACKLOG_FULL, decision.detail or "")
-                    if left[0] < 1:  # a cost refusal depends on the record's cost: not kept
-                        refusal[tenant] = why
-                size = FOOTPRINT + len(msg) if msg.headers() is None else footprint(msg)
-                if held + size <= held_budget:
+                if why is None:  # a refusal for its cost depends on the cost: not kept
+                    why = _refusal(core, tenant, cost, refusal if left[0] < 1 else None)
+                if held + size <= flood.budget:
                     held += size
-                    overflow.append(new(Letter, (tenant, item, *why)))
+                    flood.letters.append(new(Letter, (tenant, item, *why)))
                 else:  # read back when its letter is written
                     bare = (partition, offset, tenant, cost, deadline, enqueued, None, None)
-                    overflow.append(new(Letter, (tenant, new(Parsed, bare), *why)))
+                    flood.letters.append(new(Letter, (tenant, new(Parsed, bare), *why)))
                 continue
             left[0] -= 1
             left[1] -= cost
-            size = FOOTPRINT + len(msg) if msg.headers() is None else footprint(msg)
             if cached + size <= budget:
                 cached += size
                 core.push(tenant, item, cost)
@@ -241,8 +233,7 @@ class Backlog:
                 bare = (partition, offset, tenant, cost, deadline, enqueued, None, None)
                 core.push(tenant, new(Parsed, bare), cost)
             pushed += 1
-        self.cached = cached
-        self.overflow.held = held
+        self.cached, flood.held = cached, held
         if pushed:
             self.metrics.ingested.inc(pushed)
 
@@ -394,6 +385,18 @@ def _refused(
     return None
 
 
+def _refusal(
+    core: Core[Parsed], tenant: str, cost: int, runs: dict[str, tuple[str, str]] | None
+) -> tuple[str, str]:
+    """The reason and sentence of a refusal by ``tenant``'s backlog limits (the core's own
+    admission decision), kept in ``runs`` for the rest of the batch when given."""
+    decision = core.admit(tenant, cost)
+    why = (decision.reason or wire.BACKLOG_FULL, decision.detail or "")
+    if runs is not None:
+        runs[tenant] = why
+    return why
+
+
 def _room(core: Core[Parsed], tenant: str) -> list[float]:
     """Records and cost ``tenant`` may still add to its backlog under its policy."""
     policy = core.policy(tenant)
@@ -406,6 +409,4 @@ def _room(core: Core[Parsed], tenant: str) -> list[float]:
 
 def _held(msg: Message | None) -> int:
     """Bytes an overflow letter's payload counts against ``Overflow.budget``."""
-    if msg is None:
-        return 0
-    return FOOTPRINT + len(msg) if msg.headers() is None else footprint(msg)
+    return 0 if msg is None else footprint(msg)

@@ -22,6 +22,12 @@ skipped: bad feedback never stops anything.
   instance's business.
 
 Without feedback records nothing changes: the rate stays at ``--rate``.
+
+Time is the ``clock`` the reader is given (the emitter's, so that a hold's end is a time on
+the clock the emitter waits by): the adaptive rate and its hold run on its ``now``; what is
+left of a Retry-After is reckoned on its ``epoch_ms``, the wall clock the workers stamp
+their reports with.
+
 Caller: ``SchedulerService`` runs ``run`` on a thread. Affects: the emitter, through the
 handoff (``FeedbackBatch``, ``AdaptiveChange``); the group rate (``on_rate``).
 """
@@ -30,16 +36,16 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+from confluent_kafka import OFFSET_END
 
-from fairstream.core import MonotonicClock
+from fairstream.core import MonotonicClock, RecordClock
 from fairstream.core.adaptive import AdaptiveRate
 from fairstream.core.usage import cost_correction
+from fairstream.scheduler.consumers import LazyConsumer, assign_when_present
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.recent import RecentRequests
@@ -56,7 +62,6 @@ log = logging.getLogger("fairstream.feedback")
 
 MAX_COST_RATIO = 10_000  # a reported cost this many times the declared one is not believed
 PUBLISH_EVERY = 0.05  # seconds between two looks at the adaptive rate
-RETRY_TOPIC = 30.0  # seconds between two looks for a feedback topic that is missing
 
 
 class _NoRate:
@@ -91,7 +96,7 @@ class AdaptiveChange:
     """The group rate as a fraction of ``--rate``, and no egress before ``hold_until``."""
 
     factor: float
-    hold_until: float  # monotonic
+    hold_until: float  # by the reader's clock (the emitter's)
 
 
 class FeedbackReader:
@@ -108,32 +113,30 @@ class FeedbackReader:
         recent: RecentRequests | None = None,
         ownership: Callable[[], tuple[int, Collection[int]]] | None = None,
         slots: Callable[[], bool] | None = None,
+        clock: RecordClock | None = None,
     ) -> None:
         """``recent``: the request ids the emitter sent lately; ``ownership``: the ingest
         topic's partition count and the partitions this instance owns. Without them every
         reported cost is charged. ``slots``: whether the emitter counts concurrency slots
-        now (without it, always): only then are settled request ids handed over."""
+        now (without it, always): only then are settled request ids handed over.
+        ``clock``: the emitter's (default a ``MonotonicClock``)."""
         self.topic = topic
+        self.clock = clock or MonotonicClock()
         self.recent = recent
         self._ownership = ownership
         self.handoff = handoff
         self.metrics = metrics
         self.ceiling = ceiling
         # Without --rate there is no rate to adapt: charges and pauses still apply.
-        self.adaptive = None if ceiling is None else AdaptiveRate(MonotonicClock(), ceiling, floor)
+        self.adaptive = None if ceiling is None else AdaptiveRate(self.clock, ceiling, floor)
         self._on_rate = on_rate
         self._slots = slots
         self._stopping = threading.Event()
-        self._config = {
-            **config,
-            "group.id": f"{topic}.scheduler",  # never joins: assigned by hand
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 20,
-        }
-        self._consumer: Consumer | None = Consumer(self._config)
+        self._consumer = LazyConsumer(config, f"{topic}.scheduler", {"fetch.wait.max.ms": 20})
+        self._consumer.get()  # opened now: a configuration librdkafka refuses fails here
         self._published: AdaptiveChange | None = None
         self.last_rate = ceiling  # what the web endpoints show (read by another thread)
-        self.hold_until = 0.0  # monotonic
+        self.hold_until = 0.0  # by the clock
 
     def stop(self) -> None:
         self._stopping.set()
@@ -142,12 +145,10 @@ class FeedbackReader:
         """Follow the topic until stopped. An error ends it with the exception; the
         service's supervisor runs it again (``supervise``) with a new consumer, from the
         topic's end."""
-        if self._consumer is None:
-            self._consumer = Consumer(self._config)
-        consumer = self._consumer
+        consumer = self._consumer.get()
         try:
-            while not self._stopping.is_set() and not self._assign():
-                self._stopping.wait(RETRY_TOPIC)
+            if assign_when_present(consumer, self.topic, OFFSET_END, self._stopping, self._missing):
+                log.info("following feedback on %s", self.topic)
             next_publish = 0.0
             while not self._stopping.is_set():
                 batch = FeedbackBatch()
@@ -162,30 +163,20 @@ class FeedbackReader:
                         self._read(msg.key(), msg.value(), batch)
                 if batch.charges or batch.pauses or batch.settled or batch.renewed:
                     self.handoff.put(batch)
-                now = time.monotonic()
+                now = self.clock.now()
                 if self.adaptive is not None and now >= next_publish:
                     next_publish = now + PUBLISH_EVERY
                     self._publish(now)
         finally:
-            consumer.close()
-            self._consumer = None
+            self._consumer.close()  # the next run opens a new one
 
-    def _assign(self) -> bool:
-        consumer = self._consumer
-        assert consumer is not None  # run opened it
-        metadata = consumer.list_topics(self.topic, timeout=30)
-        info = metadata.topics.get(self.topic)
-        if info is None or info.error is not None:
-            log.warning(
-                "feedback topic %s not found: the rate stays at --rate until it exists "
-                "(fairstream topics create --feedback-topic %s)",
-                self.topic,
-                self.topic,
-            )
-            return False
-        consumer.assign([TopicPartition(self.topic, p, OFFSET_END) for p in info.partitions])
-        log.info("following feedback on %s", self.topic)
-        return True
+    def _missing(self) -> None:
+        log.warning(
+            "feedback topic %s not found: the rate stays at --rate until it exists "
+            "(fairstream topics create --feedback-topic %s)",
+            self.topic,
+            self.topic,
+        )
 
     def _read(self, key: bytes | None, value: bytes | None, batch: FeedbackBatch) -> None:
         try:
@@ -202,7 +193,7 @@ class FeedbackReader:
                 batch.renewed.append(fb.request_id.encode())
         adaptive = self.adaptive or _NO_RATE
         # What is left of a Retry-After once the record reached us.
-        age = max(0.0, time.time() - fb.reported_at_ms / 1000)
+        age = max(0.0, (self.clock.epoch_ms() - fb.reported_at_ms) / 1000)
         if fb.outcome is Outcome.OK:
             # Release to report: both stamps are wall-clock times, of two hosts perhaps,
             # but the adaptive rate only compares sojourns with each other.

@@ -31,9 +31,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from fairstream.adapters.clients import assigned_consumer_config
 from fairstream.core import Clock, MonotonicClock
 from fairstream.scheduler import faults
+from fairstream.scheduler.consumers import LazyConsumer
 
 log = logging.getLogger("fairstream.fetch")
 
@@ -73,13 +73,30 @@ class PayloadFetcher:
         holding: str | None = None,
         clock: Clock | None = None,
     ) -> None:
-        self._config = config
         # The backoff's clock (the emitter's). A read's own timeout is real time: it bounds
         # the consumer's calls.
         self.clock = clock or MonotonicClock()
         self.topic = topic
         self.holding = holding  # a negative partition ~p is partition p of this topic
-        self._consumer: Consumer | None = None
+        self._consumer = LazyConsumer(
+            config,
+            f"{topic}.payloads",
+            {
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 10,
+                "max.partition.fetch.bytes": 1024 * 1024,
+                # Between two reads the reader prefetches until its queue holds
+                # queued.min.messages, and then waits fetch.queue.backoff.ms (1 s by
+                # default) before fetching again: the next read, after a seek, waited out
+                # that second (measured: reads of 1.05 s, dead letters of a flood's overflow
+                # at 2,400/s). A small queue and a short backoff keep a read to a round trip.
+                "queued.min.messages": 10_000,
+                "queued.max.messages.kbytes": 8192,
+                "fetch.queue.backoff.ms": 5,
+            },
+        )
         self._window: OrderedDict[tuple[int, int], Message] = OrderedDict()
         self._bytes = 0
         self._next: tuple[int, int] | None = None  # where the reader stands, if streaming
@@ -87,30 +104,7 @@ class PayloadFetcher:
         self.failing: dict[int, Failing] = {}  # replaced whole: read by other threads
 
     def _reader(self) -> Consumer:
-        if self._consumer is None:
-            self._consumer = Consumer(
-                assigned_consumer_config(
-                    self._config,
-                    f"{self.topic}.payloads",
-                    {
-                        "isolation.level": "read_committed",
-                        "auto.offset.reset": "earliest",
-                        "enable.partition.eof": True,
-                        "fetch.wait.max.ms": 10,
-                        "max.partition.fetch.bytes": 1024 * 1024,
-                        # Between two reads the reader prefetches until its queue holds
-                        # queued.min.messages, and then waits fetch.queue.backoff.ms
-                        # (1 s by default) before fetching again: the next read, after a
-                        # seek, waited out that second (measured: reads of 1.05 s, dead
-                        # letters of a flood's overflow at 2,400/s). A small queue and a
-                        # short backoff keep a read to a round trip.
-                        "queued.min.messages": 10_000,
-                        "queued.max.messages.kbytes": 8192,
-                        "fetch.queue.backoff.ms": 5,
-                    },
-                )
-            )
-        return self._consumer
+        return self._consumer.get()
 
     def get(self, partition: int, offset: int) -> Message | Gone | None:
         """The record at ``offset``; ``Gone`` when the log no longer has it (its log start
@@ -263,9 +257,7 @@ class PayloadFetcher:
 
     def close(self) -> None:
         self._next = None
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        self._consumer.close()
 
 
 def _size(msg: Message) -> int:

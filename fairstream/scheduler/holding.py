@@ -71,15 +71,21 @@ from fairstream.scheduler.recovery import holding_id
 from fairstream.scheduler.transaction import Transaction
 from fairstream.wire.dead_letter import lost_detail
 
-__all__ = ["Parking", "Sink"]
+__all__ = ["Owner", "Parking"]
 
 log = logging.getLogger("fairstream.holding")
 
 ROUNDS = 64  # tenants parked per log and commit at most (the rest waits for the next one)
 
 
-class Sink(Protocol):
-    """Where parking sends what leaves the core otherwise: the backlog (``backlog``)."""
+class Owner(Protocol):
+    """What parking is part of, the backlog (``backlog``): the rule, the progress per log and
+    the fetcher it shares, and where what leaves the core otherwise goes."""
+
+    rule: EmissionRule[Parsed]
+    progress: dict[int, PartitionProgress]
+    fetcher: PayloadFetcher
+    metrics: Metrics
 
     def free(self, msg: Message) -> None: ...
 
@@ -90,25 +96,15 @@ class Parking:
     """The parked tenants' moves between the core and the holding logs, and the ingest
     partitions too far ahead of their marks to read more of (``ahead``).
 
-    Holds the rule (its ``core``), the emitter's progress per log (a live dict) and the
-    fetcher; sends lost records and freed payloads to ``sink``. Caller: the emitter thread.
+    Shares its owner's (the backlog's) rule, progress per log (a live dict), fetcher and
+    metrics; sends lost records and freed payloads back to it. Caller: the emitter thread.
     """
 
-    def __init__(
-        self,
-        settings: Settings,
-        rule: EmissionRule[Parsed],
-        progress: dict[int, PartitionProgress],
-        fetcher: PayloadFetcher,
-        metrics: Metrics,
-        sink: Sink,
-    ) -> None:
+    def __init__(self, settings: Settings, owner: Owner) -> None:
         self.park_ranges, self.park_span = settings.park_ranges, settings.park_span
-        self.rule = rule
-        self.progress = progress
-        self.fetcher = fetcher
-        self.metrics = metrics
-        self.sink = sink
+        self.rule, self.progress, self.fetcher = owner.rule, owner.progress, owner.fetcher
+        self.metrics = owner.metrics
+        self.sink = owner
         self.ingest_topic = settings.topics.ingest
         self.holding_topic = holding_topic(settings.app_id)
         self.ahead: set[int] = set()  # ingest partitions not taken from for now

@@ -12,12 +12,14 @@ import bisect
 import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 OTHER = "__other__"
+_Family = TypeVar("_Family", GaugeMetricFamily, CounterMetricFamily)
 DWELL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
 
 
@@ -44,26 +46,34 @@ class TenantCollector(Collector):
         self._k = top_tenants
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        backlog = GaugeMetricFamily(
-            "fairstream_tenant_backlog_records",
-            "Records buffered per tenant (top tenants by backlog; the rest under __other__).",
-            labels=["tenant"],
+        yield _with_top(
+            GaugeMetricFamily(
+                "fairstream_tenant_backlog_records",
+                "Records buffered per tenant (top tenants by backlog; the rest under __other__).",
+                labels=["tenant"],
+            ),
+            self._backlog(),
+            self._k,
         )
-        top, rest = _top(self._backlog(), self._k)
-        for tenant, count in top:
-            backlog.add_metric([tenant], count)
-        backlog.add_metric([OTHER], rest)
-        yield backlog
-        emitted = CounterMetricFamily(
-            "fairstream_tenant_emitted_records",
-            "Records emitted per tenant since start (top tenants; the rest under __other__).",
-            labels=["tenant"],
+        yield _with_top(
+            CounterMetricFamily(
+                "fairstream_tenant_emitted_records",
+                "Records emitted per tenant since start (top tenants; the rest under __other__).",
+                labels=["tenant"],
+            ),
+            self._emitted(),
+            self._k,
         )
-        top, rest = _top(self._emitted(), self._k)
-        for tenant, count in top:
-            emitted.add_metric([tenant], count)
-        emitted.add_metric([OTHER], rest)
-        yield emitted
+
+
+def _with_top(family: _Family, values: Mapping[str, int], k: int) -> _Family:
+    """``family`` with a series per tenant for the ``k`` largest of ``values``, the rest summed
+    under __other__."""
+    top, rest = _top(values, k)
+    for tenant, count in top:
+        family.add_metric([tenant], count)
+    family.add_metric([OTHER], rest)
+    return family
 
 
 def _le(bound: float) -> str:
@@ -158,7 +168,21 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
+        # Registered in this order (the order of /metrics), a concern at a time.
+        self._flow(self.registry)
+        self._concurrency(self.registry)
+        self._commits(self.registry)
+        self._ingest_log(self.registry)
+        self._group(self.registry)
+        self._feedback(self.registry)
+        self._emitter(self.registry)
+        self._policies(self.registry)
+        self._fairness(self.registry)
+        self._health(self.registry)
+
+    def _flow(self, r: CollectorRegistry) -> None:
+        """Records in and out: buffered, emitted (and their cost and dwell), dead-lettered;
+        the backlog, the open transaction, rebalances."""
         self.ingested = Counter("fairstream_ingested_records", "Records buffered.", registry=r)
         self.emitted = Counter(
             "fairstream_egress_records", "Records written to the egress topic.", registry=r
@@ -185,6 +209,9 @@ class Metrics:
             "Egress records in the open transaction (not yet visible to read_committed readers).",
             registry=r,
         )
+
+    def _concurrency(self, r: CollectorRegistry) -> None:
+        """The concurrency slots (``--max-concurrency``, ``fairstream.core.inflight``)."""
         self.concurrency_in_flight = Gauge(
             "fairstream_concurrency_in_flight",
             "Requests this instance released and no worker reported settled yet (the "
@@ -201,6 +228,9 @@ class Metrics:
             "Concurrency slots given back because their lease ran out (a lost completion).",
             registry=r,
         )
+
+    def _commits(self, r: CollectorRegistry) -> None:
+        """The transactions and what committing one takes."""
         self.transactions = Counter(
             "fairstream_transactions",
             "Kafka transactions ended, by outcome (committed, aborted).",
@@ -213,6 +243,10 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=r,
         )
+
+    def _ingest_log(self, r: CollectorRegistry) -> None:
+        """What the ingest log keeps for this instance: unsettled offsets, parking, the
+        progress records, retention, trimming, the payloads held."""
         self.unsettled = Gauge(
             "fairstream_ingest_unsettled_offsets",
             "Per ingest partition: offsets between the committed low-water mark and the "
@@ -269,6 +303,9 @@ class Metrics:
             "Bytes of buffered payloads held in memory (the rest is read back from the log).",
             registry=r,
         )
+
+    def _group(self, r: CollectorRegistry) -> None:
+        """The group-wide shares (``fairstream.scheduler.group``)."""
         self.group_instances = Gauge(
             "fairstream_group_instances",
             "Instances counted in this instance's share (fresh coordinated reports, its own "
@@ -299,6 +336,10 @@ class Metrics:
             "This instance's fraction of the group egress rate.",
             registry=r,
         )
+
+    def _feedback(self, r: CollectorRegistry) -> None:
+        """The paid API's feedback (``fairstream.scheduler.feedback``) and the rate it
+        adapts."""
         self.adaptive_rate = Gauge(
             "fairstream_adaptive_rate",
             "The group egress rate as the paid API's feedback allows it now (records/s; "
@@ -322,6 +363,10 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+
+    def _emitter(self, r: CollectorRegistry) -> None:
+        """The emitter: payloads read back, its rate limit, its partitions, whether it is
+        ready."""
         self.refetches = Counter(
             "fairstream_payload_refetches",
             "Reads of the ingest log for payloads not held in memory.",
@@ -336,6 +381,9 @@ class Metrics:
             "fairstream_assigned_partitions", "Ingest partitions assigned.", registry=r
         )
         self.ready = Gauge("fairstream_ready", "1 when recovered and emitting.", registry=r)
+
+    def _policies(self, r: CollectorRegistry) -> None:
+        """The policy topic (``fairstream.scheduler.policies``)."""
         self.policy_updates = Counter(
             "fairstream_policy_updates", "Policy-topic records applied.", registry=r
         )
@@ -344,7 +392,10 @@ class Metrics:
             "Policy-topic records that could not be decoded.",
             registry=r,
         )
-        # The fairness audit (fairstream.scheduler.audit), one value per closed window.
+
+    def _fairness(self, r: CollectorRegistry) -> None:
+        """The fairness audit (``fairstream.scheduler.audit``), one value per closed
+        window."""
         self.fairness_jain = Gauge(
             "fairstream_fairness_jain_index",
             "Jain's index, over the tenants backlogged throughout the last fairness window, "
@@ -367,7 +418,9 @@ class Metrics:
             "fairstream_fairness_windows", "Fairness windows closed.", registry=r
         )
 
-        # The service's own health (fairstream.scheduler.supervise, observe.Conditions).
+    def _health(self, r: CollectorRegistry) -> None:
+        """The service's own health (``fairstream.scheduler.supervise``,
+        ``observe.Conditions``)."""
         self.thread_up = Gauge(
             "fairstream_thread_up",
             "1 while the supervised thread runs, 0 while it waits to be restarted.",

@@ -13,11 +13,12 @@ import logging
 import threading
 from typing import Any, NamedTuple
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer
 
 from fairstream.adapters.clients import assigned_consumer_config
 from fairstream.config import Settings
 from fairstream.core import Clock, FairScheduler, TenantPolicy
+from fairstream.scheduler.consumers import assign_when_present
 from fairstream.scheduler.handoff import Handoff, PolicyChange
 from fairstream.scheduler.metrics import Metrics
 from fairstream.wire.policy import DEFAULT_POLICY_KEY, PolicyRecord, SchemaError, decode_policy
@@ -107,9 +108,6 @@ class Policies:
         return actions
 
 
-RETRY_TOPIC = 30.0  # seconds between two looks for a policy topic that is missing
-
-
 class PolicyReader:
     """Follows the policy topic on a thread of its own; hands records to the emitter.
 
@@ -132,8 +130,9 @@ class PolicyReader:
     def run(self) -> None:
         consumer = Consumer(self._config)
         try:
-            while not self._stopping.is_set() and not self._assign(consumer):
-                self._stopping.wait(RETRY_TOPIC)
+            assign_when_present(
+                consumer, self.topic, OFFSET_BEGINNING, self._stopping, self._missing
+            )
             while not self._stopping.is_set():
                 for msg in consumer.consume(num_messages=500, timeout=0.1):
                     if msg.error() is None:
@@ -141,15 +140,9 @@ class PolicyReader:
         finally:
             consumer.close()
 
-    def _assign(self, consumer: Consumer) -> bool:
-        metadata = consumer.list_topics(self.topic, timeout=30)
-        info = metadata.topics.get(self.topic)
-        if info is None or info.error is not None:
-            log.warning(
-                "policy topic %s not found: every tenant follows the defaults until it exists "
-                "(fairstream topics create)",
-                self.topic,
-            )
-            return False
-        consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in info.partitions])
-        return True
+    def _missing(self) -> None:
+        log.warning(
+            "policy topic %s not found: every tenant follows the defaults until it exists "
+            "(fairstream topics create)",
+            self.topic,
+        )

@@ -27,10 +27,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from fairstream.adapters.clients import assigned_consumer_config
 from fairstream.config.topics import holding_topic, progress_topic
 from fairstream.errors import Error
 from fairstream.scheduler import progress as codec
+from fairstream.scheduler.consumers import LazyConsumer
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress, Snapshot
 
 log = logging.getLogger("fairstream.recovery")
@@ -56,28 +56,21 @@ class Recovery:
         self.ingest_topic = ingest_topic
         self.topic = progress_topic(app_id)
         self.holding = holding_topic(app_id)
-        self._config = config
-        self._reader: Consumer | None = None
+        self._reader = LazyConsumer(
+            config,
+            f"{self.topic}.reader",
+            {
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 10,
+            },
+        )
 
     def _progress_reader(self) -> Consumer:
-        if self._reader is None:
-            self._reader = Consumer(
-                assigned_consumer_config(
-                    self._config,
-                    f"{self.topic}.reader",
-                    {
-                        "isolation.level": "read_committed",
-                        "enable.partition.eof": True,
-                        "fetch.wait.max.ms": 10,
-                    },
-                )
-            )
-        return self._reader
+        return self._reader.get()
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+        self._reader.close()
 
     def recover(
         self, consumer: Consumer, partitions: list[int], timeout: float = 120.0

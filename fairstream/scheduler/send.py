@@ -4,7 +4,8 @@
 ``EMIT_BATCH`` records and produces each into the open transaction, settling its offset:
 the common case (payload held, transaction open, record fits) inline, with local names, as
 it runs once per egress record; anything else (a payload to read back from the log, a
-transaction to begin, a record too large, a lost one) through ``emit_one``.
+transaction to begin, a record too large, a lost one) through ``sendable`` first. Either way
+the record is produced, settled and tallied (slot, cost, dwell) by the same lines.
 
 Under a rate or cost limit a record is stamped (``fairstream-scheduled-ms``) with its slot
 on the emission rule's virtual schedule (``EmissionRule.stamp_ms``): after a late moment
@@ -96,8 +97,7 @@ class Sender:
         """Send up to EMIT_BATCH records into ``txn``, those prepared during the last commit
         first; how many it picked (sent or expired). When the rule says wait, ``wait`` tells
         how long and ``paced`` whether on the rate, a cap or a hold (not for records)."""
-        rule = self.rule
-        prepared = self.prepared
+        rule, prepared = self.rule, self.prepared
         if prepared and not txn.open:
             txn.begin()
         direct = rule.direct()  # no limits: the core is asked directly (``EmissionRule.direct``)
@@ -105,9 +105,7 @@ class Sender:
         decide, pick_next = rule.next, rule.core.pick
         stamp_headers = self.stamper.headers
         epoch_ms = self.clock.epoch_ms  # the wall clock, for deadlines and stamps
-        produce = txn.producer.produce
-        topic = self.egress_topic
-        progress = self.progress
+        produce, topic, progress = txn.producer.produce, self.egress_topic, self.progress
         dwells = self.checkpoint.dwells()  # the open transaction's, live
         max_records = self.max_in_flight
         picked = freed = cost_sum = inline = 0
@@ -117,60 +115,48 @@ class Sender:
             if prepared:
                 step, stamp, key, value, headers = prepared.popleft()
                 now_ms = epoch_ms()
-                deadline = step.item.deadline
-                if deadline is not None and now_ms > deadline:
-                    picked += 1
-                    self.expire(Expire(*step), now_ms)  # the commit took longer than it had left
-                    continue
-                if headers is None or now_ms - stamp > STALE_MS:
-                    picked += 1
-                    self.emit_one(txn, step, now_ms)  # read back, too large, or stamped long ago
-                    if txn.records >= max_records:
-                        break
-                    continue
+                fresh = False
             else:
-                stamp = epoch_ms()  # for the deadline, and the scheduled-ms header
+                now_ms = stamp = epoch_ms()  # for the deadline, and the scheduled-ms header
                 step = pick_next() if direct else None
-                if step is not None:
-                    deadline = step.item.deadline
-                    if deadline is not None and stamp > deadline:
-                        step = Expire(*step)
-                else:
+                if step is None:
                     step = decide(stamp)
-                    if type(step) is Pick:
-                        stamp = rule.stamp_ms  # its slot: behind now when catching up
-                if type(step) is not Pick:
-                    if type(step) is Wait:
-                        self.wait = step.seconds
-                        self.paced = step.seconds != math.inf
-                        break
-                    picked += 1
-                    self.expire(step, stamp)
-                    continue
-                entry = step.item
-                msg = entry.msg
+                    if type(step) is not Pick:
+                        if self._waits(step, stamp):
+                            break
+                        picked += 1
+                        continue
+                    stamp = rule.stamp_ms  # its slot: behind now when catching up
+                fresh = True
+            picked += 1
+            tenant, entry, cost = step
+            partition, offset, _, _, deadline, enqueued, msg, _ = entry  # the order is Parsed's
+            # Prepared, the commit took longer than it had left? (The rule's picks passed.)
+            if deadline is not None and now_ms > deadline:
+                self.expire(Expire(*step), now_ms)
+                continue
+            if fresh:
                 headers = None
                 if msg is not None and txn.open:
                     key, value = msg.key(), msg.value()
-                    headers = stamp_headers(
-                        msg, key, value, entry.partition, entry.offset, entry.enqueued, stamp
-                    )
-                if headers is None:  # read back, a transaction to begin, or too large
-                    picked += 1
-                    self.emit_one(txn, step, stamp)
+                    headers = stamp_headers(msg, key, value, partition, offset, enqueued, stamp)
+            elif headers is None or now_ms - stamp > STALE_MS:
+                headers, stamp = None, now_ms  # read back, too large, or stamped long ago
+            if headers is not None:
+                freed += FOOTPRINT + len(msg) if not msg.headers() else footprint(msg)
+            else:  # read back, a transaction to begin, or too large
+                sendable = self.sendable(txn, step, stamp)
+                if sendable is None:  # a dead letter now, or back in its tenant's queue
                     if txn.records >= max_records:
                         break
                     continue
-            picked += 1
-            tenant, entry, cost = step
-            partition, offset, _, _, _, enqueued, msg, _ = entry  # the order is Parsed's
+                key, value, headers = sendable
             try:
                 produce(topic, value, key, headers=headers)  # type: ignore[arg-type]
                 txn.records += 1
                 inline += 1
             except (BufferError, KafkaException):
                 txn.produce(topic, value, key, headers)  # retries, or says why
-            freed += footprint(msg) if msg.headers() else FOOTPRINT + len(msg)
             progress[partition].settle(offset)
             if started is not None:
                 started(tenant, request_id(headers, partition, offset))
@@ -183,10 +169,25 @@ class Sender:
                 seconds.append(dwell)
             if txn.records >= max_records:
                 break
-        self.backlog.release(freed)
-        self.checkpoint.emitted(cost_sum)
-        txn.tally(inline)  # produced past Transaction.produce: counted for its polls
+        self._batch_done(txn, freed, cost_sum, inline)
         return picked
+
+    def _batch_done(self, txn: Transaction, freed: int, cost: int, inline: int) -> None:
+        """A batch's tallies: ``freed`` payload bytes left the core, records of ``cost`` went
+        out, ``inline`` of them produced past ``Transaction.produce``."""
+        self.backlog.release(freed)
+        self.checkpoint.emitted(cost)
+        txn.tally(inline)  # counted for its polls
+
+    def _waits(self, step: Expire[Parsed] | Wait, stamp: int) -> bool:
+        """What the rule said instead of a pick: whether to wait (``wait``, ``paced``), else
+        the expired pick made a dead letter."""
+        if isinstance(step, Wait):
+            self.wait = step.seconds
+            self.paced = step.seconds != math.inf
+            return True
+        self.expire(step, stamp)
+        return False
 
     def prepare(self) -> bool:
         """Pick and stamp up to PREPARE_CHUNK more records for the next transaction; whether
@@ -237,38 +238,36 @@ class Sender:
         detail = expired_detail(tenant, entry.deadline or 0, stamp, buffered=True)
         self.backlog.letter(tenant, entry, wire.EXPIRED, detail)
 
-    def emit_one(self, txn: Transaction, pick: Pick[Parsed], stamp: int) -> None:
-        """Send one picked record, whatever it takes: its payload read back from the log, a
-        transaction begun, or a dead letter when it is lost or too large."""
-        tenant, entry, cost = pick
-        partition, offset, enqueued, msg = entry.partition, entry.offset, entry.enqueued, entry.msg
+    def sendable(
+        self, txn: Transaction, pick: Pick[Parsed], stamp: int
+    ) -> tuple[bytes | None, bytes | None, HeaderList] | None:
+        """A pick's key, value and egress headers, whatever it takes: its payload read back
+        from the log, the transaction begun. None when it cannot go now (back in its
+        tenant's queue, ``unread``) or ever (a dead letter: lost, or too large)."""
+        tenant, entry, _ = pick
+        partition, offset, msg = entry.partition, entry.offset, entry.msg
         if msg is not None:
             self.backlog.free(msg)
         else:
             read = self.fetcher.get(partition, offset)
             if read is None:
                 self.unread(pick)
-                return
+                return None
             self.metrics.refetches.inc()
             if isinstance(read, Gone):
                 detail = lost_detail(partition, offset, read.log_start)
                 self.backlog.letter(tenant, entry, wire.LOST, detail)
-                return
+                return None
             msg = read
         key, value = msg.key(), msg.value()
-        headers = self.stamper.headers(msg, key, value, partition, offset, enqueued, stamp)
+        headers = self.stamper.headers(msg, key, value, partition, offset, entry.enqueued, stamp)
         if headers is None:
             detail = self.stamper.too_large(self.egress_topic)
             held = entry._replace(msg=msg)  # with its payload
             self.backlog.letter(tenant, held, wire.TOO_LARGE, detail)
-            return
-        txn.produce(self.egress_topic, value, key, headers)
-        self.progress[partition].settle(offset)
-        if self.rule.tracking:
-            self.rule.started(tenant, request_id(headers, partition, offset))
-        dwell = (stamp - enqueued) / 1000 if stamp > enqueued else 0.0
-        self.checkpoint.dwells().setdefault(tenant, []).append(dwell)
-        self.checkpoint.emitted(cost)
+            return None
+        txn.begin()
+        return key, value, headers
 
 
 def request_id(headers: HeaderList, partition: int, offset: int) -> bytes | tuple[int, int]:

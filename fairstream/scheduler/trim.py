@@ -40,10 +40,10 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from fairstream.adapters.clients import assigned_consumer_config
+from fairstream.scheduler.consumers import LazyConsumer
 from fairstream.scheduler.metrics import Metrics
 
 log = logging.getLogger("fairstream.trim")
@@ -155,22 +155,38 @@ class Trimmer:
         self.metrics = metrics
         self.trim = trim
         self.retention_ms = retention_ms if retention_ms and retention_ms > 0 else None
-        self._config = config
         self._admin = AdminClient(config)
         self._clock = clock
         # (generation, when handed over, marks, the sequence of the commit of each): one
         # reference swapped by the emitter thread
         self._marks: tuple[int, float, dict[int, int], dict[int, int]] = (0, clock(), {}, {})
         # The group whose committed offsets confirm a mark (None: marks are trimmed to as
-        # handed over), the emitter's token prefix, and the consumer that reads them back.
+        # handed over), the emitter's token prefix, and the consumer that reads them back
+        # (it never subscribes: it only sends OffsetFetch).
         self._group_id = group_id
         self._token_prefix = token_prefix
-        self._offsets: Consumer | None = None
+        self._offsets = (
+            None
+            if group_id is None
+            else LazyConsumer(config, group_id, {"isolation.level": "read_committed"})
+        )
         self._seasoned = Seasoned(lag)
         self._trimmed: dict[int, int] = {}  # partition -> mark the last trim reached
         self._starts: dict[int, int] = {}  # partition -> its log start after that trim
         self._stopping = threading.Event()
-        self._reader: Consumer | None = None
+        self._reader = LazyConsumer(
+            config,
+            f"{topic}.watch",
+            {
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+                # One record is read (its timestamp): fetch one batch, not a megabyte, and
+                # prefetch no more behind it.
+                "max.partition.fetch.bytes": 1024,
+                "queued.max.messages.kbytes": 64,
+                "queued.min.messages": 1,
+            },
+        )
 
     def committed(self, marks: dict[int, int] | None, seqs: dict[int, int] | None = None) -> None:
         """The committed marks of the partitions owned now, and per mark the sequence of the
@@ -209,10 +225,9 @@ class Trimmer:
                 self._trim(trimmed)
                 self._watch({p: m for p, m in latest.items() if p >= 0})
         finally:
-            for consumer in (self._reader, self._offsets):
-                if consumer is not None:
-                    consumer.close()
-            self._reader = self._offsets = None  # a restarted run opens new ones
+            self._reader.close()  # a restarted run opens new ones
+            if self._offsets is not None:
+                self._offsets.close()
 
     def _read_committed(self, partitions: list[int]) -> dict[int, Committed]:
         """The group's committed offsets of ``partitions`` as its coordinator reports them,
@@ -220,15 +235,9 @@ class Trimmer:
         (UNSTABLE_OFFSET_COMMIT), has none, or was not read in time is left out."""
         if not partitions:
             return {}
-        if self._offsets is None:
-            assert self._group_id is not None
-            self._offsets = Consumer(  # never subscribes: it only sends OffsetFetch
-                assigned_consumer_config(
-                    self._config, self._group_id, {"isolation.level": "read_committed"}
-                )
-            )
+        assert self._offsets is not None  # with a group to read
         try:
-            answer = self._offsets.committed(
+            answer = self._offsets.get().committed(
                 [TopicPartition(self.topic, p) for p in partitions], timeout=5
             )
         except KafkaException as exc:
@@ -269,7 +278,7 @@ class Trimmer:
         return TopicPartition(self.topic, key, offset)
 
     def _low_watermark(self, partition: int) -> int:
-        low, _ = self._watcher().get_watermark_offsets(
+        low, _ = self._reader.get().get_watermark_offsets(
             TopicPartition(self.topic, partition), timeout=10, cached=False
         )
         return int(low)
@@ -295,27 +304,8 @@ class Trimmer:
                         )
             self.metrics.retention_headroom.labels(str(partition)).set(headroom)
 
-    def _watcher(self) -> Consumer:
-        if self._reader is None:
-            self._reader = Consumer(
-                assigned_consumer_config(
-                    self._config,
-                    f"{self.topic}.watch",
-                    {
-                        "enable.partition.eof": True,
-                        "auto.offset.reset": "earliest",
-                        # One record is read (its timestamp): fetch one batch, not a
-                        # megabyte, and prefetch no more behind it.
-                        "max.partition.fetch.bytes": 1024,
-                        "queued.max.messages.kbytes": 64,
-                        "queued.min.messages": 1,
-                    },
-                )
-            )
-        return self._reader
-
     def _timestamp_at(self, partition: int, offset: int) -> int | None:
-        reader = self._watcher()
+        reader = self._reader.get()
         reader.assign([TopicPartition(self.topic, partition, offset)])
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:

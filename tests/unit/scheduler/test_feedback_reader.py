@@ -1,24 +1,25 @@
 """The feedback reader's decisions on single records: which reported costs are charged,
-which are counted as unknown and ignored. No broker: records are decoded from bytes."""
+which are counted as unknown and ignored, what is left of a Retry-After. No broker: records
+are decoded from bytes; time is a ManualClock (the reader's, the emitter's in the service)."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from fairstream.scheduler.feedback import FeedbackBatch, FeedbackReader
+from fairstream.core import ManualClock
+from fairstream.core.clock import EPOCH_MS
+from fairstream.scheduler.feedback import AdaptiveChange, FeedbackBatch, FeedbackReader
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.recent import RecentRequests
-from fairstream.wire.feedback import Feedback, Outcome, encode_feedback, feedback_key
+from fairstream.wire.feedback import Feedback, Outcome, Scope, encode_feedback, feedback_key
 from fairstream.wire.partition import murmur2, partition_of
 
 PARTITIONS = 4
 
 
 def reader(
-    recent: RecentRequests | None, owned: set[int] | None = None
+    recent: RecentRequests | None, owned: set[int] | None = None, clock: ManualClock | None = None
 ) -> tuple[FeedbackReader, Metrics]:
     metrics = Metrics()
     ownership = None if owned is None else (lambda: (PARTITIONS, owned))
@@ -33,6 +34,7 @@ def reader(
             on_rate=lambda rate: None,
             recent=recent,
             ownership=ownership,
+            clock=clock or ManualClock(),
         ),
         metrics,
     )
@@ -44,7 +46,7 @@ def record(request_id: str, tenant: str = "acme", cost: int = 10) -> tuple[bytes
         tenant=tenant,
         outcome=Outcome.OK,
         declared_cost=1,
-        reported_at_ms=int(time.time() * 1000),
+        reported_at_ms=EPOCH_MS,  # the ManualClock's wall clock at 0
         cost=cost,
     )
     return feedback_key(fb), encode_feedback(fb)
@@ -133,7 +135,7 @@ def outcome(request_id: str, result: Outcome) -> tuple[bytes, bytes]:
         tenant="acme",
         outcome=result,
         declared_cost=1,
-        reported_at_ms=int(time.time() * 1000),
+        reported_at_ms=EPOCH_MS,
     )
     return feedback_key(fb), encode_feedback(fb)
 
@@ -158,7 +160,41 @@ def test_no_slots_counted_no_request_ids_handed_over() -> None:
         floor=None,
         on_rate=lambda rate: None,
         slots=lambda: False,
+        clock=ManualClock(),
     )
     batch = FeedbackBatch()
     fr._read(*outcome("r-ok", Outcome.OK), batch)
     assert (batch.settled, batch.renewed) == ([], [])
+
+
+def rate_limited(scope: Scope, retry_after: float, reported_at_ms: int) -> tuple[bytes, bytes]:
+    fb = Feedback(
+        request_id="r-429",
+        tenant="acme",
+        outcome=Outcome.RATE_LIMITED,
+        declared_cost=1,
+        reported_at_ms=reported_at_ms,
+        scope=scope,
+        retry_after=retry_after,
+    )
+    return feedback_key(fb), encode_feedback(fb)
+
+
+def test_a_tenants_retry_after_counts_from_its_report_by_the_readers_clock() -> None:
+    clock = ManualClock(10.0)
+    fr, _ = reader(None, clock=clock)
+    reported = clock.epoch_ms()
+    clock.advance(0.5)  # the record took half a second to reach the reader
+    batch = FeedbackBatch()
+    fr._read(*rate_limited(Scope.TENANT, 2.0, reported), batch)
+    assert batch.pauses == [("acme", 1.5)]  # exact: one clock, no sleep
+
+
+def test_an_api_hold_ends_on_the_readers_clock() -> None:
+    clock = ManualClock(10.0)
+    fr, _ = reader(None, clock=clock)
+    fr._read(*rate_limited(Scope.API, 3.0, clock.epoch_ms()), FeedbackBatch())
+    fr._publish(clock.now())
+    [change] = [c for c in fr.handoff.controls if isinstance(c, AdaptiveChange)]
+    assert change.hold_until == fr.hold_until == pytest.approx(13.0)
+    assert change.factor < 1  # a 429 lowered the rate

@@ -11,7 +11,8 @@ import pytest
 
 from fairstream.core import ManualClock
 from fairstream.core.shares import ClassDemand
-from fairstream.scheduler.group import (
+from fairstream.scheduler.group import RENEW_EVERY, THREAD_LEASE, GroupShares, ShareChange
+from fairstream.scheduler.groupview import (
     DELIVERY_TIMEOUT,
     LEASE,
     RAISE_DELAY,
@@ -19,6 +20,8 @@ from fairstream.scheduler.group import (
     GroupView,
     Report,
 )
+from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.metrics import Metrics
 
 RATE = 100.0
 BUSY = {0: ClassDemand(1.0)}
@@ -68,7 +71,7 @@ def settle(
 
 def test_alone_it_starts_at_its_safe_share_and_then_coordinates() -> None:
     clock = ManualClock(1000.0)
-    view = GroupView("a", 4, clock.now)
+    view = GroupView("a", 4, clock)
     assert not view.coordinated()
     assert view.reason() == "starting: no report of this instance read back yet"
     first = view.decide(BUSY, (0, 1), RATE)
@@ -85,7 +88,7 @@ def test_alone_it_starts_at_its_safe_share_and_then_coordinates() -> None:
 def test_a_peers_wall_clock_plays_no_part() -> None:
     clock = ManualClock(50.0)
     log = Log()
-    a, b = GroupView("a", 4, clock.now), GroupView("b", 4, clock.now)
+    a, b = GroupView("a", 4, clock), GroupView("b", 4, clock)
     settle(clock, log, {a: (BUSY, (0, 1)), b: (BUSY, (2, 3))})
     # b's host clock is a day behind: its reports' sent_ms say so; nobody looks.
     late = Report("b", 1, (2, 3), BUSY, True, b.run, 999)
@@ -102,7 +105,7 @@ def test_a_peers_wall_clock_plays_no_part() -> None:
 def test_a_reader_that_fell_behind_counts_no_old_report() -> None:
     clock = ManualClock()
     log = Log()
-    a, b = GroupView("a", 2, clock.now), GroupView("b", 2, clock.now)
+    a, b = GroupView("a", 2, clock), GroupView("b", 2, clock)
     settle(clock, log, {a: (BUSY, (0,)), b: (BUSY, (1,))})
     log.publish(b, BUSY, (1,))  # b's last report, then b goes silent
     clock.advance(STALE + 1)
@@ -113,7 +116,7 @@ def test_a_reader_that_fell_behind_counts_no_old_report() -> None:
 def test_an_unwritable_topic_leaves_the_safe_share_not_silence() -> None:
     clock = ManualClock()
     log = Log()
-    a, b = GroupView("a", 4, clock.now), GroupView("b", 4, clock.now)
+    a, b = GroupView("a", 4, clock), GroupView("b", 4, clock)
     # a has one busy tenant, b has three: a's demand share (1/4) is below its partition share.
     b_busy = {0: ClassDemand(3.0)}
     rates = settle(clock, log, {a: (BUSY, (0, 1)), b: (b_busy, (2, 3))})
@@ -145,7 +148,7 @@ def test_an_unwritable_topic_leaves_the_safe_share_not_silence() -> None:
 def test_an_instance_that_reads_nothing_says_so_and_peers_reserve_its_partitions() -> None:
     clock = ManualClock()
     log = Log()
-    a, b = GroupView("a", 3, clock.now), GroupView("b", 3, clock.now)
+    a, b = GroupView("a", 3, clock), GroupView("b", 3, clock)
     settle(clock, log, {b: (BUSY, (1, 2))})
     a.read_failed("Broker: Topic authorization failed")
     for _ in range(5):
@@ -165,7 +168,7 @@ def test_an_instance_that_reads_nothing_says_so_and_peers_reserve_its_partitions
 def test_partitions_no_report_lists_are_reserved() -> None:
     clock = ManualClock()
     log = Log()
-    a = GroupView("a", 4, clock.now)
+    a = GroupView("a", 4, clock)
     rates = settle(clock, log, {a: (BUSY, (0, 1, 2))})
     assert rates["a"] == pytest.approx(3 * RATE / 4)  # partition 3's owner is unknown
 
@@ -173,7 +176,7 @@ def test_partitions_no_report_lists_are_reserved() -> None:
 def test_a_killed_peers_share_is_not_taken_before_its_partitions_move() -> None:
     clock = ManualClock()
     log = Log()
-    a, b = GroupView("a", 2, clock.now), GroupView("b", 2, clock.now)
+    a, b = GroupView("a", 2, clock), GroupView("b", 2, clock)
     settle(clock, log, {a: (BUSY, (0,)), b: (BUSY, (1,))})
     rates = settle(clock, log, {a: (BUSY, (0,))}, rounds=int(STALE / RAISE_DELAY) + 2)
     assert "b" not in a.live()
@@ -185,7 +188,7 @@ def test_a_killed_peers_share_is_not_taken_before_its_partitions_move() -> None:
 def test_rejoining_waits_for_a_coordinated_report_to_come_back() -> None:
     clock = ManualClock()
     log = Log()
-    a = GroupView("a", 1, clock.now)
+    a = GroupView("a", 1, clock)
     report = log.publish(a, BUSY, (0,))
     assert not report.coordinated  # sent before anything was read back
     log.read(a)
@@ -200,9 +203,9 @@ def test_rejoining_waits_for_a_coordinated_report_to_come_back() -> None:
 def test_an_earlier_run_of_this_instance_is_no_peer_and_no_echo() -> None:
     clock = ManualClock()
     log = Log()
-    old = GroupView("a", 1, clock.now, run="old")
+    old = GroupView("a", 1, clock, run="old")
     log.publish(old, BUSY, (0,))
-    new = GroupView("a", 1, clock.now, run="new")
+    new = GroupView("a", 1, clock, run="new")
     new.report(BUSY, (0,))  # seq 1, as old's was
     log.read(new)
     assert not new.reads()
@@ -211,8 +214,39 @@ def test_an_earlier_run_of_this_instance_is_no_peer_and_no_echo() -> None:
 
 def test_reports_never_read_back_are_not_kept_forever() -> None:
     clock = ManualClock()
-    view = GroupView("a", 1, clock.now)
+    view = GroupView("a", 1, clock)
     for _ in range(10_000):
         view.failed(view.report(BUSY, (0,)).seq, "Broker: Message size too large")
         clock.advance(0.5)
     assert len(view._sent) <= LEASE / 0.5 + 1
+
+
+def test_a_report_says_when_it_was_sent_by_the_views_own_clock() -> None:
+    clock = ManualClock(5.0)
+    view = GroupView("a", 1, clock)
+    clock.advance(1.5)
+    assert view.report(BUSY, (0,)).sent_ms == clock.epoch_ms()  # for people: one clock
+
+
+def test_the_emitters_lease_is_a_time_on_the_clock_the_group_thread_is_given() -> None:
+    clock = ManualClock(50.0)
+    handoff = Handoff()
+    shares = GroupShares(
+        {"bootstrap.servers": "127.0.0.1:9"},  # never polled here
+        "app",
+        "a",
+        RATE,
+        handoff,
+        Metrics(),
+        demand=lambda: (BUSY, (0,)),
+        partitions=1,
+        clock=clock,
+    )
+    try:
+        shares._apply(BUSY, (0,))
+        clock.advance(RENEW_EVERY)
+        shares._apply(BUSY, (0,))
+    finally:
+        shares._consumer.close()
+    leases = [c.lease_until for c in handoff.controls if isinstance(c, ShareChange)]
+    assert leases == [50.0 + THREAD_LEASE, 50.0 + RENEW_EVERY + THREAD_LEASE]

@@ -1,0 +1,300 @@
+"""What this instance knows of the group, and the rate it may take: ``GroupView``, pure (it
+is fed what was sent, acknowledged and read, and reads an injected clock), with the reports
+it exchanges (``Report``) and what it says of itself (``Coordination``).
+
+The protocol, and why it needs no two hosts' clocks to agree, is ``group``'s docstring;
+``group.GroupShares`` is the Kafka adapter around this view.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import uuid
+from dataclasses import dataclass
+
+from fairstream.core import RecordClock
+from fairstream.core.shares import ClassDemand, Demand, instance_rate
+
+__all__ = [
+    "DELIVERY_TIMEOUT",
+    "FLOOR",
+    "LEASE",
+    "RAISE_DELAY",
+    "STALE",
+    "STARTING",
+    "Coordination",
+    "Decision",
+    "GroupView",
+    "Report",
+]
+
+log = logging.getLogger("fairstream.group")
+
+LEASE = 3.0  # coordinated only while an own report sent this recently was read back
+STALE = 4.0  # a peer's report older than this (see group's docstring) is not counted
+DELIVERY_TIMEOUT = 2.0  # a report is written within this long of being sent, or never
+RAISE_DELAY = 0.3  # an instance raises its rate this long after first computing it
+FLOOR = 0.05  # of the group rate, split between the instances, kept by idle ones
+
+
+@dataclass(frozen=True)
+class Report:
+    instance: str
+    sent_ms: int  # wall clock, for people only: nothing compares it with another clock
+    partitions: tuple[int, ...]
+    demand: dict[int, ClassDemand]
+    coordinated: bool = True  # False: the sender takes its safe share (count its partitions)
+    run: str = ""  # which run of the instance sent it (its own reports read back)
+    seq: int = 0  # the run's sequence number of the report
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "v": 2,
+                "instance": self.instance,
+                "sent_ms": self.sent_ms,
+                "partitions": list(self.partitions),
+                "demand": {
+                    str(p): {"weight": d.weight, "capped": [list(c) for c in d.capped]}
+                    for p, d in self.demand.items()
+                },
+                "coordinated": self.coordinated,
+                "run": self.run,
+                "seq": self.seq,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Report:
+        """Raises ``ValueError`` (with a reason) for anything that is not a report. Version
+        1 reports (no mode, run or sequence) read as coordinated."""
+        try:
+            doc = json.loads(raw)
+            demand = {
+                int(p): ClassDemand(
+                    float(d["weight"]), tuple((float(w), float(c)) for w, c in d["capped"])
+                )
+                for p, d in doc["demand"].items()
+            }
+            return cls(
+                str(doc["instance"]),
+                int(doc["sent_ms"]),
+                tuple(int(p) for p in doc["partitions"]),
+                demand,
+                bool(doc.get("coordinated", True)),
+                str(doc.get("run", "")),
+                int(doc.get("seq", 0)),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"not a coordination report: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class Coordination:
+    """A read-only snapshot of this instance's coordination, for ``/readyz``, ``/metrics``
+    and ``/tenants`` (replaced whole by the group thread; read from any thread)."""
+
+    coordinated: bool  # the share follows the group's demand (False: the safe share)
+    reason: str | None  # why not, in words (None when coordinated)
+    fraction: float  # of --rate, taken now
+    instances: int  # counted instances, this one included
+    publish_failures: int  # reports the broker did not acknowledge, since start
+    read_failures: int  # errors reading the coordination topic, since start
+
+    def describe(self) -> str:
+        share = f"{self.fraction:.3f} of --rate"
+        if self.coordinated:
+            return f"coordinated with {self.instances} instance(s), {share}"
+        return f"safe share ({share}): {self.reason}"
+
+
+STARTING = Coordination(False, "starting: no report of this instance read back yet", 0, 1, 0, 0)
+
+
+@dataclass(frozen=True)
+class Decision:
+    rate: float  # records/s (or cost units/s) this instance may take now
+    coordinated: bool
+    live: dict[str, Report]  # counted instances' reports, this one's included
+    reserved: float  # of the rate, kept for partitions no counted report lists
+
+
+class GroupView:
+    """What this instance knows of the group, and the rate it may take. Pure: the caller
+    feeds it what was sent, acknowledged and read; every age is a duration on ``clock``'s
+    ``now`` (a report's ``sent_ms``, for people only, is its ``epoch_ms``).
+    Caller: ``GroupShares`` (one thread)."""
+
+    def __init__(self, instance: str, partitions: int, clock: RecordClock, run: str = "") -> None:
+        if partitions < 1:
+            raise ValueError(f"the ingest topic has partitions, got {partitions!r}")
+        self.instance = instance
+        self.partitions = partitions  # P: every partition of the ingest topic
+        self.run = run or uuid.uuid4().hex[:12]
+        self.clock = clock
+        self.peers: dict[str, tuple[Report, float | None]] = {}  # report, anchor (see doc)
+        self.own: Report | None = None  # the last report sent
+        self._seq = 0
+        self._sent: dict[int, tuple[float, bool]] = {}  # seq -> (sent at, coordinated)
+        self._echo: tuple[float, bool] | None = None  # the latest own report read back
+        self._last_coordinated_sent = -math.inf
+        self._applied = 0.0
+        self._raise_at: float | None = None
+        self.publish_error: str | None = None  # the last delivery failure, until an ack
+        self.read_error: str | None = None  # the last read failure, until an echo
+        self.publish_failures = 0
+        self.read_failures = 0
+
+    # -- what happened ------------------------------------------------------------------------
+
+    def report(self, demand: dict[int, ClassDemand], partitions: tuple[int, ...]) -> Report:
+        """A new report of this instance, to publish now (its mode: whether it reads
+        itself back)."""
+        now = self.clock.now()
+        self._seq += 1
+        coordinated = self.reads()
+        report = Report(
+            self.instance,
+            self.clock.epoch_ms(),
+            partitions,
+            demand,
+            coordinated,
+            self.run,
+            self._seq,
+        )
+        sent = self._sent
+        sent[self._seq] = (now, coordinated)
+        # Reports never read back (the topic refuses them) are forgotten once too old to
+        # make this instance coordinated anyway: the map stays small.
+        while sent:
+            first = next(iter(sent))
+            if now - sent[first][0] <= LEASE:
+                break
+            del sent[first]
+        if coordinated:
+            self._last_coordinated_sent = now
+        self.own = report
+        return report
+
+    def acked(self, seq: int) -> None:
+        self.publish_error = None
+
+    def failed(self, seq: int, reason: str) -> None:
+        """The broker refused (or never acknowledged) report ``seq``."""
+        self.publish_failures += 1
+        self.publish_error = reason
+
+    def read_failed(self, reason: str) -> None:
+        self.read_failures += 1
+        self.read_error = reason
+
+    def received(self, key: str, value: bytes | None) -> None:
+        """A record read from the coordination topic, in log order."""
+        if key == self.instance:
+            if value is None:
+                return  # the tombstone of an earlier run of this instance
+            try:
+                report = Report.decode(value)
+            except ValueError:
+                return
+            sent = self._sent.get(report.seq) if report.run == self.run else None
+            if sent is not None:  # ours, this run: everything before it is read
+                self._echo = sent
+                self.read_error = None
+                for seq in [s for s in self._sent if s <= report.seq]:
+                    del self._sent[seq]
+            return  # an earlier run's report: it is this instance, not a peer
+        if value is None:
+            self.peers.pop(key, None)  # an instance that left
+            return
+        try:
+            report = Report.decode(value)
+        except ValueError as exc:
+            log.warning("ignoring coordination record %r: %s", key, exc)
+            return
+        self.peers[key] = (report, self._echo[0] if self._echo is not None else None)
+
+    # -- what follows ---------------------------------------------------------------------------
+
+    def reads(self) -> bool:
+        """Whether an own report sent within ``LEASE`` was read back (any mode)."""
+        echo = self._echo
+        return echo is not None and self.clock.now() - echo[0] <= LEASE
+
+    def coordinated(self) -> bool:
+        echo = self._echo
+        return echo is not None and echo[1] and self.clock.now() - echo[0] <= LEASE
+
+    def live(self) -> dict[str, Report]:
+        """The counted peers' reports: fresh (see the module doc) and coordinated."""
+        now = self.clock.now()
+        return {
+            i: r
+            for i, (r, anchor) in self.peers.items()
+            if r.coordinated and anchor is not None and now - anchor <= STALE
+        }
+
+    def decide(
+        self, demand: dict[int, ClassDemand], partitions: tuple[int, ...], rate: float
+    ) -> Decision:
+        """The rate this instance may take now, out of the group rate ``rate``, and what it
+        was computed from. Moves the raise delay on; call once per look."""
+        now = self.clock.now()
+        total = self.partitions
+        own = {p for p in partitions if 0 <= p < total}
+        coordinated = self.coordinated()
+        live: dict[str, Report] = {}
+        reserved = 0.0
+        if coordinated:
+            live = self.live()
+            covered = set(own)
+            for report in live.values():
+                covered.update(p for p in report.partitions if 0 <= p < total)
+            reserved = rate * (total - len(covered)) / total
+            demands: dict[str, Demand] = {i: r.demand for i, r in live.items()}
+            demands[self.instance] = demand
+            target = instance_rate(demands, self.instance, rate - reserved, FLOOR)
+        else:
+            target = rate * len(own) / total
+            if now < self._last_coordinated_sent + DELIVERY_TIMEOUT + STALE:
+                # Peers may still count our last coordinated report at its share.
+                target = min(target, self._applied)
+        current = self._applied
+        if target > current + 1e-9:
+            if self._raise_at is None:
+                self._raise_at = now + RAISE_DELAY
+            if now < self._raise_at:
+                target = current
+            else:
+                self._raise_at = None
+        else:
+            self._raise_at = None
+        self._applied = target
+        if self.own is not None:
+            live = {**live, self.instance: self.own}
+        return Decision(target, coordinated, live, reserved)
+
+    def reason(self) -> str | None:
+        """Why this instance is not coordinated, in words (None when it is)."""
+        if self.coordinated():
+            return None
+        if self.publish_error is not None:
+            return f"cannot publish reports: {self.publish_error}"
+        if self.read_error is not None:
+            return f"cannot read reports: {self.read_error}"
+        if self._echo is None:
+            return "starting: no report of this instance read back yet"
+        if not self._echo[1] and self.reads():
+            return "rejoining: waiting for a coordinated report of this instance to come back"
+        return f"no report of this instance read back within {LEASE:.0f} s"
+
+    def ages(self) -> dict[str, float | None]:
+        """Each peer report's age bound (seconds; None: unknown), for people."""
+        now = self.clock.now()
+        return {
+            i: None if anchor is None else round(now - anchor, 3)
+            for i, (_, anchor) in self.peers.items()
+        }
