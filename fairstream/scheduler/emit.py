@@ -116,10 +116,8 @@ class Emitter:
         self.ingest_topic = settings.topics.ingest
         self.egress_topic = settings.topics.egress
         self.dlq_topic = settings.topics.dlq
-        self.progress_topic, self.holding_topic = (
-            progress_topic(settings.app_id),
-            holding_topic(settings.app_id),
-        )
+        self.progress_topic = progress_topic(settings.app_id)
+        self.holding_topic = holding_topic(settings.app_id)
         self.clock = clock  # the one clock: the rule's, the core's, the parts', the fetcher's
         self.policies = Policies(settings, metrics)
         # Pacing, cost tokens, expiry, the hold, tenant pauses and the rate share.

@@ -139,7 +139,7 @@ class SchedulerService:
         self.metrics = Metrics()
         self.handoff = Handoff()
         # The one clock of the emitter and its parts (the rule, the core, the sender, the
-        # backlog): tests drive a ManualClock instead.
+        # backlog), the feedback reader and the group thread: tests drive a ManualClock.
         self.clock = clock or MonotonicClock()
         self.fatal: str | None = None
         self.done = threading.Event()
@@ -212,6 +212,7 @@ class SchedulerService:
             self.metrics,
             demand=self.emitter.demand,
             partitions=partitions,
+            clock=self.clock,
         )
 
     def _feedback_reader(
@@ -234,6 +235,7 @@ class SchedulerService:
             recent=recent,
             ownership=lambda: (partitions, set(emitter.owned)),
             slots=emitter.counts_slots,
+            clock=self.clock,
         )
 
     def _thread_map(self) -> list[threading.Thread]:
@@ -445,7 +447,7 @@ class SchedulerService:
                 "rate": feedback.last_rate,
                 "ceiling": feedback.adaptive.ceiling,
                 "floor": feedback.adaptive.floor,
-                "held_for_s": max(0.0, feedback.hold_until - time.monotonic()),
+                "held_for_s": max(0.0, feedback.hold_until - self.clock.now()),
                 "rate_limited_total": self.metrics.rate_limited._value.get(),
             }
         if self.group is not None:
