@@ -17,7 +17,6 @@ __all__ = [
     "BACKLOG_FULL",
     "Decision",
     "admit",
-    "admit_to_group",
 ]
 
 BACKLOG_FULL: Final = "backlog-full"
@@ -54,26 +53,17 @@ def admit(
     backlog_records: int,
     backlog_cost: int,
     cost: int = 1,
+    *,
+    group: str | None = None,
 ) -> Decision:
-    """Decide whether a record of ``cost`` may join ``tenant``'s backlog under ``policy``.
+    """Decide whether a record of ``cost`` may join ``tenant``'s backlog under ``policy``;
+    with ``group``, whether it may join that group's backlog under the group's ``policy``
+    (its ``max_backlog`` and ``max_backlog_cost`` over all of the group's members, the
+    backlog given).
 
     A paused tenant still accepts records: pausing stops sending, not buffering.
     """
-    return _admit(f"tenant {tenant!r}", policy, backlog_records, backlog_cost, cost)
-
-
-def admit_to_group(
-    group: str,
-    tenant: str,
-    policy: TenantPolicy,
-    backlog_records: int,
-    backlog_cost: int,
-    cost: int = 1,
-) -> Decision:
-    """Decide whether a record of ``cost`` of ``tenant`` may join the backlog of its
-    ``group`` under the group's ``policy`` (its ``max_backlog`` and ``max_backlog_cost``,
-    over all of the group's members); the tenant's own policy is ``admit``'s."""
-    who = f"group {group!r} of tenant {tenant!r}"
+    who = f"tenant {tenant!r}" if group is None else f"group {group!r} of tenant {tenant!r}"
     return _admit(who, policy, backlog_records, backlog_cost, cost)
 
 

@@ -75,14 +75,14 @@ from fairstream.core.rings import (
     TenantRecord,
     new_pick,
 )
-from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicy
+from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicies, TenantPolicy
 
 __all__ = ["FairScheduler", "Pick"]
 
 T = TypeVar("T")
 
 
-class FairScheduler(Generic[T]):
+class FairScheduler(TenantPolicies, Generic[T]):
     """Per-tenant FIFO queues and the weighted-DRR decision of which item goes next.
 
     ``T`` is whatever the caller uses to find a record again (an offset, a sequence number).
@@ -309,19 +309,6 @@ class FairScheduler(Generic[T]):
         return max(0.0, parked[0][0] - now)
 
     # -- policies --------------------------------------------------------------------------
-
-    def policy(self, tenant: str) -> TenantPolicy:
-        """The policy in force for ``tenant``: its own, else the default."""
-        return self._policies.get(tenant, self._default)
-
-    def own_policy(self, tenant: str) -> TenantPolicy | None:
-        """``tenant``'s own policy, or None when it follows the default."""
-        return self._policies.get(tenant)
-
-    @property
-    def default_policy(self) -> TenantPolicy:
-        """The policy of every tenant without one of its own."""
-        return self._default
 
     @property
     def quantum(self) -> float:

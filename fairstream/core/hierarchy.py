@@ -96,19 +96,19 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from fairstream.core.admission import Decision, admit, admit_to_group
+from fairstream.core.admission import Decision, admit
 from fairstream.core.clock import Clock
 from fairstream.core.deficit import FairScheduler
 from fairstream.core.grouping import STAGED, Group, GroupKey, Slot
 from fairstream.core.rings import Pick
-from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicy
+from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicies, TenantPolicy
 
 __all__ = ["STAGED", "GroupScheduler"]
 
 T = TypeVar("T")
 
 
-class GroupScheduler(Generic[T]):
+class GroupScheduler(TenantPolicies, Generic[T]):
     """Weighted DRR among groups and ungrouped tenants, then among each group's members.
 
     ``default_policy`` is every tenant's without one of its own, ``group_default_policy``
@@ -510,19 +510,6 @@ class GroupScheduler(Generic[T]):
 
     # -- policies --------------------------------------------------------------------------
 
-    def policy(self, tenant: str) -> TenantPolicy:
-        """The policy in force for ``tenant``: its own, else the default."""
-        return self._policies.get(tenant, self._default)
-
-    def own_policy(self, tenant: str) -> TenantPolicy | None:
-        """``tenant``'s own policy, or None when it follows the default."""
-        return self._policies.get(tenant)
-
-    @property
-    def default_policy(self) -> TenantPolicy:
-        """The policy of every tenant without one of its own."""
-        return self._default
-
     @property
     def quantum(self) -> float:
         """The base quantum, at both levels, in cost units."""
@@ -573,9 +560,8 @@ class GroupScheduler(Generic[T]):
         name = g.name if g is not None else self._resolve(tenant, group)
         if name is None or (g is None and tenant in self._outer):
             return decision
-        return admit_to_group(
-            name, tenant, self.group_policy(name), *self.group_backlog(name), cost
-        )
+        policy = self.group_policy(name)
+        return admit(tenant, policy, *self.group_backlog(name), cost, group=name)
 
     def backlog(self, tenant: str) -> tuple[int, int]:
         """``(records, total cost)`` waiting for ``tenant``, staged included."""

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["DEFAULT_POLICY", "TenantPolicy"]
+__all__ = ["DEFAULT_POLICY", "TenantPolicies", "TenantPolicy"]
 
 
 def _is_number(value: object) -> bool:
@@ -91,3 +91,24 @@ class TenantPolicy:
 
 DEFAULT_POLICY = TenantPolicy()
 """The policy of every tenant nobody configured: weight 1, class 0, no limits."""
+
+
+class TenantPolicies:
+    """Each tenant's own policy, else the default: what both fair cores answer
+    (``FairScheduler``, ``GroupScheduler``), which set ``_policies`` and ``_default``."""
+
+    _policies: dict[str, TenantPolicy]  # explicit policies only
+    _default: TenantPolicy
+
+    def policy(self, tenant: str) -> TenantPolicy:
+        """The policy in force for ``tenant``: its own, else the default."""
+        return self._policies.get(tenant, self._default)
+
+    def own_policy(self, tenant: str) -> TenantPolicy | None:
+        """``tenant``'s own policy, or None when it follows the default."""
+        return self._policies.get(tenant)
+
+    @property
+    def default_policy(self) -> TenantPolicy:
+        """The policy of every tenant without one of its own."""
+        return self._default
