@@ -14,12 +14,16 @@ from fairstream.core.tenant import TenantPolicy
 from fairstream.wire.canonical import fingerprint
 from fairstream.wire.policy import (
     DEFAULT_POLICY_KEY,
+    GROUP_KEY_PREFIX,
     MAGIC,
     PolicyRecord,
     SchemaError,
+    check_policy_key,
     current_schema_text,
     decode_policy,
     encode_policy,
+    group_policy_key,
+    key_group,
     known_fingerprints,
     released_schema_texts,
 )
@@ -202,3 +206,66 @@ def test_max_concurrency_round_trips_and_is_checked() -> None:
     }
     with pytest.raises(SchemaError, match="max_concurrency must be at least 1"):
         decode_policy(_single_object(schema, datum))
+
+
+def test_v2_is_released_as_the_current_schema() -> None:
+    # Released with the tenant group (issue 25): what this fairstream writes is v2.
+    v2 = json.loads(released_schema_texts()["TenantPolicy.v2.avsc"])
+    assert fingerprint(v2) == fingerprint(json.loads(current_schema_text()))
+    assert fingerprint(v2) == 0xCADDE6180798DCD8
+
+
+def test_a_v1_record_decodes_in_no_group_and_a_v2_record_with_its_group() -> None:
+    v1 = json.loads(released_schema_texts()["TenantPolicy.v1.avsc"])
+    v2 = json.loads(released_schema_texts()["TenantPolicy.v2.avsc"])
+    old = {
+        "weight": 2.0,
+        "priority": 0,
+        "max_backlog": None,
+        "max_backlog_cost": None,
+        "rate_cap": None,
+        "cap_burst": 1.0,
+        "paused": False,
+        "updated_at": 7,
+        "purge_before": None,
+    }
+    assert decode_policy(_single_object(v1, old)) == PolicyRecord(TenantPolicy(weight=2), 7)
+    new = {**old, "max_concurrency": 4, "group": "acme"}
+    assert decode_policy(_single_object(v2, new)) == PolicyRecord(
+        TenantPolicy(weight=2, max_concurrency=4), 7, group="acme"
+    )
+    record = PolicyRecord(TenantPolicy(weight=3), 9, group="ünïcode org")
+    assert decode_policy(encode_policy(record)) == record
+
+
+def test_a_group_must_be_a_group_id() -> None:
+    with pytest.raises(ValueError, match="the group id must be 1 to 255 UTF-8 bytes"):
+        PolicyRecord(TenantPolicy(), 0, group="")
+    with pytest.raises(ValueError, match="the group id must be 1 to 255"):
+        PolicyRecord(TenantPolicy(), 0, group="x" * 256)
+    with pytest.raises(TypeError, match="group must be a str"):
+        PolicyRecord(TenantPolicy(), 0, group=b"acme")  # type: ignore[arg-type]
+    schema = json.loads(current_schema_text())
+    datum = {f["name"]: f["default"] for f in schema["fields"]}
+    with pytest.raises(SchemaError, match="the group id must be"):
+        decode_policy(_single_object(schema, {**datum, "group": ""}))
+
+
+def test_group_keys_cannot_collide_with_tenant_ids_or_the_defaults() -> None:
+    assert group_policy_key("acme") == b"\xffgroup:acme"
+    assert group_policy_key(None) == GROUP_KEY_PREFIX == b"\xffgroup:"
+    for key in (b"", b"acme", b"\xffgroup:", b"\xffgroup:acme", "grüppe".encode()):
+        check_policy_key(key)
+    assert key_group(b"\xffgroup:acme") == "acme"
+    assert key_group(b"\xffgroup:") == ""
+    assert key_group(b"acme") is None
+    assert key_group(b"") is None
+    # 0xFF is never a byte of UTF-8: no tenant id starts with the prefix.
+    with pytest.raises(ValueError, match="not valid UTF-8"):
+        check_policy_key(b"\xffacme")
+    with pytest.raises(ValueError, match="the group id is not valid UTF-8"):
+        check_policy_key(b"\xffgroup:\xff")
+    with pytest.raises(ValueError, match="the group id must be 1 to 255"):
+        check_policy_key(GROUP_KEY_PREFIX + b"x" * 256)
+    with pytest.raises(ValueError, match="the group id must be"):
+        group_policy_key("")
