@@ -71,6 +71,7 @@ from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.recovery import holding_id
 from fairstream.scheduler.send import Sender
+from fairstream.scheduler.tenant_groups import GROUP_ACTIONS, act
 from fairstream.scheduler.transaction import Aborted, FatalError, Transaction, transaction_config
 
 __all__ = ["Emitter", "Limits"]  # Limits: fairstream.scheduler.egress's
@@ -116,10 +117,8 @@ class Emitter:
         self.ingest_topic = settings.topics.ingest
         self.egress_topic = settings.topics.egress
         self.dlq_topic = settings.topics.dlq
-        self.progress_topic, self.holding_topic = (
-            progress_topic(settings.app_id),
-            holding_topic(settings.app_id),
-        )
+        self.progress_topic = progress_topic(settings.app_id)
+        self.holding_topic = holding_topic(settings.app_id)
         self.clock = clock  # the one clock: the rule's, the core's, the parts', the fetcher's
         self.policies = Policies(settings, metrics)
         # Pacing, cost tokens, expiry, the hold, tenant pauses and the rate share.
@@ -422,6 +421,8 @@ class Emitter:
             self.core.set_default_policy(action.policy)
         elif isinstance(action, SetPolicy):
             self.set_policy(action.tenant, action.policy)
+        elif isinstance(action, GROUP_ACTIONS):  # tenant groups (``tenant_groups``)
+            act(self.rule, action, lambda: self.policies.new_core(self.clock))
         else:
             self.purge(action.tenant, action.before_ms)
 
@@ -555,6 +556,3 @@ class Emitter:
         )
         self.pacing.add_slots(stats)
         return stats
-
-    def policy_of(self, tenant: str) -> TenantPolicy:
-        return self.core.policy(tenant)

@@ -17,7 +17,7 @@ from operator import attrgetter
 from typing import Any
 
 from fairstream.config import Settings
-from fairstream.core import FairScheduler, RecordClock
+from fairstream.core import Core, RecordClock
 from fairstream.core.emission import EmissionRule
 from fairstream.scheduler.feedback import AdaptiveChange, FeedbackBatch
 from fairstream.scheduler.group import ShareChange
@@ -132,9 +132,7 @@ class Pacing:
             self.metrics.concurrency_lease_expired.inc(expired)
 
 
-def new_rule(
-    settings: Settings, core: FairScheduler[Parsed], clock: RecordClock
-) -> EmissionRule[Parsed]:
+def new_rule(settings: Settings, core: Core[Parsed], clock: RecordClock) -> EmissionRule[Parsed]:
     """The emission rule over ``core`` as the settings say (``fairstream.core.emission``)."""
     return EmissionRule(
         core,

@@ -139,10 +139,14 @@ def group_policy_key(group: str | None) -> bytes:
 
 def key_group(key: bytes) -> str | None:
     """The group a policy-topic key is of: its id, ``""`` for the groups' default key, None
-    for any other key (a tenant's, the defaults'). Check the key first (``check_policy_key``)."""
+    for any other key (a tenant's, the defaults', or one that is no key at all: after the
+    prefix, no UTF-8, which ``check_policy_key`` refuses)."""
     if not key.startswith(GROUP_KEY_PREFIX):
         return None
-    return key[len(GROUP_KEY_PREFIX) :].decode("utf-8")
+    try:
+        return key[len(GROUP_KEY_PREFIX) :].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def schema_dir() -> Traversable:
