@@ -42,6 +42,7 @@ from fairstream.scheduler.holding import Parking
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.records import Letter, Parsed, new
+from fairstream.scheduler.tenant_groups import GroupRoom
 from fairstream.scheduler.transaction import Transaction
 from fairstream.wire.dead_letter import (
     RECORD_OVERHEAD,
@@ -171,6 +172,7 @@ class Backlog:
         # Room left in each tenant's backlog (records, cost) under its policy: worked out
         # once per batch, then counted down, instead of an admission decision per record.
         room: dict[str, list[float]] = {}
+        in_group = GroupRoom()  # and in each tenant group's with a cap, shared by its members
         # Why a tenant's next record is refused, once per batch: a flood's overflow is a run of
         # records refused for one reason, and the sentence is the same for the whole run.
         refusal: dict[str, tuple[str, str]] = {}
@@ -216,7 +218,8 @@ class Backlog:
             left = room.get(tenant)
             if left is None:
                 left = room[tenant] = _room(core, tenant)
-            if left[0] < 1 or left[1] < cost:
+                in_group.add(core, tenant)
+            if left[0] < 1 or left[1] < cost or (in_group.of and in_group.full(tenant, cost)):
                 why = refusal.get(tenant) if left[0] < 1 else None
                 if why is None:
                     decision = core.admit(tenant, cost)  # the exact reason and sentence
@@ -233,6 +236,8 @@ class Backlog:
                 continue
             left[0] -= 1
             left[1] -= cost
+            if in_group.of:
+                in_group.take(tenant, cost)
             size = FOOTPRINT + len(msg) if msg.headers() is None else footprint(msg)
             if cached + size <= budget:
                 cached += size

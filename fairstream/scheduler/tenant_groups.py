@@ -36,6 +36,7 @@ actions (``act``).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -47,6 +48,7 @@ __all__ = [
     "GROUP_ACTIONS",
     "GroupAction",
     "GroupDefaultPolicy",
+    "GroupRoom",
     "SetGroup",
     "SetGroupPolicy",
     "TenantGroups",
@@ -177,6 +179,51 @@ class TenantGroups:
     def _actions(self, was: bool, action: GroupAction) -> list[GroupAction]:
         # Turning groups on, the new core is built with everything known: nothing else to do.
         return [UseGroups()] if self.enabled and not was else [action]
+
+
+class GroupRoom:
+    """The room left in tenant groups' backlogs under their policies' ``max_backlog`` and
+    ``max_backlog_cost``, over one batch of admissions: worked out once per group from the
+    core, counted down by each member's record admitted (as the tenants' own room is, in
+    ``Backlog.index``). The core's ``admit`` (``admit_to_group``) says why one is refused.
+    Only groups with a cap are tracked; a flat core has none."""
+
+    __slots__ = ("_groups", "of")
+
+    def __init__(self) -> None:
+        self.of: dict[str, list[float]] = {}  # tenant -> its group's room (records, cost)
+        self._groups: dict[str, list[float]] = {}
+
+    def add(self, core: Core[Any], tenant: str) -> None:
+        """Track the room of ``tenant``'s group, if it is in one with a backlog cap."""
+        if type(core) is not GroupScheduler:
+            return
+        group = core.group_of(tenant)
+        if group is None:
+            return
+        left = self._groups.get(group)
+        if left is None:
+            policy = core.group_policy(group)
+            if policy.max_backlog is None and policy.max_backlog_cost is None:
+                return
+            records, cost = core.group_backlog(group)
+            left = self._groups[group] = [
+                math.inf if policy.max_backlog is None else policy.max_backlog - records,
+                math.inf if policy.max_backlog_cost is None else policy.max_backlog_cost - cost,
+            ]
+        self.of[tenant] = left
+
+    def full(self, tenant: str, cost: int) -> bool:
+        """Whether ``tenant``'s group has no room for a record of ``cost``."""
+        left = self.of.get(tenant)
+        return left is not None and (left[0] < 1 or left[1] < cost)
+
+    def take(self, tenant: str, cost: int) -> None:
+        """A record of ``tenant`` of ``cost`` was admitted."""
+        left = self.of.get(tenant)
+        if left is not None:
+            left[0] -= 1
+            left[1] -= cost
 
 
 def regroup(rule: EmissionRule[Any], core: GroupScheduler[Any]) -> int:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+from fairstream import wire
 from fairstream.core import FairScheduler, GroupScheduler, TenantPolicy
 from fairstream.scheduler.emit import Emitter
 from fairstream.scheduler.handoff import PolicyChange
+from fairstream.scheduler.records import Parsed
 from fairstream.scheduler.tenant_groups import (
     SetGroup,
     SetGroupPolicy,
@@ -17,6 +19,7 @@ from fairstream.scheduler.tenant_groups import (
     by_separator,
 )
 from fairstream.wire.policy import PolicyRecord, encode_policy, group_policy_key
+from tests.unit.scheduler.parts import Parts, build, record
 from tests.unit.scheduler.test_emit_rule import make, push, sent
 
 __all__ = ["make"]  # the fixture
@@ -163,3 +166,46 @@ def test_actions_say_what_changed_and_turning_groups_on_is_one_rebuild() -> None
     assert groups.group_record("acme", PolicyRecord(TenantPolicy(weight=2), 1)) == [
         SetGroupPolicy("acme", TenantPolicy(weight=2))
     ]
+
+
+def grouped_parts(**group_policy: object) -> Parts:
+    """The emitter's parts over a core of tenant groups by key (``/``), group ``acme`` under
+    ``group_policy``."""
+    parts = build()
+    core: GroupScheduler[Parsed] = GroupScheduler(parts.clock, group_of=by_separator("/"))
+    core.set_group_policy("acme", TenantPolicy(**group_policy))  # type: ignore[arg-type]
+    parts.rule.replace_core(core)
+    return parts
+
+
+def test_a_groups_max_backlog_is_shared_by_its_members_within_a_batch() -> None:
+    parts = grouped_parts(max_backlog=3)
+    tenants = ["acme/a", "acme/b", "solo", "acme/c", "acme/a", "acme/b"]
+    parts.backlog.index([record(parts, i, t) for i, t in enumerate(tenants)], parts.txn)
+    core = parts.core
+    assert isinstance(core, GroupScheduler)
+    assert core.group_backlog("acme") == (3, 3)
+    assert core.backlog("solo") == (1, 1)  # no group: no group cap
+    refused = parts.backlog.overflow.letters
+    assert [(x.tenant, x.entry.offset, x.reason) for x in refused] == [
+        ("acme/a", 4, wire.BACKLOG_FULL),
+        ("acme/b", 5, wire.BACKLOG_FULL),
+    ]
+    assert "group 'acme' of tenant 'acme/a' already has 3 records waiting" in refused[0].detail
+    # The next batch starts from the core's backlog: still full.
+    parts.backlog.index([record(parts, 6, "acme/d")], parts.txn)
+    assert core.group_backlog("acme") == (3, 3)
+    assert len(refused) == 3
+
+
+def test_a_groups_max_backlog_cost_counts_its_members_costs() -> None:
+    parts = grouped_parts(max_backlog_cost=10)
+    records = [record(parts, 0, "acme/a", cost=6), record(parts, 1, "acme/b", cost=5)]
+    records.append(record(parts, 2, "acme/b", cost=4))
+    parts.backlog.index(records, parts.txn)
+    core = parts.core
+    assert isinstance(core, GroupScheduler)
+    assert core.group_backlog("acme") == (2, 10)
+    [letter] = parts.backlog.overflow.letters
+    assert (letter.entry.offset, letter.reason) == (1, wire.BACKLOG_FULL)
+    assert "max_backlog_cost=10" in letter.detail
