@@ -23,6 +23,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "fairstream.cli.demo:demo",
         "The noisy-neighbour demo: fairstream next to FIFO and the ideal schedule.",
     ),
+    "groups": (
+        "fairstream.cli.groups:groups",
+        "Show and change tenant-group policies (organisations of tenants; live).",
+    ),
     "scheduler": (
         "fairstream.cli.scheduler:scheduler",
         "Run a scheduler instance: buffer per tenant, emit fairly onto egress.",
@@ -78,6 +82,6 @@ def main() -> None:
     variable too; flags win over the environment, which wins over defaults. Every
     option of scheduler, simulate, topics and worker has one, and so do the Kafka
     connection and topic options of every command. Options that say what one call
-    does have none: those of audit, demo, submit and tenants, and --interval,
+    does have none: those of audit, demo, groups, submit and tenants, and --interval,
     --limit, --once and --json of top.
     """

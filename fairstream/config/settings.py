@@ -84,6 +84,15 @@ class Settings:
         low_open=True,
         help="Egress cost units per second for the whole group. [default: unlimited]",
     )
+    fairness: str = setting(
+        "cost",
+        choices=("cost", "dominant"),
+        help="What tenants are made equal in when both --rate and --cost-rate are set: cost "
+        "(each backlogged tenant gets its weight's share of cost units) or dominant "
+        "(dominant-resource fairness: each tenant's larger fraction of --rate and of "
+        "--cost-rate, so many cheap requests cannot take the record limit from few costly "
+        "ones). Needs both limits.",
+    )
     max_concurrency: int | None = setting(
         None,
         low=1,
@@ -110,6 +119,16 @@ class Settings:
         1,
         low=1,
         help="Base DRR quantum in cost units (a tenant's quantum is weight x quantum).",
+    )
+    tenant_group_separator: str | None = setting(
+        None,
+        empty_is_none=True,
+        help="Tenant groups by key: a tenant id holding this text belongs to the tenant group "
+        "(organisation) named by what comes before its first occurrence (with /, tenant "
+        "acme/alice is in group acme). The egress is shared by weight among groups, then "
+        "among a group's members, so splitting one's load over many tenant ids does not "
+        "take more than the group's share. A group named in the tenant's policy wins over "
+        "this one. [default: none, no groups by key]",
     )
     max_in_flight: int = setting(
         10_000,
@@ -250,6 +269,10 @@ class Settings:
             raise SettingsError("--replication-factor must be -1 (the broker's) or >= 1, got 0")
         if self.min_rate is not None and (self.rate is None or self.min_rate > self.rate):
             raise SettingsError("--min-rate needs a --rate at least as large")
+        if self.fairness == "dominant" and (self.rate is None or self.cost_rate is None):
+            raise SettingsError(
+                "--fairness dominant needs both --rate and --cost-rate: it shares between them"
+            )
         if self.max_concurrency is not None and self.feedback_topic is None:
             raise SettingsError(
                 "--max-concurrency needs the feedback topic: completions free the slots"

@@ -30,7 +30,13 @@ from fairstream.config import DEFAULT_POLICY
 from fairstream.core.tenant import DEFAULT_POLICY as BUILT_IN_POLICY
 from fairstream.core.tenant import TenantPolicy
 from fairstream.faust._app import bootstrap_servers, check_app, client_auth
-from fairstream.wire.policy import DEFAULT_POLICY_KEY, PolicyRecord, SchemaError, decode_policy
+from fairstream.wire.policy import (
+    DEFAULT_POLICY_KEY,
+    GROUP_KEY_PREFIX,
+    PolicyRecord,
+    SchemaError,
+    decode_policy,
+)
 
 __all__ = ["PolicyTable"]
 
@@ -108,6 +114,8 @@ class PolicyTable(Mapping[str, TenantPolicy]):
             self.errors += 1
             log.warning("policy topic %s: a record without a key, skipped", self.topic)
             return
+        if key.startswith(GROUP_KEY_PREFIX):
+            return  # a tenant group's policy (``fairstream groups``), not a tenant's
         if value is None:
             records.pop(key, None)
             return

@@ -42,6 +42,7 @@ from fairstream.scheduler.holding import Parking
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.records import Letter, Parsed, new
+from fairstream.scheduler.tenant_groups import GroupRoom
 from fairstream.scheduler.transaction import Transaction
 from fairstream.wire.dead_letter import (
     RECORD_OVERHEAD,
@@ -172,6 +173,7 @@ class Backlog:
         # Room left in each tenant's backlog (records, cost) under its policy: worked out
         # once per batch, then counted down, instead of an admission decision per record.
         room: dict[str, list[float]] = {}
+        in_group = GroupRoom()  # and in each tenant group's with a cap, shared by its members
         # Why a tenant's next record is refused, once per batch: a flood's overflow is a run of
         # records refused for one reason, and the sentence is the same for the whole run.
         refusal: dict[str, tuple[str, str]] = {}
@@ -212,20 +214,16 @@ class Backlog:
             left = room.get(tenant)
             if left is None:
                 left = room[tenant] = _room(core, tenant)
+                in_group.add(core, tenant)
             size = FOOTPRINT + len(msg) if msg.headers() is None else footprint(msg)  # inlined
-            if left[0] < 1 or left[1] < cost:  # over its backlog limits: overflow
-                why = refusal.get(tenant) if left[0] < 1 else None
-                if why is None:  # a refusal for its cost depends on the cost: not kept
-                    why = _refusal(core, tenant, cost, refusal if left[0] < 1 else None)
-                if held + size <= flood.budget:
-                    held += size
-                    flood.letters.append(new(Letter, (tenant, item, *why)))
-                else:  # read back when its letter is written
-                    bare = (partition, offset, tenant, cost, deadline, enqueued, None, None)
-                    flood.letters.append(new(Letter, (tenant, new(Parsed, bare), *why)))
+            # Over its backlog limits, or its group's: overflow.
+            if left[0] < 1 or left[1] < cost or (in_group.of and in_group.full(tenant, cost)):
+                held = self._overflow(item, left[0] < 1, size, held, refusal)
                 continue
             left[0] -= 1
             left[1] -= cost
+            if in_group.of:
+                in_group.take(tenant, cost)
             if cached + size <= budget:
                 cached += size
                 core.push(tenant, item, cost)
@@ -236,6 +234,30 @@ class Backlog:
         self.cached, flood.held = cached, held
         if pushed:
             self.metrics.ingested.inc(pushed)
+
+    def _overflow(
+        self,
+        item: Parsed,
+        no_room: bool,
+        size: int,
+        held: int,
+        refusal: dict[str, tuple[str, str]],
+    ) -> int:
+        """``item`` is over its tenant's (or group's) backlog limits (``no_room``: out of
+        records, else of cost): an overflow letter (``Overflow``), with its payload while the
+        overflow's budget lasts, else bare (read back when its letter is written). Returns
+        the payload bytes the overflow holds now. Caller: ``index``, for each such record."""
+        tenant = item.tenant
+        assert tenant is not None
+        why = refusal.get(tenant) if no_room else None
+        if why is None:  # a refusal for its cost depends on the cost: not kept
+            why = _refusal(self.rule.core, tenant, item.cost, refusal if no_room else None)
+        letters = self.overflow.letters
+        if held + size <= self.overflow.budget:
+            letters.append(new(Letter, (tenant, item, *why)))
+            return held + size
+        letters.append(new(Letter, (tenant, new(Parsed, (*item[:6], None, None)), *why)))
+        return held
 
     def drop(self, gone: set[int]) -> None:
         """Forget the buffered records (and dead letters to be) of the partitions in ``gone``.

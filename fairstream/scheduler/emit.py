@@ -71,6 +71,7 @@ from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.recovery import holding_id
 from fairstream.scheduler.send import Sender
+from fairstream.scheduler.tenant_groups import GROUP_ACTIONS, act
 from fairstream.scheduler.transaction import Aborted, FatalError, Transaction, transaction_config
 
 __all__ = ["Emitter", "Limits"]  # Limits: fairstream.scheduler.egress's
@@ -420,6 +421,8 @@ class Emitter:
             self.core.set_default_policy(action.policy)
         elif isinstance(action, SetPolicy):
             self.set_policy(action.tenant, action.policy)
+        elif isinstance(action, GROUP_ACTIONS):  # tenant groups (``tenant_groups``)
+            act(self.rule, action, lambda: self.policies.new_core(self.clock))
         else:
             self.purge(action.tenant, action.before_ms)
 
@@ -553,6 +556,3 @@ class Emitter:
         )
         self.pacing.add_slots(stats)
         return stats
-
-    def policy_of(self, tenant: str) -> TenantPolicy:
-        return self.core.policy(tenant)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fairstream.analysis.stats import percentile
-from fairstream.core import Core
+from fairstream.core import Core, GroupScheduler
 from fairstream.scheduler.metrics import OTHER
 
 DWELL_TENANTS = 1000  # tenants whose recent dwell times are kept, most recent emitters
@@ -167,7 +167,8 @@ class Observed:
         tenants.
 
         Tenants: the ``limit`` largest backlogs plus the ``limit`` latest emitters (their
-        rates, shares and entitlements are added by ``SchedulerService.tenant_stats``).
+        rates, shares and entitlements are added by ``SchedulerService.tenant_stats``); with
+        tenant groups in use, each row says the tenant's ``group`` (None: in none).
         """
         backlogged = sorted(
             ((t, *core.backlog(t)) for t in core.tenants()),
@@ -200,6 +201,9 @@ class Observed:
                     "cost_reported": costs[1] if costs else None,
                 }
             )
+        if isinstance(core, GroupScheduler):
+            for tenant, row in zip(names, rows, strict=True):
+                row["group"] = core.group_of(tenant)
         return {
             "ready": ready,
             "partitions": partitions,

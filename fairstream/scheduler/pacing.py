@@ -17,7 +17,7 @@ from operator import attrgetter
 from typing import Any
 
 from fairstream.config import Settings
-from fairstream.core import FairScheduler, RecordClock
+from fairstream.core import Core, RecordClock
 from fairstream.core.emission import EmissionRule
 from fairstream.scheduler.feedback import AdaptiveChange, FeedbackBatch
 from fairstream.scheduler.group import ShareChange
@@ -82,14 +82,18 @@ class Pacing:
         self.apply(owned)
 
     def feedback(self, batch: FeedbackBatch, observed: Observed, now: float) -> None:
-        """Charge measured costs, pause tenants whose own quota pushed back, settle and
-        renew concurrency slots."""
+        """Charge measured costs (under ``--fairness dominant``, in the dominant-resource
+        charge's terms), pause tenants whose own quota pushed back, settle and renew
+        concurrency slots."""
         rule = self.rule
         core = rule.core
+        dominant = rule.dominant
         for tenant, declared, cost in batch.charges:
             observed.cost(tenant, declared, cost)
             if cost != declared:
-                core.charge(tenant, cost - declared)
+                extra = cost - declared if dominant is None else dominant.correction(declared, cost)
+                if extra:
+                    core.charge(tenant, extra)
         for tenant, seconds in batch.pauses:
             if rule.pause(tenant, seconds, now):
                 log.info("tenant %r paused for %.1f s (its upstream quota)", tenant, seconds)
@@ -132,9 +136,7 @@ class Pacing:
             self.metrics.concurrency_lease_expired.inc(expired)
 
 
-def new_rule(
-    settings: Settings, core: FairScheduler[Parsed], clock: RecordClock
-) -> EmissionRule[Parsed]:
+def new_rule(settings: Settings, core: Core[Parsed], clock: RecordClock) -> EmissionRule[Parsed]:
     """The emission rule over ``core`` as the settings say (``fairstream.core.emission``)."""
     return EmissionRule(
         core,
@@ -147,6 +149,7 @@ def new_rule(
         on_resume=_resumed,
         max_concurrency=settings.max_concurrency,
         concurrency_lease=settings.concurrency_lease,
+        dominant=settings.fairness == "dominant",
     )
 
 

@@ -17,11 +17,18 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer
 
 from fairstream.adapters.clients import assigned_consumer_config
 from fairstream.config import Settings
-from fairstream.core import Clock, FairScheduler, TenantPolicy
+from fairstream.core import Clock, Core, TenantPolicy
 from fairstream.scheduler.consumers import assign_when_present
 from fairstream.scheduler.handoff import Handoff, PolicyChange
 from fairstream.scheduler.metrics import Metrics
-from fairstream.wire.policy import DEFAULT_POLICY_KEY, PolicyRecord, SchemaError, decode_policy
+from fairstream.scheduler.tenant_groups import GroupAction, TenantGroups
+from fairstream.wire.policy import (
+    DEFAULT_POLICY_KEY,
+    PolicyRecord,
+    SchemaError,
+    decode_policy,
+    key_group,
+)
 
 __all__ = ["DefaultPolicy", "Policies", "PolicyAction", "PolicyReader", "Purge", "SetPolicy"]
 
@@ -48,7 +55,7 @@ class Purge(NamedTuple):
     before_ms: int
 
 
-PolicyAction = DefaultPolicy | SetPolicy | Purge
+PolicyAction = DefaultPolicy | SetPolicy | Purge | GroupAction  # (tenant_groups: the groups')
 
 
 class Policies:
@@ -61,11 +68,11 @@ class Policies:
         self.default = self.flag_default
         self.by_tenant: dict[str, TenantPolicy] = {}
         self.purges: dict[str, int] = {}  # tenant -> records enqueued up to this are purged
+        self.groups = TenantGroups(settings.tenant_group_separator)
 
-    def new_core(self, clock: Clock) -> FairScheduler[Any]:
-        core: FairScheduler[Any] = FairScheduler(
-            clock, quantum=self.quantum, default_policy=self.default
-        )
+    def new_core(self, clock: Clock) -> Core[Any]:
+        """The core as the policies say: flat, or of tenant groups (``tenant_groups``)."""
+        core = self.groups.new_core(clock, self.quantum, self.default)
         for tenant, policy in self.by_tenant.items():
             core.set_policy(tenant, policy)
         return core
@@ -86,6 +93,9 @@ class Policies:
             self.default = record.policy if record else self.flag_default
             log.info("default policy: %s", self.default)
             return [DefaultPolicy(self.default)]
+        group = key_group(key)
+        if group is not None:  # a group's, or the groups' default ("")
+            return [*self.groups.group_record(group, record)]
         try:
             tenant = key.decode("utf-8")
         except UnicodeDecodeError:
@@ -105,6 +115,7 @@ class Policies:
                 self.purges[tenant] = before
                 actions.append(Purge(tenant, before))
         log.info("policy of %r: %s", tenant, record.policy if record else "defaults")
+        actions.extend(self.groups.tenant_record(tenant, record))
         return actions
 
 

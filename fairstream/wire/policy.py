@@ -7,7 +7,13 @@ writer schema, so no schema registry is needed: a reader knows the current schem
 (``fairstream/schemas/released/``), and resolves data written with any of them to the
 current schema. An unknown fingerprint is refused, never guessed.
 
-Caller: ``fairstream tenants`` (encode and decode), the scheduler (decode).
+Keys: a tenant id (its policy, and the tenant group it is in), the empty key (the
+defaults), or ``GROUP_KEY_PREFIX`` followed by a tenant-group id (the group's own policy;
+the prefix alone: every group's default). 0xFF never occurs in UTF-8, so no tenant id
+starts with the prefix and the three cannot collide.
+
+Caller: ``fairstream tenants`` and ``fairstream groups`` (encode and decode), the scheduler
+(decode).
 """
 
 from __future__ import annotations
@@ -27,10 +33,11 @@ import avro.schema
 from fairstream.core.tenant import TenantPolicy
 from fairstream.errors import Error
 from fairstream.wire.canonical import fingerprint
-from fairstream.wire.rules import tenant_problem
+from fairstream.wire.rules import group_problem, tenant_problem
 
 __all__ = [
     "DEFAULT_POLICY_KEY",
+    "GROUP_KEY_PREFIX",
     "MAGIC",
     "SCHEMA_NAME",
     "PolicyRecord",
@@ -39,6 +46,8 @@ __all__ = [
     "current_schema_text",
     "decode_policy",
     "encode_policy",
+    "group_policy_key",
+    "key_group",
     "known_fingerprints",
     "released_schema_texts",
     "schema_dir",
@@ -46,6 +55,10 @@ __all__ = [
 
 DEFAULT_POLICY_KEY: bytes = b""
 """Policy-topic key of the defaults. Tenant ids are 1 to 255 bytes, so it never collides."""
+
+GROUP_KEY_PREFIX: bytes = b"\xffgroup:"
+"""Policy-topic keys of tenant groups: this prefix, then the group id in UTF-8; the prefix
+alone holds every group's default. A UTF-8 tenant id never contains the byte 0xFF."""
 
 MAGIC = b"\xc3\x01"
 SCHEMA_NAME = "TenantPolicy"
@@ -73,15 +86,24 @@ class PolicyRecord:
 
     ``purge_before_ms``: the tenant's records enqueued at or before this epoch-ms time are
     to be moved to the dead-letter topic (reason ``purged``); None asks for no purge.
+    ``group``: the tenant group the tenant is in (a tenant-group id); None: none of its own
+    (the scheduler's key convention, else no group). Only a tenant's record has one.
     """
 
     policy: TenantPolicy
     updated_at_ms: int
     purge_before_ms: int | None = None
+    group: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.policy, TenantPolicy):
             raise TypeError(f"policy must be a TenantPolicy, got {self.policy!r}")
+        if self.group is not None:
+            if not isinstance(self.group, str):
+                raise TypeError(f"group must be a str or None, got {self.group!r}")
+            problem = group_problem(self.group)
+            if problem is not None:
+                raise ValueError(problem)
         for name in ("updated_at_ms", "purge_before_ms"):
             value = getattr(self, name)
             if value is None and name == "purge_before_ms":
@@ -91,12 +113,40 @@ class PolicyRecord:
 
 
 def check_policy_key(key: bytes) -> None:
-    """Raise ValueError unless ``key`` is a tenant id (UTF-8, 1-255 bytes) or the default key."""
+    """Raise ValueError unless ``key`` is a tenant id (UTF-8, 1-255 bytes), the default key,
+    or a group's key (``GROUP_KEY_PREFIX`` and a group id, or the prefix alone)."""
     if key == DEFAULT_POLICY_KEY:
         return
-    problem = tenant_problem(key)
+    if key.startswith(GROUP_KEY_PREFIX):
+        group = key[len(GROUP_KEY_PREFIX) :]
+        problem = group_problem(group) if group else None
+    else:
+        problem = tenant_problem(key)
     if problem is not None:
         raise ValueError(problem)
+
+
+def group_policy_key(group: str | None) -> bytes:
+    """The policy-topic key of ``group``'s own policy (None: the groups' default); ValueError
+    for a name that is not a group id."""
+    if group is None:
+        return GROUP_KEY_PREFIX
+    problem = group_problem(group)
+    if problem is not None:
+        raise ValueError(problem)
+    return GROUP_KEY_PREFIX + group.encode("utf-8")
+
+
+def key_group(key: bytes) -> str | None:
+    """The group a policy-topic key is of: its id, ``""`` for the groups' default key, None
+    for any other key (a tenant's, the defaults', or one that is no key at all: after the
+    prefix, no UTF-8, which ``check_policy_key`` refuses)."""
+    if not key.startswith(GROUP_KEY_PREFIX):
+        return None
+    try:
+        return key[len(GROUP_KEY_PREFIX) :].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def schema_dir() -> Traversable:
@@ -168,6 +218,7 @@ def encode_policy(record: PolicyRecord) -> bytes:
         "cap_burst": float(policy.cap_burst),
         "paused": policy.paused,
         "max_concurrency": policy.max_concurrency,
+        "group": record.group,
         "updated_at": _to_datetime(record.updated_at_ms),
         "purge_before": (
             None if record.purge_before_ms is None else _to_datetime(record.purge_before_ms)
@@ -223,6 +274,7 @@ def decode_policy(raw: bytes) -> PolicyRecord:
             policy=policy,
             updated_at_ms=_to_ms(datum["updated_at"]),
             purge_before_ms=None if purge is None else _to_ms(purge),
+            group=datum.get("group"),
         )
     except (ValueError, TypeError) as exc:
         raise SchemaError(f"invalid {SCHEMA_NAME} (fingerprint {fp:#018x}): {exc}") from exc

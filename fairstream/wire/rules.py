@@ -1,4 +1,4 @@
-"""The contract's rules, one place each: tenant ids, costs, request ids, integer headers,
+"""The contract's rules, one place each: tenant and group ids, costs, request ids, integer headers,
 deadlines, and the clock of epoch milliseconds the records carry.
 
 Each rule comes as a function that says what is wrong (a sentence) or nothing, so that the
@@ -16,8 +16,10 @@ from fairstream.wire.records import MAX_COST, MAX_EPOCH_MS, MAX_REQUEST_ID_BYTES
 
 __all__ = [
     "check_cost",
+    "check_group",
     "check_request_id",
     "deadline_ms",
+    "group_problem",
     "header_int",
     "now_ms",
     "request_id_problem",
@@ -37,13 +39,38 @@ def now_ms() -> int:
 
 def tenant_problem(key: bytes) -> str | None:
     """Why ``key`` is not a tenant id (1 to 255 bytes of UTF-8), or None when it is one."""
-    if not 1 <= len(key) <= MAX_TENANT_BYTES:
-        return f"the tenant id must be 1 to {MAX_TENANT_BYTES} UTF-8 bytes, got {len(key)}"
+    return _id_problem("the tenant id", key)
+
+
+def _id_problem(name: str, raw: bytes) -> str | None:
+    if not 1 <= len(raw) <= MAX_TENANT_BYTES:
+        return f"{name} must be 1 to {MAX_TENANT_BYTES} UTF-8 bytes, got {len(raw)}"
     try:
-        key.decode("utf-8")
+        raw.decode("utf-8")
     except UnicodeDecodeError:
-        return f"the tenant id is not valid UTF-8: {key[:40]!r}"
+        return f"{name} is not valid UTF-8: {raw[:40]!r}"
     return None
+
+
+def group_problem(group: bytes | str) -> str | None:
+    """Why ``group`` is not a tenant-group id (1 to 255 bytes of UTF-8, as a tenant id), or
+    None when it is one."""
+    if isinstance(group, str):
+        try:
+            group = group.encode("utf-8")
+        except UnicodeEncodeError as exc:  # lone surrogates
+            return f"the group id is not encodable as UTF-8: {exc}"
+    return _id_problem("the group id", group)
+
+
+def check_group(group: str) -> str:
+    """``group`` when it is a tenant-group id; TypeError/ValueError else."""
+    if not isinstance(group, str):
+        raise TypeError(f"group must be a str, got {type(group).__name__}")
+    problem = group_problem(group)
+    if problem is not None:
+        raise ValueError(problem)
+    return group
 
 
 def utf8_bytes(name: str, text: str, limit: int) -> bytes:

@@ -295,6 +295,9 @@ def test_policy_table_applies_records_tombstones_and_the_defaults() -> None:
     table.apply(b"acme", b"not avro")
     table.apply(None, b"x")
     assert table.errors == 2
+    # A tenant group's policy is not a tenant's (and its key is no UTF-8).
+    table.apply(b"\xffgroup:acme", encode_policy(PolicyRecord(TenantPolicy(weight=5), 1)))
+    assert dict(table) == {}
     assert "acme" not in table
     with pytest.raises(KeyError):
         table[""]

@@ -83,3 +83,27 @@ def test_shares_states_and_entitlements_are_added_to_the_rows():
     ]
     assert rows[0]["entitlement"] == 1.0
     assert rows[1]["entitlement"] is None
+
+
+def test_with_tenant_groups_each_row_says_its_group():
+    from fairstream.core import GroupScheduler
+    from fairstream.scheduler.tenant_groups import by_separator
+
+    clock = ManualClock()
+    flat: FairScheduler[int] = FairScheduler(clock)
+    flat.push("acme/alice", 1)
+    [only] = Observed().tenant_stats(flat, 10, ready=True, partitions=[0], rate_limit=None)[
+        "tenants"
+    ]
+    assert "group" not in only  # no groups: the rows as before
+    grouped: GroupScheduler[int] = GroupScheduler(clock, group_of=by_separator("/"))
+    grouped.push("acme/alice", 1)
+    grouped.push("solo", 2)
+    grouped.set_group("solo", "globex")
+    grouped.push("loner", 3)
+    stats = Observed().tenant_stats(grouped, 10, ready=True, partitions=[0], rate_limit=None)
+    assert {r["tenant"]: r["group"] for r in stats["tenants"]} == {
+        "acme/alice": "acme",
+        "solo": "globex",
+        "loner": None,
+    }

@@ -202,3 +202,45 @@ def test_max_concurrency_round_trips_and_is_checked() -> None:
     }
     with pytest.raises(SchemaError, match="max_concurrency must be at least 1"):
         decode_policy(_single_object(schema, datum))
+
+
+def test_v3_is_released_as_the_current_schema() -> None:
+    # Released with the tenant group (issue 25): what this fairstream writes is v3.
+    v3 = json.loads(released_schema_texts()["TenantPolicy.v3.avsc"])
+    assert fingerprint(v3) == fingerprint(json.loads(current_schema_text()))
+    assert fingerprint(v3) == 0xCADDE6180798DCD8
+
+
+def test_v2_is_what_the_release_before_wrote() -> None:
+    # The schema with max_concurrency and no group: every policy written by the release
+    # before tenant groups carries its fingerprint, so it stays readable.
+    v2 = json.loads(released_schema_texts()["TenantPolicy.v2.avsc"])
+    assert fingerprint(v2) == 0x84DBB18F51F4503C
+    assert "group" not in {f["name"] for f in v2["fields"]}
+
+
+def test_v1_v2_and_v3_records_decode() -> None:
+    released = released_schema_texts()
+    v1, v2, v3 = (json.loads(released[f"TenantPolicy.v{n}.avsc"]) for n in (1, 2, 3))
+    old = {
+        "weight": 2.0,
+        "priority": 0,
+        "max_backlog": None,
+        "max_backlog_cost": None,
+        "rate_cap": None,
+        "cap_burst": 1.0,
+        "paused": False,
+        "updated_at": 7,
+        "purge_before": None,
+    }
+    assert decode_policy(_single_object(v1, old)) == PolicyRecord(TenantPolicy(weight=2), 7)
+    before = {**old, "max_concurrency": 4}
+    assert decode_policy(_single_object(v2, before)) == PolicyRecord(
+        TenantPolicy(weight=2, max_concurrency=4), 7
+    )
+    new = {**before, "group": "acme"}
+    assert decode_policy(_single_object(v3, new)) == PolicyRecord(
+        TenantPolicy(weight=2, max_concurrency=4), 7, group="acme"
+    )
+    record = PolicyRecord(TenantPolicy(weight=3), 9, group="ünïcode org")
+    assert decode_policy(encode_policy(record)) == record
