@@ -110,15 +110,18 @@ class PartitionProgress:
 
     # -- settling -------------------------------------------------------------------------
 
-    def settle(self, offset: int) -> None:
-        """Mark one offset settled. Caller: the emitter, once its record is in a transaction
-        (once per egress record, hence its own flat code)."""
+    def settle(self, offset: int, end: int | None = None) -> None:
+        """Mark one offset settled (with ``end``: ``[offset, end)``, none of it settled yet,
+        at or above the mark). O(1): a new range can only touch the range ending at its
+        start and the one starting at its end. Caller: the emitter, once a record is in a
+        transaction (once per egress record, hence flat code), and ``_settle_gap``."""
         if offset < self.lwm:
             return
         self.changes += 1
-        start, end = offset, offset + 1
+        start = offset
+        if end is None:
+            end = offset + 1
         starts, ends = self._starts, self._ends
-        # One offset can only touch the range ending at it and the one starting after it.
         left = ends.pop(start, None)
         if left is not None:
             del starts[left]
@@ -177,20 +180,10 @@ class PartitionProgress:
             self._settle_new(max(start, self.lwm), end)
 
     def _settle_new(self, start: int, end: int) -> None:
-        """Settle ``[start, end)``, none of it settled yet: O(1)."""
-        if end <= start:
-            return
-        self.changes += 1
-        starts, ends = self._starts, self._ends
-        left = ends.pop(start, None)
-        if left is not None:
-            del starts[left]
-            start = left
-        right = starts.pop(end, None)
-        if right is not None:
-            del ends[right]
-            end = right
-        self._store(start, end)
+        """Settle ``[start, end)``, none of it settled yet, if not empty: this class's
+        ``settle`` (a gap is nobody's record; a subclass's bookkeeping is not for it)."""
+        if end > start:
+            PartitionProgress.settle(self, start, end)
 
     def _store(self, start: int, end: int) -> None:
         if start <= self.lwm:
@@ -245,15 +238,16 @@ class HoldingProgress(PartitionProgress):
         self.parked[tenant] = self.parked.get(tenant, 0) + 1
         self.changes += 1
 
-    def settle(self, offset: int) -> None:
-        tenant = self.owners.pop(offset, None)
+    def settle(self, offset: int, end: int | None = None) -> None:
+        """Settle a parked record's offset (one less parked for its tenant), or a range."""
+        tenant = self.owners.pop(offset, None) if end is None else None
         if tenant is not None:
             left = self.parked.get(tenant, 0) - 1
             if left > 0:
                 self.parked[tenant] = left
             else:
                 self.parked.pop(tenant, None)
-        super().settle(offset)
+        super().settle(offset, end)
 
 
 def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

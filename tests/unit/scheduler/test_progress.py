@@ -515,3 +515,19 @@ def test_holding_progress_counts_parked_records_down_as_they_settle() -> None:
     hold.settle(2)
     assert hold.parked == {}
     assert hold.lwm == 3
+
+
+def test_a_holding_logs_gaps_settle_as_ranges_and_its_records_one_by_one() -> None:
+    """A holding log's gap (transaction markers) settles as a range of nobody's records; its
+    parked records settle one at a time, each one less parked for its tenant."""
+    hold = HoldingProgress(0, parked={"acme": 2})
+    hold.own(0, "acme")
+    hold.observe(0)
+    hold.own(3, "acme")
+    hold.observe(3)  # offsets 1 and 2 were markers: a gap
+    hold.settle(3)
+    assert hold.parked == {"acme": 1}
+    assert hold.ranges() == [(1, 4)]
+    hold.settle(0)
+    assert hold.parked == {}
+    assert (hold.lwm, hold.ranges()) == (4, [])
