@@ -50,12 +50,16 @@ def test_the_calls_failure_and_a_stuck_call_reach_the_caller() -> None:
 
 def test_a_failure_meanwhile_waits_for_the_call_to_land() -> None:
     landed = threading.Event()
+    failing = threading.Event()
 
     def call() -> None:
-        time.sleep(0.2)
+        # Lands only after ``meanwhile`` failed: a _bounded that did not wait would return
+        # before it.
+        assert failing.wait(5)
         landed.set()
 
     def meanwhile() -> bool:
+        failing.set()
         raise RuntimeError("a bug while preparing")
 
     with pytest.raises(RuntimeError, match="preparing"):
