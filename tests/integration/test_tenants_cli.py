@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from fairstream.adapters.policy_store import read_policies
 from fairstream.core.tenant import TenantPolicy
 from fairstream.wire.policy import DEFAULT_POLICY_KEY, decode_policy
-from fairstream_dev.harness.kafka import consume, create_topics, unique
+from fairstream_dev.harness.kafka import consume, create_topics, unique, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -44,12 +44,25 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 
 
 def end_offset(bootstrap: str, topic: str) -> int:
+    """The policy topic's end offset. A topic just created may not be in this new client's
+    metadata yet (``_UNKNOWN_PARTITION``): asked again until it is, within a deadline."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("offsets")})
+    high: list[int] = []
+
+    def known() -> bool:
+        try:
+            high.append(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=15)[1])
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION:
+                raise
+            return False
+        return True
+
     try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=15)
+        wait_until(known, 30, f"the end offset of {topic}", interval=0.2)
     finally:
         consumer.close()
-    return int(high)
+    return int(high[-1])
 
 
 @pytest.fixture
