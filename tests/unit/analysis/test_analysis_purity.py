@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import fairstream.analysis
+from tests.unit import purity
 
 NEVER_LOADED = ("faust", "confluent_kafka", "aiokafka", "asyncio", "click")
 # Imported by no module of fairstream.analysis; the standard library may load the last two
@@ -21,14 +22,14 @@ MODULES = sorted(ANALYSIS.glob("*.py"))
 
 
 def imported_names(path: Path) -> list[str]:
-    names = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            assert not node.level, f"{path.name}: relative import"
-            names.append(node.module or "")
-    return names
+    return purity.imported_names(path, "fairstream.analysis", ANALYSIS)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+def test_no_relative_imports(path: Path):
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    relative = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level]
+    assert not relative, f"{path.name}: relative import"
 
 
 def test_there_are_modules_to_check():

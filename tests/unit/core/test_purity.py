@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import fairstream.core
+from tests.unit import purity
 
 FORBIDDEN = ("faust", "confluent_kafka", "aiokafka", "asyncio")
 CORE = Path(fairstream.core.__file__).parent
@@ -17,21 +17,7 @@ MODULES = sorted(CORE.rglob("*.py"))
 
 
 def imported_names(path: Path) -> list[str]:
-    """Absolute module names imported by ``path`` (relative imports resolved)."""
-    package = "fairstream.core" + "".join(
-        f".{part}" for part in path.parent.relative_to(CORE).parts
-    )
-    names = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                names.append(f"{base}.{node.module}" if node.module else base)
-            else:
-                names.append(node.module or "")
-    return names
+    return purity.imported_names(path, "fairstream.core", CORE)
 
 
 def test_there_are_modules_to_check():

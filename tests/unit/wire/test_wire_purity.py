@@ -5,7 +5,6 @@ nothing outside itself, keeps copies of the two it uses, and they must stay equa
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import fairstream.wire
+from tests.unit import purity
 
 FORBIDDEN = ("faust", "confluent_kafka", "aiokafka", "asyncio", "socket", "threading")
 ALLOWED_FAIRSTREAM = (
@@ -25,13 +25,7 @@ MODULES = sorted(WIRE.glob("*.py"))
 
 
 def imported_names(path: Path) -> list[str]:
-    names = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            names.append(node.module or "")
-    return names
+    return purity.imported_names(path, "fairstream.wire", WIRE)
 
 
 def test_there_are_modules_to_check() -> None:
