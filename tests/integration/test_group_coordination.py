@@ -3,10 +3,14 @@
 - A coordination topic that refuses every report (``max.message.bytes`` smaller than one):
   each instance goes on emitting at its safe share (its partitions over the ingest topic's)
   and says why in ``/readyz`` and ``/metrics``.
-- Two instances, one with its wall clock 3 s behind: the group never exceeds ``--rate`` +
-  burst in any 1 s window. Windows are counted on the broker's ``LogAppendTime`` of the
-  egress records (the egress topic is created so): one clock, neither scheduler's, stamped
-  as the records are written, which is what the rate limits. A read_committed consumer's
+- Two instances, one with its wall clock 3 s behind: the group keeps to ``--rate`` between
+  them, and no 1 s window holds more than ``--rate`` + burst plus what the spread of the
+  append delays can compress into it. Windows are counted on the broker's ``LogAppendTime``
+  of the egress records (the egress topic is created so): one clock, neither scheduler's,
+  stamped as the records are written. Pacing bounds the records' slots (their
+  ``fairstream-scheduled-ms``); each lands later than its slot by a delay that varies (a
+  caught-up slot, linger, a busy broker), and that spread is measured per instance as a
+  difference of its own clock's readings, so the skew cannot hide in it. A read_committed consumer's
   receipt time is printed too; it also moves with when transactions commit (a commit makes
   its records visible at once), which no pacing can smooth. The clock is moved for the
   Python process only (``skewed_clock/sitecustomize.py``): under libfaketime librdkafka's
@@ -20,6 +24,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
+from statistics import median
 
 import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Message
@@ -184,11 +189,18 @@ def test_a_clock_3s_behind_never_doubles_the_group_rate(
         stamps = [broker_ms(m) for m in egress.messages]
         worst = worst_second(stamps)
         worst_received = worst_second([int(t * 1000) for t in received])
-        # The skew is real: the behind instance's scheduled-ms stamps run ~3 s behind.
-        lag = {
-            m.key(): broker_ms(m) - int(dict(m.headers())["fairstream-scheduled-ms"])
-            for m in egress.messages
-        }
+        # Broker time minus each record's slot on its scheduler's own schedule, per instance
+        # (tenant A is the first's, B the second's). The skew is real: B's run ~3 s behind.
+        lags: dict[bytes, list[int]] = {}
+        for m in egress.messages:
+            scheduled = int(dict(m.headers())["fairstream-scheduled-ms"])
+            lags.setdefault(m.key(), []).append(broker_ms(m) - scheduled)
+        # Pacing bounds each window of slots; the broker stamps a batch when it appends it,
+        # later than the slot by a delay that varies (linger, a flush before a commit, a busy
+        # broker). A 1 s window of broker time holds slots from at most 1 s + that variation,
+        # whatever either clock says: the variation is a difference of one clock's readings.
+        jitter_s = max(max(v) - min(v) for v in lags.values()) / 1000
+        bound = RATE * (1 + jitter_s) + BURST
         # After the settling, by broker time (scheduling stamps are 3 s apart between them).
         ordered = sorted(egress.messages, key=broker_ms)[400:2200]
         counts = Counter(m.key() for m in ordered)
@@ -196,13 +208,15 @@ def test_a_clock_3s_behind_never_doubles_the_group_rate(
         group_rate = (len(ordered) - 1) / span
         print(
             f"\none clock 3 s behind: worst 1 s window {worst} by broker time, "
-            f"{worst_received} by this consumer's receipt (bound {RATE + BURST}); group "
+            f"{worst_received} by this consumer's receipt (bound {bound:.1f}: {RATE} + "
+            f"{BURST} + {RATE} x {jitter_s:.3f} s of append delay variation); group "
             f"{group_rate:.1f}/s of {RATE}; split {dict(counts)}; broker - scheduled ms "
-            f"{ {k.decode(): v for k, v in lag.items()} }"
+            f"{ {k.decode(): (min(v), max(v)) for k, v in lags.items()} }"
         )
-        assert lag[b"B"] >= 2500, "the second instance's wall clock is not behind"
-        assert worst <= RATE + BURST
-        assert group_rate >= 0.9 * RATE  # both still use the group's rate between them
+        assert median(lags[b"B"]) - median(lags[b"A"]) >= 2500, "B's clock is not behind"
+        assert worst <= bound
+        # Both still use the group's rate between them, and not twice it: the skew's risk.
+        assert 0.9 * RATE <= group_rate <= 1.1 * RATE
         assert min(counts.values()) >= 0.35 * len(ordered)  # and share it
     finally:
         egress.close()
