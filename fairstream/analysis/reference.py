@@ -26,13 +26,17 @@ class Arrival:
     """One record's arrival: when (seconds), whose, which, and what it costs.
 
     The reference schedules count records (each is one unit of work); ``fairstream
-    simulate`` replays traces of these with their cost.
+    simulate`` replays traces of these with their cost, the seconds the paid API holds a
+    concurrency slot for it (``hold``, under ``--max-concurrency``) and the tenant group the
+    record names (``group``, None: by convention or none).
     """
 
     t: float
     tenant: str
     id: str
     cost: int = 1
+    hold: float = 0.0
+    group: str | None = None
 
 
 def fifo_starts(arrivals: Iterable[Arrival], rate: float) -> dict[str, float]:

@@ -1,14 +1,19 @@
 """``fairstream simulate``: replay an arrival trace through the real scheduling core.
 
 The what-if tool: given who sent what when, how long would each tenant's records wait at a
-given egress rate, burst, weights and quantum? It drives the service's own emission rule
-(``fairstream.core.emission``: pacing, ``FairScheduler``'s pick, cost tokens) with a
-``ManualClock``, so a day of traffic replays in seconds and the same trace always gives the
-same answer.
+given egress rate, burst, concurrency limit, weights, tenant groups and quantum? It drives
+the service's own emission rule (``fairstream.core.emission``: pacing, concurrency slots,
+``FairScheduler``'s pick or ``GroupScheduler``'s, cost tokens) with a ``ManualClock``, so a
+day of traffic replays in seconds and the same trace always gives the same answer.
 
 Input, one JSON object per line, sorted by ``t`` (seconds)::
 
-    {"t": 0.0, "tenant": "acme", "id": "r1", "cost": 3}     (cost optional, default 1)
+    {"t": 0.0, "tenant": "acme/alice", "id": "r1", "cost": 3, "hold": 0.2, "group": "acme"}
+
+``cost`` is optional (default 1); ``hold`` (default 0) is how long the paid API works on the
+request, the seconds it holds one of ``--max-concurrency`` slots; ``group`` names the
+record's tenant group (else ``--tenant-group-separator`` decides, as in the scheduler, else
+none). With a limit of concurrency and no ``--rate``, the replay is bound by slots alone.
 
 Output: one JSON line per departure on stdout, in departure order,
 ``{"id", "tenant", "t_arrival", "t_departure"}``; a per-tenant summary on stderr.
@@ -16,6 +21,7 @@ Output: one JSON line per departure on stdout, in departure order,
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 from collections.abc import Callable, Iterable
@@ -27,8 +33,9 @@ import click
 from fairstream.analysis.reference import Arrival
 from fairstream.analysis.stats import FairShareTracker, jain_index, percentile
 from fairstream.cli.weights import parse_weights
-from fairstream.core import FairScheduler, ManualClock, TenantPolicy
+from fairstream.core import FairScheduler, GroupScheduler, ManualClock, TenantPolicy
 from fairstream.core.emission import EmissionRule, Expire, Wait
+from fairstream.scheduler.tenant_groups import by_separator
 
 __all__ = ["Arrival", "Departure", "parse_trace", "replay", "simulate"]
 
@@ -87,6 +94,12 @@ def parse_trace(lines: Iterable[str]) -> list[Arrival]:
         cost = obj.get("cost", 1)
         if isinstance(cost, bool) or not isinstance(cost, int) or cost < 1:
             raise _trace_error(lineno, f"'cost' must be a positive integer, got {cost!r}")
+        hold = obj.get("hold", 0.0)
+        if isinstance(hold, bool) or not isinstance(hold, int | float) or not 0 <= hold < math.inf:
+            raise _trace_error(lineno, f"'hold' must be a finite number >= 0, got {hold!r}")
+        group = obj.get("group")
+        if group is not None and (not isinstance(group, str) or not group):
+            raise _trace_error(lineno, f"'group' must be a non-empty string, got {group!r}")
         if t < previous_t:
             raise _trace_error(
                 lineno,
@@ -94,60 +107,133 @@ def parse_trace(lines: Iterable[str]) -> list[Arrival]:
                 "the trace must be sorted by t",
             )
         previous_t, previous_line = t, lineno
-        arrivals.append(Arrival(float(t), tenant, record_id, cost))
+        arrivals.append(Arrival(float(t), tenant, record_id, cost, float(hold), group))
     return arrivals
+
+
+# Slots are given back by the trace's holds, never by a lease: a lease longer than any trace.
+_NO_LEASE = 1e15
+
+
+def _core(
+    clock: ManualClock,
+    quantum: float,
+    weights: dict[str, float],
+    group_weights: dict[str, float],
+    group_of: Callable[[str], str | None] | None,
+    grouped: bool,
+) -> FairScheduler[Arrival] | GroupScheduler[Arrival]:
+    """The service's choice: a flat ``FairScheduler`` unless something is grouped."""
+    core: FairScheduler[Arrival] | GroupScheduler[Arrival]
+    if grouped or group_of is not None or group_weights:
+        core = GroupScheduler(clock, quantum=quantum, group_of=group_of)
+        for group, weight in group_weights.items():
+            core.set_group_policy(group, TenantPolicy(weight=weight))
+    else:
+        core = FairScheduler(clock, quantum=quantum)
+    for tenant, weight in weights.items():
+        core.set_policy(tenant, TenantPolicy(weight=weight))
+    return core
+
+
+class _Busy:
+    """The requests holding slots: a heap of (done, departure number, request id)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, str]] = []
+
+    def start(self, arrival: Arrival, now: float, number: int) -> None:
+        heapq.heappush(self._heap, (now + arrival.hold, number, arrival.id))
+
+    def next_done(self) -> float:
+        return self._heap[0][0] if self._heap else math.inf
+
+    def settle(self, rule: EmissionRule[Arrival], now: float) -> None:
+        """Give the slots of the requests done by ``now`` back to ``rule``."""
+        heap, done = self._heap, []
+        while heap and heap[0][0] <= now:
+            done.append(heapq.heappop(heap)[2])
+        if done:
+            rule.settled(done)
 
 
 def replay(
     arrivals: list[Arrival],
     *,
-    rate: float,
+    rate: float | None = None,
     burst: float = 1,
     weights: dict[str, float] | None = None,
     quantum: float = 1,
     tracker: FairShareTracker | None = None,
+    max_concurrency: int | None = None,
+    group_separator: str | None = None,
+    group_weights: dict[str, float] | None = None,
 ) -> Iterable[Departure]:
-    """Yield the departures of ``arrivals`` through the core at ``rate`` records/s.
+    """Yield the departures of ``arrivals`` through the core at ``rate`` records/s (None:
+    unpaced) with at most ``max_concurrency`` requests in flight (None: unlimited).
 
     A record departs only when the emission rule answers a pick; when it answers wait, time
-    jumps to the next event: the next arrival, or the end of the wait. Arrivals at or before
-    a departure's time compete for it. ``tracker``, if given,
-    is fed backlog and service events for the fairness summary.
+    jumps to the next event: the next arrival, the next request done (its ``hold`` after
+    its departure, under ``max_concurrency``), or the end of the wait. Requests done and
+    arrivals at or before a departure's time count for it. ``group_separator`` groups
+    tenants by key as the scheduler's ``--tenant-group-separator`` does (a record's own
+    ``group`` goes first); ``group_weights`` weigh the groups. ``tracker``, if given, is fed
+    backlog and service events for the fairness summary.
     """
+    if rate is None and max_concurrency is None:
+        raise ValueError("replay needs a rate, a concurrency limit or both")
     weights = weights or {}
     clock = ManualClock(arrivals[0].t if arrivals else 0.0)
-    scheduler: FairScheduler[Arrival] = FairScheduler(clock, quantum=quantum)
-    for tenant, weight in weights.items():
-        scheduler.set_policy(tenant, TenantPolicy(weight=weight))
+    grouped = any(a.group is not None for a in arrivals)
+    group_of = by_separator(group_separator)
+    core = _core(clock, quantum, weights, group_weights or {}, group_of, grouped)
     # The service's rule, with the simulated clock: a record goes only when it says so.
-    rule = EmissionRule(scheduler, clock, rate=rate, burst=burst)
-    pending = 0
-    while pending < len(arrivals) or len(scheduler) or rule.pending is not None:
+    rule = EmissionRule(
+        core,
+        clock,
+        rate=rate,
+        burst=burst,
+        max_concurrency=max_concurrency,
+        concurrency_lease=_NO_LEASE,
+    )
+    busy = _Busy()
+    pending = sent = 0
+    while pending < len(arrivals) or len(core) or rule.pending is not None:
         now = clock.now()
+        busy.settle(rule, now)
         while pending < len(arrivals) and arrivals[pending].t <= now:
             arrival = arrivals[pending]
-            scheduler.push(arrival.tenant, arrival, arrival.cost)
+            if isinstance(core, GroupScheduler):
+                core.push(arrival.tenant, arrival, arrival.cost, arrival.group)
+            else:
+                core.push(arrival.tenant, arrival, arrival.cost)
             if tracker is not None:
                 tracker.backlogged(arrival.tenant, weights.get(arrival.tenant, 1.0))
             pending += 1
         step = rule.next()
         if isinstance(step, Wait):
-            due = now + step.seconds
-            if pending < len(arrivals) and arrivals[pending].t < due:
-                clock.set(arrivals[pending].t)  # it may arrive in time to compete
-            elif due == math.inf:
+            # It may arrive, or a slot be given back, in time to compete.
+            due = min(
+                now + step.seconds,
+                arrivals[pending].t if pending < len(arrivals) else math.inf,
+                busy.next_done(),
+            )
+            if due == math.inf:
                 break  # nothing will change any more (caps or pause, which the CLI never sets)
-            else:
-                # Never stand still: a wait below the clock's resolution still moves it.
-                clock.set(due if due > now else math.nextafter(now, math.inf))
+            # Never stand still: a wait below the clock's resolution still moves it.
+            clock.set(due if due > now else math.nextafter(now, math.inf))
             continue
         if isinstance(step, Expire):
             continue  # trace records have no deadline
         if tracker is not None:
             tracker.served(step.tenant, step.cost)
-            if step.tenant not in scheduler:
+            if step.tenant not in core:
                 tracker.idle(step.tenant)
         arrival = step.item
+        if max_concurrency is not None:
+            rule.started(step.tenant, arrival.id, now)
+            busy.start(arrival, now, sent)
+        sent += 1
         yield Departure(arrival.id, arrival.tenant, arrival.cost, arrival.t, now)
 
 
@@ -195,13 +281,21 @@ def _option(flag: str, **kw: Any) -> Callable[[F], F]:
     "--trace",
     type=click.File("r", encoding="utf-8"),
     required=True,
-    help='Arrivals as JSON lines {"t", "tenant", "id", "cost"?}, sorted by t; - for stdin.',
+    help='Arrivals as JSON lines {"t", "tenant", "id", "cost"?, "hold"?, "group"?}, sorted '
+    "by t; - for stdin.",
 )
 @_option(
     "--rate",
     type=click.FloatRange(min=0, min_open=True),
-    required=True,
-    help="Egress rate in records per second.",
+    default=None,
+    help="Egress rate in records per second. [default: unpaced; needs --max-concurrency]",
+)
+@_option(
+    "--max-concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Requests in flight at most; each holds a slot for its trace record's hold seconds. "
+    "[default: unlimited]",
 )
 @_option(
     "--burst",
@@ -216,6 +310,12 @@ def _option(flag: str, **kw: Any) -> Callable[[F], F]:
     help="tenant=w,... or a file (JSON object, or tenant=w lines). Others weigh 1.",
 )
 @_option(
+    "--tenant-group-separator",
+    default=None,
+    help="Tenant groups by key, as the scheduler's option: with /, tenant acme/alice is in "
+    "group acme. A trace record's group goes first. [default: none]",
+)
+@_option(
     "--quantum",
     type=click.FloatRange(min=0, min_open=True),
     default=1.0,
@@ -223,7 +323,13 @@ def _option(flag: str, **kw: Any) -> Callable[[F], F]:
     help="Base quantum in cost units; a tenant's quantum is weight x quantum.",
 )
 def simulate(
-    trace: IO[str], rate: float, burst: float, weights: str | None, quantum: float
+    trace: IO[str],
+    rate: float | None,
+    max_concurrency: int | None,
+    burst: float,
+    weights: str | None,
+    tenant_group_separator: str | None,
+    quantum: float,
 ) -> None:
     """Replay an arrival trace through the scheduling core with a simulated clock.
 
@@ -234,7 +340,10 @@ def simulate(
     \b
     Example:
       fairstream simulate --trace arrivals.jsonl --rate 50 --burst 5 --weights acme=2
+      fairstream simulate --trace calls.jsonl --max-concurrency 4 --tenant-group-separator /
     """
+    if rate is None and max_concurrency is None:
+        raise click.UsageError("give --rate, --max-concurrency or both")
     tenant_weights = parse_weights(weights)
     arrivals = parse_trace(trace)
     tracker = FairShareTracker()
@@ -246,6 +355,8 @@ def simulate(
         weights=tenant_weights,
         quantum=quantum,
         tracker=tracker,
+        max_concurrency=max_concurrency,
+        group_separator=tenant_group_separator or None,
     ):
         departures.append(departure)
         click.echo(
