@@ -34,6 +34,11 @@ cleaning up its processes and topics):
 - ``concurrency`` (``benchmarks/concurrency.py``): ``--max-concurrency 20``, no rate, calls
   of 1 s: calls in flight at the API (mean, max) and calls/s, through a worker that calls
   every record at once and through ``fairstream.Worker``.
+- ``fairness_scenarios`` (``benchmarks/fairness_scenarios.py``): trigger.dev's fairness
+  study's scenarios (adversarial skew, key-splitting, trickle, heavy-idle, weighted) through
+  the core as ``fairstream simulate`` runs them, and key-splitting and weighted end to end,
+  beside the study's published figures: the "Fairness scenarios" section
+  (``benchmarks/fairness_doc.py``).
 
 When a target is missed, the scheduler is run once more under cProfile on the
 max-throughput workload (``benchmarks/profiling.py``) and the top of the profile goes into
@@ -68,6 +73,7 @@ from typing import Any
 from benchmarks import (
     burst,
     concurrency,
+    fairness_scenarios,
     feedback,
     gaps,
     group,
@@ -80,6 +86,7 @@ from benchmarks import (
     throughput,
 )
 from benchmarks.common import REPO, Broker, delete_topics, get, log
+from benchmarks.fairness_doc import section, with_section
 from benchmarks.report import markdown
 from benchmarks.targets import targets
 
@@ -158,6 +165,7 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
             ("feedback", feedback),
             ("slow_api", slow_api),
             ("concurrency", concurrency),
+            ("fairness_scenarios", fairness_scenarios),
         ):
             phases.run(name, lambda c, m=module: m.phase(bootstrap, workdir, quick, c))
 
@@ -172,6 +180,13 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
         if shared:
             delete_topics(bootstrap, shared)
     return phases.results
+
+
+def document(report: dict[str, Any]) -> str:
+    """docs/benchmarks.md: report.py's document with the fairness scenarios' section."""
+    text = markdown(report)
+    fairness = report["results"].get("fairness_scenarios")
+    return with_section(text, section(fairness)) if fairness else text
 
 
 def main() -> None:
@@ -190,7 +205,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.render:
-        DOC.write_text(markdown(json.loads(args.render.read_text())))
+        DOC.write_text(document(json.loads(args.render.read_text())))
         log(f"wrote {DOC} from {args.render}")
         return
 
@@ -220,7 +235,7 @@ def main() -> None:
     print(json.dumps(report, indent=2))
     if args.report_json:
         args.report_json.write_text(json.dumps(report, indent=2))
-    text = markdown(report)
+    text = document(report)
     print()
     print(text.split("## Raw results")[0])
     if not args.no_docs:

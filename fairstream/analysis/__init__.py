@@ -8,6 +8,8 @@
 - ``plot``: the demo's plot of dwell per tenant over time (``audit --png`` draws it too);
 - ``stats``: percentiles, Jain's index, the weighted fair-share tracker and the per-window
   fairness (which the scheduler's audit thread also computes live).
+- ``contention``: fairness while tenants contend, as trigger.dev's fairness study measures
+  it (the benchmarks' "Fairness scenarios").
 
 Pure, like ``fairstream.core``: no Kafka client, no network, no threads, no clock; the
 commands read the records and pass them in. The one side effect is ``plot``'s: it writes
