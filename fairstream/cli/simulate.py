@@ -51,6 +51,7 @@ class Departure:
     cost: int
     t_arrival: float
     t_departure: float
+    group: str | None = None  # the tenant group it was scheduled in
 
     @property
     def dwell(self) -> float:
@@ -157,6 +158,54 @@ class _Busy:
             rule.settled(done)
 
 
+GROUP_ROW = "group "  # the summary's rows of groups: "group acme"
+
+
+class _Judged:
+    """Who the fairness summary judges, as the core shares the egress: each tenant, or
+    with groups the outer level's entries (a group, or a tenant in none). Feeds the
+    tracker (if any) and remembers each backlogged tenant's group."""
+
+    def __init__(
+        self,
+        tracker: FairShareTracker | None,
+        core: FairScheduler[Arrival] | GroupScheduler[Arrival],
+        weights: dict[str, float],
+        group_weights: dict[str, float],
+    ) -> None:
+        self._tracker = tracker
+        self._core = core
+        self._weights = weights
+        self._group_weights = group_weights
+        self._group: dict[str, str | None] = {}
+
+    def pushed(self, tenant: str) -> None:
+        core = self._core
+        group = core.group_of(tenant) if isinstance(core, GroupScheduler) else None
+        self._group[tenant] = group
+        if self._tracker is not None:
+            if group is None:
+                self._tracker.backlogged(tenant, self._weights.get(tenant, 1.0))
+            else:
+                self._tracker.backlogged(GROUP_ROW + group, self._group_weights.get(group, 1.0))
+
+    def served(self, tenant: str, cost: int) -> str | None:
+        """A record of ``tenant`` departed; its group."""
+        group = self._group[tenant]
+        if self._tracker is not None:
+            judged = tenant if group is None else GROUP_ROW + group
+            self._tracker.served(judged, cost)
+            if self._emptied(tenant, group):
+                self._tracker.idle(judged)
+        return group
+
+    def _emptied(self, tenant: str, group: str | None) -> bool:
+        core = self._core
+        if group is None or not isinstance(core, GroupScheduler):
+            return tenant not in core
+        return core.group_backlog(group)[0] == 0
+
+
 def replay(
     arrivals: list[Arrival],
     *,
@@ -178,7 +227,8 @@ def replay(
     arrivals at or before a departure's time count for it. ``group_separator`` groups
     tenants by key as the scheduler's ``--tenant-group-separator`` does (a record's own
     ``group`` goes first); ``group_weights`` weigh the groups. ``tracker``, if given, is fed
-    backlog and service events for the fairness summary.
+    backlog and service events for the fairness summary: of each tenant, or, when anything
+    is grouped, of each group (``GROUP_ROW`` + its id) and each tenant in none.
     """
     if rate is None and max_concurrency is None:
         raise ValueError("replay needs a rate, a concurrency limit or both")
@@ -197,6 +247,7 @@ def replay(
         concurrency_lease=_NO_LEASE,
     )
     busy = _Busy()
+    judged = _Judged(tracker, core, weights, group_weights or {})
     pending = sent = 0
     while pending < len(arrivals) or len(core) or rule.pending is not None:
         now = clock.now()
@@ -207,8 +258,7 @@ def replay(
                 core.push(arrival.tenant, arrival, arrival.cost, arrival.group)
             else:
                 core.push(arrival.tenant, arrival, arrival.cost)
-            if tracker is not None:
-                tracker.backlogged(arrival.tenant, weights.get(arrival.tenant, 1.0))
+            judged.pushed(arrival.tenant)
             pending += 1
         step = rule.next()
         if isinstance(step, Wait):
@@ -225,44 +275,53 @@ def replay(
             continue
         if isinstance(step, Expire):
             continue  # trace records have no deadline
-        if tracker is not None:
-            tracker.served(step.tenant, step.cost)
-            if step.tenant not in core:
-                tracker.idle(step.tenant)
+        group = judged.served(step.tenant, step.cost)
         arrival = step.item
         if max_concurrency is not None:
             rule.started(step.tenant, arrival.id, now)
             busy.start(arrival, now, sent)
         sent += 1
-        yield Departure(arrival.id, arrival.tenant, arrival.cost, arrival.t, now)
+        yield Departure(arrival.id, arrival.tenant, arrival.cost, arrival.t, now, group)
 
 
 def _summary(
-    departures: list[Departure], weights: dict[str, float], tracker: FairShareTracker
+    departures: list[Departure],
+    weights: dict[str, float],
+    tracker: FairShareTracker,
+    group_weights: dict[str, float] | None = None,
 ) -> list[str]:
-    by_tenant: dict[str, list[float]] = {}
+    """One row per tenant, then (with groups) one per group over its members; fair_share is
+    of what the tracker judged: a tenant in no group, or a group."""
+    rows: dict[str, list[float]] = {}
     for d in departures:
-        by_tenant.setdefault(d.tenant, []).append(d.dwell)
-    if not by_tenant:
+        rows.setdefault(d.tenant, []).append(d.dwell)
+    if not rows:
         return ["no arrivals in the trace"]
+    group_rows: dict[str, list[float]] = {}
+    for d in departures:
+        if d.group is not None:
+            group_rows.setdefault(GROUP_ROW + d.group, []).append(d.dwell)
+    row_weights = dict(weights)
+    row_weights.update({GROUP_ROW + g: w for g, w in (group_weights or {}).items()})
     ratios = tracker.ratios()
-    width = max(6, *(len(t) for t in by_tenant))
+    width = max(6, *(len(t) for t in (*rows, *group_rows)))
     lines = [
         f"{'tenant':<{width}} {'weight':>7} {'count':>8} {'dwell_p50':>10} "
         f"{'dwell_p99':>10} {'dwell_max':>10} {'fair_share':>10}"
     ]
-    for tenant in sorted(by_tenant):
-        dwell = sorted(by_tenant[tenant])
-        share = ratios.get(tenant)
+    for name, times in [*sorted(rows.items()), *sorted(group_rows.items())]:
+        dwell = sorted(times)
+        share = ratios.get(name)
         lines.append(
-            f"{tenant:<{width}} {weights.get(tenant, 1.0):>7g} {len(dwell):>8} "
+            f"{name:<{width}} {row_weights.get(name, 1.0):>7g} {len(dwell):>8} "
             f"{percentile(dwell, 50, presorted=True):>10.3f} "
             f"{percentile(dwell, 99, presorted=True):>10.3f} {dwell[-1]:>10.3f} "
             f"{'-' if share is None else format(share, '.3f'):>10}"
         )
     if ratios:
+        judged = "groups and ungrouped tenants" if group_rows else "tenants"
         lines.append(
-            f"Jain's index over {len(ratios)} backlogged tenants: "
+            f"Jain's index over {len(ratios)} backlogged {judged}: "
             f"{jain_index(ratios.values()):.4f} "
             "(fair_share: service / weighted fair share while backlogged; 1 is fair)"
         )

@@ -120,3 +120,31 @@ def test_bad_hold_or_group(record: dict[str, object], message: str):
     result = run(["--trace", "-", "--max-concurrency", "1"], stdin=trace)
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+def test_with_groups_the_summary_judges_groups_and_ungrouped_tenants():
+    result = run(
+        ["--trace", "-", "--rate", "10", "--tenant-group-separator", "/"], stdin=_split_org()
+    )
+    rows = {
+        line.split()[0] + (" " + line.split()[1] if line.startswith("group ") else ""): line
+        for line in result.stderr.splitlines()[1:-1]
+    }
+    assert set(rows) == {"org/u0", "org/u1", "org/u2", "solo", "group org"}
+    assert rows["group org"].split()[3] == "30"  # the members' records together
+    assert rows["org/u0"].split()[-1] == "-"  # a member is judged within its group's share
+    # org and solo were both backlogged while solo's 10 went: each got half, as fair.
+    assert rows["solo"].split()[-1] == "1.000"
+    assert rows["group org"].split()[-1] == "1.000"
+    assert "over 2 backlogged groups and ungrouped tenants: 1.0000" in result.stderr
+
+
+def test_departures_name_their_group():
+    arrivals = parse_trace(_split_org().splitlines())
+    out = list(replay(arrivals, rate=10, group_separator="/"))
+    assert {d.tenant: d.group for d in out} == {
+        "org/u0": "org",
+        "org/u1": "org",
+        "org/u2": "org",
+        "solo": None,
+    }
