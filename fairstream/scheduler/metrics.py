@@ -109,48 +109,6 @@ class TenantCostCollector(Collector):
             yield family
 
 
-class TenantGroupCollector(Collector):
-    """Per tenant group (``fairstream.scheduler.tenant_tree``): its backlog, records
-    emitted, share of recent egress and entitlement, read at scrape time. Bounded as the
-    tenants' series: the ``top_groups`` largest backlogs, the rest under ``__other__``;
-    nothing while no group is in use."""
-
-    def __init__(
-        self, rows: Callable[[int], list[tuple[str, int, int, float, float]]], top_groups: int
-    ) -> None:
-        self._rows = rows
-        self._k = top_groups
-
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        families: tuple[GaugeMetricFamily | CounterMetricFamily, ...] = (
-            GaugeMetricFamily(
-                "fairstream_tenant_group_backlog_records",
-                "Records buffered per tenant group (its members' backlogs, staged included).",
-                labels=["group"],
-            ),
-            CounterMetricFamily(
-                "fairstream_tenant_group_emitted_records",
-                "Records emitted per tenant group since start (its members').",
-                labels=["group"],
-            ),
-            GaugeMetricFamily(
-                "fairstream_tenant_group_share",
-                "Tenant group's fraction of this instance's egress over the last 10 s.",
-                labels=["group"],
-            ),
-            GaugeMetricFamily(
-                "fairstream_tenant_group_entitlement",
-                "Tenant group's weighted fair share among the groups (and ungrouped tenants) "
-                "of its class waiting for a share (0: it does not wait for one).",
-                labels=["group"],
-            ),
-        )
-        for group, *values in self._rows(self._k):
-            for family, value in zip(families, values, strict=True):
-                family.add_metric([group], value)
-        yield from families
-
-
 class ConditionCollector(Collector):
     """One series per condition of the instance now (degraded or unready), read at scrape."""
 
@@ -498,15 +456,6 @@ class Metrics:
         self, costs: Callable[[], Mapping[str, list[int]]], top_tenants: int = 20
     ) -> None:
         self.registry.register(TenantCostCollector(costs, top_tenants))
-
-    def watch_tenant_groups(
-        self,
-        rows: Callable[[int], list[tuple[str, int, int, float, float]]],
-        top_groups: int = 20,
-    ) -> None:
-        """``fairstream_tenant_group_*{group}``: ``rows(top)`` gives ``(group, backlog,
-        emitted, share, entitlement)`` per group, the rest under ``__other__``."""
-        self.registry.register(TenantGroupCollector(rows, top_groups))
 
     def watch_tenants(
         self,

@@ -95,7 +95,7 @@ from fairstream.scheduler.policies import PolicyReader
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.recovery import Recovery
 from fairstream.scheduler.supervise import Supervisor
-from fairstream.scheduler.tenant_tree import add_tree, group_series
+from fairstream.scheduler.tenant_tree import TenantGroupCollector, add_tree, group_series
 from fairstream.scheduler.trim import Trimmer
 
 log = logging.getLogger("fairstream.scheduler")
@@ -267,8 +267,10 @@ class SchedulerService:
             lambda: self._scrape[0].backlog_by_tenant, lambda: self._scrape[0].emitted_by_tenant
         )
         # The tenant groups' tree: the emitter's last scrape with the auditor's rates.
-        metrics.watch_tenant_groups(
-            lambda top: group_series(self._scrape[0].tree, *self.auditor.rates(), top)
+        metrics.registry.register(
+            TenantGroupCollector(
+                lambda top: group_series(self._scrape[0].tree, *self.auditor.rates(), top)
+            )
         )
         self.conditions.watch("payload-readback", self._readback_condition)
         metrics.watch_conditions(

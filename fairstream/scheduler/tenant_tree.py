@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from fairstream.analysis.tree import Entitled, Entry, GroupNode, share_tree
 from fairstream.core import Core, GroupScheduler
@@ -35,6 +38,7 @@ __all__ = [
     "GroupCounts",
     "GroupLoad",
     "MemberLoad",
+    "TenantGroupCollector",
     "TreeSnapshot",
     "add_tree",
     "group_series",
@@ -43,6 +47,7 @@ __all__ = [
 
 RECENT = 10_000  # latest grouped emitters whose group is remembered (for the groups' rates)
 EMITTED_GROUPS = 10_000  # groups whose emitted counts are kept one by one
+GroupRow = tuple[str, int, int, float, float]  # group, backlog, emitted, share, entitlement
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +300,7 @@ def _group_row(node: GroupNode, load: GroupLoad, limit: int) -> dict[str, Any]:
 
 def group_series(
     snapshot: TreeSnapshot | None, rates: Mapping[str, float], total: float, top: int
-) -> list[tuple[str, int, int, float, float]]:
+) -> list[GroupRow]:
     """The metrics' rows, ``(group, backlog, emitted, share, entitlement)``: the ``top``
     groups by backlog then rate, and the rest summed under ``OTHER`` (share and entitlement
     summed too: the rest's part). Nothing for a flat core."""
@@ -319,3 +324,44 @@ def group_series(
         sum(r[4] for r in rest),
     )
     return [*named, other]
+
+
+class TenantGroupCollector(Collector):
+    """``fairstream_tenant_group_*{group}``: per tenant group its backlog, records emitted,
+    share of recent egress and entitlement, read at scrape time (``rows(top)``: from
+    ``group_series``). Bounded as the tenants' series (``metrics.TenantCollector``): the
+    ``top_groups`` largest backlogs, the rest under ``__other__``; none while no group is in
+    use. Registered by ``SchedulerService`` in the instance's ``Metrics.registry``."""
+
+    def __init__(self, rows: Callable[[int], list[GroupRow]], top_groups: int = 20) -> None:
+        self._rows = rows
+        self._k = top_groups
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        families: tuple[GaugeMetricFamily | CounterMetricFamily, ...] = (
+            GaugeMetricFamily(
+                "fairstream_tenant_group_backlog_records",
+                "Records buffered per tenant group (its members' backlogs, staged included).",
+                labels=["group"],
+            ),
+            CounterMetricFamily(
+                "fairstream_tenant_group_emitted_records",
+                "Records emitted per tenant group since start (its members').",
+                labels=["group"],
+            ),
+            GaugeMetricFamily(
+                "fairstream_tenant_group_share",
+                "Tenant group's fraction of this instance's egress over the last 10 s.",
+                labels=["group"],
+            ),
+            GaugeMetricFamily(
+                "fairstream_tenant_group_entitlement",
+                "Tenant group's weighted fair share among the groups (and ungrouped tenants) "
+                "of its class waiting for a share (0: it does not wait for one).",
+                labels=["group"],
+            ),
+        )
+        for group, *values in self._rows(self._k):
+            for family, value in zip(families, values, strict=True):
+                family.add_metric([group], value)
+        yield from families

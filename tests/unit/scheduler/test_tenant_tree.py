@@ -12,7 +12,7 @@ from fairstream.core import FairScheduler, GroupScheduler, ManualClock, TenantPo
 from fairstream.scheduler.metrics import OTHER, Metrics
 from fairstream.scheduler.observe import Observed, add_shares
 from fairstream.scheduler.tenant_groups import by_separator
-from fairstream.scheduler.tenant_tree import add_tree, group_series
+from fairstream.scheduler.tenant_tree import TenantGroupCollector, add_tree, group_series
 
 
 def grouped_core() -> GroupScheduler[int]:
@@ -115,7 +115,9 @@ def test_the_group_metrics_are_bounded_and_their_emitted_sum_only_grows():
     assert other[4] == pytest.approx(0.6)
     metrics = Metrics()
     tree = observed.scrape(core, 0, 0).tree
-    metrics.watch_tenant_groups(lambda top: group_series(tree, {"g4/t": 3.0}, 3.0, top))
+    metrics.registry.register(
+        TenantGroupCollector(lambda top: group_series(tree, {"g4/t": 3.0}, 3.0, top))
+    )
     text = generate_latest(metrics.registry).decode()
     assert 'fairstream_tenant_group_backlog_records{group="g4"} 50.0' in text
     assert 'fairstream_tenant_group_share{group="g4"} 1.0' in text
