@@ -116,7 +116,7 @@ def level_table(windows: Sequence[LevelWindow], clock: Callable[[float], str]) -
     level had anything to judge are left out (and counted)."""
     lines = [
         f"{'window (UTC)':<18} {'entries':>7} {'Jain':>6}   {'worst shortfall':<28} "
-        f"{'least fair group':<20} {'Jain':>6}   {'worst member shortfall':<28}"
+        f"{'least fair group':<20} {'Jain':>6}   worst member shortfall"
     ]
     empty = 0
     for w in windows:
@@ -129,7 +129,7 @@ def level_table(windows: Sequence[LevelWindow], clock: Callable[[float], str]) -
         member = f"{inner.worst} {inner.shortfall:.0%}" if inner.worst else "-"
         lines.append(
             f"{clock(w.start)}-{clock(w.end)}  {w.outer.tenants:>7} {_jain(w.outer):>6}   "
-            f"{worst:<28} {group:<20} {_jain(inner):>6}   {member:<28}"
+            f"{worst:<28} {group:<20} {_jain(inner):>6}   {member}"
         )
     if empty:
         lines.append(f"({empty} windows with nothing backlogged throughout left out)")

@@ -288,9 +288,10 @@ def render(
     """The view as text: a header, the tenants, and the group's instances if any. Pure."""
     up = sum(1 for s in snapshots if s is not None)
     backlog = sum(s["backlog"] for s in snapshots if s)
+    out = sum(r.emitted_per_s for r in rows if r.kind != "member")  # a group's are its members'
     lines = [
         f"fairstream top: {up}/{len(urls)} schedulers answering, "
-        f"{backlog} records buffered, {sum(r.emitted_per_s for r in rows):.1f} records/s out"
+        f"{backlog} records buffered, {out:.1f} records/s out"
     ]
     if feedback is not None:
         limited = (

@@ -57,6 +57,11 @@ class Probe:
     counts: dict[str, int]  # records committed per tenant since the previous probe
     dwell_p99: dict[str, float]  # p99 dwell of those records, for the busiest tenants
     backlogged: dict[str, TenantLoad] | None  # every backlogged tenant, when asked for
+    # With tenant groups (a grouped core): ``counts`` per group, and (with ``backlogged``)
+    # every backlogged group's load and the group of each backlogged grouped tenant.
+    group_counts: dict[str, int] | None = None
+    groups: dict[str, TenantLoad] | None = None
+    group_of: dict[str, str] | None = None
 
 
 class Observed:
@@ -148,7 +153,9 @@ class Observed:
                         policy.paused,
                         policy.rate_cap,
                     )
-        return Probe(counts, dwell, loads)
+        if not isinstance(core, GroupScheduler):
+            return Probe(counts, dwell, loads)
+        return Probe(counts, dwell, loads, *_group_probe(core, counts, loads))
 
     def scrape(self, core: Core[Any], in_flight: int, payload_bytes: int) -> Scrape:
         """Copies of what ``/metrics`` shows (on the emitter thread: ``Handoff.call``)."""
@@ -224,6 +231,27 @@ class Observed:
                 row["group"] = core.group_of(tenant)
             stats["tree_snapshot"] = self.groups.snapshot(core, self.emitted_by_tenant)
         return stats
+
+
+def _group_probe(
+    core: GroupScheduler[Any], counts: dict[str, int], loads: dict[str, TenantLoad] | None
+) -> tuple[dict[str, int], dict[str, TenantLoad] | None, dict[str, str] | None]:
+    """A probe's group part (see ``Probe``): O(tenants counted), plus O(backlogged) with
+    ``loads``."""
+    by_group: dict[str, int] = {}
+    for tenant, count in counts.items():
+        group = core.group_of(tenant)
+        if group is not None:
+            by_group[group] = by_group.get(group, 0) + count
+    if loads is None:
+        return by_group, None, None
+    group_of = {t: g for t in loads if (g := core.group_of(t)) is not None}
+    groups: dict[str, TenantLoad] = {}
+    for group in core.groups():
+        policy = core.group_policy(group)
+        groups[group] = (core.group_backlog(group)[0], policy.weight, policy.priority,
+                         policy.paused, policy.rate_cap)  # fmt: skip
+    return by_group, groups, group_of
 
 
 def add_shares(rows: list[dict[str, Any]], rates: dict[str, float], total: float) -> None:

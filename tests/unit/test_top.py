@@ -172,6 +172,7 @@ def test_the_groups_tree_across_instances() -> None:
     assert "acme (group)" in text
     assert "  acme/alice" in text
     assert "within the group" in text
+    assert "40.0 records/s out" in text  # a group's and its members' records counted once
 
 
 def test_without_groups_the_rows_are_flat() -> None:

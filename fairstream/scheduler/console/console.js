@@ -67,8 +67,14 @@
       text("jain-sub", "no tenant backlogged through the last " + num(f.window_seconds) + " s");
       text("shortfall", "0%"); text("shortfall-sub", "nobody waited for a share");
     } else {
+      // With tenant groups the verdict is over the groups and ungrouped tenants (the outer
+      // level); `members` is the group whose members were split least fairly.
+      var grouped = "members" in f;
       text("jain", f.jain.toFixed(3));
-      text("jain-sub", f.backlogged_tenants + " backlogged tenants, last " + num(f.window_seconds) + " s");
+      var sub = f.backlogged_tenants + (grouped ? " backlogged groups and tenants" : " backlogged tenants") +
+        ", last " + num(f.window_seconds) + " s";
+      if (f.members) sub += "; within " + f.members.group + ": " + f.members.jain.toFixed(3);
+      text("jain-sub", sub);
       text("shortfall", pct(f.shortfall));
       text("shortfall-sub", f.worst_tenant ? f.worst_tenant + " (" + num(f.shortfall_records, 1) + " records)" : "every tenant got its share");
     }

@@ -123,3 +123,18 @@ def test_the_group_metrics_are_bounded_and_their_emitted_sum_only_grows():
     assert 'fairstream_tenant_group_share{group="g4"} 1.0' in text
     assert 'fairstream_tenant_group_emitted_records_total{group="__other__"}' in text
     assert 'fairstream_tenant_group_entitlement{group="g0"} 0.2' in text
+
+
+def test_the_auditors_probe_names_the_groups():
+    core = grouped_core()
+    core.set_group_policy("B", TenantPolicy(weight=2))
+    observed = Observed()
+    observed.emitted({"A/u1": 2, "A/u2": 3, "B/solo": 4, "solo": 5})
+    probe = observed.probe(core, 8, backlogged=True)
+    assert probe.group_counts == {"A": 5, "B": 4}
+    assert probe.groups == {"A": (1000, 1.0, 0, False, None), "B": (1000, 2.0, 0, False, None)}
+    assert probe.group_of is not None
+    assert probe.group_of["A/u3"] == "A"
+    assert "solo" not in probe.group_of
+    flat: FairScheduler[int] = FairScheduler(ManualClock())
+    assert observed.probe(flat, 8, backlogged=True).group_counts is None
