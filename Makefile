@@ -107,9 +107,11 @@ unit: install
 integration: install broker-jars browser
 	$(BIN)/python -m pytest tests/integration $(PYTEST_ARGS)
 
-# Refresh docs/console.png (the README's screenshot) from the browser test's live console.
+# Refresh docs/console.png (the README's screenshot) from the browser test's live console:
+# the tenant groups' scenario (a group and its members beside ungrouped tenants).
 screenshot: install broker-jars browser
-	FAIRSTREAM_CONSOLE_SCREENSHOT=docs/console.png $(BIN)/python -m pytest tests/integration/test_console.py $(PYTEST_ARGS)
+	FAIRSTREAM_CONSOLE_SCREENSHOT=docs/console.png $(BIN)/python -m pytest \
+		tests/integration/test_group_tree.py::test_console_shows_the_tree $(PYTEST_ARGS)
 
 # The configuration reference (docs/configuration.md, and the README's short table) rendered
 # from the settings' declarations in fairstream/config (dev/fairstream_dev/configref.py);

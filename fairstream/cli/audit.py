@@ -12,7 +12,13 @@ rebuilds arrivals and departures and prints:
   ``fairstream_fairness_*`` metrics), and the quiet tenants' dwell p99 next to the ideal
   fluid (GPS) schedule of the same arrivals;
 - per tenant, the demo's table (FIFO being a model of the same arrivals at the same rate),
-  the demo's verdict (``fairstream.analysis.verdict.judge``), and the demo's plot (``--png``).
+  the demo's verdict (``fairstream.analysis.verdict.judge``), and the demo's plot (``--png``);
+- with tenant groups (``--tenant-group-separator``, the scheduler's key convention: the
+  audit learns a tenant's group from its id, as the headers carry no group), each window
+  judged at both levels (``fairstream.analysis.levels``): the groups and ungrouped tenants
+  by ``--group-weights`` and ``--weights``, and each group's members within it by
+  ``--weights``. Groups a policy record names (``fairstream tenants set --group``) are not
+  read: give such tenants ids that carry their group.
 
 The rate of the reference schedules is ``--rate``, or else the egress rate measured while
 some tenant was backlogged (the scheduler was then held by its rate limit). What the egress
@@ -37,6 +43,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from fairstream import wire
 from fairstream.analysis.dwell import Dwell, p99_by_tenant, summary_table
+from fairstream.analysis.levels import level_table, level_windows
 from fairstream.analysis.plot import plot_dwell
 from fairstream.analysis.reference import Arrival, fifo_starts, gps_starts
 from fairstream.analysis.stats import (
@@ -47,7 +54,8 @@ from fairstream.analysis.stats import (
 )
 from fairstream.analysis.verdict import Verdict, judge
 from fairstream.cli.weights import parse_weights
-from fairstream.config import KafkaConnection, Topics, kafka_options, option_of
+from fairstream.config import KafkaConnection, Settings, Topics, kafka_options, option_of
+from fairstream.scheduler.tenant_groups import by_separator
 
 UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -299,6 +307,34 @@ def window_table(windows: list[Window]) -> str:
     return "\n".join(lines)
 
 
+def _levels(
+    records: list[Record],
+    separator: str,
+    start: float,
+    end: float,
+    step: float,
+    weights: dict[str, float],
+    group_weights: dict[str, float],
+) -> None:
+    """Print each window judged at both levels of the tenant groups ``separator`` names."""
+    group_of = by_separator(separator)
+    assert group_of is not None
+    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r in records:
+        spans[r.tenant].append((r.enqueued, r.scheduled))
+    levels = level_windows(
+        spans, group_of, start=start, end=end, window=step, weights=weights,
+        group_weights=group_weights,
+    )  # fmt: skip
+    click.echo("")
+    click.echo(f"fairness at each level (tenant groups by {separator!r}):")
+    click.echo(level_table(levels, _clock))
+    click.echo(
+        "(entries: the groups and ungrouped tenants backlogged throughout the window, by "
+        "weight; a group's members: within the group, by weight)"
+    )
+
+
 @click.command("audit")
 @kafka_options
 @option_of(Topics, "egress", help="The egress topic to audit.")
@@ -322,6 +358,18 @@ def window_table(windows: list[Window]) -> str:
     default=None,
     help="Tenant weights as in `fairstream simulate`: tenant=w,... or a file. Others weigh 1.",
 )
+@option_of(
+    Settings,
+    "tenant_group_separator",
+    help="Judge fairness at each level of tenant groups, a tenant's group being what comes "
+    "before the first occurrence of this text in its id (the scheduler's convention: with /, "
+    "acme/alice is in group acme). [default: none, no group level]",
+)
+@click.option(
+    "--group-weights",
+    default=None,
+    help="Tenant groups' weights, as --weights: group=w,... or a file. Others weigh 1.",
+)
 @click.option(
     "--png",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -336,6 +384,8 @@ def audit(
     window: str,
     rate: float | None,
     weights: str | None,
+    tenant_group_separator: str | None,
+    group_weights: str | None,
     png: Path | None,
 ) -> None:
     """Audit a past time range of the egress topic against the ideal fair schedule.
@@ -344,7 +394,8 @@ def audit(
     never payloads. Prints per window Jain's index over the backlogged tenants (normalised
     by weight), the worst tenant's shortfall and the quiet tenants' dwell against the ideal
     (GPS) schedule of the same arrivals; then per tenant dwell p50/p99 against FIFO and GPS
-    models, and a verdict.
+    models, and a verdict. With --tenant-group-separator, each window is also judged at both
+    levels of tenant groups: groups against their entitlement, members within each group.
 
     \b
     Example:
@@ -388,6 +439,9 @@ def audit(
     click.echo(summary_table(arrivals, result.measured, result.fifo, ideal))
     click.echo("(FIFO: one FIFO queue of the same arrivals at the same rate, as a model)")
     click.echo(f"verdict: {result.verdict.line()}")
+    if tenant_group_separator:
+        _levels(result.records, tenant_group_separator, start, end, step, tenant_weights,
+                parse_weights(group_weights))  # fmt: skip
     if png is not None:
         panels = [
             ("FIFO (model of the same arrivals)", result.fifo),

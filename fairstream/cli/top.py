@@ -7,6 +7,13 @@ weights of the backlogged tenants of its priority class), dwell p99 and state. W
 feedback topic (issue 12) it also shows the adaptive rate against ``--rate``, the 429s the
 workers reported per second, and each tenant's cost as the workers measured it against the
 cost its requests declared.
+
+With tenant groups (issue 25) the table is their tree: a row per group (its members'
+records/s summed over every instance, its share of the egress against its entitlement among
+the groups and ungrouped tenants waiting for a share), its members indented under it (their
+share of the group's egress against their entitlement within it), and the ungrouped tenants
+beside (``fairstream.analysis.tree``: an entry waits for a share with more than a second's
+backlog at its rate).
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import click
+
+from fairstream.analysis.tree import Entry, share_tree
 
 Snapshot = dict[str, Any]
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear the screen
@@ -38,6 +47,10 @@ class Row:
     state: str
     cost_declared: float | None = None  # total declared by its requests with feedback
     cost_reported: float | None = None  # what the workers measured for the same requests
+    # With tenant groups: "group" (a group's row), "member" (a group's member: its share
+    # and entitlement are within the group) or "tenant" (ungrouped, or no groups in use).
+    kind: str = "tenant"
+    group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,8 +88,12 @@ def compute_rows(
 ) -> list[Row]:
     """Rows for the tenants in ``after``, with rates over the ``seconds`` between the two.
 
-    Pure: the tests feed it snapshots. Caller: the ``top`` loop.
+    Pure: the tests feed it snapshots. Caller: the ``top`` loop. With tenant groups, the
+    rows of their tree (``tree_rows``).
     """
+    grouped = tree_rows(before, after, seconds)
+    if grouped is not None:
+        return grouped
     old, new = _tenants(before), _tenants(after)
     rates = {
         t: max(0, row["emitted"] - old.get(t, {}).get("emitted", row["emitted"])) / seconds
@@ -115,6 +132,92 @@ def compute_rows(
         )
     rows.sort(key=lambda r: (-r.emitted_per_s, -r.backlog, r.tenant))
     return rows
+
+
+def _groups(snapshots: list[Snapshot | None]) -> dict[str, dict[str, Any]] | None:
+    """The groups of every instance, merged: backlogs and emitted counts summed, members
+    joined (each tenant lives on one instance). None when no instance has groups."""
+    merged: dict[str, dict[str, Any]] = {}
+    found = False
+    for snap in snapshots:
+        groups = (snap or {}).get("groups")
+        if groups is None:
+            continue
+        found = True
+        for g in groups:
+            into = merged.setdefault(g["group"], {**g, "backlog": 0, "emitted": 0, "members": {}})
+            into["backlog"] += g["backlog"]
+            into["emitted"] += g["emitted"]
+            for m in g["members"]:
+                into["members"][m["tenant"]] = m
+    return merged if found else None
+
+
+def _state(paused: bool, cap: float | None, rate: float, backlog: int) -> str:
+    if paused:
+        return "paused"
+    if cap is not None and rate >= 0.95 * cap:
+        return "capped"
+    return "backlogged" if backlog > 0 else "idle"
+
+
+def tree_rows(
+    before: list[Snapshot | None], after: list[Snapshot | None], seconds: float
+) -> list[Row] | None:
+    """The rows of the groups' tree (None when no instance has groups): each group, then
+    its members, then the next; ungrouped tenants in between, the busiest first. Pure."""
+    groups, old_groups = _groups(after), _groups(before) or {}
+    if groups is None:
+        return None
+    new, old = _tenants(after), _tenants(before)
+
+    def per_s(now: int, then: int | None) -> float:
+        return max(0, now - (now if then is None else then)) / seconds
+
+    members: dict[str, list[Entry]] = {}
+    outer: list[Entry] = []
+    for name, g in groups.items():
+        was = old_groups.get(name, {})
+        inner = [
+            Entry(t, m["weight"], m["priority"], m["paused"], m["backlog"],
+                  per_s(m["emitted"], was.get("members", {}).get(t, {}).get("emitted")))
+            for t, m in g["members"].items()
+        ]  # fmt: skip
+        members[name] = inner
+        rate = per_s(g["emitted"], was.get("emitted"))
+        outer.append(Entry(name, g["weight"], g["priority"], g["paused"], g["backlog"], rate))
+    ungrouped = [
+        Entry(t, r["weight"], r["priority"], r["paused"], r["backlog"],
+              per_s(r["emitted"], old.get(t, {}).get("emitted")))
+        for t, r in new.items()
+        if r.get("group") is None
+    ]  # fmt: skip
+    total = sum(e.rate for e in outer) + sum(e.rate for e in ungrouped)
+    nodes, entitled = share_tree(outer, members, ungrouped, total)
+    blocks: list[tuple[Entry, list[Row]]] = []
+    for node in nodes:
+        g, e = groups[node.entry.name], node.entry
+        rows = [Row(e.name, e.backlog, e.rate, node.share, node.entitled.entitlement, None,
+                    e.weight, _state(e.paused, g.get("rate_cap"), e.rate, e.backlog),
+                    kind="group", group=e.name)]  # fmt: skip
+        for m in sorted(node.members, key=lambda m: (-m.entry.rate, -m.entry.backlog)):
+            me, seen = m.entry, new.get(m.entry.name, {})
+            rows.append(
+                Row(me.name, me.backlog, me.rate, m.share, m.within.entitlement,
+                    seen.get("dwell_p99"), me.weight,
+                    _state(me.paused, g["members"][me.name].get("rate_cap"), me.rate, me.backlog),
+                    seen.get("cost_declared"), seen.get("cost_reported"), "member", e.name)
+            )  # fmt: skip
+        blocks.append((e, rows))
+    for e in ungrouped:
+        r = new[e.name]
+        row = Row(e.name, e.backlog, e.rate, e.rate / total if total else None,
+                  entitled[e.name].entitlement, r.get("dwell_p99"), e.weight,
+                  _state(e.paused, r.get("rate_cap"), e.rate, e.backlog),
+                  r.get("cost_declared"), r.get("cost_reported"))  # fmt: skip
+        blocks.append((e, [row]))
+    blocks.sort(key=lambda b: (-b[0].rate, -b[0].backlog, b[0].name))
+    return [row for _, rows in blocks for row in rows]
 
 
 def feedback_of(
@@ -185,9 +288,10 @@ def render(
     """The view as text: a header, the tenants, and the group's instances if any. Pure."""
     up = sum(1 for s in snapshots if s is not None)
     backlog = sum(s["backlog"] for s in snapshots if s)
+    out = sum(r.emitted_per_s for r in rows if r.kind != "member")  # a group's are its members'
     lines = [
         f"fairstream top: {up}/{len(urls)} schedulers answering, "
-        f"{backlog} records buffered, {sum(r.emitted_per_s for r in rows):.1f} records/s out"
+        f"{backlog} records buffered, {out:.1f} records/s out"
     ]
     if feedback is not None:
         limited = (
@@ -207,7 +311,9 @@ def render(
         columns.append(("cost measured/declared", ">"))
     cells = [
         (
-            r.tenant,
+            ("  " + r.tenant)
+            if r.kind == "member"
+            else (f"{r.tenant} (group)" if r.kind == "group" else r.tenant),
             r.state,
             f"{r.weight:g}",
             str(r.backlog),
@@ -220,6 +326,11 @@ def render(
         for r in rows
     ]
     lines += ["", *table(columns, cells)]
+    if any(r.kind == "group" for r in rows):
+        lines.append(
+            "(a group's share and entitlement: among the groups and ungrouped tenants; its "
+            "members', indented: within the group)"
+        )
     instances = instances_of(snapshots)
     if instances:
         group = [

@@ -17,6 +17,13 @@ window than it had waiting at its start: per-tenant FIFO means its queue never e
 Counts are of committed records (a commit interval's worth may land in the next window).
 Paused tenants, tenants held at their rate cap and tenants gone at the window's end (their
 partition moved) are not judged.
+
+With tenant groups (a grouped core, issue 25) each window is judged at both levels, as the
+scheduler shares the egress: the verdict (and the ``fairstream_fairness_*`` metrics) is over
+the outer entries, the groups (named ``group <id>``) and the ungrouped tenants, each group
+backlogged throughout when it was served fewer records than its members had waiting at the
+start, by its group policy's weight; and ``members`` says which group's members were split
+least fairly among themselves (the same rule, within each group, by their weights).
 """
 
 from __future__ import annotations
@@ -29,7 +36,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from fairstream.analysis.stats import window_fairness
+from fairstream.analysis.levels import GROUP_MARK
+from fairstream.analysis.stats import WindowFairness, window_fairness
 from fairstream.scheduler.metrics import OTHER, Metrics
 from fairstream.scheduler.observe import Probe, TenantLoad
 
@@ -73,6 +81,10 @@ class Auditor:
         self._window_opened = 0.0
         self._window_start: dict[str, TenantLoad] | None = None
         self._window_served: dict[str, int] = {}
+        # With tenant groups: the groups' loads and the tenants' groups at the window's
+        # start, and the records served per group since.
+        self._window_groups: tuple[dict[str, TenantLoad], dict[str, str]] | None = None
+        self._window_group_served: dict[str, int] = {}
         metrics.fairness_jain.set(math.nan)
 
     # -- the audit thread ------------------------------------------------------------------
@@ -99,17 +111,24 @@ class Auditor:
             self._last = None
             self._window_start = None
             self._window_served = {}
+            self._window_groups = None
             return
         if self._last is not None:
             self._sample(now, now - self._last, probe)
             for tenant, count in probe.counts.items():
                 self._window_served[tenant] = self._window_served.get(tenant, 0) + count
+            for group, count in (probe.group_counts or {}).items():
+                self._window_group_served[group] = self._window_group_served.get(group, 0) + count
         self._last = now
         if probe.backlogged is not None:
             if self._window_start is not None:
-                self._judge(probe.backlogged, now)
+                self._judge(probe, now)
             self._window_start = probe.backlogged
             self._window_served = {}
+            self._window_group_served = {}
+            self._window_groups = (
+                None if probe.groups is None else (probe.groups, probe.group_of or {})
+            )
             self._window_opened = now
             self._window_end = now + self.window
 
@@ -131,7 +150,8 @@ class Auditor:
                 self._recent.popleft()
             self._history.append(sample)
 
-    def _judge(self, end: dict[str, TenantLoad], now: float) -> None:
+    def _judge(self, probe: Probe, now: float) -> None:
+        end = probe.backlogged or {}
         start = self._window_start or {}
         served = self._window_served
         seconds = now - self._window_opened
@@ -148,7 +168,12 @@ class Auditor:
             judged[tenant] = got
             weights[tenant] = weight
             classes[tenant] = priority
-        result = window_fairness(judged, weights, classes)
+        members: dict[str, Any] | None = None
+        if self._window_groups is not None and probe.groups is not None:
+            levels = self._levels(judged, weights, classes, probe.groups, seconds)
+            result, members = levels
+        else:
+            result = window_fairness(judged, weights, classes)
         metrics = self._metrics
         metrics.fairness_windows.inc()
         metrics.fairness_tenants.set(result.tenants)
@@ -164,6 +189,46 @@ class Auditor:
                 "shortfall": result.shortfall,
                 "shortfall_records": result.shortfall_units,
             }
+            if members is not None or self._window_groups is not None:
+                self._fairness["members"] = members
+
+    def _levels(
+        self,
+        judged: dict[str, float],
+        weights: dict[str, float],
+        classes: dict[str, int],
+        end: dict[str, TenantLoad],
+        seconds: float,
+    ) -> tuple[WindowFairness, dict[str, Any] | None]:
+        """Both levels of a window with tenant groups: the outer entries' verdict, and the
+        group whose members (those of ``judged``) were split least fairly, if any."""
+        assert self._window_groups is not None
+        start, group_of = self._window_groups
+        served = self._window_group_served
+        outer = {t: n for t, n in judged.items() if t not in group_of}
+        outer_weights = {t: weights[t] for t in outer}
+        outer_classes = {t: classes[t] for t in outer}
+        for group, (backlog, *_) in start.items():
+            got = served.get(group, 0)
+            if got >= backlog or group not in end:
+                continue
+            _, weight, priority, paused, cap = end[group]
+            if paused or (cap is not None and got >= CAPPED * cap * seconds):
+                continue
+            key = GROUP_MARK + group
+            outer[key], outer_weights[key], outer_classes[key] = got, weight, priority
+        worst: dict[str, Any] | None = None
+        inner: dict[str, dict[str, float]] = {}
+        for tenant, count in judged.items():
+            if tenant in group_of:
+                inner.setdefault(group_of[tenant], {})[tenant] = count
+        for group, counts in sorted(inner.items()):
+            f = window_fairness(counts, weights, classes) if len(counts) > 1 else None
+            if f is None or f.jain is None or (worst is not None and f.jain >= worst["jain"]):
+                continue
+            worst = {"group": group, "members": f.tenants, "jain": f.jain,
+                     "worst_tenant": f.worst, "shortfall": f.shortfall}  # fmt: skip
+        return window_fairness(outer, outer_weights, outer_classes), worst
 
     # -- reads (any thread) ----------------------------------------------------------------
 

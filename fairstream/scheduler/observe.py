@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fairstream.analysis.stats import percentile
+from fairstream.analysis.tree import Entry, entitle
 from fairstream.core import Core, GroupScheduler
 from fairstream.scheduler.metrics import OTHER
+from fairstream.scheduler.tenant_tree import GroupCounts, TreeSnapshot
 
 DWELL_TENANTS = 1000  # tenants whose recent dwell times are kept, most recent emitters
 EMITTED_TENANTS = 100_000  # tenants whose emitted counts are kept one by one
@@ -42,6 +44,7 @@ class Scrape:
     backlog: int  # records in the fair core
     in_flight: int  # records in the open transaction
     payload_bytes: int  # payload bytes held (``--buffer-memory``)
+    tree: TreeSnapshot | None = None  # the tenant groups' (``tenant_tree``); None: flat core
 
 
 NO_SCRAPE = Scrape({}, {}, {}, 0, 0, 0)  # before the first scrape, or with the emitter gone
@@ -54,6 +57,11 @@ class Probe:
     counts: dict[str, int]  # records committed per tenant since the previous probe
     dwell_p99: dict[str, float]  # p99 dwell of those records, for the busiest tenants
     backlogged: dict[str, TenantLoad] | None  # every backlogged tenant, when asked for
+    # With tenant groups (a grouped core): ``counts`` per group, and (with ``backlogged``)
+    # every backlogged group's load and the group of each backlogged grouped tenant.
+    group_counts: dict[str, int] | None = None
+    groups: dict[str, TenantLoad] | None = None
+    group_of: dict[str, str] | None = None
 
 
 class Observed:
@@ -64,6 +72,8 @@ class Observed:
         # Cost the workers reported against what the records declared, per tenant (the
         # COST_TENANTS most recently reported): how far declared costs are from real usage.
         self.cost_by_tenant: dict[str, list[int]] = {}
+        # Records emitted per tenant group, and the groups' snapshot (``tenant_tree``).
+        self.groups = GroupCounts()
 
     def emitted(self, counts: dict[str, int]) -> None:
         """Count a committed transaction's egress records per tenant."""
@@ -72,6 +82,7 @@ class Observed:
         for tenant, count in counts.items():
             emitted[tenant] += count
             since[tenant] = since.get(tenant, 0) + count
+        self.groups.emitted(counts)
         if len(emitted) > EMITTED_TENANTS:
             self._fold()
 
@@ -120,6 +131,7 @@ class Observed:
         probe), plus O(backlogged tenants) when ``backlogged``.
         """
         counts, self._since_probe = self._since_probe, {}
+        self.groups.file(core)  # each second, so that few counts wait unfiled
         dwell: dict[str, float] = {}
         for tenant, count in heapq.nlargest(top, counts.items(), key=lambda kv: kv[1]):
             samples = self.dwell_by_tenant.get(tenant)
@@ -141,7 +153,9 @@ class Observed:
                         policy.paused,
                         policy.rate_cap,
                     )
-        return Probe(counts, dwell, loads)
+        if not isinstance(core, GroupScheduler):
+            return Probe(counts, dwell, loads)
+        return Probe(counts, dwell, loads, *_group_probe(core, counts, loads))
 
     def scrape(self, core: Core[Any], in_flight: int, payload_bytes: int) -> Scrape:
         """Copies of what ``/metrics`` shows (on the emitter thread: ``Handoff.call``)."""
@@ -152,6 +166,7 @@ class Observed:
             len(core),
             in_flight,
             payload_bytes,
+            self.groups.snapshot(core, self.emitted_by_tenant),
         )
 
     def tenant_stats(
@@ -168,7 +183,9 @@ class Observed:
 
         Tenants: the ``limit`` largest backlogs plus the ``limit`` latest emitters (their
         rates, shares and entitlements are added by ``SchedulerService.tenant_stats``); with
-        tenant groups in use, each row says the tenant's ``group`` (None: in none).
+        tenant groups in use, each row says the tenant's ``group`` (None: in none), and
+        ``tree_snapshot`` holds the groups' snapshot (``tenant_tree.add_tree`` makes the
+        ``groups`` of ``/tenants`` of it, on the caller's thread).
         """
         backlogged = sorted(
             ((t, *core.backlog(t)) for t in core.tenants()),
@@ -201,10 +218,7 @@ class Observed:
                     "cost_reported": costs[1] if costs else None,
                 }
             )
-        if isinstance(core, GroupScheduler):
-            for tenant, row in zip(names, rows, strict=True):
-                row["group"] = core.group_of(tenant)
-        return {
+        stats: dict[str, Any] = {
             "ready": ready,
             "partitions": partitions,
             "rate_limit": rate_limit,
@@ -212,6 +226,32 @@ class Observed:
             "emitted": sum(self.emitted_by_tenant.values()),
             "tenants": rows,
         }
+        if isinstance(core, GroupScheduler):
+            for tenant, row in zip(names, rows, strict=True):
+                row["group"] = core.group_of(tenant)
+            stats["tree_snapshot"] = self.groups.snapshot(core, self.emitted_by_tenant)
+        return stats
+
+
+def _group_probe(
+    core: GroupScheduler[Any], counts: dict[str, int], loads: dict[str, TenantLoad] | None
+) -> tuple[dict[str, int], dict[str, TenantLoad] | None, dict[str, str] | None]:
+    """A probe's group part (see ``Probe``): O(tenants counted), plus O(backlogged) with
+    ``loads``."""
+    by_group: dict[str, int] = {}
+    for tenant, count in counts.items():
+        group = core.group_of(tenant)
+        if group is not None:
+            by_group[group] = by_group.get(group, 0) + count
+    if loads is None:
+        return by_group, None, None
+    group_of = {t: g for t in loads if (g := core.group_of(t)) is not None}
+    groups: dict[str, TenantLoad] = {}
+    for group in core.groups():
+        policy = core.group_policy(group)
+        groups[group] = (core.group_backlog(group)[0], policy.weight, policy.priority,
+                         policy.paused, policy.rate_cap)  # fmt: skip
+    return by_group, groups, group_of
 
 
 def add_shares(rows: list[dict[str, Any]], rates: dict[str, float], total: float) -> None:
@@ -226,9 +266,6 @@ def add_shares(rows: list[dict[str, Any]], rates: dict[str, float], total: float
     entitlements(rows)
 
 
-WAITING = 1.0  # s: a backlog that takes longer than this to drain at its rate waits for a share
-
-
 def entitlements(rows: list[dict[str, Any]]) -> None:
     """Each listed tenant's ``entitlement`` and ``backlogged_share``, in place.
 
@@ -237,26 +274,23 @@ def entitlements(rows: list[dict[str, Any]]) -> None:
     Its entitlement is its weight over the weight of the waiting tenants of its priority
     class: what a weighted fair scheduler owes it of what they receive together; its
     ``backlogged_share`` is what it did receive of that, over the last seconds. Others have
-    neither (None): what a quiet tenant takes is its own, not anyone's shortfall.
+    neither (None): what a quiet tenant takes is its own, not anyone's shortfall. (One level
+    of ``fairstream.analysis.tree``; with tenant groups, ``tenant_tree.add_tree`` puts the
+    tree's in their place.)
     """
-    waiting = [
-        r
+    entries = [
+        Entry(
+            r["tenant"],
+            r["weight"],
+            r["priority"],
+            bool(r.get("paused")),
+            r.get("backlog", 0),
+            r.get("rate", 0.0),
+        )
         for r in rows
-        if not r.get("paused") and r.get("backlog", 0) > max(1.0, r.get("rate", 0.0) * WAITING)
     ]
-    weight: dict[int, float] = {}
-    received: dict[int, float] = {}
-    for r in waiting:
-        weight[r["priority"]] = weight.get(r["priority"], 0.0) + r["weight"]
-        received[r["priority"]] = received.get(r["priority"], 0.0) + r.get("rate", 0.0)
-    ids = {id(r) for r in waiting}
-    for r in rows:
-        if id(r) in ids:
-            r["entitlement"] = r["weight"] / weight[r["priority"]]
-            pool = received[r["priority"]]
-            r["backlogged_share"] = r.get("rate", 0.0) / pool if pool else None
-        else:
-            r["entitlement"] = r["backlogged_share"] = None
+    for r, at in zip(rows, entitle(entries), strict=True):
+        r["entitlement"], r["backlogged_share"] = at.entitlement, at.backlogged_share
 
 
 def tenant_state(row: dict[str, Any], rate: float) -> str:

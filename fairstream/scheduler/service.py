@@ -95,6 +95,7 @@ from fairstream.scheduler.policies import PolicyReader
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.recovery import Recovery
 from fairstream.scheduler.supervise import Supervisor
+from fairstream.scheduler.tenant_tree import TenantGroupCollector, add_tree, group_series
 from fairstream.scheduler.trim import Trimmer
 
 log = logging.getLogger("fairstream.scheduler")
@@ -264,6 +265,12 @@ class SchedulerService:
         metrics.watch_costs(lambda: self._scrape[0].cost_by_tenant)
         metrics.watch_tenants(
             lambda: self._scrape[0].backlog_by_tenant, lambda: self._scrape[0].emitted_by_tenant
+        )
+        # The tenant groups' tree: the emitter's last scrape with the auditor's rates.
+        metrics.registry.register(
+            TenantGroupCollector(
+                lambda top: group_series(self._scrape[0].tree, *self.auditor.rates(), top)
+            )
         )
         self.conditions.watch("payload-readback", self._readback_condition)
         metrics.watch_conditions(
@@ -454,6 +461,7 @@ class SchedulerService:
             result["instances"] = self.group.instances()
         result["fairness"] = self.auditor.fairness()
         add_shares(result["tenants"], rates, total)
+        add_tree(result, rates, total, limit)
         if history_since is not None:
             result["history"] = self.auditor.history(history_since)
         return result

@@ -131,3 +131,50 @@ def test_the_table_aligns_its_columns() -> None:
     assert text.splitlines()[3].split() == [
         "a", "backlogged", "1", "1", "10.0", "100%", "100%", "250", "ms",
     ]  # fmt: skip
+
+
+def group(name: str, emitted: int, backlog: int, *members: dict[str, object], weight: float = 1):
+    return {
+        "group": name, "weight": weight, "priority": 0, "paused": False, "rate_cap": None,
+        "backlog": backlog, "emitted": emitted, "members": list(members),
+    }  # fmt: skip
+
+
+def grouped(groups: list[dict[str, object]], *tenants: dict[str, object]) -> dict[str, object]:
+    return {**snap(*tenants), "groups": groups}
+
+
+def test_the_groups_tree_across_instances() -> None:
+    """Group acme's two users live on two instances; its rate is their sum, its entitlement
+    is among acme and the ungrouped solo, and its users' within acme (weights 3:1)."""
+    alice = tenant("acme/alice", 0, 100, weight=3, group="acme")
+    bob = tenant("acme/bob", 0, 100, group="acme")
+    solo = tenant("solo", 0, 100)
+    before = [
+        grouped([group("acme", 0, 100, alice)], alice, solo),
+        grouped([group("acme", 0, 100, bob)], bob),
+    ]
+    alice2, bob2 = {**alice, "emitted": 30}, {**bob, "emitted": 10}
+    after = [
+        grouped([group("acme", 30, 100, alice2)], alice2, {**solo, "emitted": 40}),
+        grouped([group("acme", 10, 100, bob2)], bob2),
+    ]
+    rows = compute_rows(before, after, 2.0)
+    assert [(r.kind, r.tenant) for r in rows] == [
+        ("group", "acme"), ("member", "acme/alice"), ("member", "acme/bob"), ("tenant", "solo"),
+    ]  # fmt: skip
+    acme, a, b, s = rows
+    assert (acme.emitted_per_s, acme.backlog, acme.share, acme.entitlement) == (20.0, 200, 0.5, 0.5)
+    assert (a.share, a.entitlement, a.group) == (0.75, 0.75, "acme")
+    assert (b.share, b.entitlement) == (0.25, 0.25)
+    assert (s.share, s.entitlement, s.group) == (0.5, 0.5, None)
+    text = render(rows, after, ["a", "b"])
+    assert "acme (group)" in text
+    assert "  acme/alice" in text
+    assert "within the group" in text
+    assert "40.0 records/s out" in text  # a group's and its members' records counted once
+
+
+def test_without_groups_the_rows_are_flat() -> None:
+    rows = compute_rows([snap(tenant("a", 0, 5))], [snap(tenant("a", 4, 5))], 1.0)
+    assert [(r.kind, r.group) for r in rows] == [("tenant", None)]

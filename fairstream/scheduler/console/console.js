@@ -10,7 +10,8 @@
   var PALETTE = ["#2f6fdb", "#e4572e", "#29a36a", "#9b59b6", "#f0a202", "#17becf",
                  "#d62a7b", "#6b8e23", "#8c564b", "#3d5a80"];
 
-  var state = { samples: [], lastT: 0, colors: {}, next: 0, polls: 0, errors: 0, data: null };
+  var state = { samples: [], lastT: 0, colors: {}, next: 0, polls: 0, errors: 0, data: null,
+                folded: {}, tree: null };
   window.fairstreamConsole = state; // for people and tests poking at the page
 
   // -- formatting ------------------------------------------------------------------------
@@ -66,8 +67,14 @@
       text("jain-sub", "no tenant backlogged through the last " + num(f.window_seconds) + " s");
       text("shortfall", "0%"); text("shortfall-sub", "nobody waited for a share");
     } else {
+      // With tenant groups the verdict is over the groups and ungrouped tenants (the outer
+      // level); `members` is the group whose members were split least fairly.
+      var grouped = "members" in f;
       text("jain", f.jain.toFixed(3));
-      text("jain-sub", f.backlogged_tenants + " backlogged tenants, last " + num(f.window_seconds) + " s");
+      var sub = f.backlogged_tenants + (grouped ? " backlogged groups and tenants" : " backlogged tenants") +
+        ", last " + num(f.window_seconds) + " s";
+      if (f.members) sub += "; within " + f.members.group + ": " + f.members.jain.toFixed(3);
+      text("jain-sub", sub);
       text("shortfall", pct(f.shortfall));
       text("shortfall-sub", f.worst_tenant ? f.worst_tenant + " (" + num(f.shortfall_records, 1) + " records)" : "every tenant got its share");
     }
@@ -97,39 +104,124 @@
     return bar;
   }
 
+  function tenantCells(tr, r) {
+    cell(tr, r.state || (r.paused ? "paused" : r.backlog ? "backlogged" : "idle"),
+         "state-" + (r.state || "idle"));
+    cell(tr, has(r.priority) ? String(r.priority) : "-", "num");
+    cell(tr, has(r.weight) ? String(r.weight) : "-", "num");
+    cell(tr, num(r.backlog), "num");
+    cell(tr, rate(r.rate), "num");
+    cell(tr, pct(r.share), "num");
+    cell(tr, pct(r.backlogged_share), "num");
+    cell(tr, pct(r.entitlement), "num");
+    cell(tr, "").appendChild(shareBar(r));
+    cell(tr, secs(r.dwell_p50), "num");
+    cell(tr, secs(r.dwell_p99), "num");
+    // What the workers measured against what the records declared (with feedback on).
+    cell(tr, has(r.cost_declared) && r.cost_declared > 0 && has(r.cost_reported)
+      ? (r.cost_reported / r.cost_declared).toFixed(2) + "x" : "-", "num")
+      .title = has(r.cost_declared) ? num(r.cost_reported) + " measured / " +
+        num(r.cost_declared) + " declared" : "no feedback for this tenant";
+  }
+
+  function busiest(a, b) {
+    var an = a.tenant || a.group, bn = b.tenant || b.group;
+    return (b.rate || 0) - (a.rate || 0) || (b.backlog || 0) - (a.backlog || 0) ||
+      (an < bn ? -1 : 1);
+  }
+
+  // With tenant groups, the table is their tree: a row per group (its share of the egress
+  // against its entitlement among the groups and ungrouped tenants), its members indented
+  // under it (their share of the group's egress against their entitlement within it; a
+  // click on the group folds them), and the ungrouped tenants at the top level beside.
+  function tenantTree(d) {
+    var byTenant = {};
+    (d.tenants || []).forEach(function (r) { byTenant[r.tenant] = r; });
+    var top = (d.groups || []).map(function (g) { return { group: g, rate: g.rate, backlog: g.backlog }; });
+    (d.tenants || []).forEach(function (r) {
+      if (!has(r.group)) top.push({ tenant: r.tenant, row: r, rate: r.rate, backlog: r.backlog });
+    });
+    top.sort(function (a, b) {
+      return busiest(a.group || a.row, b.group || b.row);
+    });
+    return { top: top, byTenant: byTenant };
+  }
+
+  function groupRow(body, g) {
+    var tr = document.createElement("tr");
+    var open = !state.folded[g.group];
+    tr.className = "group-row";
+    tr.dataset.group = g.group;
+    var name = cell(tr, "", "tenant");
+    var toggle = document.createElement("span");
+    toggle.className = "toggle";
+    toggle.textContent = open ? "\u25be " : "\u25b8 ";
+    name.appendChild(toggle);
+    name.appendChild(document.createTextNode(g.group));
+    var count = document.createElement("span");
+    count.className = "muted";
+    count.textContent = " group, " + g.members_listed + (g.members_listed === 1 ? " member" : " members");
+    name.appendChild(count);
+    tenantCells(tr, g);
+    tr.addEventListener("click", function () {
+      state.folded[g.group] = open;
+      if (state.data) renderTenants(state.data);
+    });
+    body.appendChild(tr);
+    if (!open) return 0;
+    var members = (g.members || []).slice();
+    members.sort(busiest);
+    members.forEach(function (m) {
+      var row = {};
+      var seen = state.tree.byTenant[m.tenant] || {};
+      Object.keys(seen).forEach(function (k) { row[k] = seen[k]; });
+      // Within the group: its share of the group's egress, its entitlement there.
+      ["state", "weight", "priority", "backlog", "rate", "share", "entitlement",
+       "backlogged_share"].forEach(function (k) { row[k] = m[k]; });
+      var mr = document.createElement("tr");
+      mr.className = "member";
+      mr.dataset.tenant = m.tenant;
+      mr.dataset.group = g.group;
+      cell(mr, m.tenant, "tenant");
+      tenantCells(mr, row);
+      body.appendChild(mr);
+    });
+    return members.length;
+  }
+
   function renderTenants(d) {
-    var rows = (d.tenants || []).slice();
-    rows.sort(function (a, b) {
-      return (b.rate || 0) - (a.rate || 0) || (b.backlog || 0) - (a.backlog || 0) ||
-        (a.tenant < b.tenant ? -1 : 1);
-    });
     var body = document.createElement("tbody");
-    rows.forEach(function (r) {
-      var tr = document.createElement("tr");
-      tr.dataset.tenant = r.tenant;
-      cell(tr, r.tenant, "tenant");
-      cell(tr, r.state || (r.paused ? "paused" : r.backlog ? "backlogged" : "idle"),
-           "state-" + (r.state || "idle"));
-      cell(tr, has(r.priority) ? String(r.priority) : "-", "num");
-      cell(tr, has(r.weight) ? String(r.weight) : "-", "num");
-      cell(tr, num(r.backlog), "num");
-      cell(tr, rate(r.rate), "num");
-      cell(tr, pct(r.share), "num");
-      cell(tr, pct(r.backlogged_share), "num");
-      cell(tr, pct(r.entitlement), "num");
-      cell(tr, "").appendChild(shareBar(r));
-      cell(tr, secs(r.dwell_p50), "num");
-      cell(tr, secs(r.dwell_p99), "num");
-      // What the workers measured against what the records declared (with feedback on).
-      cell(tr, has(r.cost_declared) && r.cost_declared > 0 && has(r.cost_reported)
-        ? (r.cost_reported / r.cost_declared).toFixed(2) + "x" : "-", "num")
-        .title = has(r.cost_declared) ? num(r.cost_reported) + " measured / " +
-          num(r.cost_declared) + " declared" : "no feedback for this tenant";
-      body.appendChild(tr);
-    });
+    var count = 0;
+    if (Array.isArray(d.groups)) {
+      state.tree = tenantTree(d);
+      state.tree.top.forEach(function (entry) {
+        if (entry.group) {
+          count += 1 + groupRow(body, entry.group);
+          return;
+        }
+        var tr = document.createElement("tr");
+        tr.dataset.tenant = entry.tenant;
+        cell(tr, entry.tenant, "tenant");
+        tenantCells(tr, entry.row);
+        body.appendChild(tr);
+        count++;
+      });
+    } else {
+      var rows = (d.tenants || []).slice();
+      rows.sort(busiest);
+      rows.forEach(function (r) {
+        var tr = document.createElement("tr");
+        tr.dataset.tenant = r.tenant;
+        cell(tr, r.tenant, "tenant");
+        tenantCells(tr, r);
+        body.appendChild(tr);
+      });
+      count = rows.length;
+    }
     var table = $("tenants");
     table.replaceChild(body, table.tBodies[0]);
-    table.dataset.rows = String(rows.length);
+    table.dataset.rows = String(count);
+    $("tree-note").hidden = !Array.isArray(d.groups);
   }
 
   function renderGroup(d) {

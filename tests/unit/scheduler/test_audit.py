@@ -161,3 +161,65 @@ def test_rates_and_history(rig):
     assert last["rate"][OTHER] == pytest.approx(1 + 2 + 3)  # t0, t1, t2: the least busy
     assert set(last["dwell_p99"]) <= set(last["rate"])
     assert auditor.history(history[-2]["t"]) == [last]
+
+
+class GroupEmitter(Emitter):
+    """As ``Emitter``, with tenant groups: ``group`` names each grouped tenant's group."""
+
+    def __init__(self, group: dict[str, str], group_loads: dict[str, TenantLoad]) -> None:
+        super().__init__()
+        self.group = group
+        self.group_loads = group_loads
+
+    def probe(self, backlogged: bool) -> Probe:
+        flat = super().probe(backlogged)
+        by_group: dict[str, int] = {}
+        for tenant, count in flat.counts.items():
+            if tenant in self.group:
+                by_group[self.group[tenant]] = by_group.get(self.group[tenant], 0) + count
+        return Probe(
+            flat.counts, flat.dwell_p99, flat.backlogged, by_group,
+            dict(self.group_loads) if backlogged else None,
+            {t: g for t, g in self.group.items() if t in self.loads} if backlogged else None,
+        )  # fmt: skip
+
+
+def test_with_groups_the_verdict_is_over_groups_and_the_least_fair_groups_members():
+    """acme's ten users and globex's one, equal group weights, served half and half: fair at
+    the outer level (where a flat judge would see globex's user take ten users' shares);
+    within acme, u0 got twice its share: acme's members are the least fair split."""
+    clock = ManualClock(100)
+    group = {**{f"acme/u{i}": "acme" for i in range(10)}, "globex/g": "globex"}
+    emitter = GroupEmitter(group, {"acme": load(10_000), "globex": load(10_000)})
+    emitter.loads = {t: load(1000) for t in group}
+    metrics = Metrics()
+    auditor = Auditor(emitter.probe, metrics, 10.0, clock=clock.now, wall=clock.now)
+    auditor.tick()
+    per_second = {"acme/u0": 4, **{f"acme/u{i}": 2 for i in range(1, 9)}, "globex/g": 20}
+    run_window(auditor, clock, emitter, per_second)  # u9 got nothing
+    fairness = auditor.fairness()
+    assert fairness is not None
+    assert fairness["backlogged_tenants"] == 2  # the two groups
+    assert fairness["jain"] == pytest.approx(1.0)
+    assert value(metrics, "fairstream_fairness_jain_index") == pytest.approx(1.0)
+    members = fairness["members"]
+    assert members["group"] == "acme"
+    assert members["members"] == 10
+    assert members["worst_tenant"] == "acme/u9"
+    assert members["shortfall"] == pytest.approx(1.0)
+    assert members["jain"] < 0.9
+
+
+def test_with_groups_a_groups_shortfall_is_named_as_the_group():
+    clock = ManualClock(100)
+    emitter = GroupEmitter({"acme/a": "acme", "acme/b": "acme"}, {"acme": load(5000)})
+    emitter.loads = {"acme/a": load(1000), "acme/b": load(1000), "solo": load(1000)}
+    metrics = Metrics()
+    auditor = Auditor(emitter.probe, metrics, 10.0, clock=clock.now, wall=clock.now)
+    auditor.tick()
+    run_window(auditor, clock, emitter, {"acme/a": 5, "acme/b": 5, "solo": 30})
+    fairness = auditor.fairness()
+    assert fairness is not None
+    assert fairness["worst_tenant"] == "group acme"
+    assert fairness["shortfall"] == pytest.approx(0.5)
+    assert fairness["members"]["jain"] == pytest.approx(1.0)
