@@ -42,6 +42,8 @@ class Scrape:
     backlog: int  # records in the fair core
     in_flight: int  # records in the open transaction
     payload_bytes: int  # payload bytes held (``--buffer-memory``)
+    noisy_tenants: int = 0  # demoted as noisy (``demotions``)
+    oldest_quiet_age: float | None = None  # s, among tenants not noisy nor paused
 
 
 NO_SCRAPE = Scrape({}, {}, {}, 0, 0, 0)  # before the first scrape, or with the emitter gone
