@@ -103,7 +103,7 @@ def test_a_flood_is_demoted_a_quiet_burst_goes_first_and_the_flood_is_promoted_b
     between = order[first : last + 1].count(NOISY)
     after = order[last + 1 :].count(NOISY)
     print(
-        f"\nquiet burst of {BURST}: emitted from the {first}th record to the {last}th, with "
+        f"\nquiet burst of {BURST}: emitted as records {first} to {last} of egress, with "
         f"{between} flood records among them (the two alternating: about {BURST}); "
         f"{after} of the flood's records were still queued behind it"
     )
