@@ -130,6 +130,41 @@ class Settings:
         "take more than the group's share. A group named in the tenant's policy wins over "
         "this one. [default: none, no groups by key]",
     )
+    demote_share: float | None = setting(
+        None,
+        low=0,
+        low_open=True,
+        high=1,
+        help="Automatic demotion: a tenant taking more than this fraction of the instance's "
+        "egress records over the last --demote-window seconds is noisy and scheduled one "
+        "priority class below its own, so quiet tenants' records go first; it is promoted "
+        "back after --demote-quiet seconds at half this share or less. [default: off]",
+    )
+    demote_backlog: int | None = setting(
+        None,
+        low=1,
+        help="Automatic demotion: a tenant holding more than this many records waiting is "
+        "noisy (see --demote-share); quiet again at half of it or less. [default: off]",
+    )
+    demote_window: float = setting(
+        10.0,
+        low=0,
+        low_open=True,
+        help="Seconds of recent egress --demote-share is measured over (at least twice "
+        "--commit-interval: egress is counted as its transactions commit).",
+    )
+    demote_quiet: float = setting(
+        30.0,
+        low=0,
+        help="Seconds a demoted tenant must stay quiet (under half of --demote-share and of "
+        "--demote-backlog) before it is promoted back to its own class.",
+    )
+    demote_min_egress: int = setting(
+        0,
+        low=0,
+        help="Records the --demote-window must hold before --demote-share counts, so a "
+        "tenant trickling into an idle egress is not noisy.",
+    )
     max_in_flight: int = setting(
         10_000,
         low=1,
@@ -273,10 +308,27 @@ class Settings:
             raise SettingsError(
                 "--fairness dominant needs both --rate and --cost-rate: it shares between them"
             )
+        self._check_demotion()
         if self.max_concurrency is not None and self.feedback_topic is None:
             raise SettingsError(
                 "--max-concurrency needs the feedback topic: completions free the slots"
             )
+
+    def _check_demotion(self) -> None:
+        if not self.demotes:
+            return
+        if self.demote_window < 2 * self.commit_interval:
+            raise SettingsError(
+                f"--demote-window ({self.demote_window:g} s) must be at least twice "
+                f"--commit-interval ({self.commit_interval:g} s): egress is counted per commit"
+            )
+        if self.demote_min_egress and self.demote_share is None:
+            raise SettingsError("--demote-min-egress needs --demote-share: it gates the share")
+
+    @property
+    def demotes(self) -> bool:
+        """Whether automatic demotion is on (``--demote-share`` or ``--demote-backlog``)."""
+        return self.demote_share is not None or self.demote_backlog is not None
 
     @property
     def bootstrap(self) -> str:

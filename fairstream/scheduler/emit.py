@@ -29,7 +29,9 @@ Its parts own their state and never import it: ``backlog.Backlog`` (what waits i
 and its payload bytes, the dead letters, ``holding.Parking``), ``send.Sender`` (picks,
 stamps, inline produce, the records prepared during a commit), ``checkpoint.Checkpoint``
 (the open transaction's tallies, each partition's committed progress, commit tokens and
-progress records) and ``pacing.Pacing`` (the rule's shares, the paid API's feedback). They
+progress records), ``pacing.Pacing`` (the rule's shares, the paid API's feedback) and,
+with ``--demote-share`` or ``--demote-backlog``, ``demotions.Demotions`` (noisy tenants,
+fed per commit, reviewed a few times a second, their policies one class down). They
 share the rule (whose core a rewind replaces), the progress dict and the fetcher, none of
 which the emitter replaces, and read one clock, the service's (``RecordClock``).
 """
@@ -49,6 +51,7 @@ from fairstream.core.shares import ClassDemand, backlogged_demand
 from fairstream.scheduler import faults
 from fairstream.scheduler.backlog import Backlog
 from fairstream.scheduler.checkpoint import Checkpoint
+from fairstream.scheduler.demotions import Demotions, mark_demoted, with_demotion
 from fairstream.scheduler.egress import Limits
 from fairstream.scheduler.feedback import AdaptiveChange, FeedbackBatch
 from fairstream.scheduler.fetch import PayloadFetcher
@@ -72,7 +75,13 @@ from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.recovery import holding_id
 from fairstream.scheduler.send import Sender
 from fairstream.scheduler.tenant_groups import GROUP_ACTIONS, act
-from fairstream.scheduler.transaction import Aborted, FatalError, Transaction, transaction_config
+from fairstream.scheduler.transaction import (
+    Aborted,
+    FatalError,
+    Renewal,
+    Transaction,
+    transaction_config,
+)
 
 __all__ = ["Emitter", "Limits"]  # Limits: fairstream.scheduler.egress's
 
@@ -82,7 +91,6 @@ log = logging.getLogger("fairstream.emitter")
 APPLY_BATCH = 4096  # handed-over items applied between two rounds of emission
 LETTER_BATCH = 1024  # dead letters sent between two rounds of emission
 WARM_UP = 1.0  # seconds emission may wait for every new partition's first fetch
-RENEW_EVERY = 60.0  # seconds: a broken producer is replaced at most this often
 
 
 class Emitter:
@@ -132,14 +140,11 @@ class Emitter:
         self.fetcher = fetcher(
             settings.kafka.librdkafka(), self.ingest_topic, self.holding_topic, clock
         )
-        self._txn_config = (
-            transaction_config(settings.kafka.librdkafka(), max(limits.egress, limits.dlq)),
-            transactional_id,
-            settings.transaction_timeout,
+        config = transaction_config(settings.kafka.librdkafka(), max(limits.egress, limits.dlq))
+        self.producers = Renewal(
+            transaction, (config, transactional_id, settings.transaction_timeout), clock.now
         )
-        self._renewed_at = -RENEW_EVERY
-        self._new_transaction = transaction
-        self.txn = transaction(*self._txn_config)
+        self.txn = self.producers.first()
         self.joined = False
         self.rewinding = False
         self.stopped = False
@@ -149,6 +154,7 @@ class Emitter:
         self.pacing = Pacing(settings, partitions, self.rule, metrics)
         self.slots_counted = self.pacing.counts_slots()  # published each round
         self.group_shares = self.pacing.group_shares
+        self.demotions = Demotions.of(settings, clock, metrics)  # --demote-*; None: off
         self._next_commit = 0.0
         self._soonest_commit = 0.0  # when a waiting emitter may commit (see _run)
         # The open transaction's tallies and each partition's committed progress.
@@ -246,6 +252,8 @@ class Emitter:
                 self._next_commit = done + interval
                 self._soonest_commit = done + soonest
                 continue  # what arrived during the commit applies first
+            if self.demotions is not None and now >= self.demotions.next_review:
+                self._review(self.demotions, now)
             if backlog.unread_letters and now >= self.fetcher.retry_at:
                 backlog.retry_unread()
             # Emission goes first; dead letters (a flood's overflow can be hundreds of
@@ -426,6 +434,11 @@ class Emitter:
         else:
             self.purge(action.tenant, action.before_ms)
 
+    def _review(self, demotions: Demotions, now: float) -> None:
+        """Noisy tenants one class down, quiet ones back (``Demotions.review`` says how)."""
+        for action in demotions.review(self.core, self.policies, now):
+            self._act(action)
+
     def set_policy(self, tenant: str, policy: TenantPolicy | None) -> None:
         """Set ``tenant``'s policy in the core, paused while its upstream quota says so."""
         self.rule.set_policy(tenant, policy)
@@ -484,7 +497,10 @@ class Emitter:
         self.metrics.commit_seconds.observe(took)
         self.rule.excuse(took)  # a backlog's slots during the commit are owed, not lost
         self.metrics.transactions.labels("committed").inc()
+        counted = checkpoint.dwells()  # per tenant, what the transaction held
         marks = checkpoint.committed(changed)
+        if self.demotions is not None:
+            self.demotions.committed(counted, self.clock.now())
         # The broker's answer to commit_transaction is not yet its word that the offsets are
         # committed (issue 21: a broker shutting down logged PrepareCommit, then dropped the
         # markers): the trimmer confirms each mark against the group's offsets first.
@@ -493,30 +509,9 @@ class Emitter:
             self.sender.emit_batch(self.txn)
 
     def _renew_transaction(self, exc: FatalError) -> None:
-        """A producer that cannot go on (say, after a broker restart its abort is refused):
-        a new one with the same transactional id takes over, fencing the old one, and what
-        was open is read again. Fenced by another process with our id: that is fatal."""
-        now = self.clock.now()
-        # Fenced while the transaction had outlived --transaction-timeout: the broker
-        # aborted it and bumped the epoch itself (a broker that hung, a stalled emitter),
-        # which librdkafka reports as a fence. This instance's data directory is locked, so
-        # no other process on this host has the id: a new producer takes over.
-        expired = exc.fenced and self.txn.outlived_timeout()  # by the producer's own clock
-        if (exc.fenced and not expired) or now - self._renewed_at < RENEW_EVERY:
-            # Another process has our id (it would be fenced back in turn), or producers
-            # keep breaking: exit, and let the orchestrator (or the operator) sort it out.
-            raise exc
-        self._renewed_at = now
-        log.warning(
-            "replacing the transactional producer after: %s%s",
-            exc,
-            " (the transaction had been open past --transaction-timeout: the broker aborted it)"
-            if expired
-            else "",
-        )
-        # init_transactions fences the old producer (same id) and aborts what it left open.
-        self.txn = self._new_transaction(*self._txn_config)
-        self.txn.init()
+        """A new producer takes over from one that cannot go on (``Renewal.renew``), or
+        ``exc`` is fatal; what was open is read again (the caller rewinds)."""
+        self.txn = self.producers.renew(self.txn, exc)
 
     def _rewind(self) -> None:
         """After an abort: forget everything and recover again from what is committed."""
@@ -544,7 +539,8 @@ class Emitter:
 
     def scrape(self) -> Scrape:
         """What ``/metrics`` shows of this thread's state, copied (``Observed.scrape``)."""
-        return self.observed.scrape(self.core, self.txn.records, self.backlog.cached)
+        scrape = self.observed.scrape(self.core, self.txn.records, self.backlog.cached)
+        return with_demotion(scrape, self.core, self.demotions, self.clock.epoch_ms())
 
     def tenant_stats(self, limit: int) -> dict[str, Any]:
         stats = self.observed.tenant_stats(
@@ -555,4 +551,5 @@ class Emitter:
             rate_limit=self.rule.rate,
         )
         self.pacing.add_slots(stats)
+        mark_demoted(stats["tenants"], self.demotions)
         return stats

@@ -178,6 +178,7 @@ class Metrics:
         self._emitter(self.registry)
         self._policies(self.registry)
         self._fairness(self.registry)
+        self._demotion(self.registry)
         self._health(self.registry)
 
     def _flow(self, r: CollectorRegistry) -> None:
@@ -416,6 +417,25 @@ class Metrics:
         )
         self.fairness_windows = Counter(
             "fairstream_fairness_windows", "Fairness windows closed.", registry=r
+        )
+
+    def _demotion(self, r: CollectorRegistry) -> None:
+        """Automatic demotion (``--demote-share``, ``--demote-backlog``;
+        ``fairstream.scheduler.demotions``), in the manner of SQS fair queues."""
+        self.noisy_tenants = Gauge(
+            "fairstream_noisy_tenants", "Tenants demoted one class now as noisy.", registry=r
+        )
+        self.oldest_quiet_age = Gauge(
+            "fairstream_oldest_quiet_record_age_seconds",
+            "Age of the oldest record waiting among tenants that are neither noisy nor "
+            "paused (0: none waits): what demotion keeps small while noisy tenants flood.",
+            registry=r,
+        )
+        self.demotions = Counter(
+            "fairstream_demotions", "Tenants demoted as noisy (one class down).", registry=r
+        )
+        self.promotions = Counter(
+            "fairstream_promotions", "Demoted tenants promoted back, once quiet.", registry=r
         )
 
     def _health(self, r: CollectorRegistry) -> None:

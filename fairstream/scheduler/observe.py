@@ -45,6 +45,8 @@ class Scrape:
     in_flight: int  # records in the open transaction
     payload_bytes: int  # payload bytes held (``--buffer-memory``)
     tree: TreeSnapshot | None = None  # the tenant groups' (``tenant_tree``); None: flat core
+    noisy_tenants: int = 0  # demoted as noisy (``demotions``)
+    oldest_quiet_age: float | None = None  # s, among tenants not noisy nor paused
 
 
 NO_SCRAPE = Scrape({}, {}, {}, 0, 0, 0)  # before the first scrape, or with the emitter gone

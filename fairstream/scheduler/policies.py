@@ -5,6 +5,10 @@ each record to the emitter (the core's owner) through the handoff queue. Applyin
 changes the core at once, existing backlog included; a purge moves the tenant's records
 enqueued up to the purge time to the dead-letter topic, now and as any such record is read
 again later (after a restart the log is read from the low-water mark).
+
+A tenant demoted as noisy (``demotions``) is scheduled under its policy one class down
+(``demoted``) until it is promoted: a policy record arriving meanwhile is applied one class
+down too, and so is a new default to a demoted tenant that follows it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer
 from fairstream.adapters.clients import assigned_consumer_config
 from fairstream.config import Settings
 from fairstream.core import Clock, Core, TenantPolicy
+from fairstream.core.demotion import Change, demoted
 from fairstream.scheduler.consumers import assign_when_present
 from fairstream.scheduler.handoff import Handoff, PolicyChange
 from fairstream.scheduler.metrics import Metrics
@@ -69,13 +74,34 @@ class Policies:
         self.by_tenant: dict[str, TenantPolicy] = {}
         self.purges: dict[str, int] = {}  # tenant -> records enqueued up to this are purged
         self.groups = TenantGroups(settings.tenant_group_separator)
+        self.demoted: set[str] = set()  # tenants demoted as noisy (``demotions``)
 
     def new_core(self, clock: Clock) -> Core[Any]:
-        """The core as the policies say: flat, or of tenant groups (``tenant_groups``)."""
+        """The core as the policies say: flat, or of tenant groups (``tenant_groups``);
+        demoted tenants one class down."""
         core = self.groups.new_core(clock, self.quantum, self.default)
-        for tenant, policy in self.by_tenant.items():
-            core.set_policy(tenant, policy)
+        for tenant in self.by_tenant:
+            core.set_policy(tenant, self.effective(tenant))
+        for tenant in self.demoted - self.by_tenant.keys():
+            core.set_policy(tenant, self.effective(tenant))
         return core
+
+    def effective(self, tenant: str) -> TenantPolicy | None:
+        """The policy ``tenant`` is scheduled under: its own (None: the default's), one
+        class down while it is demoted."""
+        own = self.by_tenant.get(tenant)
+        if tenant in self.demoted:
+            return demoted(self.default if own is None else own)
+        return own
+
+    def demotion(self, change: Change) -> list[PolicyAction]:
+        """Take in a demotion or a promotion (``Demotions.review``); what the emitter must
+        do in the core for it. Caller: the emitter."""
+        if change.demote:
+            self.demoted.add(change.tenant)
+        else:
+            self.demoted.discard(change.tenant)
+        return [SetPolicy(change.tenant, self.effective(change.tenant))]
 
     def apply(self, key: bytes | None, value: bytes | None) -> list[PolicyAction]:
         """Take in one policy record (a tombstone resets the tenant to the defaults); what
@@ -92,7 +118,12 @@ class Policies:
         if key == DEFAULT_POLICY_KEY or key is None:
             self.default = record.policy if record else self.flag_default
             log.info("default policy: %s", self.default)
-            return [DefaultPolicy(self.default)]
+            # Demoted tenants that follow the default follow it one class down.
+            followers = sorted(self.demoted - self.by_tenant.keys())
+            return [
+                DefaultPolicy(self.default),
+                *(SetPolicy(t, self.effective(t)) for t in followers),
+            ]
         group = key_group(key)
         if group is not None:  # a group's, or the groups' default ("")
             return [*self.groups.group_record(group, record)]
@@ -104,10 +135,10 @@ class Policies:
         actions: list[PolicyAction] = []
         if record is None:
             self.by_tenant.pop(tenant, None)
-            actions.append(SetPolicy(tenant, None))
         else:
             self.by_tenant[tenant] = record.policy
-            actions.append(SetPolicy(tenant, record.policy))
+        actions.append(SetPolicy(tenant, self.effective(tenant)))  # demoted: one class down
+        if record is not None:
             before = record.purge_before_ms
             # A policy keeps its last purge time when other fields change: a purge is the
             # same whenever it is applied again, so applying it again is harmless.

@@ -279,6 +279,8 @@ class SchedulerService:
         metrics.backlog.set_function(lambda: self._scrape[0].backlog)
         metrics.in_flight.set_function(lambda: self._scrape[0].in_flight)
         metrics.payload_bytes.set_function(lambda: self._scrape[0].payload_bytes)
+        metrics.noisy_tenants.set_function(lambda: self._scrape[0].noisy_tenants)
+        metrics.oldest_quiet_age.set_function(lambda: self._scrape[0].oldest_quiet_age or 0.0)
 
     def _emitter_alive(self) -> bool:
         return self._emitter_thread.is_alive()

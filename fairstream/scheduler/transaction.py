@@ -31,6 +31,7 @@ INIT_DEADLINE = 120.0  # seconds init_transactions is retried while it fails ret
 RETRY_FOR = 120.0  # seconds a retriable commit or abort is tried again (a broker restart)
 OFFSETS_TIMEOUT = 10.0  # seconds send_offsets_to_transaction may take before it is aborted
 POLL_EVERY = 1000  # records produced between two polls of the producer (its callbacks)
+RENEW_EVERY = 60.0  # seconds: a broken producer is replaced at most this often
 
 
 # What a fenced producer is told: a newer one with its transactional id exists.
@@ -340,3 +341,51 @@ class Transaction:
 
     def close(self) -> None:
         self.producer.flush(API_TIMEOUT)
+
+
+class Renewal:
+    """The emitter's transactional producers: the first, and a new one with the same
+    transactional id when one cannot go on (``renew``), at most every ``RENEW_EVERY``
+    seconds. ``make`` builds one (``Transaction``, or a test's); ``now`` is the emitter's
+    clock. Caller: the emitter thread."""
+
+    def __init__(
+        self,
+        make: Callable[..., Transaction],
+        config: tuple[dict[str, Any], str, float],  # librdkafka config, id, timeout
+        now: Callable[[], float],
+    ) -> None:
+        self._make = make
+        self._config = config
+        self._now = now
+        self._renewed_at = -RENEW_EVERY
+
+    def first(self) -> Transaction:
+        return self._make(*self._config)
+
+    def renew(self, txn: Transaction, exc: FatalError) -> Transaction:
+        """A producer that cannot go on (say, after a broker restart its abort is refused):
+        a new one with the same transactional id, initialised (which fences the old one and
+        aborts what it left open). Fenced by another process with our id, or producers
+        breaking again within ``RENEW_EVERY``: ``exc`` is raised (fatal)."""
+        now = self._now()
+        # Fenced while the transaction had outlived --transaction-timeout: the broker
+        # aborted it and bumped the epoch itself (a broker that hung, a stalled emitter),
+        # which librdkafka reports as a fence. This instance's data directory is locked, so
+        # no other process on this host has the id: a new producer takes over.
+        expired = exc.fenced and txn.outlived_timeout()  # by the producer's own clock
+        if (exc.fenced and not expired) or now - self._renewed_at < RENEW_EVERY:
+            # Another process has our id (it would be fenced back in turn), or producers
+            # keep breaking: exit, and let the orchestrator (or the operator) sort it out.
+            raise exc
+        self._renewed_at = now
+        log.warning(
+            "replacing the transactional producer after: %s%s",
+            exc,
+            " (the transaction had been open past --transaction-timeout: the broker aborted it)"
+            if expired
+            else "",
+        )
+        fresh = self._make(*self._config)
+        fresh.init()
+        return fresh
