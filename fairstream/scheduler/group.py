@@ -94,7 +94,7 @@ from confluent_kafka import (
 from fairstream.adapters.clients import assigned_consumer_config, producer_config
 from fairstream.config.topics import coordination_topic
 from fairstream.core import MonotonicClock, RecordClock
-from fairstream.core.shares import ClassDemand, Demand, instance_rate
+from fairstream.core.shares import WHOLE, ClassDemand, Demand, GroupParts, instance_rate
 from fairstream.scheduler.groupview import (
     DELIVERY_TIMEOUT,
     FLOOR,
@@ -122,11 +122,14 @@ RENEW_EVERY = 0.25  # seconds between two renewals of that lease
 class ShareChange:
     """The emitter's new share of the group rate, and until when it may emit (by the group
     thread's clock, the emitter's): the group thread renews that lease while it runs,
-    whatever the coordination's state."""
+    whatever the coordination's state. ``parts``: this instance's part of each tenant
+    group's weight and rate cap (``shares.GroupParts``; the emitter gives them to its core
+    through ``TenantGroups.set_parts``)."""
 
     rate: float
     fraction: float
     lease_until: float
+    parts: GroupParts = WHOLE
 
 
 class GroupShares:
@@ -268,10 +271,12 @@ class GroupShares:
         decision = view.decide(demand, partitions, self.rate)
         now = self.clock.now()  # the emitter's too, for its lease
         fraction = decision.rate / self.ceiling if self.ceiling else 0.0
-        change = ShareChange(decision.rate, fraction, now + THREAD_LEASE)
+        change = ShareChange(decision.rate, fraction, now + THREAD_LEASE, decision.parts)
+        applied = self._applied
         if (
-            self._applied is None
-            or (change.rate, change.fraction) != (self._applied.rate, self._applied.fraction)
+            applied is None
+            or (change.rate, change.fraction, change.parts)
+            != (applied.rate, applied.fraction, applied.parts)
             or now - self._renewed >= RENEW_EVERY
         ):
             self._applied = change
@@ -300,7 +305,11 @@ class GroupShares:
         self.metrics.group_coordinated.set(1 if decision.coordinated else 0)
         self.metrics.group_instances.set(max(1, len(live)))
         for priority in {p for r in live.values() for p in r.demand}:
-            total = sum(r.demand[priority].weight for r in live.values() if priority in r.demand)
+            total = sum(
+                d.weight + sum(g.weight for g in d.groups)
+                for r in live.values()
+                if (d := r.demand.get(priority)) is not None
+            )
             self.metrics.group_demand.labels(str(priority)).set(total)
         self._rows = self._instances(decision)
 
@@ -316,8 +325,11 @@ class GroupShares:
                     "instance": instance,
                     "self": own,
                     "partitions": list(report.partitions),
-                    "demand_weight": sum(d.weight for d in report.demand.values()),
+                    "demand_weight": sum(
+                        d.weight + sum(g.weight for g in d.groups) for d in report.demand.values()
+                    ),
                     "capped_tenants": sum(len(d.capped) for d in report.demand.values()),
+                    "tenant_groups": sum(len(d.groups) for d in report.demand.values()),
                     "rate_share": (
                         decision.rate
                         if own
