@@ -306,6 +306,8 @@ class Emitter:
             self.pacing.adapted(item, len(self.owned))
         elif isinstance(item, ShareChange):
             self.pacing.shared(item, len(self.owned))
+            for group_action in self.policies.groups.set_parts(item.parts):
+                self._act(group_action)  # this instance's part of each tenant group's cap
         elif isinstance(item, Heard):
             self.warming.discard(item.partition)
         elif isinstance(item, PolicyChange):
@@ -433,7 +435,7 @@ class Emitter:
     def demand(self) -> tuple[dict[int, ClassDemand], tuple[int, ...]]:
         """This instance's demand for the group thread: per class, the backlogged unpaused
         tenants' weights and caps (O(backlogged tenants)), and the partitions owned."""
-        return backlogged_demand(self.core), self.owned
+        return backlogged_demand(self.core, self.policies.groups.policy), self.owned
 
     # -- emission ----------------------------------------------------------------------------
 
