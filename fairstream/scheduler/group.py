@@ -1,12 +1,15 @@
 """Group-wide fair shares: instances exchange their demand through Kafka.
 
 Each instance publishes a report to the compacted, one-partition topic
-``<app-id>-coordination`` (key: the instance's id): its demand per priority class
-(``fairstream.core.shares``), the ingest partitions it owns, and whether it is coordinated.
-It reads every instance's latest report and sets its own rate; the emitter retunes its token
-buckets to it. The group rate (``--rate``, ``R`` below, over ``P`` ingest partitions) is a
-hard ceiling: the instances' rates must never add up to more than ``R`` (plus the burst the
-token buckets allow). Everything below is decided by ``GroupView`` (``groupview``: pure, an
+``<app-id>-coordination`` (key: the instance's id): its demand per priority class, tenant
+groups included (``fairstream.core.shares``), the ingest partitions it owns, and whether it
+is coordinated. It reads every instance's latest report and sets its own rate, and its part
+of each tenant group's weight and rate cap; the emitter retunes its token buckets and its
+core's group policies to them. The parts follow the rate's rules below: lower at once,
+raise late; in the safe share, every group's cap times the partitions owned over all.
+The group rate (``--rate``, ``R`` below, over ``P`` ingest partitions) is a hard ceiling:
+the instances' rates must never add up to more than ``R`` (plus the burst the token buckets
+allow). Everything below is decided by ``GroupView`` (``groupview``: pure, an
 injected clock); ``GroupShares``, here, is the Kafka adapter around it.
 
 No wall clock. Hosts' wall clocks disagree (an instance 1.3 s behind looked dead to the

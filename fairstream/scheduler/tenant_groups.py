@@ -202,6 +202,12 @@ class TenantGroups:
                 actions.append(SetGroupPolicy(group, self._in_core(group)))
         return actions
 
+    def take_parts(self, parts: GroupParts, rule: EmissionRule[Any]) -> None:
+        """``set_parts``, done in the rule's core at once. Caller: the emitter, for the
+        group thread's ``ShareChange``."""
+        for action in self.set_parts(parts):
+            act(rule, action, lambda: rule.core)  # (no UseGroups: no new core is built)
+
     def _default_in_core(self) -> TenantPolicy:
         """The groups' default as the core gets it: with this instance's part of the cap of
         every group it holds no part of its own for."""
