@@ -306,8 +306,7 @@ class Emitter:
             self.pacing.adapted(item, len(self.owned))
         elif isinstance(item, ShareChange):
             self.pacing.shared(item, len(self.owned))
-            for group_action in self.policies.groups.set_parts(item.parts):
-                self._act(group_action)  # this instance's part of each tenant group's cap
+            self.policies.groups.take_parts(item.parts, self.rule)  # of each group's cap
         elif isinstance(item, Heard):
             self.warming.discard(item.partition)
         elif isinstance(item, PolicyChange):
