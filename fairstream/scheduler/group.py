@@ -308,11 +308,10 @@ class GroupShares:
         self.metrics.group_coordinated.set(1 if decision.coordinated else 0)
         self.metrics.group_instances.set(max(1, len(live)))
         for priority in {p for r in live.values() for p in r.demand}:
-            total = sum(
-                d.weight + sum(g.weight for g in d.groups)
-                for r in live.values()
-                if (d := r.demand.get(priority)) is not None
-            )
+            demands = [d for r in live.values() if (d := r.demand.get(priority)) is not None]
+            # An uncapped group counts once, wherever its members are.
+            groups = {g.group: g.weight for d in demands for g in d.groups if g.cap is None}
+            total = sum(d.weight for d in demands) + sum(groups.values())
             self.metrics.group_demand.labels(str(priority)).set(total)
         self._rows = self._instances(decision)
 
@@ -329,7 +328,8 @@ class GroupShares:
                     "self": own,
                     "partitions": list(report.partitions),
                     "demand_weight": sum(
-                        d.weight + sum(g.weight for g in d.groups) for d in report.demand.values()
+                        d.weight + sum(g.weight for g in d.groups if g.cap is None)
+                        for d in report.demand.values()
                     ),
                     "capped_tenants": sum(len(d.capped) for d in report.demand.values()),
                     "tenant_groups": sum(len(d.groups) for d in report.demand.values()),
