@@ -12,8 +12,10 @@ import pytest
 from fairstream.core import GroupScheduler, ManualClock, TenantPolicy
 from fairstream.core.shares import WHOLE, ClassDemand, GroupDemand, GroupParts, flatten
 from fairstream.scheduler.emit import Emitter
-from fairstream.scheduler.group import ShareChange
+from fairstream.scheduler.group import GroupShares, ShareChange
 from fairstream.scheduler.groupview import RAISE_DELAY, VERSION, GroupView, Report
+from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.tenant_groups import GroupDefaultPolicy, SetGroupPolicy, TenantGroups
 from fairstream.wire.policy import PolicyRecord, group_policy_key
 from tests.unit.scheduler.test_emit_rule import make, push
@@ -199,3 +201,36 @@ def test_set_parts_says_only_what_changed_and_a_rewind_keeps_the_parts() -> None
         SetGroupPolicy("acme", None),
         SetGroupPolicy("gold", TenantPolicy(weight=3, rate_cap=40)),
     ]
+
+
+def test_the_group_thread_hands_the_parts_over_and_counts_a_group_once() -> None:
+    clock, log = ManualClock(50.0), Log()
+    handoff = Handoff()
+    shares = GroupShares(
+        {"bootstrap.servers": "127.0.0.1:9"},  # never polled here
+        "app",
+        "a",
+        RATE,
+        handoff,
+        Metrics(),
+        demand=lambda: (in_group("G", None), (0,)),
+        partitions=2,
+        clock=clock,
+    )
+    b = GroupView("b", 2, clock)
+    try:
+        for _ in range(3):
+            log.publish(shares.view, in_group("G", None), (0,))
+            log.publish(b, in_group("G", None), (1,))
+            log.read(shares.view)
+            log.read(b)  # b reads itself back: its next reports say coordinated
+            shares._apply(in_group("G", None), (0,))
+            clock.advance(RAISE_DELAY + 0.01)
+        shares._apply(in_group("G", None), (0,))
+    finally:
+        shares._consumer.close()
+    last = [c for c in handoff.controls if isinstance(c, ShareChange)][-1]
+    assert last.rate == pytest.approx(RATE / 2)
+    assert last.parts.of("G") == pytest.approx((0.5, 0.5))
+    # G's members are on both instances: its weight counts once in the group's demand.
+    assert shares.metrics.group_demand.labels("0")._value.get() == 1.0
