@@ -233,4 +233,7 @@ def test_the_group_thread_hands_the_parts_over_and_counts_a_group_once() -> None
     assert last.rate == pytest.approx(RATE / 2)
     assert last.parts.of("G") == pytest.approx((0.5, 0.5))
     # G's members are on both instances: its weight counts once in the group's demand.
-    assert shares.metrics.group_demand.labels("0")._value.get() == 1.0
+    weight = shares.metrics.registry.get_sample_value(
+        "fairstream_group_demand_weight", {"priority": "0"}
+    )
+    assert weight == 1.0
