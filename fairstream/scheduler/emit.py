@@ -314,6 +314,7 @@ class Emitter:
             self.pacing.adapted(item, len(self.owned))
         elif isinstance(item, ShareChange):
             self.pacing.shared(item, len(self.owned))
+            self.policies.groups.take_parts(item.parts, self.rule)  # of each group's cap
         elif isinstance(item, Heard):
             self.warming.discard(item.partition)
         elif isinstance(item, PolicyChange):
@@ -446,7 +447,7 @@ class Emitter:
     def demand(self) -> tuple[dict[int, ClassDemand], tuple[int, ...]]:
         """This instance's demand for the group thread: per class, the backlogged unpaused
         tenants' weights and caps (O(backlogged tenants)), and the partitions owned."""
-        return backlogged_demand(self.core), self.owned
+        return backlogged_demand(self.core, self.policies.groups.policy), self.owned
 
     # -- emission ----------------------------------------------------------------------------
 

@@ -1,12 +1,15 @@
 """Group-wide fair shares: instances exchange their demand through Kafka.
 
 Each instance publishes a report to the compacted, one-partition topic
-``<app-id>-coordination`` (key: the instance's id): its demand per priority class
-(``fairstream.core.shares``), the ingest partitions it owns, and whether it is coordinated.
-It reads every instance's latest report and sets its own rate; the emitter retunes its token
-buckets to it. The group rate (``--rate``, ``R`` below, over ``P`` ingest partitions) is a
-hard ceiling: the instances' rates must never add up to more than ``R`` (plus the burst the
-token buckets allow). Everything below is decided by ``GroupView`` (``groupview``: pure, an
+``<app-id>-coordination`` (key: the instance's id): its demand per priority class, tenant
+groups included (``fairstream.core.shares``), the ingest partitions it owns, and whether it
+is coordinated. It reads every instance's latest report and sets its own rate, and its part
+of each tenant group's weight and rate cap; the emitter retunes its token buckets and its
+core's group policies to them. The parts follow the rate's rules below: lower at once,
+raise late; in the safe share, every group's cap times the partitions owned over all.
+The group rate (``--rate``, ``R`` below, over ``P`` ingest partitions) is a hard ceiling:
+the instances' rates must never add up to more than ``R`` (plus the burst the token buckets
+allow). Everything below is decided by ``GroupView`` (``groupview``: pure, an
 injected clock); ``GroupShares``, here, is the Kafka adapter around it.
 
 No wall clock. Hosts' wall clocks disagree (an instance 1.3 s behind looked dead to the
@@ -94,7 +97,7 @@ from confluent_kafka import (
 from fairstream.adapters.clients import assigned_consumer_config, producer_config
 from fairstream.config.topics import coordination_topic
 from fairstream.core import MonotonicClock, RecordClock
-from fairstream.core.shares import ClassDemand, Demand, instance_rate
+from fairstream.core.shares import WHOLE, ClassDemand, Demand, GroupParts, instance_rate
 from fairstream.scheduler.groupview import (
     DELIVERY_TIMEOUT,
     FLOOR,
@@ -122,11 +125,14 @@ RENEW_EVERY = 0.25  # seconds between two renewals of that lease
 class ShareChange:
     """The emitter's new share of the group rate, and until when it may emit (by the group
     thread's clock, the emitter's): the group thread renews that lease while it runs,
-    whatever the coordination's state."""
+    whatever the coordination's state. ``parts``: this instance's part of each tenant
+    group's weight and rate cap (``shares.GroupParts``; the emitter gives them to its core
+    through ``TenantGroups.set_parts``)."""
 
     rate: float
     fraction: float
     lease_until: float
+    parts: GroupParts = WHOLE
 
 
 class GroupShares:
@@ -268,10 +274,12 @@ class GroupShares:
         decision = view.decide(demand, partitions, self.rate)
         now = self.clock.now()  # the emitter's too, for its lease
         fraction = decision.rate / self.ceiling if self.ceiling else 0.0
-        change = ShareChange(decision.rate, fraction, now + THREAD_LEASE)
+        change = ShareChange(decision.rate, fraction, now + THREAD_LEASE, decision.parts)
+        applied = self._applied
         if (
-            self._applied is None
-            or (change.rate, change.fraction) != (self._applied.rate, self._applied.fraction)
+            applied is None
+            or (change.rate, change.fraction, change.parts)
+            != (applied.rate, applied.fraction, applied.parts)
             or now - self._renewed >= RENEW_EVERY
         ):
             self._applied = change
@@ -300,7 +308,10 @@ class GroupShares:
         self.metrics.group_coordinated.set(1 if decision.coordinated else 0)
         self.metrics.group_instances.set(max(1, len(live)))
         for priority in {p for r in live.values() for p in r.demand}:
-            total = sum(r.demand[priority].weight for r in live.values() if priority in r.demand)
+            demands = [d for r in live.values() if (d := r.demand.get(priority)) is not None]
+            # An uncapped group counts once, wherever its members are.
+            groups = {g.group: g.weight for d in demands for g in d.groups if g.cap is None}
+            total = sum(d.weight for d in demands) + sum(groups.values())
             self.metrics.group_demand.labels(str(priority)).set(total)
         self._rows = self._instances(decision)
 
@@ -316,8 +327,12 @@ class GroupShares:
                     "instance": instance,
                     "self": own,
                     "partitions": list(report.partitions),
-                    "demand_weight": sum(d.weight for d in report.demand.values()),
+                    "demand_weight": sum(
+                        d.weight + sum(g.weight for g in d.groups if g.cap is None)
+                        for d in report.demand.values()
+                    ),
                     "capped_tenants": sum(len(d.capped) for d in report.demand.values()),
+                    "tenant_groups": sum(len(d.groups) for d in report.demand.values()),
                     "rate_share": (
                         decision.rate
                         if own

@@ -4,6 +4,14 @@ it exchanges (``Report``) and what it says of itself (``Coordination``).
 
 The protocol, and why it needs no two hosts' clocks to agree, is ``group``'s docstring;
 ``group.GroupShares`` is the Kafka adapter around this view.
+
+A report is JSON (``VERSION`` 3). ``demand`` is, as in version 2, every backlogged tenant by
+its own class, one level (``shares.flatten``): what an instance of a release before tenant
+groups reads. ``levels``, present when some tenant group has members backlogged, is the
+same demand at two levels (ungrouped tenants, and each group with its weight, rate cap and
+members: ``shares.GroupDemand``). A report of an earlier version has no groups; while one
+is counted, every instance shares by the one-level demand, as that release does (and each
+takes every group's whole cap, as it did), so that all compute the same rates.
 """
 
 from __future__ import annotations
@@ -13,9 +21,18 @@ import logging
 import math
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from fairstream.core import RecordClock
-from fairstream.core.shares import ClassDemand, Demand, instance_rate
+from fairstream.core.shares import (
+    WHOLE,
+    ClassDemand,
+    Demand,
+    GroupDemand,
+    GroupParts,
+    flatten,
+    instance_share,
+)
 
 __all__ = [
     "DELIVERY_TIMEOUT",
@@ -24,6 +41,7 @@ __all__ = [
     "RAISE_DELAY",
     "STALE",
     "STARTING",
+    "VERSION",
     "Coordination",
     "Decision",
     "GroupView",
@@ -37,6 +55,7 @@ STALE = 4.0  # a peer's report older than this (see group's docstring) is not co
 DELIVERY_TIMEOUT = 2.0  # a report is written within this long of being sent, or never
 RAISE_DELAY = 0.3  # an instance raises its rate this long after first computing it
 FLOOR = 0.05  # of the group rate, split between the instances, kept by idle ones
+VERSION = 3  # of the reports written: 3 adds tenant groups (``levels``)
 
 
 @dataclass(frozen=True)
@@ -49,47 +68,79 @@ class Report:
     run: str = ""  # which run of the instance sent it (its own reports read back)
     seq: int = 0  # the run's sequence number of the report
 
+    version: int = VERSION  # of the sender's reports (below 3: it knows no groups)
+
     def encode(self) -> bytes:
-        return json.dumps(
-            {
-                "v": 2,
-                "instance": self.instance,
-                "sent_ms": self.sent_ms,
-                "partitions": list(self.partitions),
-                "demand": {
-                    str(p): {"weight": d.weight, "capped": [list(c) for c in d.capped]}
-                    for p, d in self.demand.items()
-                },
-                "coordinated": self.coordinated,
-                "run": self.run,
-                "seq": self.seq,
-            },
-            separators=(",", ":"),
-        ).encode()
+        doc: dict[str, object] = {
+            "v": VERSION,
+            "instance": self.instance,
+            "sent_ms": self.sent_ms,
+            "partitions": list(self.partitions),
+            "demand": _encode_demand(flatten(self.demand)),
+            "coordinated": self.coordinated,
+            "run": self.run,
+            "seq": self.seq,
+        }
+        if any(cd.groups for cd in self.demand.values()):
+            doc["levels"] = _encode_demand(self.demand)
+        return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> Report:
         """Raises ``ValueError`` (with a reason) for anything that is not a report. Version
-        1 reports (no mode, run or sequence) read as coordinated."""
+        1 reports (no mode, run or sequence) read as coordinated; reports before version 3
+        have no groups."""
         try:
             doc = json.loads(raw)
-            demand = {
-                int(p): ClassDemand(
-                    float(d["weight"]), tuple((float(w), float(c)) for w, c in d["capped"])
-                )
-                for p, d in doc["demand"].items()
-            }
             return cls(
                 str(doc["instance"]),
                 int(doc["sent_ms"]),
                 tuple(int(p) for p in doc["partitions"]),
-                demand,
+                _decode_demand(doc.get("levels", doc["demand"])),
                 bool(doc.get("coordinated", True)),
                 str(doc.get("run", "")),
                 int(doc.get("seq", 0)),
+                int(doc.get("v", 1)),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a coordination report: {exc!r}") from exc
+
+
+def _encode_demand(demand: Demand) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for priority, d in demand.items():
+        entry: dict[str, object] = {"weight": d.weight, "capped": [list(c) for c in d.capped]}
+        if d.groups:
+            entry["groups"] = [
+                {
+                    "group": g.group,
+                    "weight": g.weight,
+                    "cap": g.cap,
+                    "members": _encode_demand(g.members),
+                }
+                for g in d.groups
+            ]
+        out[str(priority)] = entry
+    return out
+
+
+def _decode_demand(doc: Any) -> dict[int, ClassDemand]:
+    out = {}
+    for priority, d in doc.items():
+        if not isinstance(d, dict):
+            raise TypeError(f"a class's demand is an object, got {d!r}")
+        groups = tuple(
+            GroupDemand(
+                g["group"],
+                float(g["weight"]),
+                None if g["cap"] is None else float(g["cap"]),
+                _decode_demand(g["members"]),
+            )
+            for g in d.get("groups", ())
+        )
+        capped = tuple((float(w), float(c)) for w, c in d["capped"])
+        out[int(priority)] = ClassDemand(float(d["weight"]), capped, groups)
+    return out
 
 
 @dataclass(frozen=True)
@@ -120,6 +171,7 @@ class Decision:
     coordinated: bool
     live: dict[str, Report]  # counted instances' reports, this one's included
     reserved: float  # of the rate, kept for partitions no counted report lists
+    parts: GroupParts = WHOLE  # of each tenant group's weight and rate cap, taken now
 
 
 class GroupView:
@@ -143,6 +195,8 @@ class GroupView:
         self._last_coordinated_sent = -math.inf
         self._applied = 0.0
         self._raise_at: float | None = None
+        self._parts = GroupParts(0.0)  # as the rate: nothing before the first decision
+        self._parts_raise: dict[str | None, float] = {}  # group (None: the rest) -> raise at
         self.publish_error: str | None = None  # the last delivery failure, until an ack
         self.read_error: str | None = None  # the last read failure, until an echo
         self.publish_failures = 0
@@ -240,8 +294,9 @@ class GroupView:
     def decide(
         self, demand: dict[int, ClassDemand], partitions: tuple[int, ...], rate: float
     ) -> Decision:
-        """The rate this instance may take now, out of the group rate ``rate``, and what it
-        was computed from. Moves the raise delay on; call once per look."""
+        """The rate this instance may take now, out of the group rate ``rate``, and its part
+        of each tenant group's cap, with what they were computed from. Moves the raise
+        delays on; call once per look."""
         now = self.clock.now()
         total = self.partitions
         own = {p for p in partitions if 0 <= p < total}
@@ -256,12 +311,22 @@ class GroupView:
             reserved = rate * (total - len(covered)) / total
             demands: dict[str, Demand] = {i: r.demand for i, r in live.items()}
             demands[self.instance] = demand
-            target = instance_rate(demands, self.instance, rate - reserved, FLOOR)
+            if any(r.version < VERSION for r in live.values()):
+                # A peer of a release before groups: share as it does, one level.
+                demands = {i: flatten(d) for i, d in demands.items()}
+                share = instance_share(demands, self.instance, rate - reserved, FLOOR)
+                target, parts = share.rate, WHOLE
+            else:
+                share = instance_share(demands, self.instance, rate - reserved, FLOOR)
+                # The partitions no counted report lists keep their part of each cap too.
+                target, parts = share.rate, share.parts.scaled(len(covered) / total)
         else:
             target = rate * len(own) / total
+            parts = GroupParts(len(own) / total)
             if now < self._last_coordinated_sent + DELIVERY_TIMEOUT + STALE:
                 # Peers may still count our last coordinated report at its share.
                 target = min(target, self._applied)
+                parts = _least(parts, self._parts)
         current = self._applied
         if target > current + 1e-9:
             if self._raise_at is None:
@@ -275,7 +340,34 @@ class GroupView:
         self._applied = target
         if self.own is not None:
             live = {**live, self.instance: self.own}
-        return Decision(target, coordinated, live, reserved)
+        return Decision(target, coordinated, live, reserved, self._raise_parts(parts, now))
+
+    def _raise_parts(self, target: GroupParts, now: float) -> GroupParts:
+        """The parts of the groups' caps to take now: lower at once, raise ``RAISE_DELAY``
+        after first computed (as the rate). Weights' parts apply at once."""
+        applied, delays = self._parts, self._parts_raise
+
+        def settle(key: str | None, want: float, had: float) -> float:
+            if want <= had + 1e-12:
+                delays.pop(key, None)
+                return want
+            due = delays.setdefault(key, now + RAISE_DELAY)
+            if now < due:
+                return had
+            del delays[key]
+            return want
+
+        cap = settle(None, target.cap, applied.cap)
+        groups = {}
+        for group in set(target.groups) | set(applied.groups):
+            weight, want = target.of(group)
+            part = (weight, settle(group, want, applied.of(group)[1]))
+            if part != (1.0, cap):
+                groups[group] = part
+        for key in [k for k in delays if k is not None and k not in groups]:
+            del delays[key]
+        self._parts = GroupParts(cap, groups)
+        return self._parts
 
     def reason(self) -> str | None:
         """Why this instance is not coordinated, in words (None when it is)."""
@@ -298,3 +390,9 @@ class GroupView:
             i: None if anchor is None else round(now - anchor, 3)
             for i, (_, anchor) in self.peers.items()
         }
+
+
+def _least(a: GroupParts, b: GroupParts) -> GroupParts:
+    """``a``'s weights, with each cap's part the lower of ``a``'s and ``b``'s."""
+    groups = {g: (a.of(g)[0], min(a.of(g)[1], b.of(g)[1])) for g in set(a.groups) | set(b.groups)}
+    return GroupParts(min(a.cap, b.cap), groups)

@@ -22,6 +22,12 @@ built-in ``TenantPolicy()``: weight 1, no caps). Its weight, priority, rate cap,
 ``max_backlog`` and ``max_backlog_cost`` apply to the group as a whole. A group's
 ``max_concurrency`` is not applied (not yet: slots are counted per tenant only).
 
+Across instances (``--share-by demand``), a group's members may be backlogged on several
+instances: each gives its core the instance's part of the group's rate cap and weight
+(``shares.GroupParts``, from the group thread: ``set_parts``), so that the parts of the cap
+add up to the cap over the instances. The demand reported is of the policies as set
+(``policy``), not of the parts.
+
 The core: a ``FairScheduler`` while nothing is grouped (a flat ``GroupScheduler`` costs
 about 20% more per push and pick), a ``GroupScheduler`` once anything is: the separator
 set (from the start), or a policy record naming a group, or a group's policy (from that
@@ -42,6 +48,7 @@ from typing import Any, NamedTuple
 
 from fairstream.core import DEFAULT_POLICY, Clock, Core, FairScheduler, GroupScheduler, TenantPolicy
 from fairstream.core.emission import EmissionRule
+from fairstream.core.shares import WHOLE, GroupParts
 from fairstream.wire.policy import PolicyRecord
 
 __all__ = [
@@ -59,6 +66,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("fairstream.policies")
+
+GRAIN = 1e-4  # parts are rounded down to this (and no lower): the core is not retuned for less
 
 
 class SetGroup(NamedTuple):
@@ -111,6 +120,7 @@ class TenantGroups:
         self.policies: dict[str, TenantPolicy] = {}  # groups' own
         self.default: TenantPolicy = DEFAULT_POLICY  # every other group's
         self._default_given = False  # the groups' default came from the policy topic
+        self.parts: GroupParts = WHOLE  # this instance's part of each group (``set_parts``)
 
     @property
     def enabled(self) -> bool:
@@ -132,11 +142,11 @@ class TenantGroups:
             clock,
             quantum=quantum,
             default_policy=default,
-            group_default_policy=self.default,
+            group_default_policy=self._default_in_core(),
             group_of=self.group_of,
         )
-        for group, policy in self.policies.items():
-            core.set_group_policy(group, policy)
+        for group in set(self.policies) | set(self.parts.groups):
+            core.set_group_policy(group, self._in_core(group))
         for tenant, group in self.assigned.items():
             core.set_group(tenant, group)
         return core
@@ -145,22 +155,83 @@ class TenantGroups:
         """Take in a group's policy record (``group`` "" : the groups' default; a
         tombstone: back to the default). What the emitter must do, in order."""
         was = self.enabled
-        action: GroupAction
+        actions: list[GroupAction]
         if not group:
             self.default = DEFAULT_POLICY if record is None else record.policy
             self._default_given = record is not None
-            action = GroupDefaultPolicy(self.default)
+            # Groups with a part of their own follow the default through it.
+            actions = [GroupDefaultPolicy(self._default_in_core())]
+            actions += [
+                SetGroupPolicy(g, self._in_core(g))
+                for g in self.parts.groups
+                if g not in self.policies
+            ]
             log.info("groups' default policy: %s", self.default)
         else:
             if record is None:
                 self.policies.pop(group, None)
             else:
                 self.policies[group] = record.policy
-            action = SetGroupPolicy(group, None if record is None else record.policy)
+            actions = [SetGroupPolicy(group, self._in_core(group))]
             log.info("policy of group %r: %s", group, record.policy if record else "defaults")
         if record is not None and record.group is not None:
             log.warning("group %r's policy names a group (%r): ignored", group, record.group)
-        return self._actions(was, action)
+        return [UseGroups()] if self.enabled and not was else actions
+
+    def policy(self, group: str) -> TenantPolicy:
+        """``group``'s policy as set (its own, else the groups' default), whatever part of
+        it this instance takes: what the demand reports say."""
+        return self.policies.get(group, self.default)
+
+    def set_parts(self, parts: GroupParts) -> list[GroupAction]:
+        """This instance takes ``parts`` of the groups' weights and rate caps from now on
+        (the group thread's ``ShareChange``); what the emitter must do, for the groups
+        whose policy in the core changes. O(groups listed, before and now)."""
+        parts = _grained(parts)
+        old, self.parts = self.parts, parts
+        if parts == old:
+            return []
+        actions: list[GroupAction] = []
+        groups = set(old.groups) | set(parts.groups)
+        if parts.cap != old.cap:
+            if self.default.rate_cap is not None:
+                actions.append(GroupDefaultPolicy(self._default_in_core()))
+            groups.update(g for g, p in self.policies.items() if p.rate_cap is not None)
+        for group in sorted(groups):
+            if parts.of(group) != old.of(group):
+                actions.append(SetGroupPolicy(group, self._in_core(group)))
+        return actions
+
+    def take_parts(self, parts: GroupParts, rule: EmissionRule[Any]) -> None:
+        """``set_parts``, done in the rule's core at once. Caller: the emitter, for the
+        group thread's ``ShareChange``."""
+        for action in self.set_parts(parts):
+            act(rule, action, lambda: rule.core)  # (no UseGroups: no new core is built)
+
+    def _default_in_core(self) -> TenantPolicy:
+        """The groups' default as the core gets it: with this instance's part of the cap of
+        every group it holds no part of its own for."""
+        default, cap = self.default, self.parts.cap
+        if cap == 1.0 or default.rate_cap is None:
+            return default
+        return default.replace(rate_cap=default.rate_cap * cap)
+
+    def _in_core(self, group: str) -> TenantPolicy | None:
+        """The policy the core gets for ``group``, with this instance's part of its weight
+        and rate cap (None: the core's group default says it)."""
+        own = self.policies.get(group)
+        weight, cap = self.parts.of(group)
+        if own is None and (weight, cap) == (1.0, self.parts.cap):
+            return None
+        base = own or self.default
+        if weight == 1.0 and (cap == 1.0 or base.rate_cap is None):
+            if own is None and base.rate_cap is not None and self.parts.cap != 1.0:
+                return base  # the whole default, not the core's (a part of it)
+            return own
+        return base.replace(
+            weight=base.weight * weight,
+            rate_cap=None if base.rate_cap is None else base.rate_cap * cap,
+        )
 
     def tenant_record(self, tenant: str, record: PolicyRecord | None) -> list[GroupAction]:
         """Take in the group a tenant's policy record names (a tombstone, or no group: its
@@ -179,6 +250,18 @@ class TenantGroups:
     def _actions(self, was: bool, action: GroupAction) -> list[GroupAction]:
         # Turning groups on, the new core is built with everything known: nothing else to do.
         return [UseGroups()] if self.enabled and not was else [action]
+
+
+def _grained(parts: GroupParts) -> GroupParts:
+    """``parts`` rounded down to ``GRAIN``, and no lower (a rate cap or a weight is
+    positive): small moves of the shares leave the core as it is."""
+
+    def down(x: float) -> float:
+        return x if x >= 1.0 else max(GRAIN, math.floor(x / GRAIN) * GRAIN)
+
+    cap = down(parts.cap)
+    groups = {g: (down(w), down(c)) for g, (w, c) in parts.groups.items()}
+    return GroupParts(cap, {g: part for g, part in groups.items() if part != (1.0, cap)})
 
 
 class GroupRoom:
