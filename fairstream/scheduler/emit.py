@@ -141,9 +141,8 @@ class Emitter:
             settings.kafka.librdkafka(), self.ingest_topic, self.holding_topic, clock
         )
         config = transaction_config(settings.kafka.librdkafka(), max(limits.egress, limits.dlq))
-        self.producers = Renewal(
-            transaction, (config, transactional_id, settings.transaction_timeout), clock.now
-        )
+        made_with = (config, transactional_id, settings.transaction_timeout)
+        self.producers = Renewal(transaction, made_with, clock.now)
         self.txn = self.producers.first()
         self.joined = False
         self.rewinding = False
