@@ -9,9 +9,9 @@ its group's share, not one share per id. A tenant is in a group by its own polic
 
 A group's policy is a ``TenantPolicy`` under the key ``FF 'group:' + id``; the prefix alone
 holds every group's default (else the built-in one: weight 1, no caps). Its weight,
-priority, backlog limits (over all its members), rate cap (all its members together) and
-pause apply to the group as a whole; a member's own policy orders it within the group.
-A group's concurrency limit is not applied yet, so ``set`` has no ``--max-concurrency``.
+priority, backlog limits (over all its members), rate cap and concurrency limit (all its
+members together) and pause apply to the group as a whole; a member's own policy orders it
+within the group.
 
 As ``fairstream tenants``: every command reads the topic to its end first and ``set``
 merges; a group without a policy of its own starts from the groups' default.
@@ -47,7 +47,7 @@ from fairstream.wire.policy import (
     key_group,
 )
 
-_LINES = tuple(name for name in POLICY_LINES if name not in ("max_concurrency", "purge_before"))
+_LINES = tuple(name for name in POLICY_LINES if name != "purge_before")
 
 
 def _key(group: str | None, default: bool) -> bytes:
@@ -96,8 +96,7 @@ class _Groups:
             source = "built-in default" if record is None else "default"
         policy = self.default if record is None else record.policy
         fields = policy_fields(record, policy)
-        for name in ("max_concurrency", "purge_before"):  # not a group's
-            del fields[name]
+        del fields["purge_before"]  # not a group's
         members = sorted(self.members.get(group, [])) if group is not None else []
         return {"group": group, **fields, "source": source, "members": members}
 
@@ -114,7 +113,8 @@ def _echo(row: dict[str, Any]) -> None:
 @click.group("groups")
 def groups() -> None:
     """Show and change tenant-group policies: the weight, priority, backlog limits, rate
-    cap and pause of a whole group of tenants (an organisation; not a Kafka consumer group).
+    cap, concurrency limit and pause of a whole group of tenants (an organisation; not a
+    Kafka consumer group).
 
     The egress is shared by weight among groups and ungrouped tenants, then among a group's
     members. A tenant is in a group by its policy (fairstream tenants set TENANT --group
@@ -145,7 +145,7 @@ def set_group(
     if not fields:
         raise click.UsageError(
             "nothing to set: give at least one of --weight, --priority, --max-backlog, "
-            "--max-backlog-cost, --rate, --rate-burst, --pause, --resume"
+            "--max-backlog-cost, --rate, --rate-burst, --max-concurrency, --pause, --resume"
         )
     known = _Groups(kafka, policy_topic, timeout)
     current = known.records.get(key)
@@ -205,6 +205,7 @@ def list_groups(as_json: bool, kafka: KafkaConnection, policy_topic: str, timeou
         ("MAX_COST", "max_backlog_cost"),
         ("RATE", "rate_cap"),
         ("BURST", "cap_burst"),
+        ("CONCURRENCY", "max_concurrency"),
         ("PAUSED", "paused"),
         ("MEMBERS", "named"),
         ("UPDATED", "updated_at"),

@@ -171,8 +171,9 @@ _FIELD_OF = {
 
 def policy_options(*, group: bool = False) -> Callable[[Any], Any]:
     """The options of a policy's fields, a tenant's or (``group``) a group's: a group's
-    apply to all its members together, and it has no concurrency limit (not applied)."""
+    apply to all its members together."""
     whose = "the group's members together" if group else "this tenant"
+    calls = "the members' requests, together," if group else "the tenant's requests"
     options = [
         click.option(
             "--weight",
@@ -202,17 +203,18 @@ def policy_options(*, group: bool = False) -> Callable[[Any], Any]:
         click.option(
             "--rate-burst", type=float, help="Records back to back under the rate cap (>= 1)."
         ),
-    ]
-    if not group:
-        options.append(
-            click.option(
-                "--max-concurrency",
-                type=OptionalNumber(int),
-                help="Most of the tenant's requests in flight at once (released, not yet "
-                "reported settled on the feedback topic; >= 1), or 'none' for unlimited.",
-            )
-        )
-    options += [
+        click.option(
+            "--max-concurrency",
+            type=OptionalNumber(int),
+            help=f"Most of {calls} in flight at once (released, not yet reported settled on "
+            "the feedback topic; >= 1), or 'none' for unlimited."
+            + (
+                " Each scheduler instance applies its part, by ingest partitions owned, as it"
+                " does --max-concurrency."
+                if group
+                else ""
+            ),
+        ),
         click.option(
             "--pause",
             "pause",

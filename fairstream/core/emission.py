@@ -19,7 +19,8 @@ How the answer is made, in order:
 4. Concurrency: while this instance's slots of ``--max-concurrency`` are all held, nothing
    goes (``Wait`` until the earliest lease ends; a completion, ``settled``, is news).
    A tenant holding its policy's ``max_concurrency`` slots is out of the pick, as a paused
-   tenant is, until one of its slots is given back.
+   tenant is, until one of its slots is given back; so is a tenant group whose members
+   hold its group policy's ``max_concurrency`` (``fairstream.core.groupslots``).
 5. Pacing: wait for a record token *before* deciding who goes. A decision taken early
    would pass over tenants that become backlogged while it waits. The buckets are asked at
    the pacer's own time (see "The virtual schedule" below), not at the caller's.
@@ -62,8 +63,11 @@ Concurrency slots (``fairstream.core.inflight``): a released record takes a slot
 caller reports it sent (``started``, with its request id) and gives it back when a worker
 reports it settled (``settled``) or its lease runs out. The DRR keeps picking by weight among
 the tenants with free slots, so with every slot busy a tenant's share of the slots follows
-its weight. Slots are counted only while a limit exists (``tracking``): the group's, the
-default policy's or a tenant's; requests released before a limit applied hold none.
+its weight. Slots are counted only while a limit exists (``tracking``): the instances'
+(``--max-concurrency``), the default policy's, a tenant's, or a tenant group's (its own
+policy's or the groups' default); requests released before a limit applied hold none.
+A tenant group's slots are counted for the group the tenant was in when each was taken
+(``fairstream.core.groupslots`` says how groups are held, and split between instances).
 
 Pure: no Kafka, no threads, no I/O; time comes from the injected ``Clock`` (buckets, holds,
 pauses) and from the caller (``now_ms``, the wall clock deadlines are written in).
@@ -80,6 +84,7 @@ from fairstream.core.adaptive import TenantPauses
 from fairstream.core.clock import Clock
 from fairstream.core.deficit import FairScheduler
 from fairstream.core.dominant import DominantCharge
+from fairstream.core.groupslots import GroupSlots
 from fairstream.core.hierarchy import GroupScheduler
 from fairstream.core.inflight import DEFAULT_LEASE, InFlight, split_limit
 from fairstream.core.ratelimit import EgressLimiter
@@ -165,6 +170,7 @@ class EmissionRule(Generic[T]):
         "_share",
         "_slot",
         "core",
+        "groups",
         "inflight",
         "pauses",
         "stamp_ms",
@@ -224,6 +230,8 @@ class EmissionRule(Generic[T]):
         self.inflight = InFlight(max_concurrency, concurrency_lease)
         self._full: set[str] = set()  # tenants out of the pick: their slots are all held
         self._limited_tenants: set[str] = set()  # tenants whose own policy limits slots
+        self.groups = GroupSlots(self.inflight)  # tenant groups held for their slots
+        self.groups.attach(core)
 
     # -- the decision ------------------------------------------------------------------------
 
@@ -368,7 +376,7 @@ class EmissionRule(Generic[T]):
         pause ending, or a lease giving a tenant out of the pick for its slots one back."""
         core = self.core
         later = core.next_eligible_in(now) if len(core) else None
-        if self.tracking and self._full:
+        if self.tracking and (self._full or self.groups.full):
             expiry = self.inflight.next_expiry() - now
             later = expiry if later is None else min(later, expiry)
         return later
@@ -448,6 +456,7 @@ class EmissionRule(Generic[T]):
         """
         self.core = core
         self._pending = None
+        self.groups.attach(core)
         for tenant in self._base:
             self._base[tenant] = core.own_policy(tenant)
             self._set_paused(tenant)
@@ -584,54 +593,60 @@ class EmissionRule(Generic[T]):
 
     @property
     def tracking(self) -> bool:
-        """Whether a concurrency limit exists (the group's, the default policy's or a
-        tenant's): then the caller reports each record it sends (``started``)."""
+        """Whether a concurrency limit exists (the instances', the default policy's, a
+        tenant's or a tenant group's): then the caller reports each record it sends
+        (``started``)."""
         return (
             self._group_limit is not None
             or bool(self._limited_tenants)
             or self.core.default_policy.max_concurrency is not None
+            or self.groups.limited
         )
 
     def set_concurrency_share(self, share: float) -> None:
         """Hold at most ``floor(max_concurrency * share)`` slots from now on: this
         instance's part of the group's limit (the parts of instances whose shares add up to
-        1 add up to at most the limit).
+        1 add up to at most the limit), and as much of each tenant group's.
 
-        Caller: the service, when the partitions it owns change. Affects: the slot limit.
+        Caller: the service, when the partitions it owns change. Affects: the slot limits.
         """
         self.inflight.set_limit(split_limit(self._group_limit, share))
+        self.groups.set_share(share)
 
     def started(self, tenant: str, key: Hashable, now: float | None = None) -> None:
         """``tenant``'s record of request id ``key`` was sent: it holds a slot until a
-        worker reports it settled or its lease ends. A tenant whose slots are now all held
-        leaves the pick.
+        worker reports it settled or its lease ends, counted for the tenant's group too. A
+        tenant (or group) whose slots are now all held leaves the pick.
 
         Caller: the service, for each record it sends while ``tracking``, before the next
         ``next``. Affects: the slots; the tenant's place in the pick.
         """
         if now is None:
             now = self._now()
-        inflight = self.inflight
-        if inflight.acquire(key, tenant, now):
+        inflight, groups = self.inflight, self.groups
+        group = groups.group_of(tenant)
+        if inflight.acquire(key, tenant, now, group):
             limit = self.core.policy(tenant).max_concurrency
             if limit is not None and inflight.of(tenant) >= limit:
                 self._block(tenant)
+            groups.taken(group)
 
     def settled(self, keys: Iterable[Hashable]) -> int:
         """Workers reported the requests ``keys`` settled: their slots are free; how many
         were held here (a request released elsewhere, or before a limit, holds none).
 
-        Caller: the service, on final feedback outcomes. Affects: the slots; tenants back in
-        the pick.
+        Caller: the service, on final feedback outcomes. Affects: the slots; tenants and
+        groups back in the pick.
         """
         freed = 0
-        inflight, full = self.inflight, self._full
+        inflight, full, groups = self.inflight, self._full, self.groups
         for key in keys:
-            tenant = inflight.release(key)
-            if tenant is not None:
+            slot = inflight.give_back(key)
+            if slot is not None:
                 freed += 1
-                if tenant in full:
-                    self._unblock(tenant)
+                if slot.tenant in full:
+                    self._unblock(slot.tenant)
+                groups.given_back(slot.group)
         return freed
 
     def renew(self, keys: Iterable[Hashable], now: float | None = None) -> None:
@@ -646,9 +661,10 @@ class EmissionRule(Generic[T]):
             self.inflight.renew(key, now)
 
     def _expire(self, now: float) -> None:
-        for tenant in set(self.inflight.expire(now)):
-            if tenant in self._full:
-                self._unblock(tenant)
+        for slot in self.inflight.expire_slots(now):
+            if slot.tenant in self._full:
+                self._unblock(slot.tenant)
+            self.groups.given_back(slot.group)
 
     def _block(self, tenant: str) -> None:
         self._full.add(tenant)

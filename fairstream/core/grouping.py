@@ -1,6 +1,7 @@
 """The runtime records of ``GroupScheduler``: a group's key in the outer scheduler, the
-slots of its outer queue, and the group itself with its staged records (see
-``fairstream.core.hierarchy`` for how a decision uses them).
+slots of its outer queue, the group itself with its staged records (see
+``fairstream.core.hierarchy`` for how a decision uses them), and the groups' policies with
+the groups held out of the pick (``GroupPolicies``).
 
 Internal to the core; apart only to keep each module readable, as ``rings`` is for
 ``deficit``.
@@ -10,13 +11,14 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final, Generic, TypeVar
 
 from fairstream.core.deficit import FairScheduler
 from fairstream.core.rings import Pick
+from fairstream.core.tenant import TenantPolicy
 
-__all__ = ["STAGED", "Group", "GroupKey", "Slot"]
+__all__ = ["STAGED", "Group", "GroupKey", "GroupPolicies", "Slot"]
 
 T = TypeVar("T")
 
@@ -103,3 +105,67 @@ class Group(Generic[T]):
             inner.push_front(*pick)
         for pick in picks:
             inner.charge(pick[0], -pick[2])
+
+
+class GroupPolicies:
+    """The groups' policies: each group's own (``own``), the ``default`` of the others, and
+    the groups ``held`` out of the pick whatever their policy says (the emission rule holds
+    a group whose concurrency slots are all taken). ``listener`` is told of each policy
+    change, after the core applied it: the group's id, or None for the default."""
+
+    __slots__ = ("default", "held", "listener", "own")
+
+    def __init__(self, default: TenantPolicy) -> None:
+        self.own: dict[str, TenantPolicy] = {}
+        self.default = default
+        self.held: set[str] = set()
+        self.listener: Callable[[str | None], None] | None = None
+
+    def of(self, group: str) -> TenantPolicy:
+        """The policy in force for ``group``: its own, else the default."""
+        return self.own.get(group, self.default)
+
+    def outer(self, group: str) -> TenantPolicy:
+        """The policy ``group``'s entry of the outer level gets: paused while held."""
+        policy = self.own.get(group, self.default)
+        return policy.replace(paused=True) if group in self.held else policy
+
+    def set(self, group: str, policy: TenantPolicy | None) -> None:
+        """``group``'s own ``policy`` (None: the default again)."""
+        if policy is None:
+            self.own.pop(group, None)
+        elif not isinstance(policy, TenantPolicy):
+            raise TypeError(f"policy must be a TenantPolicy or None, got {policy!r}")
+        else:
+            self.own[group] = policy
+
+    def set_default(self, policy: TenantPolicy) -> None:
+        """The policy of every group without one of its own."""
+        if not isinstance(policy, TenantPolicy):
+            raise TypeError(f"policy must be a TenantPolicy, got {policy!r}")
+        self.default = policy
+
+    def kept(self, group: str) -> bool:
+        """Whether ``group`` is worth keeping without a backlog: it has a policy of its own,
+        or the default's rate cap has buckets refilling."""
+        return group in self.own or self.default.rate_cap is not None
+
+    def hold(self, group: str, held: bool) -> None:
+        """Hold ``group`` out of the pick (``held``), or let it back."""
+        if held:
+            self.held.add(group)
+        else:
+            self.held.discard(group)
+
+    def tell(self, group: str | None) -> None:
+        """Tell the listener that ``group``'s policy (None: the default) changed."""
+        listener = self.listener
+        if listener is not None:
+            listener(group)
+
+    @property
+    def limits_concurrency(self) -> bool:
+        """Whether any group's policy in force has a ``max_concurrency``. O(own policies)."""
+        return self.default.max_concurrency is not None or any(
+            p.max_concurrency is not None for p in self.own.values()
+        )

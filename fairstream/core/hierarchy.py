@@ -60,8 +60,10 @@ Caps and pause at both levels
   staged records go back to its queue.
 - Backlog caps: ``admit`` checks the tenant's policy against its backlog and the group's
   policy against the group's (records and cost, staged included).
-- Concurrency: the group's ``max_concurrency`` is a policy field like the tenant's; slots
-  are counted by the emission rule, which has to count them per group as well.
+- Concurrency: slots are counted by the emission rule, per tenant and per group
+  (``fairstream.core.groupslots``). A group whose members hold its ``max_concurrency``
+  slots is held out of the outer pick (``hold_group``), as a paused group is, until one of
+  them is given back; its policy as set (``group_policy``) does not change.
 - Measured cost: ``charge`` charges the tenant's inner deficit and its group's outer one.
 
 The mapping tenant -> group, in order of precedence: ``set_group`` (e.g. from the policy
@@ -99,7 +101,7 @@ from typing import Any, Generic, TypeVar
 from fairstream.core.admission import Decision, admit
 from fairstream.core.clock import Clock
 from fairstream.core.deficit import FairScheduler
-from fairstream.core.grouping import STAGED, Group, GroupKey, Slot
+from fairstream.core.grouping import STAGED, Group, GroupKey, GroupPolicies, Slot
 from fairstream.core.rings import Pick
 from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicies, TenantPolicy
 
@@ -132,8 +134,8 @@ class GroupScheduler(TenantPolicies, Generic[T]):
         self._clock = clock
         self._default = default_policy
         self._policies: dict[str, TenantPolicy] = {}  # tenants' own policies
-        self._group_default = group_default_policy
-        self._group_policies: dict[str, TenantPolicy] = {}  # groups' own policies
+        # The groups' own policies and default, and the groups held out of the pick.
+        self.group_policies = GroupPolicies(group_default_policy)
         self._assigned: dict[str, str] = {}  # set_group
         self._derive = group_of
         self._groups: dict[str, Group[T]] = {}
@@ -376,8 +378,7 @@ class GroupScheduler(TenantPolicies, Generic[T]):
         g.due = None
         if (
             self._groups.get(g.name) is g
-            and g.name not in self._group_policies
-            and self._group_default.rate_cap is None
+            and not self.group_policies.kept(g.name)
             and g.inner.idle()
         ):
             del self._groups[g.name]
@@ -415,7 +416,7 @@ class GroupScheduler(TenantPolicies, Generic[T]):
                 self._clock, quantum=self._outer.quantum, default_policy=self._default
             )
             g = self._groups[name] = Group(name, inner)
-            self._outer.set_policy(g.key, self.group_policy(name))
+            self._outer.set_policy(g.key, self.group_policies.outer(name))
         return g
 
     def set_group(self, tenant: str, group: str | None) -> None:
@@ -456,39 +457,47 @@ class GroupScheduler(TenantPolicies, Generic[T]):
 
     def group_policy(self, group: str) -> TenantPolicy:
         """The policy in force for ``group``: its own, else the group default."""
-        return self._group_policies.get(group, self._group_default)
+        return self.group_policies.of(group)
 
     def own_group_policy(self, group: str) -> TenantPolicy | None:
         """``group``'s own policy, or None when it follows the group default."""
-        return self._group_policies.get(group)
+        return self.group_policies.own.get(group)
 
     @property
     def group_default_policy(self) -> TenantPolicy:
         """The policy of every group without one of its own."""
-        return self._group_default
+        return self.group_policies.default
 
     def set_group_policy(self, group: str, policy: TenantPolicy | None) -> None:
         """Give ``group`` its own ``policy`` (None: the group default again): its weight,
-        class, rate cap and pause at the outer level, its backlog caps in ``admit``.
+        class, rate cap and pause at the outer level, its backlog caps in ``admit``, its
+        ``max_concurrency`` in the emission rule (told through ``group_policies``).
         Applies to its backlog at once, as ``FairScheduler.set_policy`` does."""
-        if policy is None:
-            self._group_policies.pop(group, None)
-        elif not isinstance(policy, TenantPolicy):
-            raise TypeError(f"policy must be a TenantPolicy or None, got {policy!r}")
-        else:
-            self._group_policies[group] = policy
-        g = self._groups.get(group)
-        if g is not None:
-            self._outer.set_policy(g.key, self.group_policy(group))
+        self.group_policies.set(group, policy)
+        self._apply_group(group)
+        self.group_policies.tell(group)
 
     def set_group_default_policy(self, policy: TenantPolicy) -> None:
         """Replace the group default, applying it to every group without its own."""
-        if not isinstance(policy, TenantPolicy):
-            raise TypeError(f"policy must be a TenantPolicy, got {policy!r}")
-        self._group_default = policy
+        gp = self.group_policies
+        gp.set_default(policy)
         for name, g in list(self._groups.items()):
-            if name not in self._group_policies:
-                self._outer.set_policy(g.key, policy)
+            if name not in gp.own:
+                self._outer.set_policy(g.key, gp.outer(name))
+        gp.tell(None)
+
+    def hold_group(self, group: str, held: bool) -> None:
+        """Hold ``group`` out of the pick (``held``: it keeps its staged records and sends
+        nothing, as when paused), or let it back (at the tail of its class's ring); its
+        policy as set stays. Caller: the emission rule, for the group's concurrency slots.
+        """
+        self.group_policies.hold(group, held)
+        self._apply_group(group)
+
+    def _apply_group(self, group: str) -> None:
+        g = self._groups.get(group)
+        if g is not None:
+            self._outer.set_policy(g.key, self.group_policies.outer(group))
 
     def groups(self) -> Iterator[str]:
         """The groups with a backlog, in no particular order."""

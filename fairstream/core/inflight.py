@@ -6,7 +6,9 @@ them: a request takes a slot when the scheduler releases it (``acquire``) and gi
 when a worker reports it settled (``release``, on a final feedback outcome: ok or
 dead-lettered). There is a group limit (``limit``, this instance's part of
 ``--max-concurrency``) and a per-tenant one (the policy's ``max_concurrency``, given by the
-caller at each ``acquire``).
+caller at each ``acquire``). A slot may also be counted for a tenant group (``group``
+at ``acquire``: the group the tenant was in when the slot was taken, whatever group it is
+in when the slot is given back), so that a group's ``max_concurrency`` can be applied.
 
 A completion can be lost (a worker killed with -9, feedback that never arrives): every slot
 has a lease of ``lease`` seconds from its release, renewed by the request's intermediate
@@ -30,9 +32,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Hashable, Iterable
-from typing import Final
+from typing import Final, NamedTuple
 
-__all__ = ["DEFAULT_LEASE", "InFlight", "split_limit"]
+__all__ = ["DEFAULT_LEASE", "Held", "InFlight", "split_limit"]
 
 DEFAULT_LEASE: Final = 60.0  # seconds a slot is held without a completion
 _COMPACT_AT: Final = 1024  # superseded deque entries tolerated beyond twice the live slots
@@ -49,14 +51,23 @@ def split_limit(limit: int | None, share: float) -> int | None:
     return max(0, min(limit, math.floor(limit * share + 1e-9)))
 
 
+class Held(NamedTuple):
+    """One held slot: its tenant, its lease's end, and the group it counts for (None: none)."""
+
+    tenant: str
+    expires: float
+    group: str | None
+
+
 class InFlight:
-    """The held slots: per request id its tenant and lease end, counted per tenant.
+    """The held slots: per request id its tenant, lease end and group, counted per tenant
+    and per group.
 
     ``limit``: slots this instance may hold (None: unlimited). ``lease``: seconds a slot
     is held without news of its request.
     """
 
-    __slots__ = ("_by_tenant", "_order", "_slots", "expired", "lease", "limit")
+    __slots__ = ("_by_group", "_by_tenant", "_order", "_slots", "expired", "lease", "limit")
 
     def __init__(self, limit: int | None = None, lease: float = DEFAULT_LEASE) -> None:
         if isinstance(lease, bool) or not isinstance(lease, int | float):
@@ -66,8 +77,9 @@ class InFlight:
         self.lease = float(lease)
         self.limit: int | None = None
         self.set_limit(limit)
-        self._slots: dict[Hashable, tuple[str, float]] = {}  # key -> (tenant, expires)
+        self._slots: dict[Hashable, Held] = {}
         self._by_tenant: dict[str, int] = {}
+        self._by_group: dict[str, int] = {}
         self._order: deque[tuple[float, Hashable]] = deque()
         self.expired = 0  # slots given back because their lease ran out, ever
 
@@ -107,34 +119,49 @@ class InFlight:
         """Slots held per tenant (a copy)."""
         return dict(self._by_tenant)
 
+    def of_group(self, group: str) -> int:
+        """Slots counted for ``group`` (taken while their tenant was in it)."""
+        return self._by_group.get(group, 0)
+
+    def by_group(self) -> dict[str, int]:
+        """Slots counted per group (a copy)."""
+        return dict(self._by_group)
+
     def next_expiry(self) -> float:
         """When the earliest lease ends (``math.inf`` when no slot is held)."""
         order, slots = self._order, self._slots
         while order:
             expires, key = order[0]
             slot = slots.get(key)
-            if slot is not None and slot[1] == expires:
+            if slot is not None and slot.expires == expires:
                 return expires
             order.popleft()  # released or renewed since
         return math.inf
 
     # -- changes -----------------------------------------------------------------------------
 
-    def acquire(self, key: Hashable, tenant: str, now: float) -> bool:
-        """``tenant``'s request ``key`` takes a slot until ``now + lease``; False (and the
-        lease renewed) when it holds one already. The caller checks the limits first
-        (``full``, ``tenant_full``): a slot is taken even above them.
+    def acquire(self, key: Hashable, tenant: str, now: float, group: str | None = None) -> bool:
+        """``tenant``'s request ``key`` takes a slot until ``now + lease``, counted for
+        ``group`` too (the tenant's group now; None: none); False (and the lease renewed,
+        tenant and group kept) when it holds one already. The caller checks the limits
+        first (``full``, ``tenant_full``): a slot is taken even above them.
 
         Caller: the owner, when it releases a request."""
         expires = now + self.lease
-        slot = self._slots.get(key)
-        self._slots[key] = (tenant if slot is None else slot[0], expires)
-        self._order.append((expires, key))
+        slots = self._slots
+        slot = slots.get(key)
         if slot is not None:
+            slots[key] = Held(slot.tenant, expires, slot.group)
+            self._order.append((expires, key))
             self._compact()
             return False
+        slots[key] = Held(tenant, expires, group)
+        self._order.append((expires, key))
         by_tenant = self._by_tenant
         by_tenant[tenant] = by_tenant.get(tenant, 0) + 1
+        if group is not None:
+            by_group = self._by_group
+            by_group[group] = by_group.get(group, 0) + 1
         return True
 
     def renew(self, key: Hashable, now: float) -> bool:
@@ -146,8 +173,8 @@ class InFlight:
         if slot is None:
             return False
         expires = now + self.lease
-        if expires > slot[1]:
-            self._slots[key] = (slot[0], expires)
+        if expires > slot.expires:
+            self._slots[key] = slot._replace(expires=expires)
             self._order.append((expires, key))
             self._compact()
         return True
@@ -157,30 +184,38 @@ class InFlight:
         request released before the limit applied, by another instance, or expired).
 
         Caller: the owner, on a final outcome of the request."""
+        slot = self.give_back(key)
+        return None if slot is None else slot.tenant
+
+    def give_back(self, key: Hashable) -> Held | None:
+        """``release``, returning the slot given back (its tenant and group), or None."""
         slot = self._slots.pop(key, None)
         if slot is None:
             return None
-        tenant = slot[0]
-        self._drop(tenant)
+        self._drop(slot)
         self._compact()
-        return tenant
+        return slot
 
     def expire(self, now: float) -> list[str]:
         """Give back every slot whose lease ended by ``now``; the tenants that held them
         (one entry per slot), each counted in ``expired``.
 
         Caller: the owner, when ``next_expiry`` has passed."""
+        return [slot.tenant for slot in self.expire_slots(now)]
+
+    def expire_slots(self, now: float) -> list[Held]:
+        """``expire``, returning the slots given back (their tenants and groups)."""
         order, slots = self._order, self._slots
-        tenants: list[str] = []
+        ended: list[Held] = []
         while order and order[0][0] <= now:
             expires, key = order.popleft()
             slot = slots.get(key)
-            if slot is not None and slot[1] == expires:
+            if slot is not None and slot.expires == expires:
                 del slots[key]
-                self._drop(slot[0])
-                tenants.append(slot[0])
-        self.expired += len(tenants)
-        return tenants
+                self._drop(slot)
+                ended.append(slot)
+        self.expired += len(ended)
+        return ended
 
     def release_all(self, keys: Iterable[Hashable]) -> list[str]:
         """``release`` each of ``keys``; the tenants whose slots were given back."""
@@ -191,17 +226,22 @@ class InFlight:
                 tenants.append(tenant)
         return tenants
 
-    def _drop(self, tenant: str) -> None:
-        by_tenant = self._by_tenant
-        left = by_tenant[tenant] - 1
-        if left:
-            by_tenant[tenant] = left
-        else:
-            del by_tenant[tenant]
+    def _drop(self, slot: Held) -> None:
+        _count_down(self._by_tenant, slot.tenant)
+        if slot.group is not None:
+            _count_down(self._by_group, slot.group)
 
     def _compact(self) -> None:
         order, slots = self._order, self._slots
         if len(order) <= 2 * len(slots) + _COMPACT_AT:
             return
         # Keep the live entries; their order (by expiry) is preserved.
-        self._order = deque((e, k) for e, k in order if (s := slots.get(k)) and s[1] == e)
+        self._order = deque((e, k) for e, k in order if (s := slots.get(k)) and s.expires == e)
+
+
+def _count_down(counts: dict[str, int], name: str) -> None:
+    left = counts[name] - 1
+    if left:
+        counts[name] = left
+    else:
+        del counts[name]

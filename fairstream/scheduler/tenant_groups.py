@@ -19,8 +19,9 @@ its own organisation's share, into another's).
 A group's own policy is a ``TenantPolicy`` on the policy topic too, under the key
 ``GROUP_KEY_PREFIX`` + its id; the prefix alone holds every group's default (else the
 built-in ``TenantPolicy()``: weight 1, no caps). Its weight, priority, rate cap, pause,
-``max_backlog`` and ``max_backlog_cost`` apply to the group as a whole. A group's
-``max_concurrency`` is not applied (not yet: slots are counted per tenant only).
+``max_backlog``, ``max_backlog_cost`` and ``max_concurrency`` apply to the group as a whole
+(its slots are counted over its members, each instance applying its part by ingest
+partitions owned, as of ``--max-concurrency``: ``fairstream.core.groupslots``).
 
 Across instances (``--share-by demand``), a group's members may be backlogged on several
 instances: each gives its core the instance's part of the group's rate cap and weight

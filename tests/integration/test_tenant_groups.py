@@ -95,11 +95,12 @@ def test_groups_cli_sets_gets_lists_and_resets(kafka_bootstrap: str, policy_topi
 
     ok(groups(kafka_bootstrap, policy_topic, "set", "--default", "--max-backlog", "5000"))
     ok(groups(kafka_bootstrap, policy_topic, "set", "acme", "--weight", "3", "--rate", "50"))
+    ok(groups(kafka_bootstrap, policy_topic, "set", "acme", "--max-concurrency", "3"))
     got = run("get", "acme", "--json")
     assert isinstance(got, dict)
-    assert (got["source"], got["weight"], got["rate_cap"], got["max_backlog"]) == (
-        "explicit", 3, 50, 5000,
-    )  # fmt: skip
+    assert (
+        got["source"], got["weight"], got["rate_cap"], got["max_backlog"], got["max_concurrency"]
+    ) == ("explicit", 3, 50, 5000, 3)  # fmt: skip
     listed = run("list", "--json")
     assert isinstance(listed, list)
     assert [(r["group"], r["source"]) for r in listed] == [(None, "default"), ("acme", "explicit")]
@@ -110,7 +111,7 @@ def test_groups_cli_sets_gets_lists_and_resets(kafka_bootstrap: str, policy_topi
     # records naming their group; `tenants list` shows no group's policy as a tenant.
     stored = read_policies(kafka_bootstrap, policy_topic, timeout=30)
     assert stored[GROUP_KEY_PREFIX + b"acme"].policy == TenantPolicy(
-        weight=3, rate_cap=50, max_backlog=5000
+        weight=3, rate_cap=50, max_backlog=5000, max_concurrency=3
     )
     assert stored[b"alice"].group == "acme"
     rows = json.loads(ok(tenants(kafka_bootstrap, policy_topic, "list", "--json")))
@@ -129,7 +130,7 @@ def test_groups_cli_sets_gets_lists_and_resets(kafka_bootstrap: str, policy_topi
     assert isinstance(got, dict)
     assert (got["source"], got["weight"], got["members"]) == ("default", 1, ["alice"])
     for args in (
-        ("set", "acme", "--max-concurrency", "3"),  # not a group's
+        ("set", "acme", "--max-concurrency", "0"),
         ("set", "acme"),
         ("set", "", "--weight", "2"),
         ("set", "acme", "--default", "--weight", "2"),

@@ -140,3 +140,21 @@ def test_bad_leases_are_refused(bad: object):
 def test_bad_limits_are_refused(bad: object):
     with pytest.raises(ValueError, match="limit"):
         InFlight(limit=bad)  # type: ignore[arg-type]
+
+
+def test_slots_are_counted_for_the_group_they_were_taken_in():
+    slots = InFlight(lease=10)
+    assert slots.acquire(b"r1", "A", 0.0, "g")
+    assert slots.acquire(b"r2", "B", 0.0, "g")
+    assert slots.acquire(b"r3", "A", 0.0)  # no group
+    assert not slots.acquire(b"r1", "A", 1.0, "h")  # taken again: tenant and group kept
+    assert slots.by_group() == {"g": 2}
+    held = slots.give_back(b"r2")
+    assert held is not None
+    assert (held.tenant, held.group) == ("B", "g")
+    assert slots.give_back(b"r2") is None
+    assert [(s.tenant, s.group) for s in slots.expire_slots(10.0)] == [("A", None)]
+    assert slots.of_group("g") == 1
+    assert [(s.tenant, s.group) for s in slots.expire_slots(11.0)] == [("A", "g")]
+    assert slots.by_group() == {}
+    assert slots.expired == 2
