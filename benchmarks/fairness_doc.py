@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.common import REPO
+from benchmarks.dominant import table as dominant_table
 from benchmarks.fairness_e2e import PARTITIONS, TICK_MS
 from benchmarks.fairness_scenarios import table
 
@@ -111,6 +112,7 @@ Reproduce (the core alone takes under a second; `make bench` runs it as run_all'
 .venv/bin/python -m benchmarks.fairness_scenarios --core-only
 .venv/bin/python -m benchmarks.fairness_scenarios --bootstrap HOST:PORT --update-doc
 .venv/bin/python -m benchmarks.fairness_scenarios --core-only --write-traces /tmp/traces
+.venv/bin/python -m benchmarks.dominant --bootstrap HOST:PORT    # the DRF table alone
 ```
 """
 
@@ -186,6 +188,7 @@ def section(result: dict[str, Any]) -> str:
         *table(result["core"], result.get("e2e")),
         "",
         *reading(result["core"]),
+        *(["", *dominant_table(result["drf"])] if result.get("drf") else []),
         REPRODUCE,
     ]
     errors = [

@@ -320,12 +320,15 @@ def phase(
     bootstrap: str | None, workdir: Path, quick: bool = False, _cleanup: object = None
 ) -> dict[str, Any]:
     """run_all's ``fairness_scenarios`` phase: the core's runs, and the broker's subset
-    when ``bootstrap`` is given (``quick`` changes nothing: the scenarios are small)."""
+    when ``bootstrap`` is given, with dominant-resource fairness beside cost alone
+    (``benchmarks.dominant``; ``quick`` changes nothing: the scenarios are small)."""
     result: dict[str, Any] = {"status": "ok", "core": core_results(), "e2e": None}
     if bootstrap is not None:
+        from benchmarks.dominant import run_drf
         from benchmarks.fairness_e2e import run_e2e
 
         result["e2e"] = run_e2e(bootstrap, workdir)
+        result["drf"] = run_drf(bootstrap, workdir)
     return result
 
 

@@ -10,7 +10,8 @@ share: about 91% each, both limits used up (363.6 cheap and 36.4 costly records/
 
 Judged on the egress in scheduling order over a window of records (after the settling), as
 ``test_tenant_groups``: the dominant shares' ratio does not depend on the window's duration
-(both are over the same seconds), so no duration enters an assertion.
+(both are over the same seconds), so no duration enters an assertion. The workload and the
+shares are ``benchmarks.dominant``'s, which prints the same runs for docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -19,44 +20,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Message, Producer
 
-from fairstream import wire
+from benchmarks.dominant import COST_RATE, MARGIN, RATE, SETTLE, WINDOW, backlog, dominant_shares
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 from tests.integration.policies import departures, scheduled_s
 
 pytestmark = pytest.mark.integration
-
-RATE, COST_RATE = 400, 4000
-CHEAP, COSTLY = 1, 100
-SETTLE, WINDOW, MARGIN = 300, 2000, 200
-
-
-def backlog(bootstrap: str, topic: str) -> None:
-    """cheap's requests on partition 0, costly's on 1 (neither holds the other's mark)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i in range(4000):
-        producer.produce(topic, b"c-%d" % i, b"cheap", partition=0, headers={wire.COST: b"1"})
-        if i < 600:
-            producer.produce(
-                topic, b"x-%d" % i, b"costly", partition=1, headers={wire.COST: b"%d" % COSTLY}
-            )
-        if i % 500 == 0:
-            producer.poll(0)
-    assert producer.flush(30) == 0
-
-
-def dominant_shares(records: list[Message]) -> dict[str, float]:
-    """Each tenant's dominant share of the window, per second of it: max(records / rate,
-    cost / cost rate). (Divided by the window's seconds it is the share of the limits; the
-    ratio of two tenants' is the same either way.)"""
-    counts: Counter[str] = Counter()
-    costs: Counter[str] = Counter()
-    for m in records:
-        tenant = (m.key() or b"").decode()
-        counts[tenant] += 1
-        costs[tenant] += int(dict(m.headers() or [])[wire.COST])
-    return {t: max(counts[t] / RATE, costs[t] / COST_RATE) for t in sorted(counts)}
 
 
 def run(bootstrap: str, tmp_path: Path, *args: str) -> dict[str, float]:
@@ -76,12 +45,12 @@ def run(bootstrap: str, tmp_path: Path, *args: str) -> dict[str, float]:
         scheduler.terminate()
     shares = dominant_shares(records)
     kinds = Counter((m.key() or b"").decode() for m in records)
-    seconds = (scheduled_s(records[-1]) - scheduled_s(records[0])) or 1.0  # printed only
+    seconds = scheduled_s(records[-1]) - scheduled_s(records[0])  # printed only
     print(
         f"\n{' '.join(args) or '--fairness cost (default)'}: over {WINDOW} records "
         f"({seconds:.2f} s of stamps), cheap {kinds['cheap']} records, costly "
-        f"{kinds['costly']}; dominant shares: cheap {shares['cheap'] / seconds:.3f}, costly "
-        f"{shares['costly'] / seconds:.3f}, ratio {shares['cheap'] / shares['costly']:.3f}"
+        f"{kinds['costly']}; dominant shares: cheap {shares['cheap']:.3f}, costly "
+        f"{shares['costly']:.3f}, ratio {shares['cheap'] / shares['costly']:.3f}"
     )
     return shares
 
