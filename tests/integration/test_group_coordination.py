@@ -55,9 +55,15 @@ def create(bootstrap: str, *topics: NewTopic) -> None:
 
 
 def start(
-    deployment: Deployment, tmp_path: Path, instances: int, envs: list[dict[str, str]]
+    deployment: Deployment,
+    tmp_path: Path,
+    instances: int,
+    envs: list[dict[str, str]],
+    *extra: str,
 ) -> list[SchedulerProcess]:
-    args = ("--rate", str(RATE), "--burst", str(BURST), "--session-timeout", "6")
+    """``instances`` schedulers at the group rate (``extra``: more options for each), each
+    with its ``envs``; returned once every one owns ingest partitions."""
+    args = ("--rate", str(RATE), "--burst", str(BURST), "--session-timeout", "6", *extra)
     procs = [
         SchedulerProcess(deployment, tmp_path, *args, name=f"s{i}", env=envs[i]).start()
         for i in range(instances)

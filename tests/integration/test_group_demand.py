@@ -29,8 +29,8 @@ from confluent_kafka import Message
 
 from fairstream.core.tenant import TenantPolicy
 from fairstream.wire.policy import PolicyRecord, group_policy_key
-from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
+from tests.integration.test_group_coordination import start as start_all
 from tests.integration.test_group_shares import (
     backlog,
     owned_partitions,
@@ -61,22 +61,7 @@ def start(
     before they start; returned once each owns partitions."""
     deployment = Deployment(bootstrap, partitions=4).create()
     write_policies(bootstrap, deployment.topics.policy, policies)
-    args = ("--rate", str(RATE), "--burst", str(BURST), "--session-timeout", "6")
-    procs = [
-        SchedulerProcess(
-            deployment, tmp_path, *args, "--tenant-group-separator", "/", name=f"s{i}"
-        ).start()
-        for i in range(2)
-    ]
-    for proc in procs:
-        proc.wait_ready()
-
-    def split() -> bool:
-        owned = [owned_partitions(p) for p in procs]
-        return all(owned) and sum(len(o) for o in owned) == deployment.partitions
-
-    wait_until(split, 60, "every instance owns ingest partitions", interval=0.5)
-    return deployment, procs
+    return deployment, start_all(deployment, tmp_path, 2, [{}, {}], "--tenant-group-separator", "/")
 
 
 def group_of(msg: Message) -> str:

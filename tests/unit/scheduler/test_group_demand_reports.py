@@ -19,7 +19,7 @@ from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.tenant_groups import GroupDefaultPolicy, SetGroupPolicy, TenantGroups
 from fairstream.wire.policy import PolicyRecord, group_policy_key
 from tests.unit.scheduler.test_emit_rule import make, push
-from tests.unit.scheduler.test_group_view import Log
+from tests.unit.scheduler.test_group_view import Log, decide_all
 from tests.unit.scheduler.test_tenant_groups import policy
 
 __all__ = ["make"]  # the fixture
@@ -90,24 +90,6 @@ def test_a_malformed_group_is_not_a_report(levels: dict[str, Any]) -> None:
     doc.update(v=3, levels=levels)
     with pytest.raises(ValueError, match="not a coordination report"):
         Report.decode(json.dumps(doc).encode())
-
-
-def decide_all(
-    clock: ManualClock, log: Log, views: dict[GroupView, Any], rounds: int = 4
-) -> dict[str, Any]:
-    """Rounds of publish, read, decide (past the raise delay): each view's last decision."""
-    out: dict[str, Any] = {}
-    for _ in range(rounds):
-        for view, (demand, owned) in views.items():
-            log.publish(view, demand, owned)
-        for view in views:
-            log.read(view)
-        for view, (demand, owned) in views.items():
-            view.decide(demand, owned, RATE)
-        clock.advance(RAISE_DELAY + 0.01)
-        for view, (demand, owned) in views.items():
-            out[view.instance] = view.decide(demand, owned, RATE)
-    return out
 
 
 def test_two_instances_split_a_groups_cap_and_a_raise_waits() -> None:

@@ -7,6 +7,8 @@ views (each host's monotonic clock; their offsets never matter, only durations).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from fairstream.core import ManualClock
@@ -48,6 +50,24 @@ class Log:
         self.positions[view.instance] = len(self.records)
 
 
+def decide_all(
+    clock: ManualClock, log: Log, views: dict[GroupView, Any], rounds: int = 4
+) -> dict[str, Any]:
+    """Rounds of publish, read, decide (past the raise delay): each view's last decision."""
+    out: dict[str, Any] = {}
+    for _ in range(rounds):
+        for view, (demand, owned) in views.items():
+            log.publish(view, demand, owned)
+        for view in views:
+            log.read(view)
+        for view, (demand, owned) in views.items():
+            view.decide(demand, owned, RATE)
+        clock.advance(RAISE_DELAY + 0.01)
+        for view, (demand, owned) in views.items():
+            out[view.instance] = view.decide(demand, owned, RATE)
+    return out
+
+
 def settle(
     clock: ManualClock,
     log: Log,
@@ -55,18 +75,7 @@ def settle(
     rounds: int = 4,
 ) -> dict[str, float]:
     """Rounds of publish, read, decide (each past the raise delay); the last rates."""
-    rates: dict[str, float] = {}
-    for _ in range(rounds):
-        for view, (demand, parts) in views.items():
-            log.publish(view, demand, parts)
-        for view in views:
-            log.read(view)
-        for view, (demand, parts) in views.items():
-            view.decide(demand, parts, RATE)
-        clock.advance(RAISE_DELAY + 0.01)
-        for view, (demand, parts) in views.items():
-            rates[view.instance] = view.decide(demand, parts, RATE).rate
-    return rates
+    return {instance: d.rate for instance, d in decide_all(clock, log, views, rounds).items()}
 
 
 def test_alone_it_starts_at_its_safe_share_and_then_coordinates() -> None:
