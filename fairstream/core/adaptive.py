@@ -39,7 +39,9 @@ Retry-After is paused until then, and ``expire`` says whose pause has ended.
 
 Both are pure: time comes from an injected ``Clock`` or as ``now``, in that clock's
 seconds. A caller translating a feedback record's wall-clock times (``reported_at``,
-``scheduled_at``) puts them on this clock first.
+``scheduled_at``) puts them on this clock first. Outcomes are best given at the time the
+call ended (``reported_at``), not when its report arrived: reports come in fetched batches,
+and the API's throughput measured by arrival is off by a batch in a short span.
 """
 
 from __future__ import annotations
@@ -101,8 +103,19 @@ class _Window:
         buckets = self._buckets
         if not buckets or buckets[-1][0] < index:
             buckets.append([index, 0, 0, 0])
-        self._prune(now)
-        return buckets[-1]
+            self._prune(now)
+            return buckets[-1]
+        # A call that ended a little before the last one counted (reports of several
+        # workers interleave): its own bucket, if the window still holds it.
+        for position in range(len(buckets) - 1, -1, -1):
+            bucket = buckets[position]
+            if bucket[0] == index:
+                return bucket
+            if bucket[0] < index:
+                buckets.insert(position + 1, [index, 0, 0, 0])
+                return buckets[position + 1]
+        buckets.appendleft([index, 0, 0, 0])  # the next prune drops it if out of the window
+        return buckets[0]
 
     def _prune(self, now: float) -> None:
         oldest = math.floor(now / self._width) - _BUCKETS + 1
@@ -187,7 +200,9 @@ class _Sojourn:
     def add(self, now: float, seconds: float) -> None:
         index = math.floor(now / self._width)
         buckets = self._buckets
-        if buckets and buckets[-1][0] == index:
+        if buckets and buckets[-1][0] >= index:
+            # This bucket, or a record that came back a little before the last one seen
+            # (reports of several workers interleave): the latest bucket takes it.
             buckets[-1][1] = min(buckets[-1][1], seconds)
         else:
             buckets.append([index, seconds])
@@ -263,7 +278,7 @@ class AdaptiveRate:
         cubic: float = 0.0015,
         interval: float = 1.0,
         window: float | None = None,
-        headroom: float = 0.95,
+        headroom: float = 0.97,
         utilization: float = 0.5,
         max_hold: float = 300.0,
         drain: float = 0.5,

@@ -62,18 +62,19 @@ log = logging.getLogger("fairstream.feedback")
 
 MAX_COST_RATIO = 10_000  # a reported cost this many times the declared one is not believed
 PUBLISH_EVERY = 0.05  # seconds between two looks at the adaptive rate
+MAX_REPORT_AGE = 1.0  # seconds: the oldest a call's end is taken to be (clocks of two hosts)
 
 
 class _NoRate:
     """Stands in for the adaptive rate when there is no --rate to adapt."""
 
-    def on_ok(self, sojourn: float | None = None) -> None:
+    def on_ok(self, sojourn: float | None = None, now: float | None = None) -> None:
         pass
 
-    def on_other(self) -> None:
+    def on_other(self, now: float | None = None) -> None:
         pass
 
-    def on_rate_limited(self, retry_after: float | None) -> None:
+    def on_rate_limited(self, retry_after: float | None, now: float | None = None) -> None:
         pass
 
 
@@ -194,6 +195,11 @@ class FeedbackReader:
         adaptive = self.adaptive or _NO_RATE
         # What is left of a Retry-After once the record reached us.
         age = max(0.0, (self.clock.epoch_ms() - fb.reported_at_ms) / 1000)
+        # When the call ended, on our clock: the API's throughput is measured by when calls
+        # went through, not by when their reports arrived (in fetched batches). A worker
+        # clock far behind ours counts as at most MAX_REPORT_AGE ago.
+        now = self.clock.now()
+        at = now - min(age, MAX_REPORT_AGE)
         if fb.outcome is Outcome.OK:
             # Release to report: both stamps are wall-clock times, of two hosts perhaps,
             # but the adaptive rate only compares sojourns with each other.
@@ -202,18 +208,19 @@ class FeedbackReader:
                 if fb.scheduled_at_ms is None
                 else (fb.reported_at_ms - fb.scheduled_at_ms) / 1000
             )
-            adaptive.on_ok(sojourn=sojourn)
+            adaptive.on_ok(sojourn=sojourn, now=at)
         elif fb.outcome is Outcome.RATE_LIMITED:
             left = None if fb.retry_after is None else max(0.0, fb.retry_after - age)
             if fb.scope is Scope.TENANT:
-                adaptive.on_other()
+                adaptive.on_other(now=at)
                 if left:
                     batch.pauses.append((fb.tenant, left))
             else:
                 self.metrics.rate_limited.inc()
-                adaptive.on_rate_limited(left)
+                # Seconds from ``at``: the hold still ends where the Retry-After said.
+                adaptive.on_rate_limited(None if left is None else left + now - at, now=at)
         elif fb.outcome is Outcome.FAILED:
-            adaptive.on_other()
+            adaptive.on_other(now=at)
         if fb.outcome in (Outcome.OK, Outcome.DEAD_LETTERED) and fb.cost is not None:
             if cost_correction(fb.declared_cost, fb.cost, max_ratio=MAX_COST_RATIO) is None:
                 self.metrics.feedback_errors.labels("absurd-cost").inc()

@@ -198,3 +198,25 @@ def test_an_api_hold_ends_on_the_readers_clock() -> None:
     [change] = [c for c in fr.handoff.controls if isinstance(c, AdaptiveChange)]
     assert change.hold_until == fr.hold_until == pytest.approx(13.0)
     assert change.factor < 1  # a 429 lowered the rate
+
+
+def test_the_api_is_measured_by_when_calls_ended_not_when_reports_arrived() -> None:
+    """A second of calls at 50/s whose reports all arrive at once (one fetched batch),
+    then a 429: the cut aims at the 50/s they went through at, not at a burst of 50 in
+    the instant they arrived."""
+    clock = ManualClock(10.0)
+    fr, _ = reader(None, clock=clock)
+    start = clock.epoch_ms()
+    clock.advance(1.0)
+    for i in range(50):
+        fb = Feedback(
+            request_id=f"r-{i}",
+            tenant="acme",
+            outcome=Outcome.OK,
+            declared_cost=1,
+            reported_at_ms=start + 20 * (i + 1),
+        )
+        fr._read(feedback_key(fb), encode_feedback(fb), FeedbackBatch())
+    fr._read(*rate_limited(Scope.API, 0.0, clock.epoch_ms()), FeedbackBatch())
+    assert fr.adaptive is not None
+    assert fr.adaptive.rate() == pytest.approx(0.97 * 50, rel=0.1)
