@@ -197,11 +197,13 @@ def test_the_last_delivery_dead_letters(share_bootstrap: str) -> None:
 
 
 STUCK_WORKER = """
-import sys, time
+import os, sys, time
 from fairstream import ShareWorker
 bootstrap, egress, dlq, group = sys.argv[1:5]
 def handler(request):
-    print("holding", request.request_id, flush=True)
+    # One write(2) per line: the four handler threads' prints interleaved once in CI
+    # ("holding holding r-1"); a pipe write this short is atomic.
+    os.write(1, f"holding {request.request_id}\\n".encode())
     time.sleep(3600)  # the call never returns: its records stay locked until kill -9
 ShareWorker(handler, bootstrap=bootstrap, egress_topic=egress, dlq_topic=dlq, group_id=group,
             feedback_topic=None, concurrency=4).run()
