@@ -8,7 +8,10 @@
   ``headroom`` times the API's measured capacity: the ok calls reported while it refused
   (its own burst is spent then, so they measure what it takes; the calls before measure
   the rate plus that burst), so a rate far above the capacity comes down to it in one
-  step. Later 429s of the same overload only refine the cut with a lower measurement.
+  step. Reports arrive late and out of order (the feedback topic's partitions are
+  fetched apart), so a cut made on the first 429 may count only part of the calls; until
+  an interval after the overload's last 429 the cut is aimed again at the measurement
+  as the rest arrive, up or down (``_remeasure``).
 - **Drain**: the queue an overload leaves downstream (records waiting at the workers,
   requests retrying a 429) keeps the API saturated and refusing, and competes with new
   records for its tokens. With each ok call's *sojourn* (release to report, from
@@ -142,8 +145,9 @@ class _Window:
         return ok, limited, other
 
     def saturated(self, now: float, least: float) -> tuple[float, float] | None:
-        """(ok calls, seconds) from the oldest bucket with a rate-limited call to ``now``,
-        and over at least the last ``least`` seconds; None when no call was rate-limited.
+        """(ok calls, seconds) from the oldest bucket with a rate-limited call to the end
+        of the newest (or ``now``), and over at least ``least`` seconds; None when no call
+        was rate-limited, or the span is no longer all in the window.
 
         While calls are refused the API's own bucket is empty, so the calls that go
         through measure its capacity; before that, they measure the rate plus whatever
@@ -157,6 +161,8 @@ class _Window:
         first, last = limited[0], limited[-1]
         end = min(now, (last + 1) * width)
         start = min(first, math.floor((end - least) / width))
+        if start < math.floor(now / width) - _BUCKETS + 1:
+            return None  # the span is no longer all in the window
         ok = sum(b[1] for b in self._buckets if start <= b[0] <= last)
         # A young window covers less than its buckets. Measured from its first count,
         # which comes with a batch of the calls made before it: the measurement errs
@@ -242,6 +248,7 @@ class AdaptiveRate:
         "_ceiling",
         "_clock",
         "_cubic",
+        "_cut",
         "_decrease",
         "_drain",
         "_floor",
@@ -255,6 +262,7 @@ class AdaptiveRate:
         "_last_limited",
         "_long_hold",
         "_max_hold",
+        "_measuring_until",
         "_probed",
         "_rate",
         "_sojourn",
@@ -327,6 +335,10 @@ class AdaptiveRate:
         self._last_decrease = -math.inf
         self._last_limited = -math.inf
         self._streak = 0  # decreases in a row, each within 2 intervals of the one before
+        # The last cut, (rate before it, its multiplicative factor, the highest knee it
+        # allows), re-measured until ``_measuring_until`` (see ``_remeasure``).
+        self._cut = (self._ceiling, 1.0, self._ceiling)
+        self._measuring_until = -math.inf
         self._hold_until = -math.inf
         # (from, until) the last hold of a Retry-After of LONG_HOLD or more
         self._long_hold = (-math.inf, -math.inf)
@@ -405,6 +417,8 @@ class AdaptiveRate:
         Caller: the scheduler, before pacing egress. Affects: the additive increase due.
         """
         now = self._now(now)
+        if now < self._measuring_until:
+            self._remeasure(now)
         self._advance(now)
         return self._drained(now)
 
@@ -490,28 +504,21 @@ class AdaptiveRate:
             # The same overload: no new cut, but a lower measurement refines the last one
             # (not while held: the workers wait out the Retry-After too, and the calls
             # that go through then measure the hold, not the API).
-            if measured is None or measured >= self._rate or now < self._long_hold[1]:
-                return False
-            self._rate = self._knee = max(self._floor, measured)
-            return True
+            self._measuring_until = max(self._measuring_until, now + self._interval)
+            before = self._rate
+            self._remeasure(now)
+            return self._rate < before
         # Still rate-limited right after a decrease: the overload outlasted it (requests
         # stuck retrying keep the API saturated until a spare capacity drains them), so
         # each further decrease in a row cuts twice as deep.
         self._streak = self._streak + 1 if since < 2 * self._interval else 1
-        target = self._rate * self._decrease ** (2 ** min(self._streak - 1, 6))
-        knee = target
-        if measured is not None:
-            # Half the measured throughput drains a backlog of retries at half the API's
-            # pace: deeper cuts would only cost.
-            knee = measured
-            target = min(max(target, knee / 2), knee)
-        # A decrease decreases: aiming at the measurement never raises the rate. And an
-        # overload's first 429 says the API refused this rate, so the knee is below it
+        factor = self._decrease ** (2 ** min(self._streak - 1, 6))
+        # An overload's first 429 says the API refused this rate, so the knee is below it
         # (a measurement made while the API's own burst lasted says more).
-        if self._streak == 1:
-            knee = min(knee, self._headroom * self._rate)
-        self._rate = max(self._floor, min(self._ceiling, target, self._rate))
-        self._knee = max(self._rate, min(self._ceiling, knee))
+        cap = self._headroom * self._rate if self._streak == 1 else self._ceiling
+        self._cut = (self._rate, factor, cap)
+        self._measuring_until = now + self._interval if measured is not None else -math.inf
+        self._aim(measured)
         self._probed = 0.0
         # An overload the API answered with a long Retry-After stops every call for that
         # long (the workers wait it out too): the next probe goes slower, as much.
@@ -520,7 +527,37 @@ class AdaptiveRate:
         self.decreases += 1
         return True
 
-    def _measured_knee(self, now: float) -> float | None:
+    def _aim(self, measured: float | None) -> None:
+        """Set the rate and the knee for the last cut (``_cut``), by ``measured``."""
+        before, factor, cap = self._cut
+        target = knee = before * factor
+        if measured is not None:
+            # Half the measured throughput drains a backlog of retries at half the API's
+            # pace: deeper cuts would only cost.
+            knee = measured
+            target = min(max(target, knee / 2), knee)
+        knee = min(knee, cap)
+        # A decrease decreases: aiming at the measurement never raises the rate.
+        self._rate = max(self._floor, min(self._ceiling, target, before))
+        self._knee = max(self._rate, min(self._ceiling, knee))
+
+    def _remeasure(self, now: float) -> None:
+        """Aim the last cut again at the API's throughput measured now.
+
+        Reports arrive late, and not in the order calls ended (the feedback topic's
+        partitions are fetched apart, workers' producers batch): when an overload's first
+        429 arrives, some of the calls the API took before it are not counted yet, and a
+        cut aimed then aims low (half the capacity, measured, with half the reports in).
+        Until an interval after the overload's last 429, when the clean climb would begin,
+        each look counts what arrived since and aims the cut again: up as well as down.
+        """
+        if now < self._long_hold[1]:
+            return  # the workers wait a long hold out too: no measure of the API
+        measured = self._measured_knee(now, saturated_only=True)
+        if measured is not None:
+            self._aim(measured)
+
+    def _measured_knee(self, now: float, *, saturated_only: bool = False) -> float | None:
         """``headroom`` times what the API let through lately, when there is enough to
         tell: the rate to come back to quickly after a cut. Calls that went through, not
         the share of 429s: retried requests multiply the rate-limited calls, not the load.
@@ -538,6 +575,8 @@ class AdaptiveRate:
         # through measured the rate (and the API's burst on top), not its capacity.
         saturated = self._window.saturated(now, 0.4 * self._interval)
         if saturated is None:
+            if saturated_only:
+                return None
             return self._headroom * ok / self._window.seconds(now)
         return self._headroom * saturated[0] / saturated[1]
 

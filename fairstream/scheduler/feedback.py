@@ -217,8 +217,13 @@ class FeedbackReader:
                     batch.pauses.append((fb.tenant, left))
             else:
                 self.metrics.rate_limited.inc()
-                # Seconds from ``at``: the hold still ends where the Retry-After said.
-                adaptive.on_rate_limited(None if left is None else left + now - at, now=at)
+                # The Retry-After from ``at``: the hold ends where the API said (perhaps
+                # already: then it holds nothing), and a long one is told by what the API
+                # asked for, not by how late its report came.
+                adaptive.on_rate_limited(
+                    None if fb.retry_after is None else fb.retry_after - (age - (now - at)),
+                    now=at,
+                )
         elif fb.outcome is Outcome.FAILED:
             adaptive.on_other(now=at)
         if fb.outcome in (Outcome.OK, Outcome.DEAD_LETTERED) and fb.cost is not None:

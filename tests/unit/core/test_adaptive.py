@@ -100,6 +100,42 @@ def test_calls_timed_by_their_end_measure_the_api_whatever_the_batches() -> None
     assert rate.rate() == pytest.approx(0.97 * 300, rel=0.03)
 
 
+def test_a_cut_made_before_all_its_reports_arrived_is_aimed_again_when_they_do() -> None:
+    """The API takes 300/s from two workers; the first 429 arrives while only worker A's
+    reports are in (B's come 0.3 s late, one fetch of another partition). The cut aims at
+    what was counted then, 150/s; when B's reports arrive it is aimed again, at the
+    300/s the API took, and not left to a slow probe up from half the capacity."""
+    clock = ManualClock()
+    rate = controller(clock)
+    steady(clock, rate, 2.0, 300)  # the rate, 1000, is not used: no increase anyway
+    start = clock.now()
+    late = []
+    for i in range(240):  # 0.8 s of calls, A's and B's in turn: A's reported as they end
+        clock.set(start + (i + 1) / 300)
+        if i % 2:
+            late.append(clock.now())
+        else:
+            rate.on_ok(1)
+        if i == 149:  # the first 429, 0.5 s in
+            rate.on_rate_limited()
+            assert rate.rate() == pytest.approx(0.97 * 150, rel=0.1)  # half the reports in
+    for ended in late:  # B's reports arrive, each at the time its call ended
+        rate.on_ok(1, now=ended)
+    assert rate.rate() == pytest.approx(0.97 * 300, rel=0.05)
+
+
+def test_a_cut_is_aimed_again_only_while_its_overload_is_in_the_window() -> None:
+    """After the interval, a cut's measurement stands: the calls at the lower rate after
+    it say nothing about the API's capacity."""
+    clock = ManualClock()
+    rate = controller(clock, window=1.0, interval=1.0)
+    steady(clock, rate, 1.0, 300)
+    rate.on_rate_limited()
+    cut = rate.rate()
+    steady(clock, rate, 1.5, 100)  # hardly anything goes through after the cut
+    assert rate.rate() >= cut  # not aimed again at the 100/s
+
+
 def test_the_decrease_aims_below_the_measured_throughput() -> None:
     clock = ManualClock()
     rate = controller(clock, window=1.0)

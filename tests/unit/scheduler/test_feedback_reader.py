@@ -220,3 +220,32 @@ def test_the_api_is_measured_by_when_calls_ended_not_when_reports_arrived() -> N
     fr._read(*rate_limited(Scope.API, 0.0, clock.epoch_ms()), FeedbackBatch())
     assert fr.adaptive is not None
     assert fr.adaptive.rate() == pytest.approx(0.97 * 50, rel=0.1)
+
+
+def test_a_late_report_of_a_retry_after_that_has_passed_holds_nothing() -> None:
+    """A 429 asking for 0.1 s, whose report arrives 0.8 s after the call: the Retry-After
+    passed long ago. It holds nothing, and is not taken for a long hold (which would stop
+    the API being measured): a later 429 still cuts to the throughput measured."""
+    clock = ManualClock(10.0)
+    fr, _ = reader(None, clock=clock)
+    assert fr.adaptive is not None
+
+    def calls(seconds: float, per_second: int) -> None:
+        start = clock.epoch_ms()
+        clock.advance(seconds)
+        for i in range(int(seconds * per_second)):
+            fb = Feedback(
+                request_id=f"r-{start}-{i}",
+                tenant="acme",
+                outcome=Outcome.OK,
+                declared_cost=1,
+                reported_at_ms=start + round(1000 * (i + 1) / per_second),
+            )
+            fr._read(feedback_key(fb), encode_feedback(fb), FeedbackBatch())
+
+    calls(1.0, 50)
+    fr._read(*rate_limited(Scope.API, 0.1, clock.epoch_ms() - 800), FeedbackBatch())
+    assert fr.adaptive.held_for() == 0.0
+    calls(1.5, 20)  # the API takes 20/s now
+    fr._read(*rate_limited(Scope.API, 0.0, clock.epoch_ms()), FeedbackBatch())
+    assert fr.adaptive.rate() == pytest.approx(0.97 * 20, rel=0.15)
