@@ -508,10 +508,12 @@ class AdaptiveRate:
             before = self._rate
             self._remeasure(now)
             return self._rate < before
-        # Still rate-limited right after a decrease: the overload outlasted it (requests
-        # stuck retrying keep the API saturated until a spare capacity drains them), so
-        # each further decrease in a row cuts twice as deep.
-        self._streak = self._streak + 1 if since < 2 * self._interval else 1
+        # Without sojourns, still rate-limited right after a decrease: the overload
+        # outlasted it (requests stuck retrying keep the API saturated until a spare
+        # capacity drains them), so each further decrease in a row cuts twice as deep.
+        # With them, that queue is drained (``_drained``), and a 429 after a clean
+        # interval is the next probe finding the limit: one cut.
+        self._streak = self._streak + 1 if since < 2 * self._interval and not timed else 1
         factor = self._decrease ** (2 ** min(self._streak - 1, 6))
         # An overload's first 429 says the API refused this rate, so the knee is below it
         # (a measurement made while the API's own burst lasted says more).

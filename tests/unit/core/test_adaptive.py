@@ -171,6 +171,26 @@ def test_decreases_in_a_row_cut_deeper_down_to_half_the_throughput() -> None:
     assert rates[3:] == pytest.approx([291 / 2] * 3, rel=0.02)  # not below half of it
 
 
+def test_with_sojourns_a_429_a_little_after_a_cut_starts_a_new_overload() -> None:
+    """With sojourns, what an overload leaves downstream is drained, not cut deeper: a 429
+    more than an interval after the last one, though within two of the cut, is the next
+    probe finding the limit, and cuts once (0.9x), not twice as deep (0.81x)."""
+    clock = ManualClock()
+    rate = controller(clock, interval=1.0)
+
+    def calls(seconds: float, per_second: float) -> None:
+        for _ in range(round(seconds * 100)):
+            clock.advance(0.01)
+            rate.on_ok(round(per_second / 100), sojourn=0.1)
+
+    calls(2.0, 300)
+    rate.on_rate_limited()
+    calls(1.2, 300)
+    before = rate.rate()
+    rate.on_rate_limited()
+    assert rate.rate() == pytest.approx(0.9 * before, rel=0.02)
+
+
 def test_a_first_cut_on_little_evidence_is_refined_within_the_interval() -> None:
     clock = ManualClock()
     rate = controller(clock, interval=1.0)
