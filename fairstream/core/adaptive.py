@@ -493,7 +493,6 @@ class AdaptiveRate:
                 begun = self._long_hold[0] if self._long_hold[1] >= now else now
                 self._long_hold = (begun, until)
         previous, self._last_limited = self._last_limited, now
-        measured = self._measured_knee(now)
         since = now - self._last_decrease
         # With sojourns (``on_ok``), the queue an overload leaves downstream is drained by
         # ``_drained``: 429s that go on after a decrease are that queue's (an overload
@@ -501,13 +500,15 @@ class AdaptiveRate:
         # throughput, without cutting deeper.
         timed = self._sojourn.queue(now) is not None
         if since < self._interval or (timed and now - previous < self._interval):
-            # The same overload: no new cut, but a lower measurement refines the last one
-            # (not while held: the workers wait out the Retry-After too, and the calls
-            # that go through then measure the hold, not the API).
+            # The same overload: no new cut, but the last one is aimed again at the
+            # measurement, which now spans this 429 too (``_remeasure``; not while held:
+            # the workers wait out the Retry-After too, and the calls that go through
+            # then measure the hold, not the API).
             self._measuring_until = max(self._measuring_until, now + self._interval)
             before = self._rate
             self._remeasure(now)
             return self._rate < before
+        measured = self._measured_knee(now)
         # Without sojourns, still rate-limited right after a decrease: the overload
         # outlasted it (requests stuck retrying keep the API saturated until a spare
         # capacity drains them), so each further decrease in a row cuts twice as deep.
