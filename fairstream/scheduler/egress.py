@@ -3,8 +3,10 @@ their topic, and what a held payload costs in memory.
 
 The egress record keeps the ingest record's key, value and headers, drops any header a
 producer set under a name fairstream stamps, adds a default request id when it has none,
-then ``fairstream-tenant``, ``fairstream-enqueued-ms`` and ``fairstream-scheduled-ms``
-(``fairstream.wire`` holds the names). Caller: the emitter thread, once per record.
+then ``fairstream-tenant``, ``fairstream-enqueued-ms`` and ``fairstream-scheduled-ms``, and
+under a rate or cost limit ``fairstream-start-ms``, the moment a worker starts the call
+(paced starts, ``fairstream.sdk.worker.pacing``); ``fairstream.wire`` holds the names.
+Caller: the emitter thread, once per record.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ __all__ = [
     "message_headers",
 ]
 
-STAMPED = frozenset({wire.TENANT, wire.ENQUEUED_MS, wire.SCHEDULED_MS})
+STAMPED = frozenset({wire.TENANT, wire.ENQUEUED_MS, wire.SCHEDULED_MS, wire.START_MS})
 FOOTPRINT = 456  # bytes a held payload costs besides its value, when it has no headers
 # The stamped header names as module constants: read once per egress record.
 _REQUEST_ID, _TENANT = wire.REQUEST_ID, wire.TENANT
-_ENQUEUED_MS, _SCHEDULED_MS = wire.ENQUEUED_MS, wire.SCHEDULED_MS
+_ENQUEUED_MS, _SCHEDULED_MS, _START_MS = wire.ENQUEUED_MS, wire.SCHEDULED_MS, wire.START_MS
 
 
 @dataclass(frozen=True)
@@ -60,13 +62,23 @@ def message_headers(msg: Message) -> HeaderList:
 
 class Stamper:
     """Builds the headers of egress records read from ``ingest_topic``, within ``limit``
-    bytes (the egress topic's max.message.bytes)."""
+    bytes (the egress topic's max.message.bytes). ``paced``: the records are released on a
+    rate's schedule, so each also carries its start moment (``fairstream-start-ms``);
+    without a rate, calls need no pacing and start as records arrive."""
 
-    __slots__ = ("_prefixes", "ingest_topic", "limit", "recent", "size")
+    __slots__ = ("_prefixes", "ingest_topic", "limit", "paced", "recent", "size")
 
-    def __init__(self, ingest_topic: str, limit: int, recent: RecentRequests | None = None) -> None:
+    def __init__(
+        self,
+        ingest_topic: str,
+        limit: int,
+        recent: RecentRequests | None = None,
+        *,
+        paced: bool = False,
+    ) -> None:
         self.ingest_topic = ingest_topic
         self.limit = limit
+        self.paced = paced
         self.recent = recent  # request ids stamped, for the feedback reader (``recent``)
         self.size = 0  # of the last record found too large
         self._prefixes: dict[int, bytes] = {}  # "<topic>-<partition>-" of default request ids
@@ -93,11 +105,20 @@ class Stamper:
             default_id = self._default_id(partition, offset)
             if self.recent is not None:
                 self.recent.add(default_id)
+            scheduled = b"%d" % stamp
+            if self.paced:
+                return [
+                    (_REQUEST_ID, default_id),
+                    (_TENANT, key),
+                    (_ENQUEUED_MS, b"%d" % enqueued),
+                    (_SCHEDULED_MS, scheduled),
+                    (_START_MS, scheduled),
+                ]
             return [
                 (_REQUEST_ID, default_id),
                 (_TENANT, key),
                 (_ENQUEUED_MS, b"%d" % enqueued),
-                (_SCHEDULED_MS, b"%d" % stamp),
+                (_SCHEDULED_MS, scheduled),
             ]
         # The headers fairstream stamps replace any a producer set under the same names.
         headers = [(n, v) for n, v in cast("HeaderList", original) if n not in STAMPED]
@@ -118,6 +139,8 @@ class Stamper:
         headers.append((wire.TENANT, key))
         headers.append((wire.ENQUEUED_MS, b"%d" % enqueued))
         headers.append((wire.SCHEDULED_MS, b"%d" % stamp))
+        if self.paced:
+            headers.append((wire.START_MS, b"%d" % stamp))
         return headers
 
     def too_large(self, egress_topic: str) -> str:

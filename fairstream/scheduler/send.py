@@ -87,7 +87,9 @@ class Sender:
         self.clock = clock
         self.egress_topic = settings.topics.egress
         self.max_in_flight = settings.max_in_flight
-        self.stamper = Stamper(settings.topics.ingest, egress_limit, recent)
+        # Records released on a rate's (or cost rate's) schedule: workers pace their calls.
+        paced = settings.rate is not None or settings.cost_rate is not None
+        self.stamper = Stamper(settings.topics.ingest, egress_limit, recent, paced=paced)
         # Picked and stamped while a commit was in flight, sent right after it.
         self.prepared: deque[Prepared] = deque()
         self.wait = 0.0  # seconds the rule last said to wait

@@ -19,6 +19,9 @@ DEADLINE_MS = "fairstream-deadline-ms"
 TENANT = "fairstream-tenant"
 ENQUEUED_MS = "fairstream-enqueued-ms"
 SCHEDULED_MS = "fairstream-scheduled-ms"
+# Under a rate or cost limit only: the moment the record's call may start (its slot on the
+# rate's schedule, epoch ms). Workers start the call at it plus their playout delay.
+START_MS = "fairstream-start-ms"
 # Added on dead letters.
 DLQ_REASON = "fairstream-dlq-reason"
 DLQ_DETAIL = "fairstream-dlq-detail"

@@ -1,22 +1,30 @@
-"""The egress rate bound at ``--burst 1`` with commits in the way (issue 20).
+"""The rate where it is promised: on the scheduler's stamps, and at the API's door.
 
-A backlog waits while the scheduler commits every 20 ms (``--commit-interval 0.1``, paced),
-so the emitter is late again and again and catches the missed slots up. Judged on counts
-over the scheduler's own ``fairstream-scheduled-ms`` stamps: every record arrives once, and
-no window of stamps holds more than ``rate x w + burst`` records.
+- The egress rate bound at ``--burst 1`` with commits in the way: a backlog waits while the
+  scheduler commits every 20 ms (``--commit-interval 0.1``, paced), so the emitter is late
+  again and again and catches the missed slots up. Judged on counts over the scheduler's
+  own ``fairstream-scheduled-ms`` stamps: every record arrives once, and no window of
+  stamps holds more than ``rate x w + burst`` records.
+- Paced starts: the same kind of backlog behind the SDK's ``Worker``, judged when each
+  handler call starts, as the API sees it: a strict API (a token bucket of ``--rate``
+  holding ``--burst``) refuses almost none of the calls, although egress lands a
+  transaction at a time. Workers that started calls as batches landed had 37% refused.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections import Counter
+import time
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
-from fairstream import wire
+from fairstream import Request, Worker, wire
+from fairstream_dev.harness.kafka import unique, wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
+from tests.integration.workers import running
 
 pytestmark = pytest.mark.integration
 
@@ -54,3 +62,66 @@ def test_egress_stamps_keep_rate_times_window_plus_burst(
         bound = RATE * window_ms / 1000 + BURST
         print(f"window {window_ms} ms: at most {worst} records (bound {bound:g})")
         assert worst <= bound, window_ms
+
+
+def strictly_refused(starts: list[float], rate: float, burst: float) -> int:
+    """How many of the calls started at ``starts`` a strict API would refuse: a token bucket
+    of ``rate`` per second holding ``burst``, full at the first call; a call needs a whole
+    token, and a refused call takes none."""
+    tokens, last, refused = burst, starts[0], 0
+    for at in starts:
+        tokens = min(burst, tokens + (at - last) * rate)
+        last = at
+        if tokens >= 1 - 1e-9:
+            tokens -= 1
+        else:
+            refused += 1
+    return refused
+
+
+def test_a_strict_api_refuses_none_of_the_workers_paced_calls(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    rate, burst, calls = 200, 5, 800
+    deployment = Deployment(kafka_bootstrap, partitions=3).create()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    for i in range(2 * calls):  # a backlog that never runs out while calls are counted
+        producer.produce(deployment.topics.ingest, b"r-%d" % i, b"tenant-%d" % (i % 4))
+    assert producer.flush(30) == 0
+    started: list[tuple[float, str, int | None]] = []
+
+    async def api(request: Request) -> None:
+        started.append((time.time(), request.tenant, request.start_ms))
+
+    worker = Worker(
+        api,
+        bootstrap=kafka_bootstrap,
+        egress_topic=deployment.topics.egress,
+        dlq_topic=deployment.topics.dlq,
+        group_id=unique("paced"),
+        concurrency=8,
+        feedback_topic=None,
+    )
+    scheduler = SchedulerProcess(
+        deployment, tmp_path, "--rate", str(rate), "--burst", str(burst)
+    ).start()
+    try:
+        with running(worker):
+            scheduler.wait_ready()
+            wait_until(
+                lambda: len(started) >= calls, 90, lambda: f"{calls} calls (have {len(started)})"
+            )
+    finally:
+        scheduler.terminate()
+    counted = started[:calls]
+    assert all(start is not None for _, _, start in counted), "every record carries its start"
+    starts = [at for at, _, _ in counted]
+    refused = strictly_refused(starts, rate, burst)
+    print(f"{refused} of {calls} calls refused by a bucket of {rate}/s holding {burst}")
+    assert refused <= calls // 100
+    # A tenant's calls start in the order of their start stamps.
+    stamps: dict[str, list[int]] = defaultdict(list)
+    for _, tenant, start in counted:
+        assert start is not None
+        stamps[tenant].append(start)
+    assert all(s == sorted(s) for s in stamps.values())

@@ -35,6 +35,7 @@ from fairstream.sdk.worker.handling import Handling
 from fairstream.sdk.worker.jobs import Job, Outcome, WorkerStats
 from fairstream.sdk.worker.metrics import MetricsServer, WorkerMetrics
 from fairstream.sdk.worker.outputs import Outputs
+from fairstream.sdk.worker.pacing import Playout
 from fairstream.sdk.worker.serving import Hook, Serving
 from fairstream.sdk.worker.settings import DEFAULT_GROUP, WorkerSettings
 from fairstream.sdk.worker.tracking import (
@@ -85,6 +86,11 @@ class Worker(Serving, Handling):
     ``"completion"`` runs a tenant's records one at a time, each after the previous one
     finished (a tenant gets ``1 / latency`` calls/s). Either way an offset is committed
     only once every record before it is done.
+    ``playout_delay``: each call starts that many seconds after the record's scheduled
+    moment (its ``fairstream-scheduled-ms`` stamp), not when its transaction's batch lands,
+    so the API sees the scheduler's pace (``fairstream.sdk.worker.pacing``); 0 or None starts
+    each call as its record arrives. ``wall_clock``: the epoch-seconds clock pacing reads
+    (``time.time``; tests pass their own).
     """
 
     def __init__(
@@ -101,6 +107,7 @@ class Worker(Serving, Handling):
         dedup_window: int | None = _DECLARED.dedup_window,
         concurrency: int = _DECLARED.concurrency,
         ordering: Ordering = _DECLARED.ordering,
+        playout_delay: float | None = _DECLARED.playout_delay,
         max_pending: int = _DECLARED.max_pending,
         commit_interval: float = 1.0,
         session_timeout: float = _DECLARED.session_timeout,
@@ -113,6 +120,7 @@ class Worker(Serving, Handling):
         feedback_topic: str | None = _DECLARED.feedback_topic,
         on_startup: Hook | None = None,
         on_shutdown: Hook | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if not callable(handler):
             raise TypeError("handler must be callable")
@@ -133,9 +141,11 @@ class Worker(Serving, Handling):
         self.backoff_max = settings.backoff_max
         self.concurrency = settings.concurrency
         self.ordering = settings.ordering
+        self.playout_delay = settings.pacing
         self.max_pending = settings.max_pending
         self.commit_interval = commit_interval
         self.drain_timeout = drain_timeout
+        self._wall = wall_clock
         self.stats = WorkerStats()
         self.metrics = WorkerMetrics(metrics_registry)
         self.metrics_port = settings.metrics_port
@@ -203,6 +213,8 @@ class Worker(Serving, Handling):
         # Event-loop state (created in run).
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queues: TenantQueues[Job] = TenantQueues(per_tenant(self.ordering))
+        self._playout: Playout[Job] = Playout()  # records waiting for their start time
+        self._playout_timer: asyncio.TimerHandle | None = None
         self._wakeup: asyncio.Event | None = None
         self._ended: asyncio.Event | None = None
         self._pool: ThreadPoolExecutor | None = None

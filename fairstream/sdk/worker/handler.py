@@ -50,6 +50,8 @@ class Request:
     partition: int
     offset: int
     attempt: int = 1  # 1 on the first call, 2 on the first retry...
+    # When its call may start (under a rate limit only): workers pace calls by it.
+    start_ms: int | None = None
 
     def header(self, name: str) -> bytes | None:
         """The last value of header ``name``, or None."""
@@ -102,6 +104,7 @@ def request_of(
         partition=partition,
         offset=offset,
         attempt=attempt,
+        start_ms=_int_header(last, wire.START_MS),
     )
 
 

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from fairstream import wire
@@ -23,6 +24,7 @@ from fairstream.sdk.worker.handler import where
 from fairstream.sdk.worker.jobs import FINISHED, Job, Outcome, WorkerStats
 from fairstream.sdk.worker.metrics import WorkerMetrics
 from fairstream.sdk.worker.outputs import Outputs
+from fairstream.sdk.worker.pacing import Playout, start_at
 from fairstream.sdk.worker.retry import backoff_delay
 from fairstream.sdk.worker.tracking import CommitPosition, TenantQueues
 from fairstream.wire.feedback import Outcome as Reported
@@ -47,6 +49,10 @@ class Handling(Retrying):
     _completions: queue.SimpleQueue[tuple[Job, Outcome]]
     _stopping: threading.Event
     _queues: TenantQueues[Job]
+    playout_delay: float | None  # None: calls start on arrival
+    _wall: Callable[[], float]  # epoch seconds, what stamps are compared with
+    _playout: Playout[Job]  # records whose start time has not come
+    _playout_timer: asyncio.TimerHandle | None  # wakes the loop at the earliest of them
     # Set by Worker.run.
     _loop: asyncio.AbstractEventLoop | None
     _wakeup: asyncio.Event | None
@@ -57,7 +63,49 @@ class Handling(Retrying):
         if not self._carry_on(job):  # revoked or stopping since it was dispatched
             self._abandon(job)
             return
-        self._queues.push(job.request.tenant, job)
+        delay = self.playout_delay
+        if delay is None:
+            self._queues.push(job.request.tenant, job)
+            self._pump()
+            return
+        # Held apart from the tenant queues, so that it keeps no concurrency slot while
+        # it waits, and enters them in the order of its start time: a record arriving late
+        # goes after those due before it that still wait for the timer.
+        now = self._wall()
+        due = start_at(job.request.start_ms, now, delay)
+        self._playout.push(due, job)
+        if due > now:
+            self._arm_playout(due - now)
+        else:
+            self._release_due(now)
+
+    def _arm_playout(self, after: float) -> None:
+        """Wake the loop in ``after`` s, unless it is woken earlier already."""
+        assert self._loop is not None
+        timer = self._playout_timer
+        when = self._loop.time() + after
+        if timer is not None:
+            if timer.when() <= when:
+                return
+            timer.cancel()
+        self._playout_timer = self._loop.call_at(when, self._play_out)
+
+    def _play_out(self) -> None:
+        """The playout timer: start what is due, and wake again for the next one."""
+        self._playout_timer = None
+        now = self._wall()
+        self._release_due(now)
+        due = self._playout.next_due()
+        if due is not None:
+            self._arm_playout(max(0.0, due - now))
+
+    def _release_due(self, now: float) -> None:
+        """Queue the records whose start time has come, in its order, and start them."""
+        for job in self._playout.pop_due(now):
+            if self._carry_on(job):
+                self._queues.push(job.request.tenant, job)
+            else:
+                self._abandon(job)
         self._pump()
 
     def _pump(self) -> None:
@@ -77,14 +125,17 @@ class Handling(Retrying):
         self._completions.put((job, Outcome.ABANDONED))
 
     def _purge(self, progresses: set[CommitPosition]) -> None:
-        for job in self._queues.purge(lambda job: job.progress in progresses):
+        def revoked(job: Job) -> bool:
+            return job.progress in progresses
+
+        for job in self._queues.purge(revoked) + self._playout.purge(revoked):
             self._abandon(job)
         self._interrupt()
 
     def _interrupt(self) -> None:
         """Wake the records sleeping between attempts, to check whether to carry on."""
         if self._stopping.is_set():
-            for job in self._queues.purge(lambda job: True):
+            for job in self._queues.purge(_every) + self._playout.purge(_every):
                 self._abandon(job)
         assert self._wakeup is not None
         self._wakeup.set()
@@ -165,3 +216,7 @@ class Handling(Retrying):
 
     async def _report(self, report: Report) -> None:
         self._outputs.report(report)
+
+
+def _every(job: Job) -> bool:
+    return True

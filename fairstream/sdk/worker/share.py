@@ -44,6 +44,7 @@ import concurrent.futures
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from enum import Enum
@@ -76,6 +77,7 @@ from fairstream.sdk.worker.handler import (
 )
 from fairstream.sdk.worker.metrics import WorkerMetrics
 from fairstream.sdk.worker.outputs import Outputs
+from fairstream.sdk.worker.pacing import DEFAULT_PLAYOUT_DELAY, start_at
 from fairstream.sdk.worker.retry import backoff_delay
 from fairstream.sdk.worker.tracking import RecentIds
 from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC
@@ -115,7 +117,8 @@ class ShareWorker(Calling):
 
     The arguments mean what they mean for ``fairstream.Worker`` (``bootstrap``, topics,
     ``max_attempts``, backoff, ``dedup_window``, ``concurrency``, ``feedback_topic``,
-    ``consumer_config`` / ``producer_config``); ``group_id`` names the share group.
+    ``consumer_config`` / ``producer_config``, ``playout_delay``); ``group_id`` names the
+    share group.
     ``run()`` blocks until ``stop()``. See the module docstring for what it guarantees.
     """
 
@@ -137,6 +140,8 @@ class ShareWorker(Calling):
         consumer_config: dict[str, Any] | None = None,
         producer_config: dict[str, Any] | None = None,
         feedback_topic: str | None = DEFAULT_FEEDBACK_TOPIC,
+        playout_delay: float | None = DEFAULT_PLAYOUT_DELAY,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if not callable(handler):
             raise TypeError("handler must be callable")
@@ -146,6 +151,10 @@ class ShareWorker(Calling):
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         if backoff_initial < 0 or backoff_max < backoff_initial:
             raise ValueError("need 0 <= backoff_initial <= backoff_max")
+        if playout_delay is not None and not 0 <= playout_delay <= 60:
+            raise ValueError(f"playout_delay must be from 0 to 60 s, got {playout_delay}")
+        self.playout_delay = playout_delay or None
+        self._wall = wall_clock
         self.handler = handler
         self.kafka = KafkaConnection.of(bootstrap)
         self.egress_topic, self.dlq_topic, self.group_id = egress_topic, dlq_topic, group_id
@@ -317,8 +326,16 @@ class ShareWorker(Calling):
 
     async def _handle_all(self, batch: list[Message]) -> list[Verdict]:
         gate = asyncio.Semaphore(self.concurrency)
+        arrived = self._wall()
 
         async def one(msg: Message) -> Verdict:
+            if self.playout_delay is not None and msg.delivery_count() in (None, 1):
+                # Paced: the first delivery starts at its stamp plus the playout delay
+                # (``pacing``); a redelivery is late already.
+                stamp = request_from_message(msg).start_ms
+                wait = start_at(stamp, arrived, self.playout_delay) - self._wall()
+                if wait > 0:
+                    await asyncio.sleep(wait)
             async with gate:
                 return await self._handle(msg)
 
