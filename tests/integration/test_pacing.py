@@ -22,6 +22,7 @@ import pytest
 from confluent_kafka import Producer
 
 from fairstream import Request, Worker, wire
+from fairstream.sdk.worker.pacing import PLAYOUT_DELAY
 from fairstream_dev.harness.kafka import unique, wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 from tests.integration.workers import running
@@ -101,6 +102,7 @@ def test_a_strict_api_refuses_none_of_the_workers_paced_calls(
         group_id=unique("paced"),
         concurrency=8,
         feedback_topic=None,
+        playout_delay=PLAYOUT_DELAY,
     )
     scheduler = SchedulerProcess(
         deployment, tmp_path, "--rate", str(rate), "--burst", str(burst)

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from fairstream.sdk.worker.pacing import DEFAULT_PLAYOUT_DELAY, Playout, start_at
+from fairstream.sdk.worker.pacing import PLAYOUT_DELAY, Playout, start_at
 from fairstream.sdk.worker.settings import WorkerSettings
 
 
@@ -64,9 +64,9 @@ def test_playout_purge_takes_out_what_matches_and_keeps_the_order() -> None:
     assert playout.pop_due(10.0) == [1, 3, 5]
 
 
-def test_the_worker_setting_defaults_to_pacing_and_zero_turns_it_off() -> None:
-    assert WorkerSettings().playout_delay == DEFAULT_PLAYOUT_DELAY
-    assert WorkerSettings().pacing == DEFAULT_PLAYOUT_DELAY
+def test_the_worker_setting_paces_when_given_a_delay_and_zero_turns_it_off() -> None:
+    assert WorkerSettings(playout_delay=PLAYOUT_DELAY).pacing == PLAYOUT_DELAY
+    assert WorkerSettings().pacing is None  # off by default, for now
     assert WorkerSettings(playout_delay=0).pacing is None
     assert WorkerSettings(playout_delay=None).pacing is None
     with pytest.raises(ValueError, match="--playout-delay"):
