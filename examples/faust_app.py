@@ -17,7 +17,8 @@ returns ``fairstream.Usage`` with that count (the scheduler charges the differen
 declared cost); a prompt starting with ``busy:`` is refused once with
 ``fairstream.RateLimited(retry_after=0.2)``, as an API answering 429 with ``Retry-After``
 would be; one starting with ``invalid:`` fails every time, as a 400 would (the agent retries
-it, then dead-letters it). Replace it with your client.
+it, then dead-letters it); one starting with ``slow:`` takes 0.2 s, as a model's answer
+does (the agent runs many such calls at once). Replace it with your client.
 
 Run it (topics from ``fairstream topics create``, a scheduler running):
 
@@ -27,11 +28,13 @@ and send prompts to the requests topic, e.g. ``{"tenant": "acme", "text": "hello
 "tokens": 2, "id": "p-1"}``. Topic names and the app id come from the environment (the
 ``FAIRSTREAM_*_TOPIC`` variables the fairstream CLI reads, ``EXAMPLE_REQUESTS_TOPIC``,
 ``EXAMPLE_APP_ID``, ``EXAMPLE_DATADIR``); ``EXAMPLE_HANDLED_LOG`` names a file that gets a
-line per handled request (the integration test reads it).
+line per handled request, ending with the calls running as it started (the integration test
+reads it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 from pathlib import Path
@@ -78,9 +81,18 @@ async def submit(prompts: faust.StreamT[Prompt]) -> None:
 
 _refused: set[str] = set()  # request ids refused once already (the simulated 429)
 _handled_log = env("EXAMPLE_HANDLED_LOG")
+_running: set[str] = set()  # request ids whose call_model runs now
 
 
 async def call_model(request: Request) -> Usage:
+    _running.add(request.request_id)
+    try:
+        return await _call_model(request)
+    finally:
+        _running.discard(request.request_id)
+
+
+async def _call_model(request: Request) -> Usage:
     text = request.payload.decode("utf-8", "replace")
     if text.startswith("busy:") and request.request_id not in _refused:
         _refused.add(request.request_id)
@@ -93,7 +105,9 @@ async def call_model(request: Request) -> Usage:
     tokens = max(1, len(text.split()))
     if _handled_log:
         with open(_handled_log, "a", encoding="utf-8") as out:
-            out.write(f"{request.request_id} {request.tenant} {model} {tokens}\n")
+            out.write(f"{request.request_id} {request.tenant} {model} {tokens} {len(_running)}\n")
+    if text.startswith("slow:"):
+        await asyncio.sleep(0.2)  # the model's latency
     return Usage(cost=tokens)
 
 

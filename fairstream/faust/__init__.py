@@ -31,9 +31,11 @@ emitted again later, or never: a request may expire or be purged meanwhile). Wit
   deadline: ``fairstream.faust`` refuses it.
 
 Either way the agent side is at-least-once (a crash repeats what was not committed), so
-the handler sees a request id again now and then; and an agent with ``concurrency`` above 1
-commits past events still in flight (faust issue 606): a crash then loses them, so the
-helper runs one actor by default.
+the handler sees a request id again now and then. The agent runs up to ``max_in_flight``
+calls at once in one actor, paced by the records' stamps (``playout_delay``), and acks an
+event only once its call ended and every earlier event of its partition was acked, so
+Faust never commits past a call still running. Faust's own ``concurrency`` (actors) stays
+1: several actors would ack one partition out of order.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """What fairstream.faust needs from a Faust app: the aiokafka driver, aiokafka's murmur2
-partitioner, the broker addresses and credentials (for the policy table's reader), and a
-way to write records outside Faust's transactions (``Sender``).
+partitioner, the broker addresses and credentials (for the policy table's reader), a way
+to write records outside Faust's transactions (``Sender``), and commits that keep up with
+transactional egress (``commit_across_markers``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any, cast
 
 import faust
 
-__all__ = ["Sender", "bootstrap_servers", "check_app", "client_auth"]
+__all__ = ["Sender", "bootstrap_servers", "check_app", "client_auth", "commit_across_markers"]
 
 # Driver schemes that run on aiokafka (faust.transport.drivers: "kafka" is an alias).
 _AIOKAFKA_SCHEMES = frozenset({"kafka", "aiokafka"})
@@ -87,3 +88,53 @@ class Sender:
         await producer.maybe_start()
         # Null header values stay null (aiokafka writes them so); faust's stubs want bytes.
         return await producer.send(topic, key, value, None, None, cast(Any, headers))
+
+
+def commit_across_markers(consumer: Any) -> bool:
+    """Make Faust's ``consumer`` commit past transaction markers in one commit; True when
+    it is (now) so, False for a consumer without faust-streaming 0.15's bookkeeping.
+
+    Egress is written in transactions, and each transaction's commit marker takes an offset
+    that no consumer sees. Faust notes those offsets as gaps, each running up to and
+    including the next record; before a commit it adds the gaps to the acked offsets, so
+    that record, acked itself, is there twice, and the run of consecutive offsets Faust
+    commits ends at the duplicate: it committed one transaction's records per commit
+    (every 2.8 s by default), fell further behind under load, and a crash repeated every
+    call since its last commit. Before Faust's own merge, this adds
+    the markers below the highest acked offset, each once, and drops them from the gap list
+    (Faust's own merge would also count the record after a marker as acked, acked or not);
+    what lies above is left to Faust.
+    Applied to the app's consumer instance, once.
+    """
+    if getattr(consumer, "_fairstream_merges_gaps", False):
+        return True
+    needed = ("_new_offset", "_acked", "_acked_index", "_gap")
+    if not all(hasattr(consumer, name) for name in needed):
+        return False
+    faust_new_offset = consumer._new_offset
+
+    def new_offset(tp: Any) -> Any:
+        _merge_gaps(consumer, tp)
+        return faust_new_offset(tp)
+
+    consumer._new_offset = new_offset
+    consumer._fairstream_merges_gaps = True
+    return True
+
+
+def _merge_gaps(consumer: Any, tp: Any) -> None:
+    """Count the gap offsets below ``tp``'s highest acked offset as acked, once each."""
+    acked: list[int] = consumer._acked[tp]
+    gaps = consumer._gap[tp]
+    if not acked or not gaps:
+        return
+    top = max(acked)
+    index: set[int] = consumer._acked_index[tp]
+    for interval in gaps.overlap(0, top):
+        # Faust's interval ends with the record after the markers: that one is acked by
+        # its own stream, or not yet.
+        for offset in range(interval.begin, min(interval.end - 1, top + 1)):
+            if offset not in index:
+                index.add(offset)
+                acked.append(offset)
+    gaps.chop(0, top + 1)

@@ -26,10 +26,33 @@ reaches the scheduler without waiting for Faust's next commit, and a crash befor
 commit repeats the event's outcome (a second feedback record, possibly a second dead
 letter), as with ``fairstream.Worker``.
 
-The agent handles one event at a time per actor (``concurrency``, 1 by default): Faust
-acknowledges an event when its actor takes the next one, and with more than one actor it
-commits past events still in flight (faust issue 606), so a crash then loses them. Use
-more partitions and worker processes for parallel calls, or accept that loss knowingly.
+Many calls at once, at-least-once. The agent reads egress with acks off
+(``stream.noack()``) and runs up to ``max_in_flight`` calls at once, started in the order
+of their start times (below). It acks an event itself, only when its call has ended (ok or
+dead-lettered) and every event before it in its partition has been acked. Faust's
+consumer does not commit only the acked prefix: it commits to the end of the first run of
+consecutive acked offsets and checks the offsets below that run loosely (not at all before
+its first commit of the partition), so an unacked event with an acked one after it could
+be committed past; the agent never lets that happen. Faust also counts the record after a
+transaction marker as acked, acked or not, and commits across one marker per commit only:
+``fairstream.faust._app.commit_across_markers`` corrects both on the app's consumer. A
+crash re-delivers the unacked events: those still waiting, running, or finished behind an
+unfinished one. A request id already running or waiting in the agent is skipped as a
+duplicate too, acked in its turn. The agent holds at most ``HELD_PER_SLOT x
+max_in_flight`` events (waiting, running or finished behind an earlier one); with that
+many, it reads no further until one is acked.
+
+Paced starts, when ``playout_delay`` is set. Each call starts at ``start_at(start_ms,
+arrived, playout_delay)`` (``fairstream.sdk.worker.pacing``): the record's start stamp
+(``fairstream-start-ms``, written under a rate) plus the delay, or at once when it arrives
+after that or has no stamp. Events whose moment has not come wait in a ``Playout`` heap,
+without a slot; they take one, earliest start first, once their moment has come. Off (None
+or 0, the default) every call starts as its event arrives, as ``fairstream.Worker`` does by
+default (``pacing.PLAYOUT_DELAY`` says why; 0.25 s is the delay to set).
+
+Faust's own ``concurrency`` (actors per agent) stays 1 by default: each actor acks in its
+own order, and with more than one, two actors handling one partition would ack it out of
+order, which lets Faust commit past an event still running.
 
 Caller: a Faust worker (the agent runs on the app's event loop). Affects: the feedback and
 dead-letter topics, ``stats``.
@@ -38,19 +61,24 @@ dead-letter topics, ``stats``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import faust
 from faust.types import EventT, StreamT
 
 from fairstream import wire
 from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS
-from fairstream.faust._app import Sender, check_app
+from fairstream.faust._app import Sender, check_app, commit_across_markers
 from fairstream.sdk.worker.calling import Ending, Report, Retrying, is_async_handler
 from fairstream.sdk.worker.handler import RawHeaders, Request, request_of, where
+from fairstream.sdk.worker.pacing import Playout, start_at
 from fairstream.sdk.worker.retry import backoff_delay
 from fairstream.sdk.worker.tracking import RecentIds
 from fairstream.wire.feedback import (
@@ -61,11 +89,16 @@ from fairstream.wire.feedback import (
     feedback_key,
 )
 
-__all__ = ["AgentStats", "PaidApiAgent", "request_from_event"]
+__all__ = ["AgentStats", "Held", "PaidApiAgent", "Window", "request_from_event"]
 
 log = logging.getLogger("fairstream.faust")
 
 MAX_DETAIL_CHARS = 2000
+
+# Events an actor holds (waiting for their start, running, or finished behind an earlier
+# one of their partition) per in-flight slot; with that many it reads no further. Bounds
+# the agent's memory and how far the events read run ahead of the commit point.
+HELD_PER_SLOT = 32
 
 
 def request_from_event(event: EventT[bytes], attempt: int = 1) -> Request:
@@ -105,6 +138,108 @@ class AgentStats:
     feedback_errors: int = 0  # feedback records not queued or not delivered
 
 
+@dataclass(eq=False, slots=True)
+class Held:
+    """One egress event an actor holds, from its arrival until it is acked."""
+
+    event: EventT[bytes]
+    request: Request
+    due: float  # when its call may start (epoch s, the agent's wall clock)
+    call: bool = True  # False: skipped (a duplicate), never called
+    started: bool = False
+    done: bool = False  # its call ended (or it was skipped): ackable in its turn
+
+
+class Window:
+    """The events one actor holds: which calls start now, which events may be acked. Pure.
+
+    ``hold`` takes an event in at its start time (``start_at`` with ``playout_delay``; None
+    or 0: on arrival); ``startable`` hands out those whose moment has come, earliest first, while
+    fewer than ``max_in_flight`` run; ``finish`` ends one and returns the events now safe to
+    ack: the finished ones at the head of its partition, in offset order, so no acked event
+    ever has an unacked one before it in its partition.
+
+    Caller: one actor's loop. Affects: this object only.
+    """
+
+    def __init__(
+        self,
+        max_in_flight: int,
+        playout_delay: float | None,
+        wall_clock: Callable[[], float],
+        max_held: int,
+    ) -> None:
+        self.max_in_flight = max_in_flight
+        self.playout_delay = playout_delay
+        self.max_held = max_held
+        self._wall = wall_clock
+        self._playout: Playout[Held] = Playout()  # calls whose moment has not come
+        self._ready: deque[Held] = deque()  # moment come, waiting for a slot, in start order
+        self._partitions: dict[tuple[str, int], deque[Held]] = {}  # in offset order
+        self.running = 0  # calls started and not finished
+        self.held = 0  # events held: not acked yet
+
+    def full(self) -> bool:
+        """True when the actor should read no further before an event is acked."""
+        return self.held >= self.max_held
+
+    def hold(self, event: EventT[bytes], request: Request, *, call: bool = True) -> Held:
+        """Take ``event`` in; its call starts at its moment, or never (``call=False``: a
+        duplicate, to be finished at once and acked in its turn)."""
+        now = self._wall()
+        delay = self.playout_delay
+        due = now if not delay else start_at(request.start_ms, now, delay)
+        held = Held(event, request, due, call)
+        message = event.message
+        self._partitions.setdefault((message.topic, message.partition), deque()).append(held)
+        self.held += 1
+        if call:
+            self._playout.push(due, held)
+        return held
+
+    def startable(self) -> list[Held]:
+        """The events whose calls start now, in order of their start times; each takes a
+        slot (``running``) until ``finish``."""
+        self._ready.extend(self._playout.pop_due(self._wall()))
+        started: list[Held] = []
+        while self._ready and self.running < self.max_in_flight:
+            held = self._ready.popleft()
+            held.started = True
+            started.append(held)
+            self.running += 1
+        return started
+
+    def next_due(self) -> float | None:
+        """When the next call may start for want of time (None: none waits for time, or
+        every slot is taken and a finishing call is what frees the next start)."""
+        if self._ready or self.running >= self.max_in_flight:
+            return None
+        return self._playout.next_due()
+
+    def waiting(self) -> int:
+        """Events held whose call has not started."""
+        return len(self._playout) + len(self._ready)
+
+    def finish(self, held: Held) -> list[EventT[bytes]]:
+        """End ``held``: its call ended, or it is a duplicate; returns the events now safe
+        to ack, in offset order (none while an earlier event of its partition is held)."""
+        if held.done or (held.call and not held.started):
+            raise ValueError(f"{where(held.request)}: finished twice or before it started")
+        held.done = True
+        if held.call:
+            self.running -= 1
+        message = held.event.message
+        key = (message.topic, message.partition)
+        queue = self._partitions[key]
+        ackable: list[EventT[bytes]] = []
+        while queue and queue[0].done:
+            ackable.append(queue.popleft().event)
+        if not queue:
+            del self._partitions[key]
+        self.held -= len(ackable)
+        return ackable
+
+
 class PaidApiAgent(Retrying):
     """Registers a Faust agent on the egress topic that calls ``handler`` for each request.
 
@@ -113,6 +248,16 @@ class PaidApiAgent(Retrying):
     duplicate detection (the least recently seen go first). ``agent`` is the Faust agent.
     Read egress committed-only with ``processing_guarantee="exactly_once"`` on the app (see
     ``fairstream.faust``).
+
+    ``max_in_flight``: calls running at once per actor (a call holds its slot through its
+    retries). A backlogged tenant gets up to ``max_in_flight / latency`` calls/s: give it at
+    least the API's rate times its latency (20 calls/s of 0.2 s: 4; 10/s of 2 s: 20). The
+    default, 16, covers most APIs without overshooting a modest concurrency limit; a plain
+    (non-async) handler runs in a thread pool of that size. ``playout_delay``: each call
+    starts that many seconds after the record's start stamp (``fairstream-start-ms``);
+    None or 0 (the default, as for ``fairstream.Worker``): as it arrives.
+    ``wall_clock``: the epoch-seconds clock pacing reads (tests pass their own).
+    ``concurrency``: Faust actors; leave it at 1 (see the module docstring).
     """
 
     _log = log
@@ -132,14 +277,22 @@ class PaidApiAgent(Retrying):
         remember: int = 100_000,
         name: str | None = None,
         concurrency: int = 1,
+        max_in_flight: int = 16,
+        playout_delay: float | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         check_app(app, "fairstream.faust.PaidApiAgent")
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+        if playout_delay is not None and playout_delay < 0:
+            raise ValueError(f"playout_delay must be None or at least 0, got {playout_delay}")
         if backoff_initial < 0 or backoff_max < backoff_initial:
             raise ValueError(
                 f"need 0 <= backoff_initial <= backoff_max, got {backoff_initial}, {backoff_max}"
             )
+        self.app = app
         self.handler = handler
         self.max_attempts = max_attempts
         self.backoff_initial = backoff_initial
@@ -147,6 +300,15 @@ class PaidApiAgent(Retrying):
         self.seen = RecentIds(remember)
         self.stats = AgentStats()
         self._is_async = is_async_handler(handler)
+        self.max_in_flight = max_in_flight
+        self.playout_delay = playout_delay
+        self._wall = wall_clock
+        # Request ids held by an actor and not finished: a second copy is a duplicate too.
+        self._pending: Counter[str] = Counter()
+        if not self._is_async:  # the loop's default executor has too few threads
+            self._pool = ThreadPoolExecutor(
+                max_in_flight * concurrency, thread_name_prefix="fairstream-agent"
+            )
         raw: dict[str, Any] = {
             "key_type": bytes,
             "value_type": bytes,
@@ -164,13 +326,44 @@ class PaidApiAgent(Retrying):
         )(self._consume)
 
     async def _consume(self, stream: StreamT[bytes]) -> None:
-        async for event in stream.events():
-            await self.process(event)
+        """One actor: read events, start their calls in their time, ack them in order."""
+        if not commit_across_markers(self.app.consumer):
+            log.warning(
+                "this Faust version's consumer is not the one fairstream.faust knows: its "
+                "commits may fall behind transactional egress (see docs/faust.md)"
+            )
+        # A Stream method the StreamT stubs leave out.
+        await _Actor(self, cast(Any, stream).noack()).run()
+
+    def admit(self, window: Window, event: EventT[bytes]) -> Held:
+        """Take ``event`` into ``window``: to be called, or skipped as a duplicate (a request
+        id handled lately, or held and not finished)."""
+        request = request_from_event(event)
+        rid = request.request_id
+        if rid in self.seen or self._pending[rid] > 0:
+            self.stats.duplicates += 1
+            log.debug("skipped %s: seen lately", where(request))
+            return window.hold(event, request, call=False)
+        self._pending[rid] += 1
+        return window.hold(event, request)
+
+    async def call(self, held: Held) -> str:
+        """Run the calls of an admitted event; returns ``ok`` or ``dead-lettered``."""
+        rid = held.request.request_id
+        try:
+            outcome = await self._handle(held.event, held.request)
+            self.seen.add(rid)
+        finally:
+            self._pending[rid] -= 1
+            if self._pending[rid] <= 0:
+                del self._pending[rid]
+        return outcome
 
     async def process(self, event: EventT[bytes]) -> str:
-        """Handle one egress event; returns ``ok``, ``dead-lettered`` or ``duplicate``."""
+        """Handle one egress event at once (no pacing, no ack: the agent's actors do both);
+        returns ``ok``, ``dead-lettered`` or ``duplicate``."""
         request = request_from_event(event)
-        if request.request_id in self.seen:
+        if request.request_id in self.seen or self._pending[request.request_id] > 0:
             self.stats.duplicates += 1
             log.debug("skipped %s: seen lately", where(request))
             return "duplicate"
@@ -236,6 +429,86 @@ class PaidApiAgent(Retrying):
         if sent.cancelled() or sent.exception() is not None:
             self.stats.feedback_errors += 1  # advisory: counted, not retried
             log.debug("a feedback record was not delivered: %r", sent)
+
+
+class _Actor:
+    """One actor of the agent: reads the stream (acks off), starts calls as its ``Window``
+    says, acks what the window releases; a call that fails unexpectedly (a bug, not the
+    handler: its errors are the retry rule's) ends the actor with that error, its event
+    unacked. Stopping (Faust cancels the actor) cancels the running calls, unacked.
+    """
+
+    def __init__(self, agent: PaidApiAgent, stream: StreamT[bytes]) -> None:
+        self.agent = agent
+        self.stream = stream
+        limit = agent.max_in_flight
+        self.window = Window(limit, agent.playout_delay, agent._wall, HELD_PER_SLOT * limit)
+        self.wake = asyncio.Event()  # an event held or a call finished: the starter looks
+        self.room = asyncio.Event()  # events acked: the reader may read on
+        self.calls: set[asyncio.Task[None]] = set()
+        self.failure: BaseException | None = None
+        self.reader: asyncio.Task[Any] | None = None
+
+    async def run(self) -> None:
+        self.reader = asyncio.current_task()
+        starter = asyncio.create_task(self._start_calls())
+        starter.add_done_callback(self._ended)
+        try:
+            async for event in self.stream.events():
+                while self.window.full():
+                    self.room.clear()
+                    await self.room.wait()
+                held = self.agent.admit(self.window, event)
+                if not held.call:
+                    await self._ack(self.window.finish(held))
+                self.wake.set()
+        except asyncio.CancelledError:
+            if self.failure is not None:
+                raise self.failure from None
+            raise
+        finally:
+            starter.cancel()
+            for task in self.calls:
+                task.cancel()
+            await asyncio.gather(starter, *self.calls, return_exceptions=True)
+
+    async def _start_calls(self) -> None:
+        window = self.window
+        while True:
+            self.wake.clear()  # only this task clears it: no wake-up is lost
+            for held in window.startable():
+                task = asyncio.create_task(self._call(held))
+                self.calls.add(task)
+                task.add_done_callback(self.calls.discard)
+            due = window.next_due()
+            timeout = None if due is None else max(0.0, due - self.agent._wall())
+            with contextlib.suppress(TimeoutError):  # then the next start time has come
+                await asyncio.wait_for(self.wake.wait(), timeout)
+
+    def _ended(self, starter: asyncio.Task[None]) -> None:
+        """The starter never ends on its own: if it failed, end the actor with its error."""
+        if not starter.cancelled() and starter.exception() is not None:
+            self._fail(starter.exception())
+
+    def _fail(self, exc: BaseException | None) -> None:
+        self.failure = exc
+        if self.reader is not None:
+            self.reader.cancel()
+
+    async def _call(self, held: Held) -> None:
+        try:
+            await self.agent.call(held)
+        except Exception as exc:
+            log.exception("the paid-API agent failed on %s", where(held.request))
+            self._fail(exc)
+            return
+        await self._ack(self.window.finish(held))
+        self.room.set()
+        self.wake.set()
+
+    async def _ack(self, events: list[EventT[bytes]]) -> None:
+        for event in events:
+            await self.stream.ack(event)
 
 
 async def _sleep(delay: float) -> bool:

@@ -6,7 +6,9 @@ process. Prompts go to the app's own requests topic; the app's ``submit`` agent 
 to ingest (``fairstream.faust.Ingest``); the scheduler releases them onto egress; the app's
 paid-API agent (``fairstream.faust.PaidApiAgent``, ``processing_guarantee="exactly_once"``)
 calls the simulated API, which refuses one prompt once with a 429 and fails another every
-time (dead-lettered after three attempts); the feedback reaches the scheduler, which counts
+time (dead-lettered after three attempts); a backlogged tenant's prompts take 0.2 s each
+and the agent runs several at once (counted from the handler's side), every request
+handled once and every offset committed; the feedback reaches the scheduler, which counts
 it on /metrics and charges the measured cost on /tenants. Tenant policies written with
 ``fairstream tenants set``, before the run and during it, are read by the app through
 ``fairstream.faust.PolicyTable``.
@@ -35,13 +37,20 @@ PARTITIONS = 3
 # tokens declared per prompt; each prompt's text has TEXT_WORDS words (the measured cost).
 DECLARED = 2
 TEXT_WORDS = 5
-PROMPTS = {"acme": 12, "globex": 12, "initech": 6}
+PROMPTS = {"acme": 12, "globex": 12, "initech": 6, "hooli": 30}
 HEAVY = "acme"  # given weight 3 by policy: the app's handler picks the large model for it
+SLOW = "hooli"  # each call takes 0.2 s: one at a time it would get 5 calls/s
+# Calls of the slow tenant running at once that the agent reaches at least (its limit is
+# max_in_flight, 16 by default; the scheduler releases the tenant at about 25 records/s).
+SLOW_IN_FLIGHT = 3
 
 
 def prompt(tenant: str, i: int) -> dict[str, object]:
     busy = tenant == "globex" and i == 4  # refused once with a 429
-    text = ("busy: " if busy else "") + " ".join(["word"] * (TEXT_WORDS - busy))
+    slow = tenant == SLOW
+    text = ("busy: " if busy else "slow: " if slow else "") + " ".join(
+        ["word"] * (TEXT_WORDS - busy - slow)
+    )
     return {"tenant": tenant, "text": text, "tokens": DECLARED, "id": f"{tenant}-p{i}"}
 
 
@@ -263,8 +272,12 @@ def test_a_faust_app_submits_and_handles_requests_and_its_feedback_reaches_the_s
     ids = [line[0] for line in lines]
     expected = [f"{t}-p{i}" for t, n in PROMPTS.items() for i in range(n)]
     assert sorted(ids) == sorted([*expected, LATE[1]["id"]])
-    models = {(tenant, model) for request_id, tenant, model, _ in lines if request_id in expected}
-    assert models == {("acme", "large"), ("globex", "small"), ("initech", "small")}
+    models = {(tenant, model) for request_id, tenant, model, *_ in lines if request_id in expected}
+    assert models == {("acme", "large"), ("globex", "small"), ("initech", "small"), (SLOW, "small")}
+    # The slow tenant's 0.2 s calls ran several at once (each line: the calls running as it
+    # started, this one included), and still each was handled once and committed (above).
+    most = max(int(running) for request_id, tenant, *_, running in lines if tenant == SLOW)
+    assert most >= SLOW_IN_FLIGHT, f"at most {most} calls in flight"
     assert lines[-1][:3] == [LATE[1]["id"], "initech", "large"]
 
     # What Faust wrote to ingest is the contract's record, on the scheduler's partition.
