@@ -7,6 +7,13 @@ Topic ``fairstream.feedback`` (``DEFAULT_FEEDBACK_TOPIC``), as many partitions a
 - value: a ``Feedback`` record in Avro single-object encoding: ``C3 01``, the 8-byte
   little-endian CRC-64-AVRO fingerprint of ``schemas/Feedback.avsc``, then the Avro binary
   body. Any Avro reader with that schema decodes it; no schema registry is needed.
+  Records are written with the current schema (``released/Feedback.v2.avsc``); those of
+  workers that predate it (``released/Feedback.v1.avsc``, no ``egress_topic``) are still
+  read, by their own fingerprint.
+
+``egress_topic`` names the egress topic the worker read the request from. Deployments on
+one cluster that keep the default feedback topic share it; a scheduler uses only the
+records of its own egress topic (and those that name none, from v1 workers).
 
 A worker writes one record per settled request (outcome ``ok`` or ``dead-lettered``), plus
 one per attempt the API refused (``rate-limited``) or that failed and will be tried again
@@ -36,6 +43,7 @@ __all__ = [
     "DEFAULT_FEEDBACK_TOPIC",
     "FINAL_OUTCOMES",
     "FINGERPRINT",
+    "FINGERPRINT_V1",
     "MAGIC",
     "SCHEMA_NAME",
     "Feedback",
@@ -50,11 +58,17 @@ __all__ = [
 DEFAULT_FEEDBACK_TOPIC = "fairstream.feedback"
 SCHEMA_NAME = "Feedback"
 MAGIC: Final = b"\xc3\x01"
-# CRC-64-AVRO of the Parsing Canonical Form of schemas/Feedback.avsc (released as v1);
-# tests/unit/wire/test_feedback.py recomputes it from the file.
-FINGERPRINT: Final = 0xC7C270A52676EEBD
+# CRC-64-AVRO of the Parsing Canonical Form of schemas/Feedback.avsc (released as v2), and
+# of released/Feedback.v1.avsc, which old workers still write; tests/unit/wire/
+# test_feedback.py recomputes both from the files.
+FINGERPRINT: Final = 0x14FB9A5F53378EBC
+FINGERPRINT_V1: Final = 0xC7C270A52676EEBD
 _HEADER: Final = MAGIC + FINGERPRINT.to_bytes(8, "little")
+_HEADER_V1: Final = MAGIC + FINGERPRINT_V1.to_bytes(8, "little")
 MAX_ATTEMPT: Final = 2**31 - 1
+# Kafka's rule for a topic name: 1 to 249 of these characters.
+_TOPIC_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+_MAX_TOPIC_CHARS: Final = 249
 
 
 class FeedbackError(Error, ValueError):
@@ -112,6 +126,16 @@ def _check_text(name: str, value: object, limit: int) -> bytes:
     return raw
 
 
+def _check_topic(name: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise FeedbackError(f"{name} must be a string, got {type(value).__name__}")
+    if not 1 <= len(value) <= _MAX_TOPIC_CHARS or not _TOPIC_CHARS.issuperset(value):
+        raise FeedbackError(
+            f"{name} must be a Kafka topic name (1 to {_MAX_TOPIC_CHARS} of a-z A-Z 0-9 . _ -), "
+            f"got {value[:60]!r}"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Feedback:
     """One feedback record. Construction validates it (``FeedbackError``).
@@ -119,7 +143,8 @@ class Feedback:
     ``latency`` and ``retry_after`` are seconds; ``reported_at_ms`` and
     ``scheduled_at_ms`` epoch milliseconds. ``scope`` is required for a rate-limited outcome
     and refused for the others, as is ``retry_after``. ``cost`` is what the handler reported
-    (``fairstream.Usage``), None when it reported nothing.
+    (``fairstream.Usage``), None when it reported nothing. ``egress_topic`` is the topic
+    the worker read the request from (None: unknown, as from a v1 worker).
     """
 
     request_id: str
@@ -133,6 +158,7 @@ class Feedback:
     scheduled_at_ms: int | None = None
     scope: Scope | None = None
     retry_after: float | None = None
+    egress_topic: str | None = None
 
     def __post_init__(self) -> None:
         _check_text("request_id", self.request_id, MAX_REQUEST_ID_BYTES)
@@ -170,6 +196,8 @@ class Feedback:
             raise FeedbackError(
                 f"scope and retry_after belong to rate-limited outcomes, not {outcome.value}"
             )
+        if self.egress_topic is not None:
+            _check_topic("egress_topic", self.egress_topic)
 
     @property
     def final(self) -> bool:
@@ -200,7 +228,8 @@ def _string(out: bytearray, raw: bytes) -> None:
 
 
 def encode_feedback(record: Feedback) -> bytes:
-    """The single-object encoding of ``record`` (``C3 01``, fingerprint, Avro body).
+    """The single-object encoding of ``record`` (``C3 01``, fingerprint, Avro body), with
+    the current schema (v2).
 
     Caller: the worker, once per outcome. Affects: nothing.
     """
@@ -232,6 +261,11 @@ def encode_feedback(record: Feedback) -> bytes:
     else:
         out.append(2)
         out += _DOUBLE.pack(record.retry_after)
+    if record.egress_topic is None:
+        out.append(0)
+    else:
+        out.append(2)
+        _string(out, record.egress_topic.encode("ascii"))
     return bytes(out)
 
 
@@ -296,8 +330,9 @@ def decode_feedback(
 ) -> Feedback:
     """The ``Feedback`` in a feedback-topic value; ``key``, when given, must be its tenant.
 
-    Raises ``FeedbackError`` (and nothing else) for a null or foreign value, an unknown
-    schema fingerprint, truncated or trailing bytes, or content out of the contract.
+    Reads the current schema (v2) and the released v1 (``egress_topic`` None). Raises
+    ``FeedbackError`` (and nothing else) for a null or foreign value, an unknown schema
+    fingerprint, truncated or trailing bytes, or content out of the contract.
 
     Caller: the scheduler's feedback reader, tools. Affects: nothing.
     """
@@ -313,11 +348,13 @@ def decode_feedback(
         )
     if len(raw) < len(_HEADER):
         raise FeedbackError(f"truncated {SCHEMA_NAME} value: {len(raw)} bytes, no fingerprint")
-    if raw[: len(_HEADER)] != _HEADER:
+    header = raw[: len(_HEADER)]
+    if header not in (_HEADER, _HEADER_V1):
         fp = int.from_bytes(raw[2 : len(_HEADER)], "little")
         raise FeedbackError(
             f"unknown {SCHEMA_NAME} schema fingerprint {fp:#018x} (this fairstream reads "
-            f"{FINGERPRINT:#018x}); was it written by a newer fairstream?"
+            f"{FINGERPRINT:#018x} and {FINGERPRINT_V1:#018x}); was it written by a newer "
+            "fairstream?"
         )
     r = _Reader(raw, len(_HEADER))
     request_id = r.string("request_id", MAX_REQUEST_ID_BYTES)
@@ -331,6 +368,9 @@ def decode_feedback(
     scheduled_at_ms = r.optional_long("scheduled_at")
     scope = _SCOPES[r.index("scope", len(_SCOPES))] if r.index("scope", 2) else None
     retry_after = r.double("retry_after") if r.index("retry_after", 2) else None
+    egress_topic = None
+    if header == _HEADER and r.index("egress_topic", 2):  # v1 ends before it
+        egress_topic = r.string("egress_topic", _MAX_TOPIC_CHARS)
     if r.pos != len(raw):
         raise FeedbackError(
             f"{SCHEMA_NAME} value has {len(raw) - r.pos} trailing bytes after the record"
@@ -347,6 +387,7 @@ def decode_feedback(
         scheduled_at_ms=scheduled_at_ms,
         scope=scope,
         retry_after=retry_after,
+        egress_topic=egress_topic,
     )
     if key is not None:
         if not isinstance(key, bytes | bytearray | memoryview):

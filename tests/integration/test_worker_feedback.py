@@ -103,6 +103,7 @@ def test_rate_limited_retries_without_using_attempts_and_is_reported(
     for r in records:
         assert (r.request_id, r.tenant, r.attempt, r.declared_cost) == ("r-1", "acme", 1, 3)
         assert r.scheduled_at_ms == 2000  # the egress record's fairstream-scheduled-ms
+        assert r.egress_topic == s.egress  # names the deployment the request came from
         assert r.latency >= 0
     assert [r.cost for r in records] == [None] * 4 + [42]
     assert records[-1].final

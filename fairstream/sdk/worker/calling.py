@@ -68,6 +68,8 @@ class Report:
             scheduled_at_ms=request.scheduled_ms,
             scope=self.scope,
             retry_after=self.retry_after,
+            # Names the deployment: a scheduler ignores feedback from another one's egress.
+            egress_topic=request.topic,
         )
 
 

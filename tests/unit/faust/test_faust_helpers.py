@@ -200,6 +200,7 @@ def test_ok_reports_usage_and_a_repeated_request_id_is_skipped() -> None:
     (record,) = sent.feedback()
     assert (record.request_id, record.tenant, record.outcome) == ("r-1", "acme", Outcome.OK)
     assert (record.declared_cost, record.cost, record.scheduled_at_ms) == (3, 12, 1000)
+    assert record.egress_topic == "fs.egress"  # names its deployment (the event's topic)
     assert agent.stats.ok == 1
     assert agent.stats.duplicates == 1
     assert agent.stats.feedback_records == 1

@@ -1,11 +1,14 @@
-"""Every released TenantPolicy schema stays readable by the current one (backward compatibility).
+"""Every released TenantPolicy and Feedback schema stays readable by the current one
+(backward compatibility).
 
 ``fairstream/schemas/released/`` keeps a copy of each schema fairstream has shipped; the
 policy topic is compacted, so a value written years ago may be read by today's scheduler.
 The check resolves data written with each released schema to the current schema with the
 avro library (its reader/writer compatibility checker, and a real encode/decode of sample
 data), and checks statically that every field added since has a default. The tests at the
-end show it fails on deliberately broken copies.
+end show it fails on deliberately broken copies. Feedback values are not compacted, but
+workers of the previous release keep writing v1 while schedulers are upgraded, so the same
+holds for them (``fairstream/wire/feedback.py`` decodes both by hand).
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ RELEASED = {
     "TenantPolicy.v1.avsc": 0x1975DF0CE7A2013E,
     "TenantPolicy.v2.avsc": 0x84DBB18F51F4503C,
     "TenantPolicy.v3.avsc": 0xCADDE6180798DCD8,
+}
+FEEDBACK_RELEASED = {
+    "Feedback.v1.avsc": 0xC7C270A52676EEBD,
+    "Feedback.v2.avsc": 0x14FB9A5F53378EBC,
 }
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -124,6 +131,39 @@ def test_every_current_field_has_a_default() -> None:
     # So the next schema can read this one's data whatever it adds or drops.
     for field in json.loads(current_schema_text())["fields"]:
         assert "default" in field, f"field {field['name']} has no default"
+
+
+def _feedback_texts() -> tuple[str, dict[str, str]]:
+    """The current Feedback schema and every released one, by file name."""
+    released = schema_dir() / "released"
+    names = [p.name for p in released.iterdir() if p.name.startswith("Feedback.v")]
+    return (
+        (schema_dir() / "Feedback.avsc").read_text(encoding="utf-8"),
+        {name: (released / name).read_text(encoding="utf-8") for name in names},
+    )
+
+
+def test_released_feedback_schemas_are_pinned() -> None:
+    current, released = _feedback_texts()
+    assert set(released) == set(FEEDBACK_RELEASED)
+    for name, text in released.items():
+        assert fingerprint(json.loads(text)) == FEEDBACK_RELEASED[name], (
+            f"released schema {name} was edited: released schemas are immutable"
+        )
+    newest = max(FEEDBACK_RELEASED, key=lambda n: int(n.split(".v")[1].removesuffix(".avsc")))
+    assert fingerprint(json.loads(current)) == FEEDBACK_RELEASED[newest]
+
+
+@pytest.mark.parametrize("name", sorted(FEEDBACK_RELEASED))
+def test_current_feedback_schema_reads_every_released_schema(name: str) -> None:
+    current, released = _feedback_texts()
+    assert compatibility_problems(released[name], current) == []
+
+
+def test_released_feedback_v1_reads_the_current_schemas_data() -> None:
+    # Forward too: a consumer that still holds v1 (the avro library, resolving) reads v2.
+    current, released = _feedback_texts()
+    assert compatibility_problems(current, released["Feedback.v1.avsc"]) == []
 
 
 def test_repository_schemas_dir_is_the_package_one() -> None:

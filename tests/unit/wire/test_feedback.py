@@ -1,5 +1,6 @@
 """The feedback contract: the hand-written Avro codec agrees with the avro library both ways,
-the fingerprint is the schema file's, and no bytes make decoding raise anything but
+for the current schema (v2) and for the released v1 that older workers still write; the
+fingerprints are the schema files'; and no bytes make decoding raise anything but
 FeedbackError."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import datetime as dt
 import io
 import json
 import math
+from dataclasses import replace
 from importlib.resources import files
 from typing import Any
 
@@ -21,6 +23,7 @@ from fairstream.wire import MAX_COST, MAX_EPOCH_MS
 from fairstream.wire.canonical import fingerprint
 from fairstream.wire.feedback import (
     FINGERPRINT,
+    FINGERPRINT_V1,
     MAGIC,
     Feedback,
     FeedbackError,
@@ -34,8 +37,11 @@ from fairstream.wire.feedback import (
 SCHEMAS = files("fairstream") / "schemas"
 SCHEMA_TEXT = (SCHEMAS / "Feedback.avsc").read_text(encoding="utf-8")
 SCHEMA = avro.schema.parse(SCHEMA_TEXT)
+V1_TEXT = (SCHEMAS / "released" / "Feedback.v1.avsc").read_text(encoding="utf-8")
+V1_SCHEMA = avro.schema.parse(V1_TEXT)
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 HEADER = MAGIC + FINGERPRINT.to_bytes(8, "little")
+V1_HEADER = MAGIC + FINGERPRINT_V1.to_bytes(8, "little")
 
 
 def limited(**kw: Any) -> Feedback:
@@ -50,6 +56,7 @@ def limited(**kw: Any) -> Feedback:
         "scheduled_at_ms": 1_767_225_600_000,
         "scope": Scope.API,
         "retry_after": 1.5,
+        "egress_topic": "fairstream.egress",
     }
     fields.update(kw)
     return Feedback(**fields)
@@ -76,9 +83,24 @@ def test_fingerprint_is_the_schema_files() -> None:
     assert fingerprint(json.loads(SCHEMA_TEXT)) == FINGERPRINT
 
 
-def test_released_v1_is_the_current_schema() -> None:
-    released = (SCHEMAS / "released" / "Feedback.v1.avsc").read_text(encoding="utf-8")
-    assert fingerprint(json.loads(released)) == FINGERPRINT == 0xC7C270A52676EEBD
+def test_released_v2_is_the_current_schema() -> None:
+    released = (SCHEMAS / "released" / "Feedback.v2.avsc").read_text(encoding="utf-8")
+    assert json.loads(released) == json.loads(SCHEMA_TEXT)
+    assert fingerprint(json.loads(released)) == FINGERPRINT == 0x14FB9A5F53378EBC
+
+
+def test_released_v1_keeps_its_fingerprint() -> None:
+    assert fingerprint(json.loads(V1_TEXT)) == FINGERPRINT_V1 == 0xC7C270A52676EEBD
+
+
+def test_v2_appends_egress_topic_to_v1() -> None:
+    # Appended last with a default: a v1 body is a v2 body's prefix, field for field.
+    v1 = json.loads(V1_TEXT)["fields"]
+    v2 = json.loads(SCHEMA_TEXT)["fields"]
+    assert v2[: len(v1)] == v1
+    assert [f["name"] for f in v2[len(v1) :]] == ["egress_topic"]
+    assert v2[-1]["type"] == ["null", "string"]
+    assert v2[-1]["default"] is None
 
 
 def test_enum_symbols_match_the_outcomes_and_scopes() -> None:
@@ -108,6 +130,7 @@ def to_datum(record: Feedback) -> dict[str, Any]:
         "scheduled_at": ts(record.scheduled_at_ms),
         "scope": None if record.scope is None else record.scope.name,
         "retry_after": record.retry_after,
+        "egress_topic": record.egress_topic,
     }
 
 
@@ -115,6 +138,16 @@ def avro_encode(record: Feedback) -> bytes:
     buf = io.BytesIO()
     buf.write(HEADER)
     avro.io.DatumWriter(SCHEMA).write(to_datum(record), avro.io.BinaryEncoder(buf))
+    return buf.getvalue()
+
+
+def avro_encode_v1(record: Feedback) -> bytes:
+    """What a worker before v2 wrote: the v1 fingerprint and body (no egress_topic)."""
+    datum = to_datum(record)
+    del datum["egress_topic"]
+    buf = io.BytesIO()
+    buf.write(V1_HEADER)
+    avro.io.DatumWriter(V1_SCHEMA).write(datum, avro.io.BinaryEncoder(buf))
     return buf.getvalue()
 
 
@@ -132,10 +165,15 @@ MAX_AVRO_MS = 253_402_300_799_999
 texts = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=40).filter(
     lambda t: len(t.encode()) <= 255
 )
+topics = st.text(
+    st.sampled_from("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"),
+    min_size=1,
+    max_size=249,
+)
 
 
 @st.composite
-def records(draw: st.DrawFn, max_ms: int = MAX_EPOCH_MS) -> Feedback:
+def records(draw: st.DrawFn, max_ms: int = MAX_EPOCH_MS, v1: bool = False) -> Feedback:
     outcome = draw(st.sampled_from(list(Outcome)))
     seconds = st.floats(min_value=0, max_value=1e9, allow_nan=False, allow_infinity=False)
     rate_limited = outcome is Outcome.RATE_LIMITED
@@ -151,16 +189,20 @@ def records(draw: st.DrawFn, max_ms: int = MAX_EPOCH_MS) -> Feedback:
         scheduled_at_ms=draw(st.none() | st.integers(0, max_ms)),
         scope=draw(st.sampled_from(list(Scope))) if rate_limited else None,
         retry_after=draw(st.none() | seconds) if rate_limited else None,
+        egress_topic=None if v1 else draw(st.none() | topics),
     )
 
 
-@pytest.mark.parametrize("record", [limited(), ok(), limited(retry_after=None, scope="tenant")])
+SAMPLES = [limited(), ok(), limited(retry_after=None, scope="tenant", egress_topic=None)]
+
+
+@pytest.mark.parametrize("record", SAMPLES)
 def test_avro_library_reads_what_we_write(record: Feedback) -> None:
     # The avro library gives timestamp-millis as aware datetimes, as to_datum does.
     assert avro_decode(encode_feedback(record)) == to_datum(record)
 
 
-@pytest.mark.parametrize("record", [limited(), ok(), limited(retry_after=None, scope="tenant")])
+@pytest.mark.parametrize("record", SAMPLES)
 def test_we_read_what_the_avro_library_writes(record: Feedback) -> None:
     raw = avro_encode(record)
     assert raw == encode_feedback(record)
@@ -178,6 +220,40 @@ def test_same_bytes_as_the_avro_library(record: Feedback) -> None:
 def test_round_trip(record: Feedback) -> None:
     raw = encode_feedback(record)
     assert decode_feedback(raw, key=feedback_key(record)) == record
+
+
+@pytest.mark.parametrize("record", SAMPLES)
+def test_we_read_what_a_v1_worker_wrote(record: Feedback) -> None:
+    """v1 values (workers before egress_topic) decode by their own fingerprint, with no
+    egress topic; the rest of the record is the same."""
+    raw = avro_encode_v1(record)
+    assert raw[: len(V1_HEADER)] == V1_HEADER
+    assert decode_feedback(raw, key=feedback_key(record)) == replace(record, egress_topic=None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(records(max_ms=MAX_AVRO_MS, v1=True))
+def test_v1_bytes_as_the_avro_library_writes_them_decode(record: Feedback) -> None:
+    assert decode_feedback(avro_encode_v1(record)) == record
+
+
+@pytest.mark.parametrize("record", SAMPLES)
+def test_a_v1_reader_resolves_what_we_write(record: Feedback) -> None:
+    """Forward: a reader holding only v1 (the avro library, resolving) reads our v2 bodies
+    and drops egress_topic."""
+    raw = encode_feedback(record)
+    assert raw[: len(HEADER)] == HEADER
+    buf = io.BytesIO(raw[len(HEADER) :])
+    datum = avro.io.DatumReader(SCHEMA, V1_SCHEMA).read(avro.io.BinaryDecoder(buf))
+    expected = to_datum(record)
+    del expected["egress_topic"]
+    assert datum == expected
+
+
+def test_a_v1_fingerprint_with_a_v2_body_is_refused() -> None:
+    raw = V1_HEADER + encode_feedback(limited())[len(HEADER) :]
+    with pytest.raises(FeedbackError, match="trailing bytes"):
+        decode_feedback(raw)
 
 
 def test_extreme_longs_round_trip() -> None:
@@ -220,6 +296,11 @@ def test_outcome_and_scope_accept_their_wire_words() -> None:
         ({"scope": "world"}, "scope must be"),
         ({"retry_after": -0.5}, "retry_after"),
         ({"retry_after": math.inf}, "retry_after"),
+        ({"egress_topic": ""}, "egress_topic must be a Kafka topic name"),
+        ({"egress_topic": "a topic"}, "egress_topic must be a Kafka topic name"),
+        ({"egress_topic": "é"}, "egress_topic must be a Kafka topic name"),
+        ({"egress_topic": "t" * 250}, "egress_topic must be a Kafka topic name"),
+        ({"egress_topic": b"egress"}, "egress_topic must be a string"),
     ],
 )
 def test_invalid_records_are_refused(change: dict[str, Any], words: str) -> None:
@@ -261,6 +342,9 @@ def test_key_is_the_tenant() -> None:
         (HEADER + b"\x01", "request_id is -1 bytes"),
         (HEADER + b"\x02\xff\xfe", "not UTF-8"),
         (HEADER + b"\xff" * 11, "not a valid long"),
+        (encode_feedback(ok())[:-1] + b"\x04", "egress_topic has no branch"),
+        (encode_feedback(ok())[:-1] + b"\x02\x00", "egress_topic must be a Kafka topic name"),
+        (encode_feedback(ok())[:-1] + b"\x02\x04a/", "egress_topic must be a Kafka topic name"),
     ],
 )
 def test_garbage_is_a_feedback_error(value: Any, words: str) -> None:
