@@ -6,7 +6,8 @@ a ``Wait``) over weighted deficit round robin with priority classes (``FairSched
 ``GroupScheduler`` for two levels: groups, then their members), dominant-resource charges
 under two limits (``DominantCharge``), the demotion of noisy tenants (``Demotion``) and
 token-bucket rate limits (``EgressLimiter``, ``TokenBucket``); the rate adapted to the
-API's feedback (``AdaptiveRate``, ``TenantPauses``), measured-cost corrections
+API's feedback (``AdaptiveRate``, ``TenantPauses``), the concurrency found from it
+(``ConcurrencyLimit``), measured-cost corrections
 (``cost_correction``), admission decisions, tenant policies and an injected clock. No Kafka,
 no Faust, no asyncio, no threads: the service's emitter and the ``simulate`` command drive
 the same ``EmissionRule``, tests drive it from a ManualClock.
@@ -20,6 +21,7 @@ from fairstream.core.admission import (
     admit,
 )
 from fairstream.core.clock import Clock, ManualClock, MonotonicClock, RecordClock
+from fairstream.core.credit import ConcurrencyLimit
 from fairstream.core.deficit import FairScheduler, Pick
 from fairstream.core.demotion import Demotion, DemotionPolicy
 from fairstream.core.dominant import DominantCharge
@@ -35,6 +37,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "AdaptiveRate",
     "Clock",
+    "ConcurrencyLimit",
     "Core",
     "Decision",
     "Demotion",

@@ -50,8 +50,9 @@ records: the token bucket's own guarantee. What is caught up is bounded:
   bound is ``rate * (w + catch_up + that work) + burst``; read_committed consumers see
   records per commit anyway, so a slow commit delays what they see by as much either way;
 - only while a backlog waited: once nothing could be picked (the core empty, every tenant
-  capped or paused), or when the lease ran out, the schedule restarts at ``now``; after a
-  hold it restarts no earlier than the hold's end; a new share starts it at ``now``;
+  capped or paused, every concurrency slot held), or when the lease ran out, the schedule
+  restarts at ``now``; after a hold it restarts no earlier than the hold's end; a new share
+  starts it at ``now``;
 - a pick is never scheduled before its record was enqueued (``enqueued``, epoch ms), so a
   record that arrived during the commit is not stamped before it existed.
 
@@ -64,7 +65,8 @@ caller reports it sent (``started``, with its request id) and gives it back when
 reports it settled (``settled``) or its lease runs out. The DRR keeps picking by weight among
 the tenants with free slots, so with every slot busy a tenant's share of the slots follows
 its weight. Slots are counted only while a limit exists (``tracking``): the instances'
-(``--max-concurrency``), the default policy's, a tenant's, or a tenant group's (its own
+(``--max-concurrency``, or the one found from the feedback at run time,
+``set_max_concurrency``), the default policy's, a tenant's, or a tenant group's (its own
 policy's or the groups' default); requests released before a limit applied hold none.
 A tenant group's slots are counted for the group the tenant was in when each was taken
 (``fairstream.core.groupslots`` says how groups are held, and split between instances).
@@ -147,12 +149,15 @@ class EmissionRule(Generic[T]):
         "_burst",
         "_catch_up",
         "_clock",
+        "_concurrency_share",
         "_cost_burst",
         "_cost_rate",
+        "_counting",
         "_deadline",
         "_dominant",
         "_enqueued",
         "_excused",
+        "_found_limit",
         "_full",
         "_group_limit",
         "_hold_until",
@@ -227,6 +232,9 @@ class EmissionRule(Generic[T]):
         self._pending: Pick[T] | None = None  # picked, waiting for its cost tokens
         self._on_resume = on_resume
         self._group_limit = max_concurrency
+        self._concurrency_share = 1.0
+        self._found_limit = False  # the group limit comes from set_max_concurrency
+        self._counting = False  # slots are counted with no limit (count_slots)
         self.inflight = InFlight(max_concurrency, concurrency_lease)
         self._full: set[str] = set()  # tenants out of the pick: their slots are all held
         self._limited_tenants: set[str] = set()  # tenants whose own policy limits slots
@@ -295,6 +303,10 @@ class EmissionRule(Generic[T]):
         if pick is None:
             gate = self._slots_wait(now)
             if gate is not None:
+                # The workers hold every slot: the slots of the schedule missed meanwhile
+                # are not owed, or each completion would release a burst of them (the API
+                # saw one as a spike of 429s).
+                self._idle = True
                 self._slot = slot
                 return gate
             due = slot + limiter.wait_time(1, 1, slot)
@@ -598,6 +610,7 @@ class EmissionRule(Generic[T]):
         (``started``)."""
         return (
             self._group_limit is not None
+            or self._counting
             or bool(self._limited_tenants)
             or self.core.default_policy.max_concurrency is not None
             or self.groups.limited
@@ -610,8 +623,45 @@ class EmissionRule(Generic[T]):
 
         Caller: the service, when the partitions it owns change. Affects: the slot limits.
         """
-        self.inflight.set_limit(split_limit(self._group_limit, share))
+        self._concurrency_share = share
+        self.inflight.set_limit(self._slot_part())
         self.groups.set_share(share)
+
+    def set_max_concurrency(self, limit: int | None) -> None:
+        """The group's limit of requests in flight is ``limit`` from now on (None:
+        unlimited), of which this rule holds its share's part, at least one slot while it
+        has a share (a limit found at run time may be smaller than the instances: none may
+        be left unable to release the requests that measure it). Slots held above it stay
+        until given back; slots taken before a limit existed were not counted.
+
+        Caller: the service, on the adaptive concurrency limit. Affects: the slot limits.
+        """
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise ValueError(f"limit must be an integer >= 1 or None, got {limit!r}")
+        self._group_limit = limit
+        self._found_limit = True
+        self.inflight.set_limit(self._slot_part())
+
+    def count_slots(self) -> None:
+        """Count the slots of the requests released from now on, limit or none: a limit
+        set later (``set_max_concurrency``) then counts the requests already in flight,
+        instead of adding its slots to them.
+
+        Caller: the service, when a limit is to be found from the feedback. Affects:
+        ``tracking``, so the caller reports each record it sends.
+        """
+        self._counting = True
+
+    def _slot_part(self) -> int | None:
+        """This instance's part of the group's limit: rounded down; at least one slot for
+        a limit found at run time (``set_max_concurrency``) while it has a share."""
+        share = self._concurrency_share
+        part = split_limit(self._group_limit, share)
+        if part == 0 and share > 0 and self._found_limit:
+            return 1
+        return part
 
     def started(self, tenant: str, key: Hashable, now: float | None = None) -> None:
         """``tenant``'s record of request id ``key`` was sent: it holds a slot until a

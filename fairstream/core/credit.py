@@ -1,0 +1,392 @@
+"""Credit: how many requests the workers and the paid API can have in flight, found from
+their feedback.
+
+Without a 429 nothing tells the scheduler that the workers (or an API that queues calls
+instead of refusing them) are slower than ``--rate``: it would keep releasing at the rate,
+and the backlog would move from the scheduler, where fairness is applied, into the egress
+topic and the API's queue, which are FIFO. ``ConcurrencyLimit`` finds the concurrency they
+sustain, as TCP Vegas and Netflix's Gradient2 or Envoy's adaptive concurrency do, from one
+measurement per settled request: its *hold*, the seconds from its release (the egress
+record's ``scheduled_at``) to its final feedback being read. That is the time the request
+held a concurrency slot: the egress queue, the workers' playout delay, the call, and the
+feedback's way back.
+
+Each hold has a *call* (the feedback's ``latency``) and a *wait* before it (the report's
+sojourn, ``reported_at - scheduled_at``, less the call: the egress queue, the playout
+delay; the feedback's way back is not in it, so its batching does not pass for a queue).
+By Little's law the slots in use are ``completions/s x mean hold``. The least wait and the
+least call seen (``base_wait``, ``base_call``; ``base`` is their sum) are what a request
+takes when nothing queues. Every ``interval`` seconds, over the completions of the last ``window``:
+
+- **Queue**: requests queue before the call (the egress topic, a worker busy) by as much
+  as the window's mean wait is above ``base_wait``, less ``slack`` (commits and fetches
+  make waits vary by tens of milliseconds with no queue). The mean, not a low quantile:
+  records are keyed by tenant, so one worker may have a queue while the others have none,
+  and the requests behind it are the ones fairness is about. The wait does not include
+  the call, so calls that vary in length never pass for a queue of the workers. In the API
+  (it queues calls instead of refusing them) by as much as the window's least call is
+  above ``base_call``: a standing queue there delays the quickest call too, while calls
+  that only vary in length leave the least near its base.
+- **Target**: ``completions/s x (mean hold - queue) x (1 + headroom) + spare``: the slots
+  that keep the workers busy with no queue, plus a little queue (a worker finishing a call
+  finds the next one). While a queue shows, the completions per second are the capacity
+  itself, so this is the capacity's concurrency plus the headroom, and the queue it leaves
+  is about ``headroom x base + spare / capacity`` seconds long.
+- **Grow**: while the limit binds (the slots in use reach ``_BINDING`` of it) and the queue
+  is at most ``tolerance x base``, capacity may be left unused: the limit grows by
+  ``growth`` per interval, up to ``ceiling``. Otherwise it goes to the target, but never up
+  by more than ``growth`` at once (a short span of holds, some queued and some not, makes
+  the target overshoot). Never below ``floor``.
+- **Probe**: the bases only go down with new samples; a standing queue would otherwise
+  become part of them and ratchet the limit up, and an API that got slower would never
+  be measured. So, every ``probe_every`` seconds in which the limit bound most of the
+  time, the limit drops to ``floor`` until ``probe_samples`` requests released after the
+  drop have come back (the queue has drained: they meet none) or ``probe_timeout`` has
+  passed; their least wait and call are the new bases, and the limit returns to where it
+  was, kept there until the probe's completions have left the window. Envoy's gradient
+  controller measures its minimum round trip the same way.
+- **429s, no limit**: an API that refuses calls (api-scope 429s) has the adaptive rate
+  (``fairstream.core.adaptive``) in charge; the limit stands aside (None) for ``aside``
+  seconds after each refusal. It is for workers and APIs that are slow without saying so.
+- **No feedback, no limit**: until the first sample, and again after ``idle`` seconds
+  without one, ``limit`` is None (unlimited) and everything learnt is forgotten: workers
+  that report nothing, or stopped reporting, never hold the scheduler back.
+
+The limit is the group's: every instance reads all the feedback, so each computes the same
+one and holds its part of it, as with a fixed ``--max-concurrency``.
+
+Pure: no I/O; time comes from an injected ``Clock`` (or as ``now``, on its seconds). Not
+thread-safe: one owner (the feedback reader) calls every method.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Final
+
+from fairstream.core.clock import Clock
+
+__all__ = ["ConcurrencyLimit"]
+
+# The limit binds when the slots in use (Little's law over the window) reach this
+# fraction of it: a limit that binds holds all its slots, less what a commit delays, and
+# one that does not is at least 1 + headroom times the slots in use.
+_BINDING: Final = 0.9
+
+# The API's queue is told from the least call of the window once it holds this many: the
+# least of fewer calls that vary in length is far above the least ever.
+_CALLS_TRUSTED: Final = 8
+
+
+def _finite(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def _number(name: str, value: float, *, low: float, strict: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value) or value < low or (strict and value == low):
+        bound = f"> {low:g}" if strict else f">= {low:g}"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+    return float(value)
+
+
+class ConcurrencyLimit:
+    """The concurrency the workers and the API sustain, from the holds of settled requests
+    (see the module docstring). ``limit`` is None (unlimited) until the first sample.
+
+    ``floor`` and ``ceiling`` bound the limit; ``headroom`` and ``spare`` are the fraction
+    and the slots above the Little's-law value; ``growth`` the factor per ``interval``
+    while the limit binds and nothing queues; ``tolerance`` and ``slack`` how much
+    queue, a fraction of ``base`` plus seconds (commits and fetches make waits vary), is
+    still "nothing queues"; ``window`` the seconds of completions the rate
+    is measured over; ``probe_every``, ``probe_samples`` and ``probe_timeout`` the probes
+    of the bases; ``idle`` the seconds without a sample after which the limit is dropped;
+    ``aside`` the seconds it stands aside after the API refused a call (``refused``).
+    """
+
+    __slots__ = (
+        "_aside",
+        "_aside_until",
+        "_binding",
+        "_clock",
+        "_first",
+        "_held_until",
+        "_last",
+        "_limit",
+        "_next_probe",
+        "_next_update",
+        "_probe_call",
+        "_probe_count",
+        "_probe_start",
+        "_probe_wait",
+        "_samples",
+        "_saved",
+        "_updates",
+        "aside",
+        "base_call",
+        "base_wait",
+        "ceiling",
+        "floor",
+        "growth",
+        "headroom",
+        "idle",
+        "interval",
+        "probe_every",
+        "probe_samples",
+        "probe_timeout",
+        "probes",
+        "slack",
+        "spare",
+        "tolerance",
+        "window",
+    )
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        floor: int = 2,
+        ceiling: int = 10_000,
+        headroom: float = 0.2,
+        spare: float = 2.0,
+        growth: float = 1.25,
+        tolerance: float = 0.25,
+        slack: float = 0.05,
+        interval: float = 0.25,
+        window: float = 1.0,
+        probe_every: float = 30.0,
+        probe_samples: int = 2,
+        probe_timeout: float = 10.0,
+        idle: float = 60.0,
+        aside: float = 10.0,
+    ) -> None:
+        counts = (("floor", floor), ("ceiling", ceiling), ("probe_samples", probe_samples))
+        for name, count in counts:
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {count!r}")
+        if ceiling < floor:
+            raise ValueError(f"ceiling ({ceiling}) must be at least floor ({floor})")
+        self._clock = clock
+        self.floor = floor
+        self.ceiling = ceiling
+        self.probe_samples = probe_samples
+        self.headroom = _number("headroom", headroom, low=0, strict=False)
+        self.spare = _number("spare", spare, low=0, strict=False)
+        self.growth = _number("growth", growth, low=1, strict=True)
+        self.tolerance = _number("tolerance", tolerance, low=0, strict=False)
+        self.slack = _number("slack", slack, low=0, strict=False)
+        self.interval = _number("interval", interval, low=0, strict=True)
+        self.window = _number("window", window, low=0, strict=True)
+        if self.window < self.interval:
+            raise ValueError(f"window ({window!r}) must be at least interval ({interval!r})")
+        self.probe_every = _number("probe_every", probe_every, low=0, strict=True)
+        self.probe_timeout = _number("probe_timeout", probe_timeout, low=0, strict=True)
+        self.idle = _number("idle", idle, low=0, strict=True)
+        self.aside = _number("aside", aside, low=0, strict=False)
+        # (read at, hold, call, wait), oldest first
+        self._samples: deque[tuple[float, float, float, float]] = deque()
+        self._limit: float | None = None
+        self.base_wait: float | None = None  # the least hold outside the call
+        self.base_call: float | None = None  # the least call
+        self._first = 0.0  # when the first sample of this run came
+        self._last = -math.inf  # when the last sample came
+        self._next_update = -math.inf
+        self._next_probe = math.inf
+        self._binding = 0  # updates since the last probe at which the limit bound
+        self._updates = 0  # updates since the last probe
+        self._probe_start: float | None = None  # the running probe's start, if any
+        self._probe_wait = self._probe_call = math.inf
+        self._probe_count = 0
+        self._saved = 0.0  # the limit before the running probe
+        self._held_until = -math.inf  # no recomputing before (the window holds a probe)
+        self._aside_until = -math.inf  # no limit before (the API refused calls lately)
+        self._aside = False
+        self.probes = 0  # probes completed, ever
+
+    @property
+    def limit(self) -> int | None:
+        """The group's concurrency limit now (None: unlimited, no feedback to go by)."""
+        if self._limit is None or self._aside:
+            return None
+        if self._probe_start is not None:
+            return self.floor
+        return max(self.floor, min(self.ceiling, math.floor(self._limit + 0.5)))
+
+    @property
+    def probing(self) -> bool:
+        """Whether the limit is down at ``floor`` to measure the bases afresh."""
+        return self._probe_start is not None
+
+    @property
+    def base(self) -> float | None:
+        """The hold of a request that meets no queue (``base_wait + base_call``), or None
+        before the first sample."""
+        if self.base_wait is None or self.base_call is None:
+            return None
+        return self.base_wait + self.base_call
+
+    def observe(
+        self,
+        hold: float,
+        call: float = 0.0,
+        wait: float | None = None,
+        now: float | None = None,
+    ) -> None:
+        """A request settled (a final outcome was read): it held a slot for ``hold``
+        seconds, from its release to ``now``; ``call`` of them in the API call (the
+        feedback's ``latency``; 0 when unknown) and ``wait`` before it (the report's
+        sojourn less its latency: the egress topic, the playout delay, a queue at the
+        workers; None: the hold less the call, which adds the feedback's way back). A hold
+        that is not a finite number >= 0 (the clocks of two hosts disagree) is ignored; a
+        call longer than the hold is taken as the hold, a wait that is not a number >= 0
+        as none.
+
+        Caller: the feedback reader, per final outcome with ``scheduled_at``."""
+        if not (_finite(hold) and hold >= 0):
+            return
+        if not (_finite(call) and call >= 0):
+            call = 0.0
+        if now is None:
+            now = self._clock.now()
+        hold = float(hold)
+        call = min(float(call), hold)
+        if wait is None:
+            wait = hold - call
+        elif not (_finite(wait) and wait >= 0):
+            wait = 0.0
+        wait = float(wait)
+        if self._limit is None and not self._samples:
+            self._first = now  # the first sample of a run: the rate is measured from here
+            self._next_probe = now + self.probe_every
+            self._next_update = -math.inf  # a limit at the next update
+        self._samples.append((now, hold, call, wait))
+        self._last = now
+        if self.base_wait is None or wait < self.base_wait:
+            self.base_wait = wait
+        if self.base_call is None or call < self.base_call:
+            self.base_call = call
+        start = self._probe_start
+        if start is not None and now - hold >= start:  # released after the probe began
+            self._probe_count += 1
+            self._probe_wait = min(self._probe_wait, wait)
+            self._probe_call = min(self._probe_call, call)
+
+    def update(self, now: float | None = None) -> int | None:
+        """Recompute the limit when ``interval`` has passed since the last time; the limit.
+
+        Caller: the feedback reader, a few times a second."""
+        if now is None:
+            now = self._clock.now()
+        if now < self._next_update:
+            return self.limit
+        self._next_update = now + self.interval
+        if now - self._last > self.idle:
+            self._forget()
+            return None
+        self._aside = now < self._aside_until
+        samples = self._samples
+        while samples and samples[0][0] < now - self.window:
+            samples.popleft()
+        if self._probe_start is not None:
+            self._probing(now)
+        elif samples and now >= self._held_until:
+            self._settle(now)
+            if now >= self._next_probe and not self._aside:
+                self._start_probe(now)
+        return self.limit
+
+    def refused(self, now: float | None = None) -> None:
+        """The API refused a call for the group's rate (an api-scope 429): the adaptive rate
+        is in charge, and the limit stands aside (None) for ``aside`` seconds from ``now``,
+        learning meanwhile. A limit that bound while the rate probes the API's capacity
+        would release in clumps as completions free slots, which such an API refuses, and
+        would slow the rate's own measure of it.
+
+        Caller: the feedback reader, per api-scope rate-limited outcome."""
+        if now is None:
+            now = self._clock.now()
+        self._aside_until = max(self._aside_until, now + self.aside)
+        self._aside = True
+        self._probe_start = None  # a probe now would measure the refusals
+
+    def queue(self) -> float:
+        """Seconds requests queue now, as the window's samples show it: the mean wait above
+        ``base_wait`` less ``slack`` (the egress topic, a worker busy) plus, once the
+        window holds ``_CALLS_TRUSTED`` calls, the least call above ``base_call`` (an API
+        that queues calls): a queue there delays the quickest call too, while calls that
+        only vary in length leave the least near its base."""
+        samples = self._samples
+        if not samples or self.base_wait is None or self.base_call is None:
+            return 0.0
+        mean = sum(wait for _, _, _, wait in samples) / len(samples)
+        queue = max(0.0, mean - self.base_wait - self.slack)
+        if len(samples) >= _CALLS_TRUSTED:
+            queue += max(0.0, min(call for _, _, call, _ in samples) - self.base_call)
+        return queue
+
+    def _settle(self, now: float) -> None:
+        samples = self._samples
+        base = self.base
+        assert base is not None  # a sample sets it
+        # Completions per second over the window (or over the run, while it is shorter).
+        span = max(self.interval, min(self.window, now - self._first))
+        rate = len(samples) / span
+        mean = sum(hold for _, hold, _, _ in samples) / len(samples)
+        queue = max(0.0, min(self.queue(), mean - base))
+        in_use = rate * mean  # Little's law
+        # The slots that keep the workers busy without the queue, plus headroom and spare.
+        target = rate * (mean - queue) * (1 + self.headroom) + self.spare
+        limit = self._limit
+        new = target
+        if limit is not None:
+            # Up by growth at most: a spread of holds in a short span (some queued, some
+            # not) makes the target overshoot, and a real need is met by the growth.
+            grown = limit * self.growth
+            new = min(target, grown)
+            if in_use >= _BINDING * limit:
+                self._binding += 1
+                if queue <= base * self.tolerance:
+                    new = grown
+        self._updates += 1
+        self._limit = max(float(self.floor), min(float(self.ceiling), new))
+
+    def _start_probe(self, now: float) -> None:
+        # Probe a limit that bound most of the time (a standing queue may have become part
+        # of base); one that did not left no queue of ours to measure.
+        if 2 * self._binding < self._updates:
+            self._binding = self._updates = 0
+            self._next_probe = now + self.probe_every
+            return
+        assert self._limit is not None
+        self._saved = self._limit
+        self._probe_start = now
+        self._probe_wait = self._probe_call = math.inf
+        self._probe_count = 0
+
+    def _probing(self, now: float) -> None:
+        start = self._probe_start
+        assert start is not None
+        done = self._probe_count >= self.probe_samples
+        if not done and now - start < self.probe_timeout:
+            return
+        if done:
+            self.base_wait = self._probe_wait
+            self.base_call = self._probe_call
+            self.probes += 1
+        self._probe_start = None
+        self._limit = self._saved
+        self._binding = self._updates = 0
+        self._next_probe = now + self.probe_every
+        # The completions of the next hold and window are still those of the probe's few
+        # slots: measured, they would bring the limit down to them. It stays as it was.
+        self._held_until = now + (self.base or 0.0) + self.window
+
+    def _forget(self) -> None:
+        self._samples.clear()
+        self._limit = None
+        self.base_wait = self.base_call = None
+        self._probe_start = None
+        self._binding = self._updates = 0
+        self._next_probe = math.inf

@@ -1,0 +1,359 @@
+"""The concurrency limit found from feedback (``fairstream.core.credit``): its rules one by
+one, then a simulated loop (a scheduler with a backlog, an egress queue, workers of fixed
+capacity, feedback coming back; no broker) showing that it finds the concurrency the
+workers sustain, keeps the queue in front of them short, and follows a change of capacity.
+Time is a ManualClock's."""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from fairstream.core.clock import ManualClock
+from fairstream.core.credit import ConcurrencyLimit
+
+# -- the rules -------------------------------------------------------------------------------
+
+
+def test_no_limit_before_any_feedback():
+    clock = ManualClock()
+    credit = ConcurrencyLimit(clock)
+    for _ in range(100):
+        assert credit.update() is None
+        clock.advance(0.1)
+    assert credit.limit is None
+    assert credit.base is None
+
+
+def test_the_first_samples_give_a_limit_by_littles_law():
+    clock = ManualClock()
+    credit = ConcurrencyLimit(clock, headroom=0.2, spare=2.0)
+    # 16 completions in a second, each held 0.5 s (0.4 of it in the call): 8 in use.
+    for _ in range(16):
+        credit.observe(0.5, 0.4)
+        clock.advance(1 / 16)
+    limit = credit.update()
+    assert credit.base == pytest.approx(0.5)
+    assert limit == round(16 * 0.5 * 1.2 + 2)
+
+
+def test_the_limit_is_dropped_when_feedback_stops_and_learnt_again_after():
+    clock = ManualClock()
+    credit = ConcurrencyLimit(clock, idle=60.0)
+    for _ in range(20):
+        clock.advance(0.05)
+        credit.observe(0.2, 0.1)
+    assert credit.update() is not None
+    clock.advance(59.0)
+    assert credit.update() is not None  # quiet, not gone yet
+    clock.advance(1.5)
+    assert credit.update() is None
+    assert credit.base is None
+    # A slower API later is measured afresh, not against what was learnt before.
+    for _ in range(20):
+        clock.advance(0.05)
+        credit.observe(1.0, 0.9)
+    assert credit.update() is not None
+    assert credit.base == pytest.approx(1.0)
+
+
+def test_the_limit_is_recomputed_once_per_interval():
+    clock = ManualClock()
+    credit = ConcurrencyLimit(clock, interval=0.25)
+    credit.observe(0.2, 0.1)
+    first = credit.update()
+    for _ in range(50):
+        credit.observe(0.2, 0.1)  # a burst of completions at one instant
+    assert credit.update() == first  # same instant: not recomputed
+    clock.advance(0.25)
+    assert credit.update() != first
+
+
+def test_floor_and_ceiling_bound_the_limit():
+    clock = ManualClock()
+    low = ConcurrencyLimit(clock, floor=3)
+    low.observe(0.01, 0.01)
+    assert low.update() == 3
+    high = ConcurrencyLimit(clock, ceiling=10)
+    for _ in range(1000):
+        high.observe(1.0, 1.0)
+    assert high.update() == 10
+
+
+def test_holds_that_are_not_finite_non_negative_numbers_are_ignored():
+    clock = ManualClock()
+    credit = ConcurrencyLimit(clock)
+    for hold in (-0.5, math.nan, math.inf, True, "1"):
+        credit.observe(hold)  # type: ignore[arg-type]
+    assert credit.update() is None
+    credit.observe(0.2, 5.0)  # a call longer than its hold is the hold
+    assert (credit.base_wait, credit.base_call) == (0.0, 0.2)
+    credit.observe(0.3, math.nan)  # an unknown call length counts as none
+    assert (credit.base_wait, credit.base_call) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"floor": 0},
+        {"floor": 5, "ceiling": 4},
+        {"probe_samples": 0},
+        {"headroom": -0.1},
+        {"growth": 1.0},
+        {"interval": 0},
+        {"window": 0.1, "interval": 0.25},
+        {"idle": math.inf},
+        {"spare": True},
+    ],
+)
+def test_bad_parameters_are_refused(kwargs):
+    with pytest.raises(ValueError, match="must be"):
+        ConcurrencyLimit(ManualClock(), **kwargs)
+
+
+def test_the_limit_stands_aside_while_the_api_refuses_calls():
+    clock = ManualClock()
+    credit = ConcurrencyLimit(clock, aside=10.0)
+    for _ in range(8):
+        credit.observe(0.2, 0.1)
+        clock.advance(0.125)
+    assert credit.update() is not None
+    credit.refused()  # an api-scope 429: the adaptive rate's business
+    assert credit.limit is None
+    for _ in range(36):  # 9 s of feedback: still learning, still aside
+        credit.observe(0.2, 0.1)
+        clock.advance(0.25)
+        assert credit.update() is None
+    for _ in range(8):
+        credit.observe(0.2, 0.1)
+        clock.advance(0.25)
+    assert credit.update() is not None
+
+
+def test_a_limit_that_does_not_bind_is_not_probed():
+    clock = ManualClock()
+    credit = ConcurrencyLimit(clock, probe_every=5.0)
+    for _ in range(40):  # 10 s of 4 completions per interval of 0.25 s holds: 4 in use
+        for _ in range(4):
+            credit.observe(0.25, 0.2)
+        clock.advance(0.25)
+        credit.update()
+        assert not credit.probing
+    assert credit.limit is not None
+    assert credit.limit > 4
+
+
+# -- the simulated loop ----------------------------------------------------------------------
+
+
+@dataclass
+class Loop:
+    """A scheduler with an endless backlog releasing at ``rate`` under the limit (a slot
+    per request released while a limit exists, as the emitter counts them), an egress
+    queue reached ``transit`` seconds after release (commit, fetch, playout), ``servers``
+    calls at a time (workers, or an API that queues) of ``call()`` seconds each, and the
+    feedback read ``back`` seconds after the call ends."""
+
+    servers: int
+    call: Callable[[], float]
+    rate: float = 100.0
+    transit: float = 0.03
+    back: float = 0.02
+    dt: float = 0.005
+    credit: ConcurrencyLimit | None = None
+    clock: ManualClock = field(default_factory=ManualClock)
+    waits: list[tuple[float, float]] = field(default_factory=list)  # (start, queued for)
+    done: list[float] = field(default_factory=list)  # when each feedback was read
+    limits: list[tuple[float, int | None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.credit is None:
+            self.credit = ConcurrencyLimit(self.clock)
+
+    def run(self, seconds: float, adaptive: bool = True) -> None:
+        credit = self.credit
+        assert credit is not None
+        clock = self.clock
+        counted = 0  # slots held
+        tokens = 1.0
+        moving: list[tuple[float, float, bool]] = []  # (reaches the queue, released, counted)
+        queue: deque[tuple[float, float, bool]] = deque()  # (queued, released, counted)
+        busy: list[tuple[float, float, float, bool]] = []  # (ends, released, call, counted)
+        back: list[tuple[float, float, float, bool]] = []  # (read, released, call, counted)
+        end = clock.now() + seconds
+        while clock.now() < end:
+            now = clock.now()
+            while back and back[0][0] <= now:
+                _, released, call, slot = heapq.heappop(back)
+                counted -= slot
+                # The wait before the call: the report's sojourn less the call.
+                credit.observe(now - released, call, now - released - self.back - call)
+                self.done.append(now)
+            limit = credit.update() if adaptive else None
+            self.limits.append((now, limit))
+            tokens = min(1.0, tokens + self.rate * self.dt)
+            while tokens >= 1 and (limit is None or counted < limit):
+                tokens -= 1
+                counted += limit is not None
+                heapq.heappush(moving, (now + self.transit, now, limit is not None))
+            while moving and moving[0][0] <= now:
+                _, released, slot = heapq.heappop(moving)
+                queue.append((now, released, slot))
+            while busy and busy[0][0] <= now:
+                ends, released, call, slot = heapq.heappop(busy)
+                heapq.heappush(back, (ends + self.back, released, call, slot))
+            while queue and len(busy) < self.servers:
+                queued, released, slot = queue.popleft()
+                self.waits.append((now, now - queued))
+                call = self.call()
+                heapq.heappush(busy, (now + call, released, call, slot))
+            clock.advance(self.dt)
+
+    def throughput(self, start: float, stop: float) -> float:
+        return sum(start <= t < stop for t in self.done) / (stop - start)
+
+    def wait_p99(self, start: float, stop: float) -> float:
+        waits = sorted(w for t, w in self.waits if start <= t < stop)
+        return waits[int(0.99 * (len(waits) - 1))]
+
+    def limit_median(self, start: float, stop: float) -> int:
+        limits = sorted(n for t, n in self.limits if start <= t < stop and n is not None)
+        return limits[len(limits) // 2]
+
+
+def _fixed(seconds: float) -> Callable[[], float]:
+    return lambda: seconds
+
+
+@pytest.mark.parametrize("transit", [0.03, 0.28], ids=["on-arrival", "playout-0.25s"])
+def test_slow_workers_get_what_they_sustain_and_the_backlog_stays_upstream(transit):
+    # Two workers at concurrency 1, 0.1 s calls: 20 calls/s; --rate 100.
+    loop = Loop(servers=2, call=_fixed(0.1), transit=transit)
+    loop.run(40.0)
+    hold = transit + 0.1 + loop.back
+    assert loop.throughput(10, 40) >= 0.95 * 20  # the workers are kept busy
+    assert 20 * hold <= loop.limit_median(10, 40) <= 2 * 20 * hold + 3
+    assert loop.wait_p99(10, 40) <= 2 * hold  # a short queue: calls start soon
+    # Without the limit the queue grows by 80 records a second (the test can fail).
+    unlimited = Loop(servers=2, call=_fixed(0.1), transit=transit)
+    unlimited.run(20.0, adaptive=False)
+    assert unlimited.wait_p99(10, 20) > 10.0
+
+
+def test_an_api_that_queues_calls_gets_its_capacity_and_a_short_queue():
+    # The API takes 8 calls at a time, 0.5 s each (16/s), and queues the rest: the
+    # workers' concurrency is unbounded, so the queue is the API's.
+    loop = Loop(servers=8, call=_fixed(0.5))
+    loop.run(40.0)
+    hold = loop.transit + 0.5 + loop.back
+    assert loop.throughput(10, 40) >= 0.95 * 16
+    assert 16 * hold <= loop.limit_median(10, 40) <= 2 * 16 * hold + 3
+    assert loop.wait_p99(10, 40) <= 2 * hold
+    unlimited = Loop(servers=8, call=_fixed(0.5))
+    unlimited.run(20.0, adaptive=False)
+    assert unlimited.wait_p99(10, 20) > 10.0
+
+
+def test_the_limit_follows_when_capacity_rises():
+    loop = Loop(servers=2, call=_fixed(0.1))
+    loop.run(20.0)
+    assert loop.throughput(10, 20) >= 0.95 * 20
+    loop.servers = 8  # six more workers: 80 calls/s, and --rate is 100
+    loop.run(20.0)
+    assert loop.throughput(25, 40) >= 0.95 * 80
+    assert loop.wait_p99(25, 40) <= 2 * (loop.transit + 0.1 + loop.back)
+
+
+def test_a_fast_api_is_left_at_the_rate():
+    # 64 calls at a time of 0.2 s on average (320/s): --rate binds, not the limit.
+    rng = random.Random(7)
+    loop = Loop(servers=64, call=lambda: rng.expovariate(5.0), transit=0.28)
+    loop.run(40.0)
+    assert loop.throughput(5, 40) >= 0.97 * loop.rate
+
+
+def test_calls_of_varying_length_do_not_pass_for_a_queue():
+    # 16 calls at a time, log-normal lengths (median 1 s, mean 1.38 s: about 11.6/s). The
+    # least call of a window is far from the least ever: the limit must not collapse.
+    rng = random.Random(1)
+    loop = Loop(servers=16, call=lambda: rng.lognormvariate(0.0, 0.8), transit=0.28)
+    loop.run(60.0)
+    capacity = 16 / math.exp(0.8**2 / 2)
+    assert loop.throughput(10, 60) >= 0.7 * capacity
+    assert loop.limit_median(10, 60) >= 16
+
+
+def test_probes_drop_to_the_floor_and_measure_an_api_that_got_slower():
+    clock = ManualClock()
+    credit = ConcurrencyLimit(clock, floor=2, probe_every=5.0)
+    loop = Loop(servers=8, call=_fixed(0.5), clock=clock, credit=credit)
+    loop.run(12.0)
+    assert credit.probes >= 1
+    assert any(n == 2 for t, n in loop.limits if t >= 5.0)  # down at the floor meanwhile
+    assert credit.base_call == pytest.approx(0.5)
+    # The API's calls now take 0.8 s (10/s): the least call ever (0.5 s) is no measure of
+    # it any more; the next probe measures it, and the limit follows.
+    loop.call = _fixed(0.8)
+    loop.run(20.0)
+    assert credit.base_call == pytest.approx(0.8)
+    hold = loop.transit + 0.8 + loop.back
+    # Over 15-32 s, with a probe every 5 s (each costs about a second of the API's time;
+    # the default is one every 30 s). The calls, all of one length, end in lockstep.
+    assert loop.throughput(15, 32) >= 0.8 * 10
+    assert 10 * hold <= loop.limit_median(15, 32) <= 2 * 10 * hold + 3
+
+
+def test_a_queue_at_one_worker_of_two_is_a_queue():
+    # Records are keyed by tenant: a noisy tenant's backlog goes to worker A alone (0.1 s
+    # calls), while quiet tenants (8 requests/s, half on each worker) keep worker B mostly
+    # idle. The requests queued at A are a quarter or more of the samples only: the limit
+    # must see them, or the quiet requests that land on A wait behind the noisy ones.
+    clock = ManualClock()
+    credit = ConcurrencyLimit(clock)
+    rng = random.Random(3)
+    dt, transit, back, call = 0.002, 0.05, 0.03, 0.1
+    counted, tokens, next_quiet = 0, 1.0, 0.0
+    quiet: deque[tuple[float, int]] = deque()  # (arrived, worker)
+    moving: list[tuple[float, float, int, float]] = []  # (queued at, released, worker, arrived)
+    queues: list[deque[tuple[float, float]]] = [deque(), deque()]  # (released, arrived)
+    busy: list[float | None] = [None, None]  # the release of the call in progress
+    ends = [0.0, 0.0]
+    returning: list[tuple[float, float]] = []  # (read at, released)
+    waits: list[float] = []  # quiet requests: arrival to call, after the first 10 s
+    while clock.now() < 60.0:
+        now = clock.now()
+        while returning and returning[0][0] <= now:
+            _, released = heapq.heappop(returning)
+            counted -= 1
+            credit.observe(now - released, call, now - released - back - call)
+        limit = credit.update()
+        while now >= next_quiet:
+            quiet.append((now, rng.randrange(2)))
+            next_quiet += 1 / 8
+        tokens = min(1.0, tokens + 100 * dt)  # --rate 100
+        while tokens >= 1 and (limit is None or counted < limit):
+            tokens, counted = tokens - 1, counted + 1
+            arrived, worker = quiet.popleft() if quiet else (-1.0, 0)  # quiet ones first
+            heapq.heappush(moving, (now + transit, now, worker, arrived))
+        while moving and moving[0][0] <= now:
+            _, released, worker, arrived = heapq.heappop(moving)
+            queues[worker].append((released, arrived))
+        for worker in (0, 1):
+            held = busy[worker]
+            if held is not None and ends[worker] <= now:
+                heapq.heappush(returning, (ends[worker] + back, held))
+                busy[worker] = None
+            if busy[worker] is None and queues[worker]:
+                released, arrived = queues[worker].popleft()
+                if arrived >= 10.0:
+                    waits.append(now - arrived)
+                busy[worker], ends[worker] = released, now + call
+        clock.advance(dt)
+    waits.sort()
+    assert waits[int(0.99 * (len(waits) - 1))] <= 1.0  # 5 records at A at most, mostly
