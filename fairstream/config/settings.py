@@ -100,6 +100,16 @@ class Settings:
         "reported settled (ok or dead-lettered) on the feedback topic. Each instance holds "
         "its share by owned ingest partitions, rounded down. [default: unlimited]",
     )
+    adaptive_concurrency: bool = setting(
+        True,
+        help="Without --max-concurrency, find the concurrency the workers and the API sustain "
+        "from the feedback (each settled request's time from release to report, and its "
+        "call's latency), and release no more: when they are slower than --rate and no 429 "
+        "says so, the backlog waits in the scheduler, where fairness is applied, not in the "
+        "egress topic or the API's queue. Applies once workers report outcomes with "
+        "scheduled_at; dropped (unlimited) after --concurrency-lease, at least 60 s, without "
+        "any.",
+    )
     concurrency_lease: float = setting(
         60.0,
         low=0,

@@ -6,6 +6,9 @@ decodes each record (``fairstream.wire.feedback``). Malformed records, unknown o
 costs nobody should believe are counted in ``fairstream_feedback_errors_total`` and
 skipped: bad feedback never stops anything.
 
+- records naming another egress topic than this deployment's are another deployment's
+  (sharing the default feedback topic): counted as ``foreign`` and skipped. A record that
+  names none (a worker before the field) is used.
 - api-scope outcomes drive this instance's ``AdaptiveRate`` (``fairstream.core.adaptive``):
   the group rate comes down on 429s, holds while a Retry-After runs, climbs back while the
   feedback is clean, between ``--min-rate`` and ``--rate``. The rate reaches the group
@@ -15,6 +18,11 @@ skipped: bad feedback never stops anything.
   intermediate one (a failed attempt, a 429) renews its lease (``fairstream.core.inflight``),
   matched by request id on the emitter. Every instance reads all the feedback, so the slot
   is freed on whichever instance released the request, even after its partition moved.
+- a final outcome with ``scheduled_at`` is a sample of the adaptive concurrency limit
+  (``fairstream.core.credit``, without ``--max-concurrency``): the time its request held
+  a slot and its call's latency. The limit reaches the emitter as a ``ConcurrencyChange``
+  a few times a second when it moves (None: unlimited, no feedback to go by, or the API
+  refused calls lately: 429s are the adaptive rate's business).
 - a reported cost charges the tenant's deficit with its difference from the declared cost,
   so that shares follow real usage: only for a request this instance emitted (``recent``);
   one about a request of a tenant this instance owns that it did not emit lately is
@@ -29,7 +37,8 @@ left of a Retry-After is reckoned on its ``epoch_ms``, the wall clock the worker
 their reports with.
 
 Caller: ``SchedulerService`` runs ``run`` on a thread. Affects: the emitter, through the
-handoff (``FeedbackBatch``, ``AdaptiveChange``); the group rate (``on_rate``).
+handoff (``FeedbackBatch``, ``AdaptiveChange``, ``ConcurrencyChange``); the group rate
+(``on_rate``).
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from confluent_kafka import OFFSET_END
 
 from fairstream.core import MonotonicClock, RecordClock
 from fairstream.core.adaptive import AdaptiveRate
+from fairstream.core.credit import ConcurrencyLimit
 from fairstream.core.usage import cost_correction
 from fairstream.scheduler.consumers import LazyConsumer, assign_when_present
 from fairstream.scheduler.handoff import Handoff
@@ -100,6 +110,14 @@ class AdaptiveChange:
     hold_until: float  # by the reader's clock (the emitter's)
 
 
+@dataclass(frozen=True)
+class ConcurrencyChange:
+    """The group's concurrency limit as the feedback shows it (``ConcurrencyLimit``;
+    None: unlimited)."""
+
+    limit: int | None
+
+
 class FeedbackReader:
     def __init__(
         self,
@@ -115,13 +133,19 @@ class FeedbackReader:
         ownership: Callable[[], tuple[int, Collection[int]]] | None = None,
         slots: Callable[[], bool] | None = None,
         clock: RecordClock | None = None,
+        egress_topic: str | None = None,
+        concurrency: ConcurrencyLimit | None = None,
     ) -> None:
         """``recent``: the request ids the emitter sent lately; ``ownership``: the ingest
         topic's partition count and the partitions this instance owns. Without them every
         reported cost is charged. ``slots``: whether the emitter counts concurrency slots
         now (without it, always): only then are settled request ids handed over.
-        ``clock``: the emitter's (default a ``MonotonicClock``)."""
+        ``clock``: the emitter's (default a ``MonotonicClock``). ``egress_topic``: this
+        deployment's; a record naming another is another deployment's (without it, all
+        are used). ``concurrency``: the adaptive concurrency limit fed from final outcomes
+        (None: none, a fixed --max-concurrency or none at all)."""
         self.topic = topic
+        self.egress_topic = egress_topic
         self.clock = clock or MonotonicClock()
         self.recent = recent
         self._ownership = ownership
@@ -136,6 +160,8 @@ class FeedbackReader:
         self._consumer = LazyConsumer(config, f"{topic}.scheduler", {"fetch.wait.max.ms": 20})
         self._consumer.get()  # opened now: a configuration librdkafka refuses fails here
         self._published: AdaptiveChange | None = None
+        self.concurrency = concurrency
+        self._limit_published: int | None = None  # the emitter starts unlimited
         self.last_rate = ceiling  # what the web endpoints show (read by another thread)
         self.hold_until = 0.0  # by the clock
 
@@ -165,9 +191,12 @@ class FeedbackReader:
                 if batch.charges or batch.pauses or batch.settled or batch.renewed:
                     self.handoff.put(batch)
                 now = self.clock.now()
-                if self.adaptive is not None and now >= next_publish:
+                if now >= next_publish:
                     next_publish = now + PUBLISH_EVERY
-                    self._publish(now)
+                    if self.adaptive is not None:
+                        self._publish(now)
+                    if self.concurrency is not None:
+                        self._publish_limit(now)
         finally:
             self._consumer.close()  # the next run opens a new one
 
@@ -186,6 +215,11 @@ class FeedbackReader:
             self.metrics.feedback_errors.labels("malformed").inc()
             log.debug("ignoring feedback record: %s", exc)
             return
+        # Deployments that keep the default feedback topic share it: another's 429s must not
+        # throttle this one. A record naming no egress topic (a v1 worker) is used.
+        if fb.egress_topic is not None and self.egress_topic not in (None, fb.egress_topic):
+            self.metrics.feedback_errors.labels("foreign").inc()
+            return
         self.metrics.feedback.labels(fb.outcome.value).inc()
         if self._slots is None or self._slots():
             if fb.outcome in FINAL_OUTCOMES:
@@ -200,6 +234,17 @@ class FeedbackReader:
         # clock far behind ours counts as at most MAX_REPORT_AGE ago.
         now = self.clock.now()
         at = now - min(age, MAX_REPORT_AGE)
+        if (
+            self.concurrency is not None
+            and fb.outcome in FINAL_OUTCOMES
+            and fb.scheduled_at_ms is not None
+        ):
+            # The slot was held from the release to now (both on this group's clocks); the
+            # call and the wait before it by the report's stamps (the worker's clock and
+            # the scheduler's: only compared with each other, as the adaptive rate does).
+            hold = (self.clock.epoch_ms() - fb.scheduled_at_ms) / 1000
+            before = (fb.reported_at_ms - fb.scheduled_at_ms) / 1000 - fb.latency
+            self.concurrency.observe(hold, fb.latency, max(0.0, before), now)
         if fb.outcome is Outcome.OK:
             # Release to report: both stamps are wall-clock times, of two hosts perhaps,
             # but the adaptive rate only compares sojourns with each other.
@@ -217,6 +262,8 @@ class FeedbackReader:
                     batch.pauses.append((fb.tenant, left))
             else:
                 self.metrics.rate_limited.inc()
+                if self.concurrency is not None:
+                    self.concurrency.refused(now)
                 # The Retry-After from ``at``: the hold ends where the API said (perhaps
                 # already: then it holds nothing), and a long one is told by what the API
                 # asked for, not by how late its report came.
@@ -245,6 +292,15 @@ class FeedbackReader:
         self.metrics.feedback_errors.labels("unknown-request").inc()
         log.debug("ignoring the cost reported for %r: not a request emitted here", request_id)
         return False
+
+    def _publish_limit(self, now: float) -> None:
+        """Hand the adaptive concurrency limit to the emitter when it moved."""
+        assert self.concurrency is not None
+        limit = self.concurrency.update(now)
+        if limit != self._limit_published:
+            self._limit_published = limit
+            self.metrics.concurrency_adaptive.set(-1 if limit is None else limit)
+            self.handoff.put(ConcurrencyChange(limit))
 
     def _publish(self, now: float) -> None:
         assert self.adaptive is not None

@@ -224,6 +224,13 @@ class Metrics:
             "This instance's part of --max-concurrency (-1: unlimited).",
             registry=r,
         )
+        self.concurrency_adaptive = Gauge(
+            "fairstream_concurrency_adaptive_limit",
+            "The group's concurrency limit found from the workers' feedback (without "
+            "--max-concurrency; -1: unlimited, no feedback to go by or turned off).",
+            registry=r,
+        )
+        self.concurrency_adaptive.set(-1)
         self.concurrency_lease_expired = Counter(
             "fairstream_concurrency_lease_expired",
             "Concurrency slots given back because their lease ran out (a lost completion).",
@@ -360,7 +367,8 @@ class Metrics:
         )
         self.feedback_errors = Counter(
             "fairstream_feedback_errors",
-            "Feedback records ignored, by reason (malformed, absurd-cost, unknown-request).",
+            "Feedback records ignored, by reason (malformed, absurd-cost, unknown-request, "
+            "foreign: another deployment's, naming another egress topic).",
             ["reason"],
             registry=r,
         )

@@ -4,7 +4,8 @@ This instance's share of the group's rate (``--share-by demand``: the fraction t
 thread computed, ``group``; ``--share-by partitions``: the ingest partitions owned, times
 the adapted rate, ``feedback``) and of its concurrency limit (always by partitions owned),
 and what the paid API reported back: measured costs charged, tenants paused by their own
-quota, concurrency slots settled or renewed. The rule retunes its buckets; the gauges follow.
+quota, concurrency slots settled or renewed, the concurrency limit found from the feedback
+(without ``--max-concurrency``). The rule retunes its buckets; the gauges follow.
 
 Caller: the emitter thread (``Emitter``), which applies the group's, the feedback reader's
 and the adaptive rate's hand-overs here, in mailbox order.
@@ -19,7 +20,7 @@ from typing import Any
 from fairstream.config import Settings
 from fairstream.core import Core, RecordClock
 from fairstream.core.emission import EmissionRule
-from fairstream.scheduler.feedback import AdaptiveChange, FeedbackBatch
+from fairstream.scheduler.feedback import AdaptiveChange, ConcurrencyChange, FeedbackBatch
 from fairstream.scheduler.group import ShareChange
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed
@@ -50,6 +51,20 @@ class Pacing:
         # Feedback from the paid API (``feedback``): the adapted rate as a fraction of
         # --rate, applied here when the group does not share by demand.
         self.adaptive = 1.0
+        # An explicit --max-concurrency is kept: a limit found from the feedback never
+        # replaces it (the service then builds no finder; this guards the rule anyway).
+        self.fixed_concurrency = settings.max_concurrency is not None
+        if (
+            settings.adaptive_concurrency
+            and not self.fixed_concurrency
+            and settings.feedback_topic
+            and (settings.rate is not None or settings.cost_rate is not None)
+        ):
+            # Count slots before the first limit comes: it then counts what was released
+            # before it (at --rate until the first call was reported), not only what
+            # follows. Paced, the rule checks its slots per record anyway; unpaced, the
+            # count would cost the direct path, so it starts with the limit.
+            rule.count_slots()
         self._lease_expiries = 0  # concurrency slots' lease expiries counted so far
 
     def apply(self, owned: int) -> None:
@@ -74,6 +89,13 @@ class Pacing:
         self.rule.hold(change.hold_until)
         if not self.group_shares:
             self.apply(owned)
+
+    def limited(self, change: ConcurrencyChange) -> None:
+        """The feedback reader found the group's concurrency limit (None: unlimited)."""
+        if self.fixed_concurrency:
+            return
+        self.rule.set_max_concurrency(change.limit)
+        self.count_slots()
 
     def shared(self, change: ShareChange, owned: int) -> None:
         """The group thread computed this instance's share, leased until a time."""

@@ -75,7 +75,7 @@ from typing import Any
 
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic
-from fairstream.core import MonotonicClock, RecordClock
+from fairstream.core import ConcurrencyLimit, MonotonicClock, RecordClock
 from fairstream.scheduler.audit import CHART_TENANTS, Auditor
 from fairstream.scheduler.emit import Emitter, Limits
 from fairstream.scheduler.feedback import FeedbackReader
@@ -237,6 +237,13 @@ class SchedulerService:
             ownership=lambda: (partitions, set(emitter.owned)),
             slots=emitter.counts_slots,
             clock=self.clock,
+            egress_topic=settings.topics.egress,
+            # Credit found from the feedback, unless a fixed --max-concurrency is given.
+            concurrency=(
+                ConcurrencyLimit(self.clock, idle=max(60.0, settings.concurrency_lease))
+                if settings.adaptive_concurrency and settings.max_concurrency is None
+                else None
+            ),
         )
 
     def _thread_map(self) -> list[threading.Thread]:

@@ -19,7 +19,10 @@ PARTITIONS = 4
 
 
 def reader(
-    recent: RecentRequests | None, owned: set[int] | None = None, clock: ManualClock | None = None
+    recent: RecentRequests | None,
+    owned: set[int] | None = None,
+    clock: ManualClock | None = None,
+    egress_topic: str | None = None,
 ) -> tuple[FeedbackReader, Metrics]:
     metrics = Metrics()
     ownership = None if owned is None else (lambda: (PARTITIONS, owned))
@@ -35,6 +38,7 @@ def reader(
             recent=recent,
             ownership=ownership,
             clock=clock or ManualClock(),
+            egress_topic=egress_topic,
         ),
         metrics,
     )
@@ -249,3 +253,84 @@ def test_a_late_report_of_a_retry_after_that_has_passed_holds_nothing() -> None:
     calls(1.5, 20)  # the API takes 20/s now
     fr._read(*rate_limited(Scope.API, 0.0, clock.epoch_ms()), FeedbackBatch())
     assert fr.adaptive.rate() == pytest.approx(0.97 * 20, rel=0.15)
+
+
+# -- one deployment's feedback: the egress topic it names ----------------------------------
+
+
+def other(
+    egress_topic: str | None, result: Outcome, scope: Scope | None = None
+) -> tuple[bytes, bytes]:
+    fb = Feedback(
+        request_id=f"r-{result.value}",
+        tenant="acme",
+        outcome=result,
+        declared_cost=1,
+        reported_at_ms=EPOCH_MS,
+        cost=10 if result is Outcome.OK else None,
+        scope=scope,
+        retry_after=2.0 if scope is not None else None,
+        egress_topic=egress_topic,
+    )
+    return feedback_key(fb), encode_feedback(fb)
+
+
+def sample(metrics: Metrics, name: str, labels: dict[str, str]) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def test_another_deployments_feedback_is_counted_and_ignored_whole() -> None:
+    """Deployment B's records on the feedback topic A shares: its 429s neither cut nor hold
+    A's rate, its tenant 429s pause nothing, its costs charge nothing, its request ids settle
+    and renew nothing."""
+    clock = ManualClock(10.0)
+    fr, metrics = reader(None, clock=clock, egress_topic="a.egress")
+    assert fr.adaptive is not None
+    batch = FeedbackBatch()
+    for _ in range(5):
+        fr._read(*other("b.egress", Outcome.RATE_LIMITED, Scope.API), batch)
+    fr._read(*other("b.egress", Outcome.RATE_LIMITED, Scope.TENANT), batch)
+    fr._read(*other("b.egress", Outcome.OK), batch)
+    fr._read(*other("b.egress", Outcome.FAILED), batch)
+    assert batch == FeedbackBatch()
+    assert fr.adaptive.rate() == 100.0
+    assert fr.adaptive.held_for() == 0.0
+    foreign = {"reason": "foreign"}
+    assert sample(metrics, "fairstream_feedback_errors_total", foreign) == 8
+    assert sample(metrics, "fairstream_feedback_rate_limited_total", {}) == 0
+    assert sample(metrics, "fairstream_feedback_records_total", {"outcome": "ok"}) == 0
+
+
+def test_this_deployments_feedback_is_used() -> None:
+    clock = ManualClock(10.0)
+    fr, metrics = reader(None, clock=clock, egress_topic="a.egress")
+    assert fr.adaptive is not None
+    batch = FeedbackBatch()
+    fr._read(*other("a.egress", Outcome.OK), batch)
+    fr._read(*other("a.egress", Outcome.RATE_LIMITED, Scope.TENANT), batch)
+    fr._read(*other("a.egress", Outcome.RATE_LIMITED, Scope.API), batch)
+    assert batch.charges == [("acme", 1, 10)]
+    assert batch.pauses == [("acme", 2.0)]
+    assert batch.settled == [b"r-ok"]
+    assert fr.adaptive.rate() < 100.0
+    assert fr.adaptive.held_for() == pytest.approx(2.0)
+    assert sample(metrics, "fairstream_feedback_rate_limited_total", {}) == 1
+    assert sample(metrics, "fairstream_feedback_errors_total", {"reason": "foreign"}) == 0
+
+
+def test_a_record_naming_no_egress_topic_is_used_as_before() -> None:
+    """A worker before the field (a v1 record) names no egress topic: its 429 counts."""
+    clock = ManualClock(10.0)
+    fr, metrics = reader(None, clock=clock, egress_topic="a.egress")
+    assert fr.adaptive is not None
+    fr._read(*other(None, Outcome.RATE_LIMITED, Scope.API), FeedbackBatch())
+    assert fr.adaptive.rate() < 100.0
+    assert sample(metrics, "fairstream_feedback_errors_total", {"reason": "foreign"}) == 0
+
+
+def test_a_reader_told_no_egress_topic_uses_every_record() -> None:
+    fr, metrics = reader(None, clock=ManualClock(10.0))
+    assert fr.adaptive is not None
+    fr._read(*other("b.egress", Outcome.RATE_LIMITED, Scope.API), FeedbackBatch())
+    assert fr.adaptive.rate() < 100.0
+    assert sample(metrics, "fairstream_feedback_errors_total", {"reason": "foreign"}) == 0

@@ -1,0 +1,175 @@
+"""The adaptive concurrency limit in the scheduler: the feedback reader feeds it from final
+outcomes and hands the limit to the emitter as a ``ConcurrencyChange``; the emitter's rule
+takes it, unless --max-concurrency is fixed. No broker: records are decoded from bytes;
+time is a ManualClock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fairstream.config import Settings
+from fairstream.core import ConcurrencyLimit, ManualClock
+from fairstream.scheduler.feedback import ConcurrencyChange, FeedbackBatch, FeedbackReader
+from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.metrics import Metrics
+from fairstream.wire.feedback import Feedback, Outcome, Scope, encode_feedback, feedback_key
+from tests.unit.scheduler.test_emit_rule import make, push, sent
+
+__all__ = ["make"]  # the fixture
+
+
+def reader(clock: ManualClock) -> tuple[FeedbackReader, Handoff, Metrics, ConcurrencyLimit]:
+    handoff, metrics = Handoff(), Metrics()
+    credit = ConcurrencyLimit(clock, idle=60.0)
+    fr = FeedbackReader(
+        {"bootstrap.servers": "127.0.0.1:9"},  # never polled here
+        "feedback",
+        handoff,
+        metrics,
+        ceiling=100.0,
+        floor=None,
+        on_rate=lambda rate: None,
+        clock=clock,
+        concurrency=credit,
+    )
+    return fr, handoff, metrics, credit
+
+
+def report(
+    clock: ManualClock,
+    request_id: str,
+    outcome: Outcome = Outcome.OK,
+    *,
+    sojourn: float | None = 0.3,
+    latency: float = 0.1,
+    scope: Scope | None = None,
+) -> tuple[bytes, bytes]:
+    """A report made now, of a request released ``sojourn`` seconds ago."""
+    now_ms = clock.epoch_ms()
+    fb = Feedback(
+        request_id=request_id,
+        tenant="acme",
+        outcome=outcome,
+        declared_cost=1,
+        latency=latency,
+        reported_at_ms=now_ms,
+        scheduled_at_ms=None if sojourn is None else now_ms - int(sojourn * 1000),
+        **({"scope": scope, "retry_after": 0.5} if scope is not None else {}),
+    )
+    return feedback_key(fb), encode_feedback(fb)
+
+
+def changes(handoff: Handoff) -> list[ConcurrencyChange]:
+    return [item for item in handoff.controls if isinstance(item, ConcurrencyChange)]
+
+
+def gauge(metrics: Metrics) -> float | None:
+    return metrics.registry.get_sample_value("fairstream_concurrency_adaptive_limit")
+
+
+def test_no_final_feedback_with_a_release_time_no_limit() -> None:
+    clock = ManualClock(10.0)
+    fr, handoff, metrics, credit = reader(clock)
+    fr._publish_limit(clock.now())
+    batch = FeedbackBatch()
+    fr._read(*report(clock, "r1", sojourn=None), batch)  # a worker that knows no stamp
+    fr._read(*report(clock, "r2", Outcome.FAILED), batch)  # not final: a retry follows
+    clock.advance(1.0)
+    fr._publish_limit(clock.now())
+    assert changes(handoff) == []
+    assert credit.limit is None
+    assert gauge(metrics) == -1
+
+
+def test_final_outcomes_give_the_emitter_a_limit_and_it_goes_when_feedback_stops() -> None:
+    clock = ManualClock(10.0)
+    fr, handoff, metrics, credit = reader(clock)
+    batch = FeedbackBatch()
+    for i in range(10):
+        outcome = Outcome.DEAD_LETTERED if i == 3 else Outcome.OK
+        fr._read(*report(clock, f"r{i}", outcome), batch)
+        clock.advance(0.1)
+    fr._publish_limit(clock.now())
+    [change] = changes(handoff)
+    assert change.limit is not None
+    assert change.limit >= 2
+    assert gauge(metrics) == change.limit
+    assert credit.base_wait == pytest.approx(0.2)  # the sojourn less the call
+    fr._publish_limit(clock.now())
+    assert len(changes(handoff)) == 1  # handed over when it moves only
+    clock.advance(61.0)
+    fr._publish_limit(clock.now())
+    assert changes(handoff)[-1] == ConcurrencyChange(None)
+    assert gauge(metrics) == -1
+
+
+def test_an_api_scope_429_sets_the_limit_aside() -> None:
+    clock = ManualClock(10.0)
+    fr, handoff, _, _ = reader(clock)
+    batch = FeedbackBatch()
+    for i in range(10):
+        fr._read(*report(clock, f"r{i}"), batch)
+        clock.advance(0.1)
+    fr._publish_limit(clock.now())
+    assert changes(handoff)[-1].limit is not None
+    fr._read(*report(clock, "r-429", Outcome.RATE_LIMITED, scope=Scope.API), batch)
+    clock.advance(0.3)
+    fr._publish_limit(clock.now())
+    assert changes(handoff)[-1] == ConcurrencyChange(None)
+
+
+def test_the_emitter_applies_the_limit_from_its_mailbox(make: Any) -> None:
+    emitter = make()  # owns 2 of 4 partitions: half the group's slots
+    for offset in range(10):
+        push(emitter, "A", offset)
+    emitter._control(ConcurrencyChange(4))
+    assert emitter.rule.inflight.limit == 2
+    assert emitter.counts_slots() is False  # published at the next round
+    emitter._emit_some()
+    assert len(sent(emitter)) == 2
+    assert emitter._emit_some() == 0  # the slots are held
+    assert emitter.metrics.registry.get_sample_value("fairstream_concurrency_limit") == 2
+    emitter._control(ConcurrencyChange(None))
+    assert emitter.rule.inflight.limit is None
+    emitter._emit_some()
+    assert len(sent(emitter)) == 10
+
+
+def test_paced_the_slots_are_counted_before_the_first_limit(make: Any) -> None:
+    emitter = make(rate=1000)  # owns 2 of 4 partitions: 500/s here
+    assert emitter.rule.tracking
+    assert emitter.rule.inflight.limit is None
+    for offset in range(10):
+        push(emitter, "A", offset)
+    emitter.clock.advance(1.0)
+    emitter._emit_some()
+    assert len(sent(emitter)) == 10  # no limit yet: as before
+    assert len(emitter.rule.inflight) == 10
+    push(emitter, "A", 10)
+    emitter._control(ConcurrencyChange(8))  # 4 here, and 10 are in flight already
+    emitter.clock.advance(1.0)
+    assert emitter._emit_some() == 0
+    emitter._control(FeedbackBatch(settled=[rid for _, rid in sent(emitter)[:7]]))
+    emitter._emit_some()
+    assert len(sent(emitter)) == 11
+
+
+def test_unpaced_or_turned_off_nothing_is_counted_before_a_limit(make: Any) -> None:
+    assert not make().rule.tracking
+    assert not make(rate=1000, adaptive_concurrency=False).rule.tracking
+    assert not make(rate=1000, feedback_topic="").rule.tracking
+
+
+def test_a_fixed_max_concurrency_is_kept(make: Any) -> None:
+    emitter = make(max_concurrency=4)
+    emitter._control(ConcurrencyChange(40))
+    assert emitter.rule.inflight.limit == 2
+    emitter._control(ConcurrencyChange(None))
+    assert emitter.rule.inflight.limit == 2
+
+
+def test_the_setting_is_on_by_default_and_can_be_turned_off() -> None:
+    assert Settings().adaptive_concurrency
+    assert not Settings(adaptive_concurrency=False).adaptive_concurrency
