@@ -108,6 +108,12 @@ def server_properties(
             "share.coordinator.state.topic.replication.factor=1",
             "share.coordinator.state.topic.min.isr=1",
             "min.insync.replicas=1",
+            # A killed scheduler's open transaction holds back read_committed readers of
+            # its egress partitions (the survivor's records behind it too) until the broker
+            # aborts it: --transaction-timeout after it began, found by a sweep every 10 s
+            # by default, so 10 to 20 s. Swept every second, the hand-over after a kill -9
+            # shows within about --transaction-timeout + 1 s.
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000",
             # Groups form at once instead of waiting 3 s for more members.
             "group.initial.rebalance.delay.ms=0",
             # fairstream creates its own topics, with the partition counts it needs.
