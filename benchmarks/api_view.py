@@ -68,7 +68,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from benchmarks.common import Broker, delete_all, keys_for, logger, prefill, start_scheduler
-from benchmarks.slow_api import EgressWatch
+from benchmarks.slow_api import EgressWatch, running_workers
 from fairstream import Request, Worker
 from fairstream.adapters.admin import create_topics
 from fairstream.analysis.stats import percentile
@@ -264,13 +264,6 @@ def playout_options(choice: str) -> tuple[dict[str, Any], str]:
     return {"playout_delay": float(choice)}, f"{float(choice):g} s"
 
 
-def _run_worker(worker: Worker, errors: list[BaseException]) -> None:
-    try:
-        worker.run()
-    except BaseException as exc:  # reported when the pool closes
-        errors.append(exc)
-
-
 @contextlib.contextmanager
 def worker_pool(
     d: Deployment,
@@ -298,29 +291,8 @@ def worker_pool(
         )
         for _ in range(count)
     ]
-    errors: list[BaseException] = []
-    threads = [
-        threading.Thread(target=_run_worker, args=(w, errors), daemon=True, name=f"api-view-w{i}")
-        for i, w in enumerate(pool)
-    ]
-    try:
-        for thread in threads:
-            thread.start()
-        wait_until(
-            lambda: sum(len(w.assignment) for w in pool) == d.partitions or errors,
-            90,
-            "the workers own every egress partition",
-        )
-        if errors:
-            raise RuntimeError(f"a worker failed: {errors[0]!r}")
-        yield pool
-    finally:
-        for worker in pool:
-            worker.stop()
-        for thread in threads:
-            thread.join(60)
-    if errors:
-        raise RuntimeError(f"a worker failed: {errors[0]!r}")
+    with running_workers(pool, d.partitions) as running:
+        yield running
 
 
 def _deployment(bootstrap: str, prefix: str, cleanup: list[Callable[[], None]]) -> tuple[

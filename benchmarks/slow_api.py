@@ -183,13 +183,25 @@ def _workers(
         )
         for _ in range(WORKERS)
     ]
+    with running_workers(pool, d.partitions) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def running_workers(pool: list[Worker], partitions: int) -> Iterator[list[Worker]]:
+    """Run ``pool`` (Workers of one group) on threads; yields once they own all
+    ``partitions`` egress partitions, stops them and joins their threads when the block
+    ends. A worker that failed fails the block."""
     errors: list[BaseException] = []
-    threads = [threading.Thread(target=_run_worker, args=(w, errors), daemon=True) for w in pool]
+    threads = [
+        threading.Thread(target=_run_worker, args=(w, errors), daemon=True, name=f"worker-{i}")
+        for i, w in enumerate(pool)
+    ]
     try:
         for thread in threads:
             thread.start()
         wait_until(
-            lambda: sum(len(w.assignment) for w in pool) == PARTITIONS or errors,
+            lambda: sum(len(w.assignment) for w in pool) == partitions or errors,
             90,
             "the workers own every egress partition",
         )
