@@ -152,7 +152,6 @@ class EmissionRule(Generic[T]):
         "_concurrency_share",
         "_cost_burst",
         "_cost_rate",
-        "_counting",
         "_deadline",
         "_dominant",
         "_enqueued",
@@ -234,7 +233,6 @@ class EmissionRule(Generic[T]):
         self._group_limit = max_concurrency
         self._concurrency_share = 1.0
         self._found_limit = False  # the group limit comes from set_max_concurrency
-        self._counting = False  # slots are counted with no limit (count_slots)
         self.inflight = InFlight(max_concurrency, concurrency_lease)
         self._full: set[str] = set()  # tenants out of the pick: their slots are all held
         self._limited_tenants: set[str] = set()  # tenants whose own policy limits slots
@@ -610,7 +608,6 @@ class EmissionRule(Generic[T]):
         (``started``)."""
         return (
             self._group_limit is not None
-            or self._counting
             or bool(self._limited_tenants)
             or self.core.default_policy.max_concurrency is not None
             or self.groups.limited
@@ -643,16 +640,6 @@ class EmissionRule(Generic[T]):
         self._group_limit = limit
         self._found_limit = True
         self.inflight.set_limit(self._slot_part())
-
-    def count_slots(self) -> None:
-        """Count the slots of the requests released from now on, limit or none: a limit
-        set later (``set_max_concurrency``) then counts the requests already in flight,
-        instead of adding its slots to them.
-
-        Caller: the service, when a limit is to be found from the feedback. Affects:
-        ``tracking``, so the caller reports each record it sends.
-        """
-        self._counting = True
 
     def _slot_part(self) -> int | None:
         """This instance's part of the group's limit: rounded down; at least one slot for

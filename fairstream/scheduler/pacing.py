@@ -53,18 +53,11 @@ class Pacing:
         self.adaptive = 1.0
         # An explicit --max-concurrency is kept: a limit found from the feedback never
         # replaces it (the service then builds no finder; this guards the rule anyway).
+        # Slots are counted from the first limit found on: counted before it, every request
+        # released to workers that report nothing would hold a slot until its lease ran out
+        # (counted as a lost completion). What went out before the first limit is not held
+        # against it; it drains within one hold.
         self.fixed_concurrency = settings.max_concurrency is not None
-        if (
-            settings.adaptive_concurrency
-            and not self.fixed_concurrency
-            and settings.feedback_topic
-            and (settings.rate is not None or settings.cost_rate is not None)
-        ):
-            # Count slots before the first limit comes: it then counts what was released
-            # before it (at --rate until the first call was reported), not only what
-            # follows. Paced, the rule checks its slots per record anyway; unpaced, the
-            # count would cost the direct path, so it starts with the limit.
-            rule.count_slots()
         self._lease_expiries = 0  # concurrency slots' lease expiries counted so far
 
     def apply(self, owned: int) -> None:

@@ -90,16 +90,3 @@ def test_the_schedule_missed_while_the_slots_were_held_is_not_owed():
     step = release(rule)
     assert isinstance(step, Wait)
     assert step.seconds == pytest.approx(0.01)
-
-
-def test_slots_counted_before_a_limit_count_once_it_comes():
-    rule, _, _ = make()
-    rule.count_slots()
-    assert rule.tracking
-    assert rule.inflight.limit is None
-    for _ in range(3):
-        assert isinstance(release(rule), Pick)  # no limit: nothing held back
-    rule.set_max_concurrency(2)  # three are in flight already
-    assert isinstance(release(rule), Wait)
-    rule.settled([b"A0", b"A1"])
-    assert isinstance(release(rule), Pick)

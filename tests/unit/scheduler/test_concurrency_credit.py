@@ -137,27 +137,32 @@ def test_the_emitter_applies_the_limit_from_its_mailbox(make: Any) -> None:
     assert len(sent(emitter)) == 10
 
 
-def test_paced_the_slots_are_counted_before_the_first_limit(make: Any) -> None:
+def test_slots_are_counted_from_the_first_limit_on(make: Any) -> None:
+    # Counted before it, each request released to workers that report nothing would hold
+    # a slot until its lease ran out, counted as a lost completion.
     emitter = make(rate=1000)  # owns 2 of 4 partitions: 500/s here
-    assert emitter.rule.tracking
-    assert emitter.rule.inflight.limit is None
+    assert not emitter.rule.tracking
     for offset in range(10):
         push(emitter, "A", offset)
     emitter.clock.advance(1.0)
     emitter._emit_some()
     assert len(sent(emitter)) == 10  # no limit yet: as before
-    assert len(emitter.rule.inflight) == 10
-    push(emitter, "A", 10)
-    emitter._control(ConcurrencyChange(8))  # 4 here, and 10 are in flight already
+    assert len(emitter.rule.inflight) == 0
+    for offset in range(10, 16):
+        push(emitter, "A", offset)
+    emitter._control(ConcurrencyChange(8))  # 4 here; the 10 released before hold none
     emitter.clock.advance(1.0)
-    assert emitter._emit_some() == 0
-    emitter._control(FeedbackBatch(settled=[rid for _, rid in sent(emitter)[:7]]))
     emitter._emit_some()
-    assert len(sent(emitter)) == 11
+    assert len(sent(emitter)) == 14
+    assert emitter._emit_some() == 0
+    emitter._control(FeedbackBatch(settled=[rid for _, rid in sent(emitter)[10:12]]))
+    emitter._emit_some()
+    assert len(sent(emitter)) == 16
 
 
-def test_unpaced_or_turned_off_nothing_is_counted_before_a_limit(make: Any) -> None:
+def test_nothing_is_counted_before_a_limit(make: Any) -> None:
     assert not make().rule.tracking
+    assert not make(rate=1000).rule.tracking
     assert not make(rate=1000, adaptive_concurrency=False).rule.tracking
     assert not make(rate=1000, feedback_topic="").rule.tracking
 
