@@ -295,9 +295,9 @@ def worker_pool(
         yield running
 
 
-def _deployment(bootstrap: str, prefix: str, cleanup: list[Callable[[], None]]) -> tuple[
-    Deployment, str
-]:  # fmt: skip
+def _deployment(
+    bootstrap: str, prefix: str, cleanup: list[Callable[[], None]]
+) -> tuple[Deployment, str]:
     """Topics of one base (deleted by ``cleanup``) and a feedback topic of its own."""
     base = unique(prefix)
     topics = Topics(f"{base}.ingest", f"{base}.egress", f"{base}.dlq", f"{base}.policy")
@@ -405,10 +405,12 @@ def run_strict(
         egress = EgressWatch(bootstrap, d.topics.egress)
         cleanup.append(egress.close)
         scheduler = start_scheduler(
-            d, workdir, name,
+            d,
+            workdir,
+            name,
             ["--rate", f"{rate:g}", "--burst", f"{burst:g}", "--feedback-topic", feedback],
             cleanup,
-        )  # fmt: skip
+        )
 
         def done() -> bool:
             _check(scheduler)
@@ -478,9 +480,14 @@ def _sent(payload: bytes) -> float | None:
 
 
 def _quiet_traffic(
-    bootstrap: str, topic: str, tenants: list[str], t0: float, seconds: float,
-    stop: threading.Event, sent: list[float],
-) -> None:  # fmt: skip
+    bootstrap: str,
+    topic: str,
+    tenants: list[str],
+    t0: float,
+    seconds: float,
+    stop: threading.Event,
+    sent: list[float],
+) -> None:
     """Each quiet tenant sends one record a second from ``t0`` for ``seconds``, the tenants
     spread over each second; the send times go into the payloads and ``sent``."""
     producer = Producer(
@@ -578,9 +585,12 @@ def run_quiet(
         egress = EgressWatch(bootstrap, d.topics.egress)
         cleanup.append(egress.close)
         scheduler = start_scheduler(
-            d, workdir, scenario, ["--rate", f"{QUIET_RATE:g}", "--feedback-topic", feedback],
+            d,
+            workdir,
+            scenario,
+            ["--rate", f"{QUIET_RATE:g}", "--feedback-topic", feedback],
             cleanup,
-        )  # fmt: skip
+        )
         scheduler.wait_ready(timeout=120)
         _noisy(bootstrap, d.topics.ingest, sizes["noisy"])
         stop = threading.Event()

@@ -52,10 +52,13 @@ def test_another_deployments_429s_do_not_throttle_this_one(
         kafka_bootstrap,
         tmp_path,
         api_handler(None),
-        "--rate", str(RATE), "--feedback-topic", FEEDBACK,
+        "--rate",
+        str(RATE),
+        "--feedback-topic",
+        FEEDBACK,
         partitions=2,
         concurrency=8,
-    ) as a:  # fmt: skip
+    ) as a:
         shared = a.feedback_topic
         b = Deployment(kafka_bootstrap, partitions=2).create()
         assert b.topics.egress != a.deployment.topics.egress
