@@ -33,18 +33,6 @@ def refuse(request: Request) -> None:
     raise RateLimited(retry_after=0.1)
 
 
-def metric(scheduler: SchedulerProcess, name: str, labels: str = "") -> float | None:
-    """One sample of a scheduler's /metrics (``labels`` as written there), or None."""
-    status, body = scheduler.get("/metrics")
-    if status != 200:
-        return None
-    prefix = f"{name}{{{labels}}} " if labels else f"{name} "
-    for line in body.splitlines():
-        if line.startswith(prefix):
-            return float(line[len(prefix) :])
-    return None
-
-
 def test_another_deployments_429s_do_not_throttle_this_one(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -105,11 +93,11 @@ def test_another_deployments_429s_do_not_throttle_this_one(
 
             def foreign() -> float:
                 return (
-                    metric(a.scheduler, "fairstream_feedback_errors_total", 'reason="foreign"') or 0
+                    a.scheduler.metric("fairstream_feedback_errors_total", 'reason="foreign"') or 0
                 )
 
             def b_rate() -> float:
-                return metric(b_scheduler, "fairstream_adaptive_rate") or RATE
+                return b_scheduler.metric("fairstream_adaptive_rate") or RATE
 
             a.run_until(
                 lambda: foreign() >= B_REFUSALS and b_rate() < RATE,
@@ -119,7 +107,7 @@ def test_another_deployments_429s_do_not_throttle_this_one(
                     f"({b_rate():g} of {RATE:g})"
                 ),
             )
-            b_limited = metric(b_scheduler, "fairstream_feedback_rate_limited_total")
+            b_limited = b_scheduler.metric("fairstream_feedback_rate_limited_total")
             b_cut = b_rate()
             # A's egress goes on at its rate while B's 429s arrive.
             emitted = len(a.scheduled())

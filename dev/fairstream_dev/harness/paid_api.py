@@ -219,14 +219,7 @@ class FeedbackLoop:
 
     def metric(self, name: str, labels: str = "") -> float | None:
         """One sample of the scheduler's /metrics (``labels`` as written there), or None."""
-        status, body = self.scheduler.get("/metrics")
-        if status != 200:
-            return None
-        prefix = f"{name}{{{labels}}} " if labels else f"{name} "
-        for line in body.splitlines():
-            if line.startswith(prefix):
-                return float(line[len(prefix) :])
-        return None
+        return self.scheduler.metric(name, labels)
 
     def sample(self) -> None:
         """Read egress and take a sample of the adaptive rate (for plots)."""

@@ -103,6 +103,17 @@ class SchedulerProcess:
         except OSError:
             return 0, ""
 
+    def metric(self, name: str, labels: str = "") -> float | None:
+        """One sample of the scheduler's /metrics (``labels`` as written there), or None."""
+        status, body = self.get("/metrics")
+        if status != 200:
+            return None
+        prefix = f"{name}{{{labels}}} " if labels else f"{name} "
+        for line in body.splitlines():
+            if line.startswith(prefix):
+                return float(line[len(prefix) :])
+        return None
+
     def wait_ready(self, timeout: float = 90) -> SchedulerProcess:
         def ready() -> bool:
             assert self.proc is not None
