@@ -270,12 +270,14 @@ def feedback_loop(
     workers: int = 1,
     concurrency: int = 16,
     worker_feedback: bool = True,
+    worker_options: dict[str, Any] | None = None,
 ) -> Iterator[FeedbackLoop]:
     """Topics, ``workers`` Workers calling ``handler`` (each ``concurrency`` at a time,
     reporting to the feedback topic unless ``worker_feedback`` is False), and one scheduler
     run with ``scheduler_args`` (which name ``--feedback-topic``; the loop's topic is
     ``loop.feedback_topic``, made up before the scheduler starts: pass ``FEEDBACK`` in
-    ``scheduler_args`` for it). Both are ready (workers own every egress partition) when
+    ``scheduler_args`` for it). ``worker_options``: more keywords for each ``Worker`` (a
+    ``playout_delay``, say). Both are ready (workers own every egress partition) when
     this yields; nothing is produced yet.
     """
     deployment = Deployment(bootstrap, partitions=partitions)
@@ -294,6 +296,7 @@ def feedback_loop(
             concurrency=concurrency,
             commit_interval=0.2,
             feedback_topic=feedback_topic if worker_feedback else None,
+            **(worker_options or {}),
         )
         for _ in range(workers)
     ]
