@@ -67,7 +67,16 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from benchmarks.common import Broker, delete_all, keys_for, logger, prefill, start_scheduler
+from benchmarks.common import (
+    Broker,
+    Row,
+    delete_all,
+    get,
+    keys_for,
+    logger,
+    prefill,
+    start_scheduler,
+)
 from benchmarks.slow_api import EgressWatch, running_workers
 from fairstream import Request, Worker
 from fairstream.adapters.admin import create_topics
@@ -785,6 +794,147 @@ def main() -> None:
     else:
         print(json.dumps(results, indent=2))
     print("\n".join(report(result)))
+
+
+# -- run_all's "api_view" phase: its targets and its table in docs/benchmarks.md --------------
+
+
+def targets(results: dict[str, Any]) -> list[Row]:
+    """The "api_view" phase's target rows: per strict row, refused <= 1% and accepted >=
+    0.97x R; per quiet-tenant scenario, quiet p99 <= the call time + 0.5 s (a censored p99,
+    a lower bound, does not meet it), no quiet request untaken by the drain deadline, and the
+    API busy >= 0.95x."""
+    out: list[Row] = []
+    for key, row in (get(results, "api_view", "strict") or {}).items():
+        if row.get("status") != "ok":
+            continue
+        refused, accepted = row["refused"], row["accepted_of_rate"]
+        out += [
+            (
+                f"API view, strict bucket R/B {key}: refused <= {TARGET_REFUSED:.0%}",
+                f"{refused:.1%} ({row['started_per_s']:g} calls/s; playout delay "
+                f"{row['playout_delay']})",
+                refused <= TARGET_REFUSED,
+                f"{abs(refused - TARGET_REFUSED) * 100:.1f} points",
+            ),
+            (
+                f"API view, strict bucket R/B {key}: accepted >= {TARGET_ACCEPTED}x R",
+                f"{accepted:.3f}x ({row['accepted_per_s']:g}/s of {row['rate']:g})",
+                accepted >= TARGET_ACCEPTED,
+                f"{abs(accepted - TARGET_ACCEPTED):.3f}x",
+            ),
+        ]
+    for key, run in (get(results, "api_view", "quiet") or {}).items():
+        if run.get("status") != "ok":
+            continue
+        wait, censored = run["quiet_wait"], run["quiet_wait_censored"]
+        bound = run["call_s"] + TARGET_EXTRA_WAIT_S
+        p99 = None if wait is None else wait["p99_s"]
+        unserved, busy = run["quiet_unserved_at_deadline"], run["busy"]
+        out += [
+            (
+                f"API view, {key}: quiet p99 wait <= the call time + {TARGET_EXTRA_WAIT_S:g} s "
+                f"({bound:g} s)",
+                "no quiet request sent"
+                if p99 is None
+                else f"{'>= ' if censored else ''}{p99:.3f} s ({censored} of "
+                f"{run['quiet_sent']} never taken; playout delay {run['playout_delay']})",
+                p99 is not None and not censored and p99 <= bound,
+                "" if p99 is None else f"{abs(bound - p99):.3f} s",
+            ),
+            (
+                f"API view, {key}: every quiet request taken by the drain deadline "
+                f"(+{run['drain_s']:g} s)",
+                f"{unserved} of {run['quiet_sent']} not taken",
+                unserved == 0,
+                "",
+            ),
+            (
+                f"API view, {key}: API busy >= {TARGET_BUSY}x",
+                f"{busy:.3f}x ({run['calls_per_s']:g} calls/s)",
+                busy >= TARGET_BUSY,
+                f"{abs(busy - TARGET_BUSY):.3f}x",
+            ),
+        ]
+    return out
+
+
+def _seconds3(stats_: dict[str, float] | None, bound: bool = False) -> str:
+    """p50 / p99 / max in seconds, ``>=`` before each when they are lower bounds."""
+    if not stats_:
+        return "-"
+    mark = ">= " if bound else ""
+    return " / ".join(f"{mark}{stats_[k]:.3f}" for k in ("p50_s", "p99_s", "max_s"))
+
+
+def table(results: dict[str, Any]) -> list[str]:
+    """The "The paid API's view" tables of docs/benchmarks.md (nothing when the phase did
+    not run)."""
+    r = get(results, "api_view")
+    if not r:
+        return []
+    if r.get("status") != "ok":
+        return ["", f"**The paid API's view**: failed: {str(r.get('error'))[:200]}"]
+    lines: list[str] = []
+    strict = r.get("strict") or {}
+    if strict:
+        lines += [
+            "",
+            "**The paid API's view, a strict bucket** (a token bucket of R calls/s holding B, "
+            f"the scheduler at `--rate R --burst B`; one Worker x {STRICT_CONCURRENCY}; a "
+            "backlog always waiting; over a steady window after the first call; refused at "
+            "stamps: what the bucket would refuse had every call started at its "
+            "`fairstream-scheduled-ms`, and the share of stamp gaps under 1/R; "
+            "`benchmarks/api_view.py`):",
+            "",
+            "| R/B | playout delay | calls started | refused | accepted / R | refused at stamps "
+            "(gaps < 1/R) | start after stamp p50 / p99 / max | visible after stamp p50 / p99 "
+            "/ max |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for key, row in strict.items():
+            if row.get("status") != "ok":
+                lines.append(f"| {key} | failed: {str(row.get('error'))[:120]} | | | | | | |")
+                continue
+            lines.append(
+                f"| {key} | {row['playout_delay']} | {row['started_per_s']:g}/s | "
+                f"{row['refused']:.1%} | {row['accepted_of_rate']:.3f}x | "
+                f"{row['refused_at_stamps']:.1%} ({row['stamp_gaps_short']:.1%}) | "
+                f"{_seconds3(row['start_after_stamp'])} s | "
+                f"{_seconds3(row['visible_after_stamp'])} s |"
+            )
+    quiet = r.get("quiet") or {}
+    if quiet:
+        lines += [
+            "",
+            f"**The paid API's view, quiet tenants** (`--rate {QUIET_RATE:g}`; one noisy "
+            f"tenant's backlog and {QUIET_TENANTS} quiet tenants at 1 request/s; wait: from the "
+            "quiet producer's send to the API taking the call, `>=` where some were never "
+            "taken; not taken: by the window's end + the call time + "
+            f"{TARGET_EXTRA_WAIT_S:g} s, and by the drain deadline; busy: call time over the "
+            "slots' capacity; `benchmarks/api_view.py`):",
+            "",
+            "| scenario | workers x concurrency x call | API slots | playout delay | quiet "
+            "requests | quiet wait p50 / p99 / max | p99 - call | not taken (end / deadline) "
+            "| API busy | calls | egress |",
+            "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for key, run in quiet.items():
+            if run.get("status") != "ok":
+                lines.append(f"| {key} | failed: {str(run.get('error'))[:120]} | | | | | | | | | |")
+                continue
+            censored = run["quiet_wait_censored"] > 0
+            wait = _seconds3(run["quiet_wait"], censored)
+            less = run["quiet_p99_less_call_s"]
+            less_call = "-" if less is None else f"{'>= ' if censored else ''}{less:.3f} s"
+            lines.append(
+                f"| {key} | {run['workers']} x {run['concurrency']} x {run['call_s']:g} s | "
+                f"{run['api_slots'] or '-'} | {run['playout_delay']} | {run['quiet_sent']} | "
+                f"{wait} s | {less_call} | "
+                f"{run['quiet_unserved_at_end']} / {run['quiet_unserved_at_deadline']} | "
+                f"{run['busy']:.3f}x | {run['calls_per_s']:g}/s | {run['egress_per_s']:g}/s |"
+            )
+    return lines
 
 
 if __name__ == "__main__":

@@ -31,6 +31,13 @@ cleaning up its processes and topics):
 - ``slow_api`` (``benchmarks/slow_api.py``): ``--rate 40``, two workers of 256 calls at
   once, an API of 1 s and 0.2 s latency, one backlogged tenant and five quiet ones: calls
   started per second and quiet start delay, with ``ordering="start"`` and ``"completion"``.
+- ``api_view`` (``benchmarks/api_view.py``), Workers with ``playout_delay=0.25``: at each
+  handler call's start, a strict token bucket of R holding B (refused <= 1%, accepted >=
+  0.97x R), and quiet tenants beside a noisy one behind slow workers and behind an API that
+  queues calls (quiet p99 <= the call time + 0.5 s, none left untaken, the API >= 0.95x busy).
+- ``api_adaptive`` (``benchmarks/api_adaptive.py``), the same pacing: the adaptive rate under
+  ``--rate 1000`` behind a strict API of hidden capacity, constant and 300 -> 150 -> 300;
+  per window at the API, goodput mean >= 0.93x and worst 5 s >= 0.85x, refused <= 3%.
 - ``concurrency`` (``benchmarks/concurrency.py``): ``--max-concurrency 20``, no rate, calls
   of 1 s: calls in flight at the API (mean, max) and calls/s, through a worker that calls
   every record at once and through ``fairstream.Worker``.
@@ -59,6 +66,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import shlex
@@ -71,6 +79,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import (
+    api_adaptive,
+    api_view,
     burst,
     concurrency,
     fairness_scenarios,
@@ -91,6 +101,9 @@ from benchmarks.report import markdown
 from benchmarks.targets import targets
 
 DOC = REPO / "docs" / "benchmarks.md"
+# The Worker's pacing for the paid-API phases: the playout delay the docs tell users to turn
+# on for paced starts.
+PLAYOUT = "0.25"
 
 Body = Callable[[list[Callable[[], None]]], dict[str, Any]]
 
@@ -156,18 +169,21 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
                 bootstrap, workdir, records, deadline, c, get(phases.results, "max_throughput")
             ),
         )
-        for name, module in (
-            ("burst", burst),
-            ("overflow", overflow),
-            ("restart", restart),
-            ("gaps", gaps),
-            ("group", group),
-            ("feedback", feedback),
-            ("slow_api", slow_api),
-            ("concurrency", concurrency),
-            ("fairness_scenarios", fairness_scenarios),
-        ):
-            phases.run(name, lambda c, m=module: m.phase(bootstrap, workdir, quick, c))
+        module_phases: tuple[tuple[str, Callable[..., dict[str, Any]]], ...] = (
+            ("burst", burst.phase),
+            ("overflow", overflow.phase),
+            ("restart", restart.phase),
+            ("gaps", gaps.phase),
+            ("group", group.phase),
+            ("feedback", feedback.phase),
+            ("slow_api", slow_api.phase),
+            ("api_view", functools.partial(api_view.phase, playout=PLAYOUT)),
+            ("api_adaptive", functools.partial(api_adaptive.phase, playout=PLAYOUT)),
+            ("concurrency", concurrency.phase),
+            ("fairness_scenarios", fairness_scenarios.phase),
+        )
+        for name, run in module_phases:
+            phases.run(name, functools.partial(run, bootstrap, workdir, quick))
 
         missed = [t for t in targets(phases.results) if t[2] is False]
         if shared and (args.profile == "always" or (args.profile == "auto" and missed)):

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import burst, concurrency, feedback, group, noisy, restart, slow_api, throughput
+from benchmarks import (
+    api_adaptive,
+    api_view,
+    burst,
+    concurrency,
+    feedback,
+    group,
+    noisy,
+    restart,
+    slow_api,
+    throughput,
+)
 from benchmarks.common import VALUE_SIZE, cell, get, num
 from benchmarks.targets import (
     BURST_OTHER_P99,
@@ -36,6 +47,8 @@ def result_tables(r: dict[str, Any]) -> list[str]:
         "",
         *feedback_table(r),
         *slow_api.table(r),
+        *api_view.table(r),
+        *api_adaptive.table(r),
         "",
         *concurrency.line(r),
     ]

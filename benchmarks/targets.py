@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import feedback, group, slow_api
+from benchmarks import api_adaptive, api_view, feedback, group, slow_api
 from benchmarks.common import Row, get
 from benchmarks.throughput import spread
 
@@ -39,6 +39,8 @@ def targets(r: dict[str, Any]) -> list[Row]:
         *group_targets(r),
         *feedback_targets(r),
         *slow_api.targets(r),
+        *api_view.targets(r),
+        *api_adaptive.targets(r),
         *concurrency_targets(r),
     ]
 
