@@ -4,7 +4,8 @@ apply it; ``fairstream.ShareWorker`` calls and reports through ``Calling`` and d
 delivery itself.
 
 The rule: a handler that raises ``RateLimited`` is called again after its ``retry_after``
-(or the backoff) without using up an attempt, unless that call would come after the
+plus a random share of it that grows while it keeps being refused (or the backoff), without
+using up an attempt, unless that call would come after the
 request's deadline: then the request is to be dead-lettered as ``expired``. A handler that
 raises anything else is called again after the exponential backoff, ``max_attempts`` calls
 in all; then the request is to be dead-lettered as ``handler-failed``. Every call is
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -100,6 +102,9 @@ class Calling:
     _is_async: bool  # is_async_handler(handler)
     backoff_initial: float
     backoff_max: float
+    # Uniform draws from [0, 1) that spread the retries of rate-limited calls beyond their
+    # Retry-After (``retry.rate_limited_delay``); a test gives its own.
+    _jitter: Callable[[], float] = random.random
     # Where plain-function handlers run; None: the loop's default executor.
     _pool: Executor | None = None
     # The workers' Prometheus metrics (calls running, their seconds, rate limits, retries);
@@ -159,7 +164,9 @@ class Calling:
         """The wait before calling again after the ``limited``-th rate-limited call in a row;
         with it the dead letter's sentence when that call would come after the request's
         deadline, else None."""
-        delay = rate_limited_delay(exc.retry_after, limited, self.backoff_initial, self.backoff_max)
+        delay = rate_limited_delay(
+            exc.retry_after, limited, self.backoff_initial, self.backoff_max, self._jitter()
+        )
         if not expires_before(request.deadline_ms, time.time() * 1000, delay):
             return delay, None
         return delay, (

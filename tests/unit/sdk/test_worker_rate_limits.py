@@ -92,3 +92,19 @@ def test_expires_before() -> None:
     assert not expires_before(10_000, 5_000.0, 4.9)
     assert expires_before(10_000, 5_000.0, 5.0)  # worthless at the deadline itself
     assert expires_before(10_000, 11_000.0, 0.0)  # already past
+
+
+def test_a_retry_after_is_a_floor_and_the_jitter_span_doubles_with_each_refusal() -> None:
+    # jitter 0: exactly the Retry-After; jitter near 1: the whole span on top of it.
+    assert rate_limited_delay(0.1, 1, 0.1, 10, jitter=0.0) == 0.1
+    assert rate_limited_delay(0.1, 1, 0.1, 10, jitter=0.5) == pytest.approx(0.15)
+    assert rate_limited_delay(0.1, 3, 0.1, 10, jitter=0.5) == pytest.approx(0.1 + 0.5 * 0.7)
+    # The span stops at backoff_max; the Retry-After itself never shrinks.
+    assert rate_limited_delay(2.0, 10, 0.1, 5.0, jitter=1.0) == pytest.approx(7.0)
+    assert rate_limited_delay(60.0, 1, 0.1, 10, jitter=0.999) == pytest.approx(69.99)
+    # A draw outside [0, 1) is clamped, never a delay below the Retry-After.
+    assert rate_limited_delay(0.5, 2, 0.1, 10, jitter=-3.0) == 0.5
+
+
+def test_without_a_retry_after_the_jitter_changes_nothing() -> None:
+    assert rate_limited_delay(None, 3, 0.1, 2.0, jitter=0.9) == backoff_delay(3, 0.1, 2.0)
