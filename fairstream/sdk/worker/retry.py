@@ -31,7 +31,7 @@ def rate_limited_delay(
     back as tokens free up. Never before the Retry-After: the API's word is a floor.
     """
     if retry_after is not None and retry_after > 0:
-        span = min(maximum, retry_after * (2 ** min(consecutive, 30) - 1))
+        span = min(maximum, retry_after * (2.0 ** min(consecutive, 30) - 1.0))
         return retry_after + max(0.0, min(jitter, 1.0)) * max(0.0, span)
     return backoff_delay(consecutive, initial, maximum)
 
