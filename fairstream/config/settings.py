@@ -110,6 +110,17 @@ class Settings:
         "scheduled_at; dropped (unlimited) after --concurrency-lease, at least 60 s, without "
         "any.",
     )
+    egress_group: str | None = setting(
+        None,
+        empty_is_none=True,
+        help="The consumer group that reads egress, for workers that send no feedback (a "
+        "plain consumer committing its offsets, a Faust app without the SDK): a few times a "
+        "second its committed offsets and egress's end offsets give its lag, and the "
+        "scheduler releases no more while the lag is at its bound, what the group consumes "
+        "in about half a second (Little's law, adapting as its throughput changes, at least "
+        "a few records), so the backlog waits in the scheduler, where fairness is applied. "
+        "Unlimited while the group has committed nothing. [default: none]",
+    )
     concurrency_lease: float = setting(
         60.0,
         low=0,
@@ -117,6 +128,19 @@ class Settings:
         help="Seconds a concurrency slot stays held without news of its request (a lost "
         "completion, a worker killed mid-call); failed attempts and 429s renew it. Set it "
         "above the API's slowest call plus the worker's retries.",
+    )
+    egress_spread: str = setting(
+        "key",
+        choices=("key", "backlogged"),
+        help="Which egress partition a record goes to. key: its tenant's (the key's hash), so "
+        "a tenant's records keep one partition's FIFO order, and one worker serves a busy "
+        "tenant. backlogged: a record of a tenant with other records waiting or not yet "
+        "settled goes to the partition with the fewest records outstanding, then the fewest "
+        "recent releases, so one busy tenant keeps every worker busy; quiet tenants keep "
+        "their key's. Only under --rate or --cost-rate, whose start stamps carry the order "
+        "(without them every record keeps its key's partition); a tenant's calls then start "
+        "in order only at workers that pace by the stamp (--playout-delay), and a worker's "
+        "ordering=completion holds within that worker only.",
     )
     # None (unlimited) only from Python: the option always has a limit.
     max_backlog: int | None = setting(

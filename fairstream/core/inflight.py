@@ -138,6 +138,15 @@ class InFlight:
             order.popleft()  # released or renewed since
         return math.inf
 
+    def taken_by(self, when: float) -> list[Hashable]:
+        """The keys of the slots taken at or before ``when`` and not renewed since, oldest
+        first (a renewed slot counts as taken when it was renewed).
+
+        Caller: the owner, to give back the oldest slots the egress group's lag shows
+        consumed (``fairstream.core.lagbound``)."""
+        lease = self.lease
+        return [key for key, slot in self._slots.items() if slot.expires - lease <= when]
+
     # -- changes -----------------------------------------------------------------------------
 
     def acquire(self, key: Hashable, tenant: str, now: float, group: str | None = None) -> bool:

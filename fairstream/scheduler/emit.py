@@ -53,6 +53,7 @@ from fairstream.scheduler.backlog import Backlog
 from fairstream.scheduler.checkpoint import Checkpoint
 from fairstream.scheduler.demotions import Demotions, mark_demoted, with_demotion
 from fairstream.scheduler.egress import Limits
+from fairstream.scheduler.egress_lag import LagChange
 from fairstream.scheduler.feedback import AdaptiveChange, ConcurrencyChange, FeedbackBatch
 from fairstream.scheduler.fetch import PayloadFetcher
 from fairstream.scheduler.group import ShareChange
@@ -313,6 +314,8 @@ class Emitter:
             self.pacing.adapted(item, len(self.owned))
         elif isinstance(item, ConcurrencyChange):
             self.pacing.limited(item)
+        elif isinstance(item, LagChange):
+            self.pacing.lagged(item)
         elif isinstance(item, ShareChange):
             self.pacing.shared(item, len(self.owned))
             self.policies.groups.take_parts(item.parts, self.rule)  # of each group's cap

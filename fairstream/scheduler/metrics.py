@@ -236,6 +236,28 @@ class Metrics:
             "Concurrency slots given back because their lease ran out (a lost completion).",
             registry=r,
         )
+        # Credit from the egress group's committed offsets (--egress-group).
+        self.egress_lag = Gauge(
+            "fairstream_egress_lag",
+            "Egress offsets released and not yet committed by --egress-group, less one "
+            "transaction marker per lagging partition (-1: unknown: no --egress-group, the "
+            "group has committed nothing, or its offsets could not be read).",
+            registry=r,
+        )
+        self.egress_lag.set(-1)
+        self.egress_lag_bound = Gauge(
+            "fairstream_egress_lag_bound",
+            "The group's bound on egress offsets waiting for --egress-group, from the "
+            "group's progress (-1: unlimited, nothing to go by).",
+            registry=r,
+        )
+        self.egress_lag_bound.set(-1)
+        self.egress_lag_errors = Counter(
+            "fairstream_egress_lag_errors",
+            "Reads of --egress-group's committed offsets or of egress's end offsets that "
+            "failed (the last bound holds for a few seconds).",
+            registry=r,
+        )
 
     def _commits(self, r: CollectorRegistry) -> None:
         """The transactions and what committing one takes."""

@@ -5,7 +5,8 @@ thread computed, ``group``; ``--share-by partitions``: the ingest partitions own
 the adapted rate, ``feedback``) and of its concurrency limit (always by partitions owned),
 and what the paid API reported back: measured costs charged, tenants paused by their own
 quota, concurrency slots settled or renewed, the concurrency limit found from the feedback
-(without ``--max-concurrency``). The rule retunes its buckets; the gauges follow.
+(without ``--max-concurrency``), and the egress group's lag and its bound
+(``--egress-group``: ``egress_lag``). The rule retunes its buckets; the gauges follow.
 
 Caller: the emitter thread (``Emitter``), which applies the group's, the feedback reader's
 and the adaptive rate's hand-overs here, in mailbox order.
@@ -14,12 +15,14 @@ and the adaptive rate's hand-overs here, in mailbox order.
 from __future__ import annotations
 
 import logging
+import math
 from operator import attrgetter
 from typing import Any
 
 from fairstream.config import Settings
 from fairstream.core import Core, RecordClock
 from fairstream.core.emission import EmissionRule
+from fairstream.scheduler.egress_lag import LagChange
 from fairstream.scheduler.feedback import AdaptiveChange, ConcurrencyChange, FeedbackBatch
 from fairstream.scheduler.group import ShareChange
 from fairstream.scheduler.metrics import Metrics
@@ -58,6 +61,13 @@ class Pacing:
         # (counted as a lost completion). What went out before the first limit is not held
         # against it; it drains within one hold.
         self.fixed_concurrency = settings.max_concurrency is not None
+        # The group's limit is the least of the fixed one, the one found from the feedback
+        # and the egress group's lag bound (None: unlimited); the rule is told when it moves.
+        self._fixed = settings.max_concurrency
+        self._found: int | None = None
+        self._lag_bound: int | None = None
+        self._applied = settings.max_concurrency
+        self._slot_share = 0.0  # this instance's part of the limit (owned partitions)
         self._lease_expiries = 0  # concurrency slots' lease expiries counted so far
 
     def apply(self, owned: int) -> None:
@@ -72,6 +82,7 @@ class Pacing:
         # rate), whatever --share-by says: the parts cannot add up to more than the limit,
         # need no exchange, and do not follow the adapted rate.
         self.rule.set_concurrency_share(by_partitions)
+        self._slot_share = by_partitions
         self.count_slots()
         self.metrics.group_share.set(share)
         self.metrics.rate_share.set(0 if self.rate is None else self.rate * share)
@@ -87,8 +98,32 @@ class Pacing:
         """The feedback reader found the group's concurrency limit (None: unlimited)."""
         if self.fixed_concurrency:
             return
-        self.rule.set_max_concurrency(change.limit)
+        self._found = change.limit
+        self._set_limit()
         self.count_slots()
+
+    def lagged(self, change: LagChange) -> None:
+        """The egress lag reader sampled the egress group (``--egress-group``): its bound
+        limits the slots like a concurrency limit, and its lag frees them. Of the slots
+        taken by the sample's time, all but this instance's part of the lag (by owned
+        partitions, as the limit is split) are given back, oldest first: the group
+        committed past them. Slots taken later are not in the sample; they stay."""
+        self._lag_bound = change.bound
+        self._set_limit()
+        rule = self.rule
+        if change.lag is not None and len(rule.inflight):
+            mine = math.ceil(change.lag * self._slot_share)
+            taken = rule.inflight.taken_by(change.at)
+            if len(taken) > mine:
+                rule.settled(taken[: len(taken) - mine])
+        self.count_slots()
+
+    def _set_limit(self) -> None:
+        limits = [n for n in (self._fixed, self._found, self._lag_bound) if n is not None]
+        limit = min(limits) if limits else None
+        if limit != self._applied:
+            self._applied = limit
+            self.rule.set_max_concurrency(limit)
 
     def shared(self, change: ShareChange, owned: int) -> None:
         """The group thread computed this instance's share, leased until a time."""

@@ -30,6 +30,9 @@ feedback         restarted  the feedback consumer, the  FeedbackBatch/AdaptiveCh
                                                         for the group thread
                                                         (GroupShares.rate, a float); asks
                                                         RecentRequests (swap-safe)
+egress-lag       restarted  an AdminClient, the egress  LagChange controls; its gauges
+                            group's lag and its bound
+                            (--egress-group only)
 audit            restarted  the fairness windows, the   probes the emitter by Handoff.call;
                             console's history           web threads read under its lock
 group            fatal      the coordination topic's    ShareChange controls; reads the
@@ -77,6 +80,7 @@ from fairstream.config import Settings
 from fairstream.config.topics import holding_topic
 from fairstream.core import ConcurrencyLimit, MonotonicClock, RecordClock
 from fairstream.scheduler.audit import CHART_TENANTS, Auditor
+from fairstream.scheduler.egress_lag import EgressLagReader
 from fairstream.scheduler.emit import Emitter, Limits
 from fairstream.scheduler.feedback import FeedbackReader
 from fairstream.scheduler.group import Coordination, GroupShares
@@ -190,6 +194,19 @@ class SchedulerService:
         self.policies = PolicyReader(settings, self.handoff)
         self.group = self._group_shares(librdkafka, partitions)
         self.feedback = self._feedback_reader(librdkafka, partitions, recent)
+        # Credit from the egress group's lag, for workers that send no feedback.
+        self.egress_lag = (
+            None
+            if not settings.egress_group
+            else EgressLagReader(
+                librdkafka,
+                settings.topics.egress,
+                settings.egress_group,
+                self.handoff,
+                self.metrics,
+                clock=self.clock,
+            )
+        )
         self.auditor = Auditor(self._probe, self.metrics, settings.fairness_window)
         self._threads = self._thread_map()
         self._emitter_thread, self._ingest_thread = self._threads[:2]
@@ -263,6 +280,8 @@ class SchedulerService:
             threads.append(supervised("group", self.group.run, restart=False))
         if self.feedback is not None:
             threads.append(supervised("feedback", self.feedback.run))
+        if self.egress_lag is not None:
+            threads.append(supervised("egress-lag", self.egress_lag.run))
         return threads
 
     def _watch(self) -> None:
@@ -359,6 +378,8 @@ class SchedulerService:
             self.group.stop()
         if self.feedback is not None:
             self.feedback.stop()
+        if self.egress_lag is not None:
+            self.egress_lag.stop()
         self.ingest.stop()  # hands the emitter a Stop, then closes the consumer
 
     def join(self, timeout: float) -> bool:
