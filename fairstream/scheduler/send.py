@@ -11,6 +11,15 @@ Under a rate or cost limit a record is stamped (``fairstream-scheduled-ms``) wit
 on the emission rule's virtual schedule (``EmissionRule.stamp_ms``): after a late moment
 the missed slots are caught up back to back, each with its own stamp.
 
+With ``--egress-spread backlogged`` under a rate (the records carry their start moment),
+a backlogged tenant's record goes to the egress partition with the fewest records
+outstanding (by the concurrency slots' request ids, pruned of the settled ones every
+``PRUNE_EVERY``), then with the fewest recent releases, not only to its key's
+(``fairstream.core.spread``): one noisy tenant then keeps every worker busy, not just the
+one owning its key's partition. The count of egress partitions comes from the producer's
+metadata, asked once. A quiet tenant's records, and every record without a rate, keep
+their key's partition.
+
 ``prepare`` runs while a commit is in flight (the emitter thread would otherwise only wait
 for the broker): without a rate limit it picks and stamps the next records of the next
 transaction. Nothing it does is visible to the commit: the picks leave the core, but no
@@ -25,8 +34,10 @@ Caller: the emitter thread (``Emitter``), the only owner of the core and the pro
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
+from functools import lru_cache
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -35,6 +46,7 @@ from fairstream import wire
 from fairstream.config import Settings
 from fairstream.core import Pick, RecordClock
 from fairstream.core.emission import EmissionRule, Expire, Wait
+from fairstream.core.spread import EgressSpread
 from fairstream.scheduler.backlog import Backlog
 from fairstream.scheduler.checkpoint import Checkpoint
 from fairstream.scheduler.egress import FOOTPRINT, Stamper, footprint
@@ -45,14 +57,19 @@ from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.records import Parsed, Prepared, new
 from fairstream.scheduler.transaction import Transaction
 from fairstream.wire.dead_letter import HeaderList, expired_detail, lost_detail
+from fairstream.wire.partition import murmur2
 
-__all__ = ["EMIT_BATCH", "STALE_MS", "Sender", "request_id"]
+__all__ = ["EMIT_BATCH", "STALE_MS", "Sender", "home_partition", "request_id"]
+
+log = logging.getLogger("fairstream.scheduler")
 
 EMIT_BATCH = 256  # picks between two looks at the handoff queue
 PREPARE_CHUNK = 64  # picks prepared between two looks at the commit in flight
 PREPARE_MAX = 8192  # records prepared during one commit at most (and --max-in-flight)
 _REQUEST_ID = wire.REQUEST_ID
 STALE_MS = 1000  # a prepared record older than this (a commit retried) is stamped again
+SPREAD_RETRY = 10.0  # seconds between two asks for the egress partitions, while unknown
+PRUNE_EVERY = 0.02  # seconds between two prunes of the settled from the spread's outstanding
 
 
 class Sender:
@@ -90,6 +107,12 @@ class Sender:
         # Records released on a rate's (or cost rate's) schedule: workers pace their calls.
         paced = settings.rate is not None or settings.cost_rate is not None
         self.stamper = Stamper(settings.topics.ingest, egress_limit, recent, paced=paced)
+        # --egress-spread backlogged: only under a rate, where records carry their start
+        # moment and paced workers keep a tenant's start order across partitions.
+        self.spreads = paced and settings.egress_spread == "backlogged"
+        self.spread: EgressSpread | None = None  # made once the egress partitions are known
+        self._spread_asked = -math.inf  # when the producer was last asked for them
+        self._pruned = -math.inf  # when the spread's outstanding records were last pruned
         # Picked and stamped while a commit was in flight, sent right after it.
         self.prepared: deque[Prepared] = deque()
         self.wait = 0.0  # seconds the rule last said to wait
@@ -110,6 +133,13 @@ class Sender:
         produce, topic, progress = txn.producer.produce, self.egress_topic, self.progress
         dwells = self.checkpoint.dwells()  # the open transaction's, live
         max_records = self.max_in_flight
+        spread = self._spread(txn) if self.spreads else None
+        if spread is not None:
+            choose, count, now_s = spread.choose, spread.partitions, self.clock.now
+            waiting, holding = rule.core.backlog, rule.inflight.of
+            if now_s() >= self._pruned + PRUNE_EVERY:  # O(outstanding): not every batch
+                self._pruned = now_s()
+                spread.prune(rule.inflight)  # settled or leased out: off their partitions
         picked = freed = cost_sum = inline = 0
         self.paced = False
         for _ in range(EMIT_BATCH):
@@ -153,15 +183,28 @@ class Sender:
                         break
                     continue
                 key, value, headers = sendable
+            to = rid = None
+            if started is not None:
+                rid = request_id(headers, partition, offset)
+            if spread is not None:
+                # Backlogged: records of its own wait, or are out and not yet settled.
+                more = holding(tenant) > 0 or waiting(tenant)[0] > 0
+                # A tenant's records of one stamp (a burst) stay together.
+                to = choose(
+                    home_partition(key, count), more, now_s(), rid, tenant=tenant, stamp=stamp
+                )
             try:
-                produce(topic, value, key, headers=headers)  # type: ignore[arg-type]
+                if to is None:
+                    produce(topic, value, key, headers=headers)  # type: ignore[arg-type]
+                else:
+                    produce(topic, value, key, headers=headers, partition=to)  # type: ignore[arg-type]
                 txn.records += 1
                 inline += 1
             except (BufferError, KafkaException):
-                txn.produce(topic, value, key, headers)  # retries, or says why
+                txn.produce(topic, value, key, headers, partition=to)  # retries, or says why
             progress[partition].settle(offset)
             if started is not None:
-                started(tenant, request_id(headers, partition, offset))
+                started(tenant, rid)
             cost_sum += cost
             dwell = (stamp - enqueued) / 1000 if stamp > enqueued else 0.0
             seconds = dwells.get(tenant)
@@ -173,6 +216,31 @@ class Sender:
                 break
         self._batch_done(txn, freed, cost_sum, inline)
         return picked
+
+    def _spread(self, txn: Transaction) -> EgressSpread | None:
+        """The egress partition chooser, made once the producer's metadata tells how many
+        partitions egress has (asked at most every ``SPREAD_RETRY`` seconds until then); None
+        while it does not say, or with a single partition (nothing to spread over)."""
+        if self.spread is not None:
+            return self.spread
+        now = self.clock.now()
+        if now - self._spread_asked < SPREAD_RETRY:
+            return None
+        self._spread_asked = now
+        count = txn.partitions(self.egress_topic)
+        if count is None:
+            log.warning(
+                "--egress-spread: the partitions of %s are unknown; records keep their key's "
+                "partition for now",
+                self.egress_topic,
+            )
+            return None
+        if count == 1:
+            self.spreads = False  # one partition: every record's is the same
+            return None
+        self.spread = EgressSpread(count)
+        log.info("--egress-spread backlogged: over %d partitions of %s", count, self.egress_topic)
+        return self.spread
 
     def _batch_done(self, txn: Transaction, freed: int, cost: int, inline: int) -> None:
         """A batch's tallies: ``freed`` payload bytes left the core, records of ``cost`` went
@@ -280,3 +348,14 @@ def request_id(headers: HeaderList, partition: int, offset: int) -> bytes | tupl
         if name == _REQUEST_ID:
             return value if value else (partition, offset)
     return (partition, offset)
+
+
+@lru_cache(maxsize=65536)
+def home_partition(key: bytes | None, partitions: int) -> int:
+    """The egress partition a record keyed ``key`` hashes to: Kafka's murmur2, as the
+    producer's ``murmur2_random`` partitioner places it (a record without a key, which the
+    ingest contract does not allow, on partition 0). Cached: a tenant's key comes again and
+    again, and the hash is Python."""
+    if key is None:
+        return 0
+    return (murmur2(key) & 0x7FFFFFFF) % partitions

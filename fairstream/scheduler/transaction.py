@@ -32,6 +32,7 @@ RETRY_FOR = 120.0  # seconds a retriable commit or abort is tried again (a broke
 OFFSETS_TIMEOUT = 10.0  # seconds send_offsets_to_transaction may take before it is aborted
 POLL_EVERY = 1000  # records produced between two polls of the producer (its callbacks)
 RENEW_EVERY = 60.0  # seconds: a broken producer is replaced at most this often
+METADATA_TIMEOUT = 5.0  # seconds the emitter waits for a topic's partitions, once
 
 
 # What a fenced producer is told: a newer one with its transactional id exists.
@@ -237,6 +238,19 @@ class Transaction:
                 raise
         self.records += 1
         self.tally(1)
+
+    def partitions(self, topic: str, timeout: float = METADATA_TIMEOUT) -> int | None:
+        """How many partitions ``topic`` has, from the producer's metadata; None when the
+        broker does not say within ``timeout`` seconds (or the topic is missing)."""
+        try:
+            metadata = self.producer.list_topics(topic, timeout)
+        except KafkaException as exc:
+            log.warning("metadata of %s: %s", topic, exc)
+            return None
+        info = metadata.topics.get(topic)
+        if info is None or info.error is not None or not info.partitions:
+            return None
+        return len(info.partitions)
 
     def tally(self, produced: int) -> None:
         """Count ``produced`` records (the emitter's inline path produces on ``producer``
