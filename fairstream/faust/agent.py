@@ -45,10 +45,12 @@ many, it reads no further until one is acked.
 Paced starts, when ``playout_delay`` is set. Each call starts at ``start_at(start_ms,
 arrived, playout_delay)`` (``fairstream.sdk.worker.pacing``): the record's start stamp
 (``fairstream-start-ms``, written under a rate) plus the delay, or at once when it arrives
-after that or has no stamp. Events whose moment has not come wait in a ``Playout`` heap,
-without a slot; they take one, earliest start first, once their moment has come. Off (None
-or 0, the default) every call starts as its event arrives, as ``fairstream.Worker`` does by
-default (``pacing.PLAYOUT_DELAY`` says why; 0.25 s is the delay to set).
+after that or has no stamp; and never sooner after the previous paced call than their
+stamps are apart (``pacing.Spacing``: a late start pushes the next ones, up to a slack).
+Events whose moment has not come wait in a ``Playout`` heap, without a slot; they take one,
+earliest start first, once their moment has come. The default delay is
+``fairstream.Worker``'s (``pacing.PLAYOUT_DELAY``, 0.1 s, says how it was chosen); off
+(None or 0) every call starts as its event arrives.
 
 Faust's own ``concurrency`` (actors per agent) stays 1 by default: each actor acks in its
 own order, and with more than one, two actors handling one partition would ack it out of
@@ -78,7 +80,7 @@ from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS
 from fairstream.faust._app import Sender, check_app, commit_across_markers
 from fairstream.sdk.worker.calling import Ending, Report, Retrying, is_async_handler
 from fairstream.sdk.worker.handler import RawHeaders, Request, request_of, where
-from fairstream.sdk.worker.pacing import Playout, start_at
+from fairstream.sdk.worker.pacing import PLAYOUT_DELAY, Playout, start_at, timer_wait
 from fairstream.sdk.worker.retry import backoff_delay
 from fairstream.sdk.worker.tracking import RecentIds
 from fairstream.wire.feedback import (
@@ -153,9 +155,11 @@ class Held:
 class Window:
     """The events one actor holds: which calls start now, which events may be acked. Pure.
 
-    ``hold`` takes an event in at its start time (``start_at`` with ``playout_delay``; None
-    or 0: on arrival); ``startable`` hands out those whose moment has come, earliest first, while
-    fewer than ``max_in_flight`` run; ``finish`` ends one and returns the events now safe to
+    ``hold`` takes an event in at its start time (``start_at`` with ``playout_delay``, kept
+    apart from the previous paced start as their stamps are, ``pacing.Spacing``; None or 0:
+    on arrival); ``startable`` hands out those whose moment has come, earliest first, while
+    fewer than ``max_in_flight`` run; ``began`` tells it when a handed-out call actually
+    began; ``finish`` ends one and returns the events now safe to
     ack: the finished ones at the head of its partition, in offset order, so no acked event
     ever has an unacked one before it in its partition.
 
@@ -194,8 +198,21 @@ class Window:
         self._partitions.setdefault((message.topic, message.partition), deque()).append(held)
         self.held += 1
         if call:
-            self._playout.push(due, held)
+            self._playout.push(due, held, self._stamp(request))
         return held
+
+    def _stamp(self, request: Request) -> float | None:
+        """The request's start stamp in seconds when it is paced, else None."""
+        if not self.playout_delay or request.start_ms is None:
+            return None
+        return request.start_ms / 1000
+
+    def began(self, held: Held) -> None:
+        """``held``'s call begins now (its task got to run after ``startable`` handed it out):
+        the next paced call keeps its distance from this moment."""
+        stamp = self._stamp(held.request)
+        if stamp is not None:
+            self._playout.began(stamp, self._wall())
 
     def startable(self) -> list[Held]:
         """The events whose calls start now, in order of their start times; each takes a
@@ -211,7 +228,8 @@ class Window:
 
     def next_due(self) -> float | None:
         """When the next call may start for want of time (None: none waits for time, or
-        every slot is taken and a finishing call is what frees the next start)."""
+        every slot is taken and a finishing call is what frees the next start); on the wall
+        clock, which ``startable`` reads: a wake-up before it starts nothing."""
         if self._ready or self.running >= self.max_in_flight:
             return None
         return self._playout.next_due()
@@ -255,7 +273,7 @@ class PaidApiAgent(Retrying):
     default, 16, covers most APIs without overshooting a modest concurrency limit; a plain
     (non-async) handler runs in a thread pool of that size. ``playout_delay``: each call
     starts that many seconds after the record's start stamp (``fairstream-start-ms``);
-    None or 0 (the default, as for ``fairstream.Worker``): as it arrives.
+    0.1 by default, as for ``fairstream.Worker``; None or 0: as it arrives.
     ``wall_clock``: the epoch-seconds clock pacing reads (tests pass their own).
     ``concurrency``: Faust actors; leave it at 1 (see the module docstring).
     """
@@ -278,7 +296,7 @@ class PaidApiAgent(Retrying):
         name: str | None = None,
         concurrency: int = 1,
         max_in_flight: int = 16,
-        playout_delay: float | None = None,
+        playout_delay: float | None = PLAYOUT_DELAY,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         check_app(app, "fairstream.faust.PaidApiAgent")
@@ -481,7 +499,7 @@ class _Actor:
                 self.calls.add(task)
                 task.add_done_callback(self.calls.discard)
             due = window.next_due()
-            timeout = None if due is None else max(0.0, due - self.agent._wall())
+            timeout = None if due is None else timer_wait(due - self.agent._wall())
             with contextlib.suppress(TimeoutError):  # then the next start time has come
                 await asyncio.wait_for(self.wake.wait(), timeout)
 
@@ -496,6 +514,7 @@ class _Actor:
             self.reader.cancel()
 
     async def _call(self, held: Held) -> None:
+        self.window.began(held)
         try:
             await self.agent.call(held)
         except Exception as exc:

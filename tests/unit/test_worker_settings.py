@@ -39,7 +39,7 @@ KNOWN = {
     "--backoff-initial": ("FAIRSTREAM_WORKER_BACKOFF_INITIAL", 0.1),
     "--backoff-max": ("FAIRSTREAM_WORKER_BACKOFF_MAX", 10.0),
     "--dedup-window": ("FAIRSTREAM_WORKER_DEDUP_WINDOW", 10_000),
-    "--playout-delay": ("FAIRSTREAM_WORKER_PLAYOUT_DELAY", 0.0),
+    "--playout-delay": ("FAIRSTREAM_WORKER_PLAYOUT_DELAY", 0.1),
     "--max-pending": ("FAIRSTREAM_WORKER_MAX_PENDING", 1000),
     "--session-timeout": ("FAIRSTREAM_WORKER_SESSION_TIMEOUT", 10.0),
     "--metrics-port": ("FAIRSTREAM_WORKER_METRICS_PORT", None),

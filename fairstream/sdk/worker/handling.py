@@ -24,7 +24,7 @@ from fairstream.sdk.worker.handler import where
 from fairstream.sdk.worker.jobs import FINISHED, Job, Outcome, WorkerStats
 from fairstream.sdk.worker.metrics import WorkerMetrics
 from fairstream.sdk.worker.outputs import Outputs
-from fairstream.sdk.worker.pacing import Playout, start_at
+from fairstream.sdk.worker.pacing import Playout, start_at, timer_wait
 from fairstream.sdk.worker.retry import backoff_delay
 from fairstream.sdk.worker.tracking import CommitPosition, TenantQueues
 from fairstream.wire.feedback import Outcome as Reported
@@ -72,12 +72,10 @@ class Handling(Retrying):
         # it waits, and enters them in the order of its start time: a record arriving late
         # goes after those due before it that still wait for the timer.
         now = self._wall()
-        due = start_at(job.request.start_ms, now, delay)
-        self._playout.push(due, job)
-        if due > now:
-            self._arm_playout(due - now)
-        else:
-            self._release_due(now)
+        start_ms = job.request.start_ms
+        due = start_at(start_ms, now, delay)
+        self._playout.push(due, job, None if start_ms is None else start_ms / 1000)
+        self._release_due(now)
 
     def _arm_playout(self, after: float) -> None:
         """Wake the loop in ``after`` s, unless it is woken earlier already."""
@@ -93,20 +91,22 @@ class Handling(Retrying):
     def _play_out(self) -> None:
         """The playout timer: start what is due, and wake again for the next one."""
         self._playout_timer = None
-        now = self._wall()
-        self._release_due(now)
-        due = self._playout.next_due()
-        if due is not None:
-            self._arm_playout(max(0.0, due - now))
+        self._release_due(self._wall())
 
     def _release_due(self, now: float) -> None:
-        """Queue the records whose start time has come, in its order, and start them."""
+        """Queue the records whose start time has come (``now``, on the wall clock), in its
+        order, start them, and arm the timer for the next one."""
         for job in self._playout.pop_due(now):
             if self._carry_on(job):
                 self._queues.push(job.request.tenant, job)
             else:
                 self._abandon(job)
         self._pump()
+        due = self._playout.next_due()
+        if due is not None:
+            # Nothing leaves before its moment on the wall clock (what stamps are read on);
+            # the timer, on the loop's clock, only wakes the loop to look (``timer_wait``).
+            self._arm_playout(timer_wait(due - now))
 
     def _pump(self) -> None:
         """Start queued records while fewer than ``concurrency`` run."""
@@ -185,6 +185,11 @@ class Handling(Retrying):
                 return Outcome.REPEATED
         if not self._carry_on(job):
             return Outcome.ABANDONED
+        start_ms = job.request.start_ms
+        if self.playout_delay is not None and start_ms is not None:
+            # The call begins now, after the loop got round to it: the next paced call keeps
+            # its distance from this moment, not from the record's leaving the playout.
+            self._playout.began(start_ms / 1000, self._wall())
         ending = await self._calls(job.request, lambda delay: self._pause(delay, job))
         if ending is None:
             return Outcome.ABANDONED

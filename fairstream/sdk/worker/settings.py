@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from fairstream.config.setting import SettingsError, check, setting
 from fairstream.config.settings import DEFAULT_DLQ, DEFAULT_EGRESS
+from fairstream.sdk.worker.pacing import PLAYOUT_DELAY
 from fairstream.sdk.worker.tracking import ORDERINGS, Ordering
 from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC
 
@@ -89,17 +90,18 @@ class WorkerSettings:
         env="FAIRSTREAM_WORKER_DEDUP_WINDOW",
         help="Recent request ids remembered to skip duplicates; 0 turns de-duplication off.",
     )
-    # 0 and None both turn it off: each call starts as its record arrives. Off by default
-    # until the adaptive rate allows for it (``pacing.PLAYOUT_DELAY`` says why).
+    # 0 and None both turn it off: each call starts as its record arrives
+    # (``pacing.PLAYOUT_DELAY`` says how the default was chosen).
     playout_delay: float | None = setting(
-        0.0,
+        PLAYOUT_DELAY,
         low=0,
         high=60,
         env="FAIRSTREAM_WORKER_PLAYOUT_DELAY",
         help="Seconds after its start moment (the fairstream-start-ms stamp, written under a "
         "rate) that a request's call starts, so that calls reach the API at the scheduler's "
         "pace rather than in clumps as transactions land; it should cover a commit and a "
-        "fetch (0.25 does on a local broker). 0 starts each call as its record arrives.",
+        "fetch (0.1 does on a local broker; raise it for a remote or busy one). 0 starts "
+        "each call as its record arrives.",
     )
     max_pending: int = setting(
         1000,

@@ -77,7 +77,7 @@ from fairstream.sdk.worker.handler import (
 )
 from fairstream.sdk.worker.metrics import WorkerMetrics
 from fairstream.sdk.worker.outputs import Outputs
-from fairstream.sdk.worker.pacing import start_at
+from fairstream.sdk.worker.pacing import PLAYOUT_DELAY, start_at
 from fairstream.sdk.worker.retry import backoff_delay
 from fairstream.sdk.worker.tracking import RecentIds
 from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC
@@ -140,7 +140,7 @@ class ShareWorker(Calling):
         consumer_config: dict[str, Any] | None = None,
         producer_config: dict[str, Any] | None = None,
         feedback_topic: str | None = DEFAULT_FEEDBACK_TOPIC,
-        playout_delay: float | None = None,
+        playout_delay: float | None = PLAYOUT_DELAY,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if not callable(handler):

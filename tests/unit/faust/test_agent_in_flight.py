@@ -28,6 +28,7 @@ from fairstream import Request, Usage, wire
 from fairstream.faust import PaidApiAgent
 from fairstream.faust._app import commit_across_markers
 from fairstream.faust.agent import HELD_PER_SLOT, Held, Window, request_from_event
+from fairstream.sdk.worker.pacing import PLAYOUT_DELAY
 
 T0 = 1_700_000_000.0  # the fake wall clock's start (epoch s)
 
@@ -151,10 +152,12 @@ def test_each_call_starts_at_its_stamp_plus_the_playout_delay() -> None:
     assert w.waiting() == 3
     assert w.running == 2
     assert w.next_due() == pytest.approx(T0 + 0.15)
-    clock.now = T0 + 0.2
+    clock.now = T0 + 0.15
     assert w.startable() == [early]
     clock.now = T0 + 0.25
-    assert w.startable() == [on_time, ahead]  # equal start times: in arrival order
+    # Equal start times: in arrival order. ``ahead``'s stamp, an hour after ``on_time``'s,
+    # does not hold it: spacing never holds a call more than a slack past its moment.
+    assert w.startable() == [on_time, ahead]
     assert w.next_due() is None
     assert w.waiting() == 0
 
@@ -176,6 +179,23 @@ def test_calls_start_in_stamp_order_whatever_the_arrival_order() -> None:
     assert w.startable() == [sooner]
     w.finish(sooner)
     assert w.startable() == [later]
+
+
+def test_a_late_start_pushes_the_next_paced_call_by_its_lateness() -> None:
+    clock = Clock()
+    w = window(clock, max_in_flight=8, delay=0.1)
+    stamp = int(T0 * 1000)
+    first = hold(w, event(1, start_ms=stamp))  # due T0 + 0.1
+    second = hold(w, event(2, start_ms=stamp + 20))  # due T0 + 0.12
+    clock.now = T0 + 0.101  # the wake-up came 1 ms late
+    assert w.startable() == [first]
+    clock.now = T0 + 0.1012
+    w.began(first)  # and its call began 0.2 ms after that
+    assert w.next_due() == pytest.approx(T0 + 0.1212)  # 20 ms after, as the stamps are
+    clock.now = T0 + 0.121
+    assert w.startable() == []
+    clock.now = T0 + 0.1212
+    assert w.startable() == [second]
 
 
 # -- an actor on a stand-in stream ---------------------------------------------------------
@@ -399,7 +419,7 @@ def test_in_flight_arguments_are_checked_and_bound_what_an_actor_holds() -> None
     with pytest.raises(ValueError, match="playout_delay"):
         agent_for(lambda r: None, playout_delay=-1.0)
     agent = agent_for(lambda r: None)
-    assert (agent.max_in_flight, agent.playout_delay) == (16, None)
+    assert (agent.max_in_flight, agent.playout_delay) == (16, PLAYOUT_DELAY)
 
 
 def test_an_actor_reads_no_further_while_it_holds_its_limit_of_unacked_events() -> None:
