@@ -31,13 +31,16 @@ cleaning up its processes and topics):
 - ``slow_api`` (``benchmarks/slow_api.py``): ``--rate 40``, two workers of 256 calls at
   once, an API of 1 s and 0.2 s latency, one backlogged tenant and five quiet ones: calls
   started per second and quiet start delay, with ``ordering="start"`` and ``"completion"``.
-- ``api_view`` (``benchmarks/api_view.py``), Workers with ``playout_delay=0.25``: at each
+- ``api_view`` (``benchmarks/api_view.py``), Workers with their default playout delay: at each
   handler call's start, a strict token bucket of R holding B (refused <= 1%, accepted >=
   0.97x R), and quiet tenants beside a noisy one behind slow workers and behind an API that
   queues calls (quiet p99 <= the call time + 0.5 s, none left untaken, the API >= 0.95x busy).
 - ``api_adaptive`` (``benchmarks/api_adaptive.py``), the same pacing: the adaptive rate under
   ``--rate 1000`` behind a strict API of hidden capacity, constant and 300 -> 150 -> 300;
   per window at the API, goodput mean >= 0.93x and worst 5 s >= 0.85x, refused <= 3%.
+- ``api_latency`` (``benchmarks/api_latency.py``): idle, send -> handler start p99 against
+  a transactional consume->produce loop's (the exactly-once floor) in the same run: at most
+  twice it plus the playout delay.
 - ``concurrency`` (``benchmarks/concurrency.py``): ``--max-concurrency 20``, no rate, calls
   of 1 s: calls in flight at the API (mean, max) and calls/s, through a worker that calls
   every record at once and through ``fairstream.Worker``.
@@ -80,6 +83,7 @@ from typing import Any
 
 from benchmarks import (
     api_adaptive,
+    api_latency,
     api_view,
     burst,
     concurrency,
@@ -178,6 +182,7 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
             ("slow_api", slow_api.phase),
             ("api_view", functools.partial(api_view.phase, playout=PLAYOUT)),
             ("api_adaptive", functools.partial(api_adaptive.phase, playout=PLAYOUT)),
+            ("api_latency", api_latency.phase),
             ("concurrency", concurrency.phase),
             ("fairness_scenarios", fairness_scenarios.phase),
         )

@@ -215,3 +215,21 @@ def test_run_all_reports_both_phases_in_its_targets_and_results() -> None:
     assert "| API view, queueing-api: API busy >= 0.95x | 0.900x (19.8 calls/s) | missed |" in (
         document
     )
+
+
+def test_idle_latency_is_judged_against_twice_the_floor_plus_the_delay() -> None:
+    from benchmarks import api_latency
+
+    def result(fs: float) -> dict[str, Any]:
+        return {
+            "api_latency": {
+                "floor": {"latency": {"p99_s": 0.1}},
+                "fairstream": {"latency": {"p99_s": fs}, "playout_delay_s": 0.1},
+            }
+        }
+
+    (met,) = api_latency.targets(result(0.3))
+    (missed,) = api_latency.targets(result(0.31))
+    assert met[2] is True and missed[2] is False
+    assert "bound 0.300 s" in met[1]
+    assert api_latency.targets({"api_latency": {"status": "error"}}) == []

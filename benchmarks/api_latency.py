@@ -1,0 +1,278 @@
+"""Latency at the paid API when nothing waits: from a producer's send to the handler's first
+line, against Kafka's own exactly-once floor, measured in the same run on the real broker.
+
+- ``floor``: a transactional consume->produce loop, the least any exactly-once stage adds: a
+  read_committed consumer of an input topic, and for each poll that returns records, one
+  transaction that produces them to an output topic and commits the consumed offsets with
+  them (``send_offsets_to_transaction``), at once. A read_committed reader of the output
+  (polling all the time, on a thread) notes when each record becomes visible.
+- ``fairstream``: one ``fairstream scheduler`` with ``--rate 100`` (so records carry their
+  start stamps and the workers pace them) and one ``fairstream.Worker`` with its default
+  playout delay, whose async handler notes the time on its first line.
+
+Both get the same idle load: one record every ``GAP`` s (50 ms), round robin over 8 tenants,
+for S seconds (20; ``--quick`` 10), its send time in its payload; each is fed after the other
+has drained. Prints p50/p99/max of send -> visible (floor) and send -> handler start
+(fairstream), and the target: fairstream's p99 at most twice the floor's p99 plus the playout
+delay. Asserts nothing.
+
+    .venv/bin/python -m benchmarks.api_latency [--bootstrap HOST:PORT] [--quick] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import struct
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from benchmarks.api_view import PARTITIONS, _deployment, stats, worker_pool
+from benchmarks.common import Broker, Row, delete_topics, get, logger, start_scheduler, undoing
+from fairstream import Request
+from fairstream.sdk.worker.pacing import PLAYOUT_DELAY
+from fairstream_dev.harness.kafka import create_topics as create_plain
+from fairstream_dev.harness.kafka import unique, wait_until
+
+GAP = 0.05  # seconds between two records: idle, nothing queues
+TENANTS = [f"idle-{i}" for i in range(8)]
+RATE = 100  # the scheduler's --rate: well above the load, so records only carry stamps
+TARGET_FACTOR = 2.0
+
+log = logger("api_latency")
+
+
+def _seconds(quick: bool) -> float:
+    return 10.0 if quick else 20.0
+
+
+def _sent(payload: bytes | None) -> float | None:
+    """The send time a payload carries (8 bytes, big-endian double, first)."""
+    if payload is None or len(payload) < 8:
+        return None
+    return float(struct.unpack(">d", payload[:8])[0])
+
+
+def _feed(bootstrap: str, topic: str, seconds: float) -> int:
+    """One record every ``GAP`` s for ``seconds`` s, round robin over the tenants."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
+    count = int(seconds / GAP)
+    start = time.monotonic()
+    for i in range(count):
+        delay = start + i * GAP - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        tenant = TENANTS[i % len(TENANTS)]
+        producer.produce(topic, struct.pack(">d", time.time()) + b"-%d" % i, tenant.encode())
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    return count
+
+
+class _Loop(threading.Thread):
+    """The transactional consume->produce loop (``floor``)."""
+
+    def __init__(self, bootstrap: str, source: str, target: str) -> None:
+        super().__init__(daemon=True, name="eos-loop")
+        self.bootstrap, self.source, self.target = bootstrap, source, target
+        self.stopping = threading.Event()
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:
+            self.error = exc
+
+    def _run(self) -> None:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": unique("eos-floor"),
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "transactional.id": unique("eos-floor-tx"),
+                "linger.ms": 0,
+            }
+        )
+        producer.init_transactions(30)
+        consumer.subscribe([self.source], on_assign=lambda *_: self.ready.set())
+        try:
+            while not self.stopping.is_set():
+                records = consumer.consume(num_messages=500, timeout=0.05)
+                records = [m for m in records if m.error() is None]
+                if not records:
+                    continue
+                producer.begin_transaction()
+                for msg in records:
+                    producer.produce(self.target, msg.value(), msg.key())
+                offsets = {}
+                for msg in records:
+                    offsets[msg.partition()] = msg.offset() + 1
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(self.source, p, o) for p, o in offsets.items()],
+                    consumer.consumer_group_metadata(),
+                    30,
+                )
+                producer.commit_transaction(30)
+        finally:
+            consumer.close()
+
+
+class _Visible(threading.Thread):
+    """A read_committed reader of a topic noting (send, visible) per record."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True, name="eos-visible")
+        self.seen: list[tuple[float, float]] = []
+        self.stopping = threading.Event()
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": unique("eos-visible"),
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        self.consumer.subscribe([topic])
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                for msg in self.consumer.consume(num_messages=500, timeout=0.05):
+                    sent = _sent(msg.value()) if msg.error() is None else None
+                    if sent is not None:
+                        self.seen.append((sent, time.time()))
+        finally:
+            self.consumer.close()
+
+
+def run_floor(bootstrap: str, seconds: float, cleanup: list[Callable[[], None]]) -> dict[str, Any]:
+    source, target = unique("eos-floor-in"), unique("eos-floor-out")
+    create_plain(bootstrap, [source, target], partitions=PARTITIONS)
+    cleanup.append(functools.partial(delete_topics, bootstrap, [source, target]))
+    loop, visible = _Loop(bootstrap, source, target), _Visible(bootstrap, target)
+    loop.start()
+    visible.start()
+    try:
+        wait_until(lambda: loop.ready.is_set() or loop.error, 60, "the loop's assignment")
+        sent = _feed(bootstrap, source, seconds)
+        wait_until(lambda: len(visible.seen) >= sent or loop.error, 60, f"{sent} records through")
+    finally:
+        loop.stopping.set()
+        visible.stopping.set()
+        loop.join(30)
+        visible.join(30)
+    if loop.error is not None:
+        raise loop.error
+    return {"records": sent, "latency": stats([seen - at for at, seen in visible.seen])}
+
+
+def run_fairstream(
+    bootstrap: str, workdir: Path, seconds: float, cleanup: list[Callable[[], None]]
+) -> dict[str, Any]:
+    d, feedback = _deployment(bootstrap, "apilatency", cleanup)
+    started: list[tuple[float, float]] = []
+
+    async def handler(request: Request) -> None:
+        now = time.time()
+        sent = _sent(request.payload)
+        if sent is not None:
+            started.append((sent, now))
+
+    with worker_pool(d, feedback, handler, 1, 8, {}):
+        start_scheduler(
+            d, workdir, "api-latency", ["--rate", str(RATE), "--feedback-topic", feedback], cleanup
+        ).wait_ready()
+        sent = _feed(bootstrap, d.topics.ingest, seconds)
+        wait_until(lambda: len(started) >= sent, 60, f"{sent} calls started")
+    return {
+        "records": sent,
+        "rate": RATE,
+        "playout_delay_s": PLAYOUT_DELAY,
+        "latency": stats([at - sent_at for sent_at, at in started]),
+    }
+
+
+def phase(
+    bootstrap: str, workdir: Path, quick: bool, cleanup: list[Callable[[], None]] | None = None
+) -> dict[str, Any]:
+    seconds = _seconds(quick)
+    with undoing() as undo:
+        todo = cleanup if cleanup is not None else undo
+        floor = run_floor(bootstrap, seconds, todo)
+        log(f"floor: {json.dumps(floor)}")
+        fs = run_fairstream(bootstrap, workdir, seconds, todo)
+        log(f"fairstream: {json.dumps(fs)}")
+    return {"status": "ok", "seconds": seconds, "floor": floor, "fairstream": fs}
+
+
+def targets(results: dict[str, Any]) -> list[Row]:
+    """Idle, send -> handler start p99 <= 2 x the exactly-once floor's p99 + the delay."""
+    floor = get(results, "api_latency", "floor", "latency", "p99_s")
+    fs = get(results, "api_latency", "fairstream", "latency", "p99_s")
+    delay = get(results, "api_latency", "fairstream", "playout_delay_s")
+    if floor is None or fs is None or delay is None:
+        return []
+    bound = TARGET_FACTOR * floor + delay
+    return [
+        (
+            f"idle: send -> handler start p99 <= {TARGET_FACTOR:g}x the exactly-once floor "
+            "+ the playout delay",
+            f"{fs:.3f} s (floor {floor:.3f} s, delay {delay:g} s: bound {bound:.3f} s)",
+            fs <= bound,
+            f"{abs(bound - fs):.3f} s",
+        )
+    ]
+
+
+def report(result: dict[str, Any]) -> list[str]:
+    lines = ["idle latency (one record every 50 ms over 8 tenants)"]
+    for name in ("floor", "fairstream"):
+        lat = result[name]["latency"] or {}
+        lines.append(
+            f"  {name:10} | p50 {lat.get('p50_s', float('nan')):.3f} s | p99 "
+            f"{lat.get('p99_s', float('nan')):.3f} s | max {lat.get('max_s', float('nan')):.3f} s"
+        )
+    for row in targets({"api_latency": result}):
+        lines.append(f"  {row[0]}: {row[1]} ({'met' if row[2] else 'MISSED'})")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", type=Path, help="write the JSON here too")
+    args = parser.parse_args()
+    broker = Broker.find(args.bootstrap)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = phase(broker.bootstrap, Path(tmp), args.quick)
+    finally:
+        broker.stop()
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    print("\n".join(report(result)))
+
+
+if __name__ == "__main__":
+    main()
