@@ -230,6 +230,7 @@ def test_idle_latency_is_judged_against_twice_the_floor_plus_the_delay() -> None
 
     (met,) = api_latency.targets(result(0.3))
     (missed,) = api_latency.targets(result(0.31))
-    assert met[2] is True and missed[2] is False
+    assert met[2] is True
+    assert missed[2] is False
     assert "bound 0.300 s" in met[1]
     assert api_latency.targets({"api_latency": {"status": "error"}}) == []
