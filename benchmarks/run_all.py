@@ -41,6 +41,8 @@ cleaning up its processes and topics):
 - ``api_latency`` (``benchmarks/api_latency.py``): idle, send -> handler start p99 against
   a transactional consume->produce loop's (the exactly-once floor) in the same run: at most
   twice it plus the playout delay.
+- ``faust_view`` (``benchmarks/faust_view.py``): the example Faust app's ``PaidApiAgent``
+  behind ``--rate 40`` with 0.2 s calls and one backlogged tenant: calls/s >= 0.95x of 40.
 - ``concurrency`` (``benchmarks/concurrency.py``): ``--max-concurrency 20``, no rate, calls
   of 1 s: calls in flight at the API (mean, max) and calls/s, through a worker that calls
   every record at once and through ``fairstream.Worker``.
@@ -88,6 +90,7 @@ from benchmarks import (
     burst,
     concurrency,
     fairness_scenarios,
+    faust_view,
     feedback,
     gaps,
     group,
@@ -183,6 +186,7 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
             ("api_view", functools.partial(api_view.phase, playout=PLAYOUT)),
             ("api_adaptive", functools.partial(api_adaptive.phase, playout=PLAYOUT)),
             ("api_latency", api_latency.phase),
+            ("faust_view", faust_view.phase),
             ("concurrency", concurrency.phase),
             ("fairness_scenarios", fairness_scenarios.phase),
         )

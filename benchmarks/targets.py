@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import api_adaptive, api_latency, api_view, feedback, group, slow_api
+from benchmarks import (
+    api_adaptive,
+    api_latency,
+    api_view,
+    faust_view,
+    feedback,
+    group,
+    slow_api,
+)
 from benchmarks.common import Row, get
 from benchmarks.throughput import spread
 
@@ -42,6 +50,7 @@ def targets(r: dict[str, Any]) -> list[Row]:
         *api_view.targets(r),
         *api_adaptive.targets(r),
         *api_latency.targets(r),
+        *faust_view.targets(r),
         *concurrency_targets(r),
     ]
 
