@@ -32,13 +32,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks.api_view import playout_options
-from benchmarks.common import Broker, Row, get, logger
+from benchmarks.common import Row, get, logger, standalone
 from fairstream_dev.harness.paid_api import FEEDBACK, PaidApi, api_handler, feedback_loop
 
 CEILING = 1000
@@ -200,21 +199,14 @@ def main() -> None:
     unknown = set(runs) - set(RUNS)
     if unknown:
         parser.error(f"unknown run(s) {sorted(unknown)}; choose from {', '.join(RUNS)}")
-    broker = Broker.find(args.bootstrap)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            result = phase(
-                broker.bootstrap,
-                Path(tmp),
-                args.quick,
-                runs=runs,
-                playout=args.playout_delay,
-                shape=(args.bucket, args.latency, args.concurrency),
-            )
-    finally:
-        broker.stop()
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+    shape = (args.bucket, args.latency, args.concurrency)
+    result = standalone(
+        args.bootstrap,
+        lambda bootstrap, workdir: phase(
+            bootstrap, workdir, args.quick, runs=runs, playout=args.playout_delay, shape=shape
+        ),
+        args.json,
+    )
     print("\n".join(report(result)))
 
 

@@ -26,7 +26,6 @@ import functools
 import json
 import os
 import struct
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -36,7 +35,15 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from benchmarks.api_view import PARTITIONS, _deployment, stats, worker_pool
-from benchmarks.common import Broker, Row, delete_topics, get, logger, start_scheduler, undoing
+from benchmarks.common import (
+    Row,
+    delete_topics,
+    get,
+    logger,
+    standalone,
+    start_scheduler,
+    undoing,
+)
 from fairstream import Request
 from fairstream.sdk.worker.pacing import PLAYOUT_DELAY
 from fairstream_dev.harness.kafka import create_topics as create_plain
@@ -122,9 +129,9 @@ class _Loop(threading.Thread):
                 producer.begin_transaction()
                 for msg in records:
                     producer.produce(self.target, msg.value(), msg.key())
-                offsets = {}
+                offsets: dict[int, int] = {}
                 for msg in records:
-                    offsets[msg.partition()] = msg.offset() + 1
+                    offsets[msg.partition() or 0] = (msg.offset() or 0) + 1
                 producer.send_offsets_to_transaction(
                     [TopicPartition(self.source, p, o) for p, o in offsets.items()],
                     consumer.consumer_group_metadata(),
@@ -263,14 +270,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", type=Path, help="write the JSON here too")
     args = parser.parse_args()
-    broker = Broker.find(args.bootstrap)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            result = phase(broker.bootstrap, Path(tmp), args.quick)
-    finally:
-        broker.stop()
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+    result = standalone(
+        args.bootstrap, lambda bootstrap, workdir: phase(bootstrap, workdir, args.quick), args.json
+    )
     print("\n".join(report(result)))
 
 

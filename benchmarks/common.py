@@ -127,6 +127,26 @@ class Broker:
             self.started.down()
 
 
+def standalone(
+    bootstrap: str | None, run: Callable[[str, Path], dict[str, Any]], json_path: Path | None
+) -> dict[str, Any]:
+    """A benchmark run on its own (its ``main``): ``run(bootstrap, workdir)`` on the given
+    broker (or the development broker, started and stopped here if it was not running), in
+    a temporary directory; its result, also written to ``json_path`` when given."""
+    import json
+    import tempfile
+
+    broker = Broker.find(bootstrap)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = run(broker.bootstrap, Path(tmp))
+    finally:
+        broker.stop()
+    if json_path is not None:
+        json_path.write_text(json.dumps(result, indent=1))
+    return result
+
+
 # -- deployments -----------------------------------------------------------------------------
 
 

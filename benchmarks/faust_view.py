@@ -22,7 +22,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from benchmarks.api_view import _deployment
-from benchmarks.common import Broker, Row, get, logger, start_scheduler, undoing
+from benchmarks.common import Row, get, logger, standalone, start_scheduler, undoing
 from fairstream_dev.harness.kafka import unique, wait_until
 from fairstream_dev.harness.scheduler import REPO, SchedulerProcess
 
@@ -166,14 +165,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", type=Path, help="write the JSON here too")
     args = parser.parse_args()
-    broker = Broker.find(args.bootstrap)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            result = phase(broker.bootstrap, Path(tmp), args.quick)
-    finally:
-        broker.stop()
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+    result = standalone(
+        args.bootstrap, lambda bootstrap, workdir: phase(bootstrap, workdir, args.quick), args.json
+    )
     for row in targets({"faust_view": result}):
         print(f"{row[0]}: {row[1]} ({'met' if row[2] else 'MISSED'})")
 
