@@ -24,9 +24,11 @@ takes when nothing queues. Every ``interval`` seconds, over the completions of t
   records are keyed by tenant, so one worker may have a queue while the others have none,
   and the requests behind it are the ones fairness is about. The wait does not include
   the call, so calls that vary in length never pass for a queue of the workers. In the API
-  (it queues calls instead of refusing them) by as much as the window's least call is
-  above ``base_call``: a standing queue there delays the quickest call too, while calls
-  that only vary in length leave the least near its base.
+  (it queues calls instead of refusing them) by as much as the *short latency* is above
+  ``base_call``: the window's least call, or while the window holds fewer than
+  ``_CALLS_TRUSTED`` (an API of a few calls a second), the least of the last ones. A
+  standing queue there delays the quickest call too, while calls that only vary in length
+  leave the least near its base.
 - **Target**: ``completions/s x (mean hold - queue) x (1 + headroom) + spare``: the slots
   that keep the workers busy with no queue, plus a little queue (a worker finishing a call
   finds the next one). While a queue shows, the completions per second are the capacity
@@ -37,6 +39,19 @@ takes when nothing queues. Every ``interval`` seconds, over the completions of t
   ``growth`` per interval, up to ``ceiling``. Otherwise it goes to the target, but never up
   by more than ``growth`` at once (a short span of holds, some queued and some not, makes
   the target overshoot). Never below ``floor``.
+- **Gradient**: an API that queues calls instead of refusing them hides its queue in the
+  call's latency, where ``wait`` does not see it. As Netflix's Gradient2 and Envoy's
+  adaptive concurrency do, the short latency (the least call of the window, or of the last
+  ``_CALLS_TRUSTED`` calls while the window holds fewer) is compared with the no-load one
+  (``base_call``, re-measured by the probes). Past ``gradient_tolerance`` times it plus
+  ``slack``, the limit is cut by the ratio ``gradient = (gradient_tolerance x base_call +
+  slack) / short`` (at least ``_GRADIENT_MIN``), smoothed: to ``limit x (1 - smoothing x
+  (1 - gradient))`` per interval, and it does not grow. Never below what the API's slots
+  and the pipeline need with no queue: ``completions/s x (mean hold - queue) + spare``
+  (while the API queues, the completions per second are its capacity, so this is its real
+  concurrency plus the records between release and the call and on the way back), so the
+  API stays busy. Calls of a fixed length (slow workers: the queue is in ``wait``) never
+  move it.
 - **Probe**: the bases only go down with new samples; a standing queue would otherwise
   become part of them and ratchet the limit up, and an API that got slower would never
   be measured. So, every ``probe_every`` seconds in which the limit bound most of the
@@ -74,8 +89,13 @@ __all__ = ["ConcurrencyLimit"]
 # one that does not is at least 1 + headroom times the slots in use.
 _BINDING: Final = 0.9
 
-# The API's queue is told from the least call of the window once it holds this many: the
-# least of fewer calls that vary in length is far above the least ever.
+# The least gradient applied at once (Gradient2's bound): one window of calls stuck behind a
+# burst must not take the limit down by more than half before the next one is measured.
+_GRADIENT_MIN: Final = 0.5
+
+# The API's queue is told from the least of this many calls at least (the window's, or the
+# last ones while the window holds fewer): the least of fewer calls that vary in length is
+# far above the least ever.
 _CALLS_TRUSTED: Final = 8
 
 
@@ -103,13 +123,17 @@ class ConcurrencyLimit:
     still "nothing queues"; ``window`` the seconds of completions the rate
     is measured over; ``probe_every``, ``probe_samples`` and ``probe_timeout`` the probes
     of the bases; ``idle`` the seconds without a sample after which the limit is dropped;
-    ``aside`` the seconds it stands aside after the API refused a call (``refused``).
+    ``aside`` the seconds it stands aside after the API refused a call (``refused``);
+    ``gradient_tolerance`` how many times ``base_call`` the window's short latency may be
+    before the API counts as queueing, and ``smoothing`` the share of the gradient's cut
+    applied per ``interval``.
     """
 
     __slots__ = (
         "_aside",
         "_aside_until",
         "_binding",
+        "_calls",
         "_clock",
         "_first",
         "_held_until",
@@ -129,6 +153,8 @@ class ConcurrencyLimit:
         "base_wait",
         "ceiling",
         "floor",
+        "gradient",
+        "gradient_tolerance",
         "growth",
         "headroom",
         "idle",
@@ -138,6 +164,7 @@ class ConcurrencyLimit:
         "probe_timeout",
         "probes",
         "slack",
+        "smoothing",
         "spare",
         "tolerance",
         "window",
@@ -161,6 +188,8 @@ class ConcurrencyLimit:
         probe_timeout: float = 10.0,
         idle: float = 60.0,
         aside: float = 10.0,
+        gradient_tolerance: float = 1.5,
+        smoothing: float = 0.2,
     ) -> None:
         counts = (("floor", floor), ("ceiling", ceiling), ("probe_samples", probe_samples))
         for name, count in counts:
@@ -185,8 +214,17 @@ class ConcurrencyLimit:
         self.probe_timeout = _number("probe_timeout", probe_timeout, low=0, strict=True)
         self.idle = _number("idle", idle, low=0, strict=True)
         self.aside = _number("aside", aside, low=0, strict=False)
+        self.gradient_tolerance = _number(
+            "gradient_tolerance", gradient_tolerance, low=1, strict=False
+        )
+        self.smoothing = _number("smoothing", smoothing, low=0, strict=True)
+        if self.smoothing > 1:
+            raise ValueError(f"smoothing must be a finite number <= 1, got {smoothing!r}")
         # (read at, hold, call, wait), oldest first
         self._samples: deque[tuple[float, float, float, float]] = deque()
+        # The last calls, however old: the API's queue is told from them while the window
+        # holds fewer than _CALLS_TRUSTED (an API of a few calls per second).
+        self._calls: deque[float] = deque(maxlen=_CALLS_TRUSTED)
         self._limit: float | None = None
         self.base_wait: float | None = None  # the least hold outside the call
         self.base_call: float | None = None  # the least call
@@ -204,6 +242,7 @@ class ConcurrencyLimit:
         self._aside_until = -math.inf  # no limit before (the API refused calls lately)
         self._aside = False
         self.probes = 0  # probes completed, ever
+        self.gradient = 1.0  # the last update's latency gradient (1: the API does not queue)
 
     @property
     def limit(self) -> int | None:
@@ -262,6 +301,7 @@ class ConcurrencyLimit:
             self._next_probe = now + self.probe_every
             self._next_update = -math.inf  # a limit at the next update
         self._samples.append((now, hold, call, wait))
+        self._calls.append(call)
         self._last = now
         if self.base_wait is None or wait < self.base_wait:
             self.base_wait = wait
@@ -313,18 +353,43 @@ class ConcurrencyLimit:
 
     def queue(self) -> float:
         """Seconds requests queue now, as the window's samples show it: the mean wait above
-        ``base_wait`` less ``slack`` (the egress topic, a worker busy) plus, once the
-        window holds ``_CALLS_TRUSTED`` calls, the least call above ``base_call`` (an API
-        that queues calls): a queue there delays the quickest call too, while calls that
-        only vary in length leave the least near its base."""
+        ``base_wait`` less ``slack`` (the egress topic, a worker busy) plus the short
+        latency (``short_call``) above ``base_call`` (an API that queues calls): a queue
+        there delays the quickest call too, while calls that only vary in length leave
+        the least near its base."""
         samples = self._samples
         if not samples or self.base_wait is None or self.base_call is None:
             return 0.0
         mean = sum(wait for _, _, _, wait in samples) / len(samples)
         queue = max(0.0, mean - self.base_wait - self.slack)
-        if len(samples) >= _CALLS_TRUSTED:
-            queue += max(0.0, min(call for _, _, call, _ in samples) - self.base_call)
+        short = self.short_call()
+        if short is not None:
+            queue += max(0.0, short - self.base_call)
         return queue
+
+    def short_call(self) -> float | None:
+        """The short latency: the window's least call, or while the window holds fewer
+        than ``_CALLS_TRUSTED``, the least of the last ``_CALLS_TRUSTED`` calls (None while
+        fewer came)."""
+        samples = self._samples
+        if len(samples) >= _CALLS_TRUSTED:
+            return min(call for _, _, call, _ in samples)
+        if len(self._calls) < _CALLS_TRUSTED:
+            return None
+        return min(self._calls)
+
+    def _gradient(self) -> float:
+        """``(gradient_tolerance x base_call + slack) / short_call`` when the short latency
+        is past that (the API queues calls), at least ``_GRADIENT_MIN``; else 1."""
+        short, base = self.short_call(), self.base_call
+        if short is None or base is None or base <= 0:
+            return 1.0  # no call lengths reported (0): nothing to compare
+        # Plus ``slack``: the least of a window of calls that vary in length (exponential,
+        # say) is many times the least ever when both are a few milliseconds.
+        allowed = base * self.gradient_tolerance + self.slack
+        if short <= allowed:
+            return 1.0
+        return max(_GRADIENT_MIN, allowed / short)
 
     def _settle(self, now: float) -> None:
         samples = self._samples
@@ -340,6 +405,7 @@ class ConcurrencyLimit:
         target = rate * (mean - queue) * (1 + self.headroom) + self.spare
         limit = self._limit
         new = target
+        self.gradient = gradient = self._gradient()
         if limit is not None:
             # Up by growth at most: a spread of holds in a short span (some queued, some
             # not) makes the target overshoot, and a real need is met by the growth.
@@ -347,8 +413,16 @@ class ConcurrencyLimit:
             new = min(target, grown)
             if in_use >= _BINDING * limit:
                 self._binding += 1
-                if queue <= base * self.tolerance:
+                if queue <= base * self.tolerance and gradient >= 1:
                     new = grown
+            if gradient < 1:
+                # The API queues calls: cut by the gradient, down to what its slots and the
+                # pipeline need with no queue (no headroom: the headroom is the queue). The
+                # mean hold less the queue, not the bases: calls that vary in length have a
+                # least far below their mean, and slots for the least would starve them.
+                need = rate * (mean - queue) + self.spare
+                cut = limit * (1 - self.smoothing * (1 - gradient))
+                new = min(new, max(need, cut))
         self._updates += 1
         self._limit = max(float(self.floor), min(float(self.ceiling), new))
 
@@ -385,6 +459,7 @@ class ConcurrencyLimit:
 
     def _forget(self) -> None:
         self._samples.clear()
+        self._calls.clear()
         self._limit = None
         self.base_wait = self.base_call = None
         self._probe_start = None

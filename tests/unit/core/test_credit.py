@@ -110,6 +110,9 @@ def test_holds_that_are_not_finite_non_negative_numbers_are_ignored():
         {"window": 0.1, "interval": 0.25},
         {"idle": math.inf},
         {"spare": True},
+        {"gradient_tolerance": 0.9},
+        {"smoothing": 0},
+        {"smoothing": 1.5},
     ],
 )
 def test_bad_parameters_are_refused(kwargs):
@@ -158,7 +161,9 @@ class Loop:
     per request released while a limit exists, as the emitter counts them), an egress
     queue reached ``transit`` seconds after release (commit, fetch, playout), ``servers``
     calls at a time (workers, or an API that queues) of ``call()`` seconds each, and the
-    feedback read ``back`` seconds after the call ends."""
+    feedback read ``back`` seconds after the call ends. ``queue_in_call``: the queue is the
+    API's, inside the call (workers of unbounded concurrency take every record on arrival):
+    the latency reported is the time queued plus the call, and the wait only the transit."""
 
     servers: int
     call: Callable[[], float]
@@ -166,6 +171,7 @@ class Loop:
     transit: float = 0.03
     back: float = 0.02
     dt: float = 0.005
+    queue_in_call: bool = False
     credit: ConcurrencyLimit | None = None
     clock: ManualClock = field(default_factory=ManualClock)
     waits: list[tuple[float, float]] = field(default_factory=list)  # (start, queued for)
@@ -212,7 +218,8 @@ class Loop:
                 queued, released, slot = queue.popleft()
                 self.waits.append((now, now - queued))
                 call = self.call()
-                heapq.heappush(busy, (now + call, released, call, slot))
+                latency = call + (now - queued) * self.queue_in_call
+                heapq.heappush(busy, (now + call, released, latency, slot))
             clock.advance(self.dt)
 
     def throughput(self, start: float, stop: float) -> float:
@@ -287,6 +294,91 @@ def test_calls_of_varying_length_do_not_pass_for_a_queue():
     capacity = 16 / math.exp(0.8**2 / 2)
     assert loop.throughput(10, 60) >= 0.7 * capacity
     assert loop.limit_median(10, 60) >= 16
+
+
+def test_the_gradient_cuts_the_limit_while_the_api_queues_calls():
+    clock = ManualClock()
+    credit = ConcurrencyLimit(clock, gradient_tolerance=1.5, smoothing=0.2, spare=2.0)
+    # A second of 16 completions at no load: 0.5 s calls, 0.1 s before them, held 0.65 s.
+    for _ in range(16):
+        clock.advance(1 / 16)
+        credit.observe(0.65, 0.5, 0.1)
+    credit.update()
+    assert credit.gradient == 1.0
+    # Then the API queues: every call takes 1.5 s (1 s in its FIFO), the wait is unchanged.
+    limits = []
+    for _ in range(40):  # 10 s
+        for _ in range(4):
+            clock.advance(1 / 16)
+            credit.observe(1.65, 1.5, 0.1)
+        limits.append(credit.update())
+    assert credit.gradient == pytest.approx((1.5 * 0.5 + credit.slack) / 1.5)
+    # Down to what the API's 8 slots and the pipeline need (16/s x 0.65 s) plus spare, not
+    # to the target's headroom above it (16 x 0.65 x 1.2 + 2 = 14.5).
+    # (The window holds 16 or 17 completions.)
+    assert round(16 * 0.65 + 2) <= limits[-1] <= round(17 * 0.65 + 2)
+    # A call only a little longer than the least ever is no queue: no cut.
+    for _ in range(40):
+        clock.advance(1 / 16)
+        credit.observe(0.75, 0.6, 0.1)
+    credit.update()
+    assert credit.gradient == 1.0
+
+
+def _queueing_api(servers: int, call: float, **kwargs: float) -> Loop:
+    """An API of ``servers`` slots that queues the rest of the calls itself: the workers
+    take every record on arrival (0.1 s playout), so the queue is in the latency alone."""
+    clock = ManualClock()
+    credit = ConcurrencyLimit(clock, **kwargs)
+    return Loop(
+        servers,
+        _fixed(call),
+        transit=0.13,
+        back=0.05,
+        clock=clock,
+        credit=credit,
+        queue_in_call=True,
+    )
+
+
+def test_an_api_that_queues_inside_the_call_gets_its_capacity_and_a_short_queue():
+    # 8 slots of 0.5 s (16/s); the first second, before any feedback, fills its queue.
+    loop = _queueing_api(8, 0.5)
+    loop.run(80.0)
+    hold = loop.transit + 0.5 + loop.back
+    assert loop.throughput(40, 80) >= 0.95 * 16
+    assert 16 * hold <= loop.limit_median(40, 80) <= 16 * hold * (1 + 0.2) + 2 + 2
+    assert loop.wait_p99(40, 80) <= 2 * hold  # a record's wait for a slot of the API
+
+
+def test_an_api_of_a_few_calls_a_second_is_measured_from_its_last_calls():
+    # 4 slots of 1 s: a window of 1 s holds 4 calls, too few to tell a queue by. Measured
+    # over the last 8 calls, the limit stays near its need (4/s x 1.18 s); measured over
+    # the window alone it grew without a bound in sight (114 over 40-80 s).
+    loop = _queueing_api(4, 1.0)
+    loop.run(80.0)
+    hold = loop.transit + 1.0 + loop.back
+    assert loop.throughput(40, 80) >= 0.9 * 4
+    assert 4 * hold <= loop.limit_median(40, 80) <= 2 * 4 * hold + 3
+    assert loop.wait_p99(40, 80) <= 2 * hold
+    # The gradient cuts below what the target alone keeps.
+    without = _queueing_api(4, 1.0, gradient_tolerance=1000.0)
+    without.run(80.0)
+    assert loop.limit_median(40, 80) < without.limit_median(40, 80)
+
+
+def test_calls_of_a_fixed_length_never_move_the_gradient():
+    # Slow workers: the queue is before the call (in the wait), every call takes 0.1 s:
+    # the limit moves exactly as it does with the gradient turned off.
+    runs = []
+    for tolerance in (1.5, 1000.0):
+        clock = ManualClock()
+        credit = ConcurrencyLimit(clock, gradient_tolerance=tolerance)
+        loop = Loop(servers=2, call=_fixed(0.1), clock=clock, credit=credit)
+        loop.run(40.0)
+        assert credit.gradient == 1.0
+        runs.append(loop.limits)
+    assert runs[0] == runs[1]
 
 
 def test_probes_drop_to_the_floor_and_measure_an_api_that_got_slower():
