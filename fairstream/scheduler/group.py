@@ -67,7 +67,11 @@ Transitions (where two instances can briefly claim the same rate):
   above rate + burst across joins and a kill).
 - *Death.* A killed instance's report ages out; its partitions are reserved until their new
   owner reports them (a session timeout): the survivors do not take its share early. On
-  SIGTERM an instance deletes its report (a tombstone).
+  SIGTERM an instance deletes its report (a tombstone). A killed instance may leave a
+  transaction open, which holds back read_committed readers of its egress partitions (the
+  survivors' records there too) until the broker aborts it: the instance that owns one of
+  its partitions once it went silent fences its transactional id (``fence``), which aborts
+  that transaction at once.
 
 What the bound rests on: the instances read the coordination topic within ``RAISE_DELAY`` of
 each other, and the token buckets' burst absorbs what a disagreement in that window lets
@@ -98,6 +102,7 @@ from fairstream.adapters.clients import assigned_consumer_config, producer_confi
 from fairstream.config.topics import coordination_topic
 from fairstream.core import MonotonicClock, RecordClock
 from fairstream.core.shares import WHOLE, ClassDemand, Demand, GroupParts, instance_rate
+from fairstream.scheduler.fence import Fencer, fence_in_background
 from fairstream.scheduler.groupview import (
     DELIVERY_TIMEOUT,
     FLOOR,
@@ -150,9 +155,12 @@ class GroupShares:
         demand: Any,
         partitions: int,
         clock: RecordClock | None = None,
+        transactional_id: str = "",
     ) -> None:
         """``clock``: the emitter's (default a ``MonotonicClock``): the reports' ages, the
-        raise delay and the emitter's lease are times on it."""
+        raise delay and the emitter's lease are times on it. ``transactional_id``: this
+        instance's emitter's, said in its reports so that survivors can fence it (``fence``;
+        "": not said, and never fenced)."""
         self.topic = coordination_topic(app_id)
         self.instance = instance
         self.ceiling = rate  # --rate: fractions are of it
@@ -161,7 +169,9 @@ class GroupShares:
         self.metrics = metrics
         self._demand = demand  # () -> (dict[int, ClassDemand], partitions), on the emitter
         self.clock = clock or MonotonicClock()
-        self.view = GroupView(instance, partitions, self.clock)
+        self.view = GroupView(instance, partitions, self.clock, transactional_id=transactional_id)
+        self._config = config
+        self._fencer = Fencer(transactional_id)
         self._stopping = threading.Event()
         self._producer = Producer(
             producer_config(
@@ -222,6 +232,7 @@ class GroupShares:
                         self._counted = counted
                         self._publish(self.view.report(demand, partitions))
                         last_sent = now
+                    self._fence_silent(partitions)
                 try:
                     self._producer.poll(0)
                 except Exception as exc:
@@ -230,6 +241,14 @@ class GroupShares:
                 self._stopping.wait(TICK)
         finally:
             self._leave()
+
+    def _fence_silent(self, partitions: tuple[int, ...]) -> None:
+        """Fence (on threads of their own) the silent peers whose partitions are ours now."""
+        for report in self._fencer.due(self.view.silent(), partitions):
+            fence_in_background(self._config, report, self._fenced)
+
+    def _fenced(self, outcome: str) -> None:
+        self.metrics.group_fences.labels(outcome).inc()
 
     def _publish(self, report: Report) -> None:
         seq = report.seq

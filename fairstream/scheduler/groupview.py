@@ -12,6 +12,14 @@ same demand at two levels (ungrouped tenants, and each group with its weight, ra
 members: ``shares.GroupDemand``). A report of an earlier version has no groups; while one
 is counted, every instance shares by the one-level demand, as that release does (and each
 takes every group's whole cap, as it did), so that all compute the same rates.
+``txn``, optional (absent from earlier releases' reports, read as unknown), is the sender's
+transactional id: a survivor that takes over a silent peer's partitions fences it
+(``fence``) so that the broker aborts what the peer left open at once.
+
+``silent`` is what the fence rests on, facts of the log alone: a peer heard after this
+instance's first echo whose last report is followed in the log by an own report sent at
+least ``SILENCE`` after it was read, with nothing of the peer in between: it wrote nothing
+for that long (a live one writes every heartbeat).
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ __all__ = [
     "FLOOR",
     "LEASE",
     "RAISE_DELAY",
+    "SILENCE",
     "STALE",
     "STARTING",
     "VERSION",
@@ -56,6 +65,11 @@ DELIVERY_TIMEOUT = 2.0  # a report is written within this long of being sent, or
 RAISE_DELAY = 0.3  # an instance raises its rate this long after first computing it
 FLOOR = 0.05  # of the group rate, split between the instances, kept by idle ones
 VERSION = 3  # of the reports written: 3 adds tenant groups (``levels``)
+# A peer that wrote nothing for this long in the log is silent (``silent``). A live one
+# writes a report every heartbeat, but its group thread waits up to 5 s for a busy emitter's
+# demand (``Handoff.call``) and a report lands up to ``DELIVERY_TIMEOUT`` after it is sent:
+# its reports can be 7.3 s apart in the log, never longer while the process runs.
+SILENCE = 8.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +83,7 @@ class Report:
     seq: int = 0  # the run's sequence number of the report
 
     version: int = VERSION  # of the sender's reports (below 3: it knows no groups)
+    transactional_id: str = ""  # the sender's ("": not said, as earlier releases)
 
     def encode(self) -> bytes:
         doc: dict[str, object] = {
@@ -83,6 +98,8 @@ class Report:
         }
         if any(cd.groups for cd in self.demand.values()):
             doc["levels"] = _encode_demand(self.demand)
+        if self.transactional_id:
+            doc["txn"] = self.transactional_id
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -101,6 +118,7 @@ class Report:
                 str(doc.get("run", "")),
                 int(doc.get("seq", 0)),
                 int(doc.get("v", 1)),
+                str(doc.get("txn", "")),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a coordination report: {exc!r}") from exc
@@ -180,14 +198,23 @@ class GroupView:
     ``now`` (a report's ``sent_ms``, for people only, is its ``epoch_ms``).
     Caller: ``GroupShares`` (one thread)."""
 
-    def __init__(self, instance: str, partitions: int, clock: RecordClock, run: str = "") -> None:
+    def __init__(
+        self,
+        instance: str,
+        partitions: int,
+        clock: RecordClock,
+        run: str = "",
+        transactional_id: str = "",
+    ) -> None:
         if partitions < 1:
             raise ValueError(f"the ingest topic has partitions, got {partitions!r}")
         self.instance = instance
+        self.transactional_id = transactional_id  # said in every report ("": not said)
         self.partitions = partitions  # P: every partition of the ingest topic
         self.run = run or uuid.uuid4().hex[:12]
         self.clock = clock
         self.peers: dict[str, tuple[Report, float | None]] = {}  # report, anchor (see doc)
+        self._heard: dict[str, float] = {}  # peer -> when its last report was read
         self.own: Report | None = None  # the last report sent
         self._seq = 0
         self._sent: dict[int, tuple[float, bool]] = {}  # seq -> (sent at, coordinated)
@@ -218,6 +245,7 @@ class GroupView:
             coordinated,
             self.run,
             self._seq,
+            transactional_id=self.transactional_id,
         )
         sent = self._sent
         sent[self._seq] = (now, coordinated)
@@ -263,6 +291,7 @@ class GroupView:
             return  # an earlier run's report: it is this instance, not a peer
         if value is None:
             self.peers.pop(key, None)  # an instance that left
+            self._heard.pop(key, None)
             return
         try:
             report = Report.decode(value)
@@ -270,6 +299,7 @@ class GroupView:
             log.warning("ignoring coordination record %r: %s", key, exc)
             return
         self.peers[key] = (report, self._echo[0] if self._echo is not None else None)
+        self._heard[key] = self.clock.now()
 
     # -- what follows ---------------------------------------------------------------------------
 
@@ -368,6 +398,22 @@ class GroupView:
             del delays[key]
         self._parts = GroupParts(cap, groups)
         return self._parts
+
+    def silent(self) -> dict[str, Report]:
+        """Peers that wrote nothing in the log for ``SILENCE``, with their last report.
+
+        Each was heard after this instance's first echo (so its report is not an old one of
+        a long-gone instance, read at start), and an own report sent at least ``SILENCE``
+        after that was read back since: whatever the peer wrote before that report was
+        read too. A tombstone removes a peer (it left and settled what it had open)."""
+        echo = self._echo
+        if echo is None:
+            return {}
+        return {
+            i: r
+            for i, (r, anchor) in self.peers.items()
+            if anchor is not None and echo[0] - self._heard[i] >= SILENCE
+        }
 
     def reason(self) -> str | None:
         """Why this instance is not coordinated, in words (None when it is)."""

@@ -361,6 +361,14 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.group_fences = Counter(
+            "fairstream_group_fences",
+            "Transactional ids of peers that went silent and whose partitions this instance "
+            "took over, fenced so the broker aborts what they left open, by outcome "
+            "(fenced, failed: the broker aborts it at its --transaction-timeout instead).",
+            ["outcome"],
+            registry=r,
+        )
         self.group_share = Gauge(
             "fairstream_group_rate_share",
             "This instance's fraction of the group egress rate.",

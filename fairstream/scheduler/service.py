@@ -65,7 +65,8 @@ Identity: the transactional id is ``<app-id>-<group-instance-id>`` with static m
 else ``<app-id>-<uuid>`` with the uuid kept in ``--data-dir``, which one process at a time
 holds (``datadir``). A restart with the same identity fences its previous run at once
 (``init_transactions`` aborts what it left open); a new identity waits until the broker
-aborts the orphan (``--transaction-timeout``).
+aborts the orphan (``--transaction-timeout``), unless a peer fences it first: the instance
+that takes over a dead peer's partitions does (``group``, "Death"; ``fence``).
 """
 
 from __future__ import annotations
@@ -231,6 +232,7 @@ class SchedulerService:
             demand=self.emitter.demand,
             partitions=partitions,
             clock=self.clock,
+            transactional_id=transactional_id(settings),
         )
 
     def _feedback_reader(

@@ -11,14 +11,18 @@ over the next ones are compared. Nothing asserts a wall-clock duration.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Message, Producer
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from fairstream import wire
 from fairstream.analysis.stats import jain_index
+from fairstream.wire.partition import partition_of
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 from tests.integration.policies import set_policy
@@ -231,4 +235,119 @@ def test_static_split_is_still_available(kafka_bootstrap: str, tmp_path: Path) -
         assert rate_of(window) <= RATE * share * 1.1 + 1
     finally:
         egress.close()
+        stop_all(procs)
+
+
+def end_offsets(bootstrap: str, topic: str, isolation: str) -> list[int]:
+    """Each partition's end as a reader with ``isolation`` sees it: the high watermark, or
+    (read_committed) the last stable offset, which stops at the first open transaction."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "end-offsets", "isolation.level": isolation}
+    )
+    try:
+        count = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        return [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+            for p in range(count)
+        ]
+    finally:
+        consumer.close()
+
+
+def offsets_stable(bootstrap: str, group: str, topic: str) -> bool:
+    """Whether no open transaction holds offsets of ``group`` (read with require_stable): a
+    transaction stopped between sending its offsets and committing holds the new owner's
+    recovery until it ends, before any fence (the case this module's test leaves out)."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed"}
+    )
+    try:
+        count = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        wanted = [TopicPartition(topic, p) for p in range(count)]
+        return all(tp.error is None for tp in consumer.committed(wanted, timeout=2))
+    except KafkaException:
+        return False
+    finally:
+        consumer.close()
+
+
+def test_a_killed_instances_open_transaction_is_aborted_at_the_takeover(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The instance killed mid-emission leaves a transaction open on its tenant's egress
+    partition: read_committed readers read nothing there past its first record (the
+    survivor's records too) until it is aborted. The survivor fences the dead instance's
+    transactional id as it takes its partitions over (``fence``), so every egress partition
+    is readable again within seconds, not at the transaction timeout (60 s here: without
+    the fence this test fails)."""
+    deployment, procs = start_group(kafka_bootstrap, tmp_path, 2, 4, "--transaction-timeout", "60")
+    egress = deployment.topics.egress
+    try:
+        first, second = (owned_partitions(p) for p in procs)
+        backlog(kafka_bootstrap, deployment.topics.ingest, {b"A": first[0], b"B": second[0]}, 3000)
+        wait_until(
+            lambda: sum(end_offsets(kafka_bootstrap, egress, "read_committed")) >= 600,
+            60,
+            "both instances emit",
+            interval=0.2,
+        )
+        # Kill -9 the first instance inside an open transaction that holds records of A
+        # (egress: only the first instance writes A's partition before the takeover):
+        # stopped, it commits nothing, so the open records seen are the ones it leaves.
+        of_a = partition_of("A", len(end_offsets(kafka_bootstrap, egress, "read_committed")))
+        victim = procs[0].proc
+        assert victim is not None
+
+        def frozen_mid_transaction() -> bool:
+            os.kill(victim.pid, signal.SIGSTOP)
+            # A commit it sent just before completes at the broker meanwhile: what is
+            # still open after that is a transaction it left.
+            time.sleep(1.0)
+            stable = end_offsets(kafka_bootstrap, egress, "read_committed")[of_a]
+            if stable < end_offsets(kafka_bootstrap, egress, "read_uncommitted")[of_a] and (
+                offsets_stable(kafka_bootstrap, deployment.app_id, deployment.topics.ingest)
+            ):
+                return True
+            os.kill(victim.pid, signal.SIGCONT)
+            return False
+
+        wait_until(frozen_mid_transaction, 60, "a transaction of A's left open", interval=0.05)
+        procs[0].kill()
+        wait_until(
+            lambda: len(owned_partitions(procs[1])) == 4,
+            60,
+            "the survivor took every partition",
+            interval=0.2,
+        )
+        written = end_offsets(kafka_bootstrap, egress, "read_uncommitted")
+
+        def settled() -> bool:
+            stable = end_offsets(kafka_bootstrap, egress, "read_committed")
+            return all(s >= w for s, w in zip(stable, written, strict=True))
+
+        # Well under the transaction timeout: only an abort lets readers past the dead
+        # instance's open records.
+        wait_until(
+            settled,
+            20,
+            lambda: (
+                f"egress readable up to {written} (read_committed: "
+                f"{end_offsets(kafka_bootstrap, egress, 'read_committed')})"
+            ),
+            interval=0.2,
+        )
+
+        def fenced() -> float:
+            status, body = procs[1].get("/metrics")
+            for line in body.splitlines() if status == 200 else []:
+                if line.startswith('fairstream_group_fences_total{outcome="fenced"}'):
+                    return float(line.split()[1])
+            return 0.0
+
+        wait_until(lambda: fenced() >= 1, 30, "the survivor fenced the dead instance")
+        print(f"\nafter kill -9: the survivor fenced {fenced():.0f} transactional id(s)")
+        assert fenced() == 1
+    finally:
+        if procs[0].alive():
+            procs[0].kill()  # it may be stopped
         stop_all(procs)
