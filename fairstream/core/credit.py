@@ -81,6 +81,7 @@ from collections import deque
 from typing import Final
 
 from fairstream.core.clock import Clock
+from fairstream.core.parameters import counts, finite
 
 __all__ = ["ConcurrencyLimit"]
 
@@ -101,15 +102,6 @@ _CALLS_TRUSTED: Final = 8
 
 def _finite(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
-
-
-def _number(name: str, value: float, *, low: float, strict: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    if not math.isfinite(value) or value < low or (strict and value == low):
-        bound = f"> {low:g}" if strict else f">= {low:g}"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
-    return float(value)
 
 
 class ConcurrencyLimit:
@@ -191,33 +183,28 @@ class ConcurrencyLimit:
         gradient_tolerance: float = 1.5,
         smoothing: float = 0.2,
     ) -> None:
-        counts = (("floor", floor), ("ceiling", ceiling), ("probe_samples", probe_samples))
-        for name, count in counts:
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {count!r}")
-        if ceiling < floor:
-            raise ValueError(f"ceiling ({ceiling}) must be at least floor ({floor})")
+        counts(floor, ceiling, probe_samples=probe_samples)
         self._clock = clock
         self.floor = floor
         self.ceiling = ceiling
         self.probe_samples = probe_samples
-        self.headroom = _number("headroom", headroom, low=0, strict=False)
-        self.spare = _number("spare", spare, low=0, strict=False)
-        self.growth = _number("growth", growth, low=1, strict=True)
-        self.tolerance = _number("tolerance", tolerance, low=0, strict=False)
-        self.slack = _number("slack", slack, low=0, strict=False)
-        self.interval = _number("interval", interval, low=0, strict=True)
-        self.window = _number("window", window, low=0, strict=True)
+        self.headroom = finite("headroom", headroom, low=0, strict=False)
+        self.spare = finite("spare", spare, low=0, strict=False)
+        self.growth = finite("growth", growth, low=1, strict=True)
+        self.tolerance = finite("tolerance", tolerance, low=0, strict=False)
+        self.slack = finite("slack", slack, low=0, strict=False)
+        self.interval = finite("interval", interval, low=0, strict=True)
+        self.window = finite("window", window, low=0, strict=True)
         if self.window < self.interval:
             raise ValueError(f"window ({window!r}) must be at least interval ({interval!r})")
-        self.probe_every = _number("probe_every", probe_every, low=0, strict=True)
-        self.probe_timeout = _number("probe_timeout", probe_timeout, low=0, strict=True)
-        self.idle = _number("idle", idle, low=0, strict=True)
-        self.aside = _number("aside", aside, low=0, strict=False)
-        self.gradient_tolerance = _number(
+        self.probe_every = finite("probe_every", probe_every, low=0, strict=True)
+        self.probe_timeout = finite("probe_timeout", probe_timeout, low=0, strict=True)
+        self.idle = finite("idle", idle, low=0, strict=True)
+        self.aside = finite("aside", aside, low=0, strict=False)
+        self.gradient_tolerance = finite(
             "gradient_tolerance", gradient_tolerance, low=1, strict=False
         )
-        self.smoothing = _number("smoothing", smoothing, low=0, strict=True)
+        self.smoothing = finite("smoothing", smoothing, low=0, strict=True)
         if self.smoothing > 1:
             raise ValueError(f"smoothing must be a finite number <= 1, got {smoothing!r}")
         # (read at, hold, call, wait), oldest first

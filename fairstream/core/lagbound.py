@@ -56,6 +56,7 @@ from collections.abc import Mapping
 from typing import Final, NamedTuple
 
 from fairstream.core.clock import Clock
+from fairstream.core.parameters import counts, finite
 
 __all__ = ["LagBound", "LagSample", "OffsetLag"]
 
@@ -114,15 +115,6 @@ class OffsetLag:
         self._base.clear()
 
 
-def _number(name: str, value: float, *, low: float, strict: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    if not math.isfinite(value) or value < low or (strict and value == low):
-        bound = f"> {low:g}" if strict else f">= {low:g}"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
-    return float(value)
-
-
 class LagBound:
     """The offsets that may wait for the egress group at most, from its lag samples (see
     the module docstring). ``bound`` is None (unlimited) until the first sample.
@@ -166,11 +158,7 @@ class LagBound:
         interval: float = 0.25,
         window: float = 2.0,
     ) -> None:
-        for name, count in (("floor", floor), ("ceiling", ceiling)):
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {count!r}")
-        if ceiling < floor:
-            raise ValueError(f"ceiling ({ceiling}) must be at least floor ({floor})")
+        counts(floor, ceiling)
         start = floor if initial is None else initial
         if isinstance(start, bool) or not isinstance(start, int) or not floor <= start <= ceiling:
             raise ValueError(f"initial must be an integer from floor to ceiling, got {start!r}")
@@ -178,12 +166,12 @@ class LagBound:
         self.floor = floor
         self.ceiling = ceiling
         self.initial = start
-        self.horizon = _number("horizon", horizon, low=0, strict=True)
-        self.headroom = _number("headroom", headroom, low=0, strict=False)
-        self.spare = _number("spare", spare, low=0, strict=False)
-        self.growth = _number("growth", growth, low=1, strict=True)
-        self.interval = _number("interval", interval, low=0, strict=True)
-        self.window = _number("window", window, low=0, strict=True)
+        self.horizon = finite("horizon", horizon, low=0, strict=True)
+        self.headroom = finite("headroom", headroom, low=0, strict=False)
+        self.spare = finite("spare", spare, low=0, strict=False)
+        self.growth = finite("growth", growth, low=1, strict=True)
+        self.interval = finite("interval", interval, low=0, strict=True)
+        self.window = finite("window", window, low=0, strict=True)
         if self.window < self.interval:
             raise ValueError(f"window ({window!r}) must be at least interval ({interval!r})")
         self._samples: deque[tuple[float, int]] = deque()  # (at, consumed), oldest first
