@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.api_view import playout_options
-from benchmarks.common import Row, get, logger, standalone
+from benchmarks.common import Row, failed_row, get, logger, standalone
 from fairstream_dev.harness.paid_api import FEEDBACK, PaidApi, api_handler, feedback_loop
 
 CEILING = 1000
@@ -272,7 +272,7 @@ def table(results: dict[str, Any]) -> list[str]:
     ]
     for name, run in (r.get("runs") or {}).items():
         if run.get("status") != "ok":
-            lines.append(f"| {name} | failed: {str(run.get('error'))[:120]} | | | | | | |")
+            lines.append(failed_row(name, run.get("error"), 8))
             continue
         for label, w in run["windows"].items():
             lines.append(

@@ -71,6 +71,7 @@ from benchmarks.common import (
     Broker,
     Row,
     delete_all,
+    failed_row,
     get,
     keys_for,
     logger,
@@ -894,7 +895,7 @@ def table(results: dict[str, Any]) -> list[str]:
         ]
         for key, row in strict.items():
             if row.get("status") != "ok":
-                lines.append(f"| {key} | failed: {str(row.get('error'))[:120]} | | | | | | |")
+                lines.append(failed_row(key, row.get("error"), 8))
                 continue
             lines.append(
                 f"| {key} | {row['playout_delay']} | {row['started_per_s']:g}/s | "
@@ -921,7 +922,7 @@ def table(results: dict[str, Any]) -> list[str]:
         ]
         for key, run in quiet.items():
             if run.get("status") != "ok":
-                lines.append(f"| {key} | failed: {str(run.get('error'))[:120]} | | | | | | | | | |")
+                lines.append(failed_row(key, run.get("error"), 11))
                 continue
             censored = run["quiet_wait_censored"] > 0
             wait = _seconds3(run["quiet_wait"], censored)

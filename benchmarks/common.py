@@ -76,6 +76,12 @@ def cell(text: str) -> str:
     )
 
 
+def failed_row(key: str, error: object, columns: int) -> str:
+    """A markdown table row of ``columns`` cells for a run that failed: its key, then the
+    error (its first 120 characters), then empty cells."""
+    return f"| {key} | failed: {str(error)[:120]} |" + " |" * (columns - 2)
+
+
 def print_targets(rows: list[Row]) -> None:
     """A phase's targets, for the phase scripts run on their own."""
     for name, measured, met, by in rows:

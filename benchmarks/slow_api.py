@@ -52,7 +52,16 @@ from typing import Any, cast
 
 from confluent_kafka import Producer
 
-from benchmarks.common import Broker, Row, delete_all, get, logger, print_targets, start_scheduler
+from benchmarks.common import (
+    Broker,
+    Row,
+    delete_all,
+    failed_row,
+    get,
+    logger,
+    print_targets,
+    start_scheduler,
+)
 from fairstream import Request, Worker, wire
 from fairstream.adapters.admin import create_topics
 from fairstream.analysis.stats import percentile
@@ -423,7 +432,7 @@ def table(results: dict[str, Any]) -> list[str]:
     ]
     for key, run in (r.get("runs") or {}).items():
         if run.get("status") != "ok":
-            lines.append(f"| {key} | failed: {str(run.get('error'))[:120]} | | | | | | | | |")
+            lines.append(failed_row(key, run.get("error"), 10))
             continue
         delay = run["quiet_start_delay"]
         lines.append(

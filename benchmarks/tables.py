@@ -16,7 +16,7 @@ from benchmarks import (
     slow_api,
     throughput,
 )
-from benchmarks.common import VALUE_SIZE, cell, get, num
+from benchmarks.common import VALUE_SIZE, cell, failed_row, get, num
 from benchmarks.targets import (
     BURST_OTHER_P99,
     BURST_OWN_P99,
@@ -449,7 +449,7 @@ def group_table(results: dict[str, Any]) -> list[str]:
     for mode in group.MODES:
         run = runs.get(mode) or {}
         if run.get("status") != "ok":
-            lines.append(f"| {mode} | failed: {str(run.get('error'))[:120]} | | | | | |")
+            lines.append(failed_row(mode, run.get("error"), 7))
             continue
         four = run["four_rates"]
         conv = run["convergence_seconds"]
@@ -493,7 +493,7 @@ def feedback_table(results: dict[str, Any]) -> list[str]:
     for name in feedback.RUNS if runs else ():
         run = runs.get(name) or {}
         if run.get("status") != "ok":
-            lines.append(f"| {name} | failed: {str(run.get('error'))[:120]} | | | | | | | |")
+            lines.append(failed_row(name, run.get("error"), 9))
             continue
         lines.append(
             f"| {name} | `{run['args']}` | {run['goodput']:g}/s | {run['goodput_ratio']:.2f}x | "
