@@ -34,7 +34,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from benchmarks.api_view import PARTITIONS, _deployment, stats, worker_pool
+from benchmarks.api_view import PARTITIONS, deployment_with_feedback, stats, worker_pool
 from benchmarks.common import (
     Row,
     delete_topics,
@@ -196,7 +196,7 @@ def run_floor(bootstrap: str, seconds: float, cleanup: list[Callable[[], None]])
 def run_fairstream(
     bootstrap: str, workdir: Path, seconds: float, cleanup: list[Callable[[], None]]
 ) -> dict[str, Any]:
-    d, feedback = _deployment(bootstrap, "apilatency", cleanup)
+    d, feedback = deployment_with_feedback(bootstrap, "apilatency", cleanup)
     started: list[tuple[float, float]] = []
 
     async def handler(request: Request) -> None:

@@ -305,7 +305,7 @@ def worker_pool(
         yield running
 
 
-def _deployment(
+def deployment_with_feedback(
     bootstrap: str, prefix: str, cleanup: list[Callable[[], None]]
 ) -> tuple[Deployment, str]:
     """Topics of one base (deleted by ``cleanup``) and a feedback topic of its own."""
@@ -405,7 +405,7 @@ def run_strict(
     """One strict row (see the module docstring)."""
     options, used = playout_options(playout)
     window: tuple[float, float] = sizes["window"]
-    d, feedback = _deployment(bootstrap, "apiview-strict", cleanup)
+    d, feedback = deployment_with_feedback(bootstrap, "apiview-strict", cleanup)
     # Far more than the run consumes (the window's end plus the scheduler's start-up).
     backlog = int(rate * (window[1] + 10) * 2 + burst)
     prefill(bootstrap, d.topics.ingest, backlog, STRICT_TENANTS)
@@ -586,7 +586,7 @@ def run_quiet(
     """slow-workers or queueing-api (see the module docstring)."""
     set_up = QUIET_SETUPS[scenario]
     options, used = playout_options(playout)
-    d, feedback = _deployment(bootstrap, f"apiview-{scenario}", cleanup)
+    d, feedback = deployment_with_feedback(bootstrap, f"apiview-{scenario}", cleanup)
     tenants = [k for p in range(PARTITIONS) for k in keys_for("quiet", p, 2, PARTITIONS)]
     api = QuietApi(set_up.call_s, None if set_up.slots is None else SlotQueue(set_up.slots))
     seconds: float = sizes["quiet_s"]

@@ -29,7 +29,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from benchmarks.api_view import _deployment
+from benchmarks.api_view import deployment_with_feedback
 from benchmarks.common import Row, get, logger, standalone, start_scheduler, undoing
 from fairstream_dev.harness.kafka import unique, wait_until
 from fairstream_dev.harness.scheduler import REPO, SchedulerProcess
@@ -76,7 +76,7 @@ def run(
     bootstrap: str, workdir: Path, quick: bool, cleanup: list[Callable[[], None]]
 ) -> dict[str, Any]:
     records, (begin, end) = _sizes(quick)
-    d, feedback = _deployment(bootstrap, "faustview", cleanup)
+    d, feedback = deployment_with_feedback(bootstrap, "faustview", cleanup)
     producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
     for i in range(records):
         producer.produce(d.topics.ingest, b"slow: prompt %d" % i, TENANT.encode())
