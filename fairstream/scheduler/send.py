@@ -57,7 +57,7 @@ from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.records import Parsed, Prepared, new
 from fairstream.scheduler.transaction import Transaction
 from fairstream.wire.dead_letter import HeaderList, expired_detail, lost_detail
-from fairstream.wire.partition import murmur2
+from fairstream.wire.partition import partition_of_key
 
 __all__ = ["EMIT_BATCH", "STALE_MS", "Sender", "home_partition", "request_id"]
 
@@ -358,4 +358,4 @@ def home_partition(key: bytes | None, partitions: int) -> int:
     again, and the hash is Python."""
     if key is None:
         return 0
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
+    return partition_of_key(key, partitions)

@@ -39,6 +39,11 @@ def murmur2(data: bytes) -> int:
 
 def partition_of(tenant: str, partitions: int) -> int:
     """The partition of ``partitions`` a record keyed ``tenant`` lands on."""
+    return partition_of_key(tenant.encode(), partitions)
+
+
+def partition_of_key(key: bytes, partitions: int) -> int:
+    """The partition of ``partitions`` a record with the key bytes ``key`` lands on."""
     if partitions <= 0:
         raise ValueError(f"partitions must be positive, got {partitions!r}")
-    return (murmur2(tenant.encode()) & 0x7FFFFFFF) % partitions
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
