@@ -42,7 +42,7 @@ nothing. Measured on the machine it runs on, with whatever else runs there.
 
     .venv/bin/python -m benchmarks.api_view [--bootstrap HOST:PORT] [--quick]
         [--scenario strict,slow-workers,queueing-api] [--rate R --burst B]
-        [--playout-delay SECONDS|off] [--json PATH]
+        [--playout-delay SECONDS|off] [--scheduler-args "OPTIONS"] [--json PATH]
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ import inspect
 import itertools
 import json
 import os
+import shlex
 import tempfile
 import threading
 import time
@@ -582,8 +583,10 @@ def run_quiet(
     sizes: dict[str, Any],
     playout: str,
     cleanup: list[Callable[[], None]],
+    scheduler_args: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """slow-workers or queueing-api (see the module docstring)."""
+    """slow-workers or queueing-api (see the module docstring); ``scheduler_args``: more
+    options for the scheduler (``--egress-spread key``, say)."""
     set_up = QUIET_SETUPS[scenario]
     options, used = playout_options(playout)
     d, feedback = deployment_with_feedback(bootstrap, f"apiview-{scenario}", cleanup)
@@ -598,7 +601,7 @@ def run_quiet(
             d,
             workdir,
             scenario,
-            ["--rate", f"{QUIET_RATE:g}", "--feedback-topic", feedback],
+            ["--rate", f"{QUIET_RATE:g}", "--feedback-topic", feedback, *scheduler_args],
             cleanup,
         )
         scheduler.wait_ready(timeout=120)
@@ -619,7 +622,9 @@ def run_quiet(
                 _check(scheduler)
                 if time.time() < end:
                     return False
-                return sum(c.sent is not None for c in api.snapshot()) >= len(sent)
+                # Distinct requests: a record redelivered at a rebalance is called twice.
+                taken = {c.sent for c in api.snapshot() if c.sent is not None}
+                return len(taken) >= len(sent)
 
             with contextlib.suppress(AssertionError):  # the deadline passed: say who waits
                 wait_until(drained, deadline - time.time(), "quiet drained", interval=0.2)
@@ -639,6 +644,7 @@ def run_quiet(
         "quiet_tenants": len(tenants),
         "drain_s": sizes["drain_s"],
         "playout_delay": used,
+        "scheduler_args": " ".join(scheduler_args),
         **measure_quiet(calls, sent, set_up, t0, end, deadline, scheduled),
     }
     log(f"{scenario}: {json.dumps(result)}")
@@ -673,8 +679,10 @@ def phase(
     scenarios: Sequence[str] = SCENARIOS,
     rows: Sequence[tuple[float, float]] = STRICT_ROWS,
     playout: str = "default",
+    scheduler_args: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Every scenario asked for; each run cleans up after itself."""
+    """Every scenario asked for; each run cleans up after itself. ``scheduler_args`` go to
+    the quiet scenarios' scheduler."""
     sizes = _sizes(quick)
     strict: dict[str, Any] = {}
     quiet: dict[str, Any] = {}
@@ -684,7 +692,15 @@ def phase(
                 row = functools.partial(run_strict, bootstrap, workdir, rate, burst, sizes, playout)
                 _one(f"{rate:g}/{burst:g}", strict, row)
         else:
-            run = functools.partial(run_quiet, bootstrap, workdir, scenario, sizes, playout)
+            run = functools.partial(
+                run_quiet,
+                bootstrap,
+                workdir,
+                scenario,
+                sizes,
+                playout,
+                scheduler_args=scheduler_args,
+            )
             _one(scenario, quiet, run)
     return {"status": "ok", "quick": quick, "strict": strict, "quiet": quiet}
 
@@ -736,7 +752,8 @@ def report(result: dict[str, Any]) -> list[str]:
             f"{key}: --rate {run['rate']:g}; {run['workers']} Workers x concurrency "
             f"{run['concurrency']} x {run['call_s']:g} s calls, {slots}; {run['noisy_records']:,}"
             f" noisy records, {run['quiet_sent']} quiet requests ({run['quiet_tenants']} tenants)"
-            f" over {run['window_s']:g} s; playout delay {run['playout_delay']}",
+            f" over {run['window_s']:g} s; playout delay {run['playout_delay']}"
+            + (f"; scheduler {run['scheduler_args']}" if run.get("scheduler_args") else ""),
             f"  quiet wait, arrival to the API taking it: p50 {_s(wait, 'p50_s', censored)} s, "
             f"p99 {_s(wait, 'p99_s', censored)} s, max {_s(wait, 'max_s', censored)} s; p99 - "
             f"call {run['quiet_p99_less_call_s']} s (target p99 <= {target:g} s: "
@@ -773,6 +790,11 @@ def main() -> None:
         default="default",
         help="seconds, or off: start on arrival (default: the Worker's default)",
     )
+    parser.add_argument(
+        "--scheduler-args",
+        default="",
+        help="more scheduler options for the quiet scenarios, as one string",
+    )
     parser.add_argument("--json", type=Path, help="write the JSON here instead of stdout")
     args = parser.parse_args()
     scenarios = [s.strip() for s in args.scenario.split(",") if s.strip()]
@@ -785,7 +807,14 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="fairstream-api-view-"))
     try:
         result = phase(
-            broker.bootstrap, workdir, args.quick, None, scenarios, rows, args.playout_delay
+            broker.bootstrap,
+            workdir,
+            args.quick,
+            None,
+            scenarios,
+            rows,
+            args.playout_delay,
+            shlex.split(args.scheduler_args),
         )
     finally:
         broker.stop()
