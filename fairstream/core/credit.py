@@ -36,9 +36,21 @@ takes when nothing queues. Every ``interval`` seconds, over the completions of t
   is about ``headroom x base + spare / capacity`` seconds long.
 - **Grow**: while the limit binds (the slots in use reach ``_BINDING`` of it) and the queue
   is at most ``tolerance x base``, capacity may be left unused: the limit grows by
-  ``growth`` per interval, up to ``ceiling``. Otherwise it goes to the target, but never up
-  by more than ``growth`` at once (a short span of holds, some queued and some not, makes
-  the target overshoot). Never below ``floor``.
+  ``growth``, up to ``ceiling``. Otherwise it goes to the target, but never up by more than
+  ``growth`` at once (a short span of holds, some queued and some not, makes the target
+  overshoot). Never below ``floor``. It grows once per round trip, as TCP Vegas adjusts
+  its window: only when a request released since the last growth has come back (its hold
+  measures the growth), and meanwhile no higher than it was. Grown every interval, it
+  overshot before the holds showed the queue (an API of 8 slots of 0.5 s that queues: the
+  quiet tenants' wait went from 1.0 s to 1.15 s at p99, in a sawtooth every 5 s). Until
+  the first queue past ``tolerance`` is seen, ``growth`` is 2 (TCP's slow start: doubling
+  per round trip), so that a slow API reaches its concurrency within a few round trips.
+- **First limit**: the completions per second are counted from ``interval`` after the
+  first sample, and, under a start-up window of ``startup`` slots (``update``), at most
+  ``startup`` per mean hold (Little's law: no more were in flight). Counted over a short
+  span, requests that settle together (an API of 8 slots: 8 at a time) passed for twice
+  the rate, and the first limit for twice the slots: the quiet tenants then waited 1.5 s
+  in its queue.
 - **Gradient**: an API that queues calls instead of refusing them hides its queue in the
   call's latency, where ``wait`` does not see it. As Netflix's Gradient2 and Envoy's
   adaptive concurrency do, the short latency (the least call of the window, or of the last
@@ -59,13 +71,28 @@ takes when nothing queues. Every ``interval`` seconds, over the completions of t
   drop have come back (the queue has drained: they meet none) or ``probe_timeout`` has
   passed; their least wait and call are the new bases, and the limit returns to where it
   was, kept there until the probe's completions have left the window. Envoy's gradient
-  controller measures its minimum round trip the same way.
+  controller measures its minimum round trip the same way (every 60 s by default). A probe
+  stalls releases for about two holds, and the quiet tenants' requests with them (an API
+  of 8 slots of 0.5 s: their waits went from 1 s to 1.9 s for that span), so a probe that
+  found the bases where they were (within ``tolerance`` of them, plus ``slack``) doubles
+  the span to the next, up to ``probe_max``; one that moved them brings it back to
+  ``probe_every``.
 - **429s, no limit**: an API that refuses calls (api-scope 429s) has the adaptive rate
   (``fairstream.core.adaptive``) in charge; the limit stands aside (None) for ``aside``
   seconds after each refusal. It is for workers and APIs that are slow without saying so.
 - **No feedback, no limit**: until the first sample, and again after ``idle`` seconds
-  without one, ``limit`` is None (unlimited) and everything learnt is forgotten: workers
-  that report nothing, or stopped reporting, never hold the scheduler back.
+  without one, ``limit`` is None (unlimited) and everything learnt is forgotten (``learning``
+  tells this None from the one that stands aside for 429s): workers that report nothing, or
+  stopped reporting, never hold the scheduler back for long.
+- **Start-up window** (``StartupWindow``, applied by the emitter while ``learning``): before
+  the first sample nothing is known, and releasing at ``--rate`` for the first hold (the
+  playout delay, a call, the feedback's way back) put a second of releases into the egress
+  topic and the API's queue, FIFO, where the quiet tenants waited behind it for seconds
+  (measured: 5.3 s at p99 with an API of 8 slots that queues, ``benchmarks.api_view
+  --scenario queueing-api``). As TCP's initial window does, a few slots are allowed until
+  the first limit is found. The window doubles every ``doubling`` seconds without one, and
+  opens ``timeout`` seconds after its first release: the workers report nothing, or calls
+  are longer than that.
 
 The limit is the group's: every instance reads all the feedback, so each computes the same
 one and holds its part of it, as with a fixed ``--max-concurrency``.
@@ -83,7 +110,7 @@ from typing import Final
 from fairstream.core.clock import Clock
 from fairstream.core.parameters import counts, finite
 
-__all__ = ["ConcurrencyLimit"]
+__all__ = ["ConcurrencyLimit", "StartupWindow"]
 
 # The limit binds when the slots in use (Little's law over the window) reach this
 # fraction of it: a limit that binds holds all its slots, less what a commit delays, and
@@ -100,6 +127,22 @@ _GRADIENT_MIN: Final = 0.5
 _CALLS_TRUSTED: Final = 8
 
 
+# The start-up window (``StartupWindow``): at least this many slots, or 50 ms of releases at
+# the rate. With 16, two workers of one 0.1 s call each had 0.8 s of queue each before the
+# first limit, and their quiet tenants waited 1.7 s; an API of 8 slots that queues had 8
+# calls queued.
+STARTUP_SLOTS: Final = 8
+STARTUP_HORIZON: Final = 0.05  # seconds of releases at --rate
+# The window doubles every STARTUP_DOUBLING seconds until a request settles (as TCP's slow
+# start doubles per round trip, with the round trip not known yet), and opens
+# STARTUP_TIMEOUT seconds after its first release. Workers that settle quickly stop it
+# small (an API of 8 slots of 0.5 s, doubled at 0.5 s, had 8 calls queued); a slow API (1 s
+# calls at --rate 40) starts with 16. Workers that report nothing lose about four seconds of
+# releases, once.
+STARTUP_DOUBLING: Final = 1.0
+STARTUP_TIMEOUT: Final = 8.0
+
+
 def _finite(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
@@ -112,13 +155,12 @@ class ConcurrencyLimit:
     and the slots above the Little's-law value; ``growth`` the factor per ``interval``
     while the limit binds and nothing queues; ``tolerance`` and ``slack`` how much
     queue, a fraction of ``base`` plus seconds (commits and fetches make waits vary), is
-    still "nothing queues"; ``window`` the seconds of completions the rate
-    is measured over; ``probe_every``, ``probe_samples`` and ``probe_timeout`` the probes
-    of the bases; ``idle`` the seconds without a sample after which the limit is dropped;
+    still "nothing queues"; ``window`` the seconds of completions the rate is measured
+    over; ``probe_every``, ``probe_max``, ``probe_samples`` and ``probe_timeout`` the
+    probes of the bases; ``idle`` the seconds without a sample after which the limit is dropped;
     ``aside`` the seconds it stands aside after the API refused a call (``refused``);
     ``gradient_tolerance`` how many times ``base_call`` the window's short latency may be
     before the API counts as queueing, and ``smoothing`` the share of the gradient's cut
-    applied per ``interval``.
     """
 
     __slots__ = (
@@ -128,6 +170,8 @@ class ConcurrencyLimit:
         "_calls",
         "_clock",
         "_first",
+        "_grow_at",
+        "_grown_from",
         "_held_until",
         "_last",
         "_limit",
@@ -135,10 +179,14 @@ class ConcurrencyLimit:
         "_next_update",
         "_probe_call",
         "_probe_count",
+        "_probe_interval",
         "_probe_start",
         "_probe_wait",
+        "_queued",
+        "_released_last",
         "_samples",
         "_saved",
+        "_startup",
         "_updates",
         "aside",
         "base_call",
@@ -152,6 +200,7 @@ class ConcurrencyLimit:
         "idle",
         "interval",
         "probe_every",
+        "probe_max",
         "probe_samples",
         "probe_timeout",
         "probes",
@@ -162,6 +211,19 @@ class ConcurrencyLimit:
         "window",
     )
 
+    # The run's state (``_forget`` sets it).
+    _limit: float | None
+    base_wait: float | None
+    base_call: float | None
+    _probe_start: float | None
+    _probe_interval: float
+    _next_probe: float
+    _binding: int
+    _updates: int
+    _grow_at: float
+    _released_last: float
+    _queued: bool
+
     def __init__(
         self,
         clock: Clock,
@@ -171,11 +233,12 @@ class ConcurrencyLimit:
         headroom: float = 0.2,
         spare: float = 2.0,
         growth: float = 1.25,
-        tolerance: float = 0.25,
+        tolerance: float = 0.1,
         slack: float = 0.05,
         interval: float = 0.25,
         window: float = 1.0,
-        probe_every: float = 30.0,
+        probe_every: float = 60.0,
+        probe_max: float = 600.0,
         probe_samples: int = 2,
         probe_timeout: float = 10.0,
         idle: float = 60.0,
@@ -198,6 +261,11 @@ class ConcurrencyLimit:
         if self.window < self.interval:
             raise ValueError(f"window ({window!r}) must be at least interval ({interval!r})")
         self.probe_every = finite("probe_every", probe_every, low=0, strict=True)
+        self.probe_max = finite("probe_max", probe_max, low=0, strict=True)
+        if self.probe_max < self.probe_every:
+            raise ValueError(
+                f"probe_max ({probe_max!r}) must be at least probe_every ({probe_every!r})"
+            )
         self.probe_timeout = finite("probe_timeout", probe_timeout, low=0, strict=True)
         self.idle = finite("idle", idle, low=0, strict=True)
         self.aside = finite("aside", aside, low=0, strict=False)
@@ -212,20 +280,16 @@ class ConcurrencyLimit:
         # The last calls, however old: the API's queue is told from them while the window
         # holds fewer than _CALLS_TRUSTED (an API of a few calls per second).
         self._calls: deque[float] = deque(maxlen=_CALLS_TRUSTED)
-        self._limit: float | None = None
-        self.base_wait: float | None = None  # the least hold outside the call
-        self.base_call: float | None = None  # the least call
         self._first = 0.0  # when the first sample of this run came
+        self._startup: int | None = None  # the start-up window's slots, at the last update
+        self._grown_from = 0.0  # the limit at the last growth: no higher until measured
         self._last = -math.inf  # when the last sample came
         self._next_update = -math.inf
-        self._next_probe = math.inf
-        self._binding = 0  # updates since the last probe at which the limit bound
-        self._updates = 0  # updates since the last probe
-        self._probe_start: float | None = None  # the running probe's start, if any
         self._probe_wait = self._probe_call = math.inf
         self._probe_count = 0
         self._saved = 0.0  # the limit before the running probe
         self._held_until = -math.inf  # no recomputing before (the window holds a probe)
+        self._forget()  # the run's state, as after ``idle``
         self._aside_until = -math.inf  # no limit before (the API refused calls lately)
         self._aside = False
         self.probes = 0  # probes completed, ever
@@ -239,6 +303,12 @@ class ConcurrencyLimit:
         if self._probe_start is not None:
             return self.floor
         return max(self.floor, min(self.ceiling, math.floor(self._limit + 0.5)))
+
+    @property
+    def learning(self) -> bool:
+        """Whether nothing is known: no sample yet, or all forgotten after ``idle`` seconds
+        without one (``limit`` is then None). False while a limit stands aside for 429s."""
+        return self._limit is None
 
     @property
     def probing(self) -> bool:
@@ -285,9 +355,10 @@ class ConcurrencyLimit:
         wait = float(wait)
         if self._limit is None and not self._samples:
             self._first = now  # the first sample of a run: the rate is measured from here
-            self._next_probe = now + self.probe_every
+            self._next_probe = now + self._probe_interval
             self._next_update = -math.inf  # a limit at the next update
         self._samples.append((now, hold, call, wait))
+        self._released_last = max(self._released_last, now - hold)
         self._calls.append(call)
         self._last = now
         if self.base_wait is None or wait < self.base_wait:
@@ -300,12 +371,15 @@ class ConcurrencyLimit:
             self._probe_wait = min(self._probe_wait, wait)
             self._probe_call = min(self._probe_call, call)
 
-    def update(self, now: float | None = None) -> int | None:
+    def update(self, now: float | None = None, startup: int | None = None) -> int | None:
         """Recompute the limit when ``interval`` has passed since the last time; the limit.
+        ``startup``: the slots the emitter's start-up window allows now (``StartupWindow``;
+        None: none), at most that many in flight before the first limit.
 
         Caller: the feedback reader, a few times a second."""
         if now is None:
             now = self._clock.now()
+        self._startup = startup
         if now < self._next_update:
             return self.limit
         self._next_update = now + self.interval
@@ -318,7 +392,7 @@ class ConcurrencyLimit:
             samples.popleft()
         if self._probe_start is not None:
             self._probing(now)
-        elif samples and now >= self._held_until:
+        elif samples and now >= self._held_until and self._measured(now):
             self._settle(now)
             if now >= self._next_probe and not self._aside:
                 self._start_probe(now)
@@ -378,6 +452,12 @@ class ConcurrencyLimit:
             return 1.0
         return max(_GRADIENT_MIN, allowed / short)
 
+    def _measured(self, now: float) -> bool:
+        """Whether the completions per second can be told: a limit exists, or ``interval``
+        has passed since the first sample (the first update after it saw one completion,
+        and its limit was a handful of slots: a fast API took 8 s to grow from 6)."""
+        return self._limit is not None or now - self._first >= self.interval
+
     def _settle(self, now: float) -> None:
         samples = self._samples
         base = self.base
@@ -386,6 +466,12 @@ class ConcurrencyLimit:
         span = max(self.interval, min(self.window, now - self._first))
         rate = len(samples) / span
         mean = sum(hold for _, hold, _, _ in samples) / len(samples)
+        if self._limit is None and self._startup is not None:
+            # The first limit: no more than the start-up window's slots complete per mean
+            # hold. Counted over a short span, the requests that settle together (an API
+            # of 8 slots of 0.5 s: 8 at a time) passed for twice the rate, and the first
+            # limit for twice the slots, whose queue then held quiet tenants for seconds.
+            rate = min(rate, self._startup / mean) if mean > 0 else rate
         queue = max(0.0, min(self.queue(), mean - base))
         in_use = rate * mean  # Little's law
         # The slots that keep the workers busy without the queue, plus headroom and spare.
@@ -393,10 +479,17 @@ class ConcurrencyLimit:
         limit = self._limit
         new = target
         self.gradient = gradient = self._gradient()
+        if queue > base * self.tolerance or gradient < 1:
+            self._queued = True  # slow start is over at the first queue seen
         if limit is not None:
             # Up by growth at most: a spread of holds in a short span (some queued, some
-            # not) makes the target overshoot, and a real need is met by the growth.
-            grown = limit * self.growth
+            # not) makes the target overshoot, and a real need is met by the growth. Up
+            # only once a request released since the last growth came back (a round trip:
+            # the growth is in its hold), and meanwhile back up to where it was.
+            if self._released_last >= self._grow_at:
+                grown = limit * (self.growth if self._queued else 2.0)
+            else:
+                grown = max(limit, self._grown_from)
             new = min(target, grown)
             if in_use >= _BINDING * limit:
                 self._binding += 1
@@ -411,14 +504,17 @@ class ConcurrencyLimit:
                 cut = limit * (1 - self.smoothing * (1 - gradient))
                 new = min(new, max(need, cut))
         self._updates += 1
-        self._limit = max(float(self.floor), min(float(self.ceiling), new))
+        new = max(float(self.floor), min(float(self.ceiling), new))
+        if limit is None or new > self._grown_from:
+            self._grown_from, self._grow_at = new, now
+        self._limit = new
 
     def _start_probe(self, now: float) -> None:
         # Probe a limit that bound most of the time (a standing queue may have become part
         # of base); one that did not left no queue of ours to measure.
         if 2 * self._binding < self._updates:
             self._binding = self._updates = 0
-            self._next_probe = now + self.probe_every
+            self._next_probe = now + self._probe_interval
             return
         assert self._limit is not None
         self._saved = self._limit
@@ -433,22 +529,123 @@ class ConcurrencyLimit:
         if not done and now - start < self.probe_timeout:
             return
         if done:
+            old = self.base
             self.base_wait = self._probe_wait
             self.base_call = self._probe_call
             self.probes += 1
+            new = self.base
+            assert old is not None
+            assert new is not None
+            moved = abs(new - old) > old * self.tolerance + self.slack
+            self._probe_interval = (
+                self.probe_every if moved else min(self.probe_max, 2 * self._probe_interval)
+            )
         self._probe_start = None
         self._limit = self._saved
         self._binding = self._updates = 0
-        self._next_probe = now + self.probe_every
+        self._next_probe = now + self._probe_interval
         # The completions of the next hold and window are still those of the probe's few
         # slots: measured, they would bring the limit down to them. It stays as it was.
         self._held_until = now + (self.base or 0.0) + self.window
 
     def _forget(self) -> None:
+        """Start a run over: nothing learnt (``learning``)."""
         self._samples.clear()
         self._calls.clear()
         self._limit = None
-        self.base_wait = self.base_call = None
-        self._probe_start = None
-        self._binding = self._updates = 0
+        self.base_wait = None  # the least hold outside the call
+        self.base_call = None  # the least call
+        self._probe_start = None  # the running probe's start, if any
+        self._probe_interval = self.probe_every  # to the next probe, doubled while stable
         self._next_probe = math.inf
+        self._binding = 0  # updates since the last probe at which the limit bound
+        self._updates = 0  # updates since the last probe
+        self._grow_at = -math.inf  # when the limit last grew
+        self._released_last = -math.inf  # the latest release among the samples
+        self._queued = False  # a queue was seen this run: slow start is over
+
+
+class StartupWindow:
+    """The slots allowed before the feedback has found a concurrency limit (see the module
+    docstring): ``slots`` at first, doubled every ``doubling`` seconds from the first
+    release under the window while nothing settled (``settled``), and None (unlimited)
+    once a limit is found (``found``) or ``timeout`` seconds after that first release
+    (``review``): workers that report nothing lose a few seconds of releases once, and
+    calls longer than ``doubling`` are not held to the first few slots. ``rearm`` starts it
+    over when the limit forgot everything.
+
+    ``for_rate`` sizes it for a ``--rate``. Pure; one owner (the emitter's pacing).
+    """
+
+    __slots__ = ("_start", "armed", "doubling", "heard", "limit", "slots", "timeout")
+
+    def __init__(
+        self,
+        slots: int = STARTUP_SLOTS,
+        *,
+        doubling: float = STARTUP_DOUBLING,
+        timeout: float = STARTUP_TIMEOUT,
+    ) -> None:
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"slots must be an integer >= 1, got {slots!r}")
+        self.slots = slots
+        self.doubling = finite("doubling", doubling, low=0, strict=True)
+        self.timeout = finite("timeout", timeout, low=0, strict=True)
+        self.armed = True
+        self.heard = False  # a request settled: the feedback flows, a limit is coming
+        # The slots allowed now (None: the window does not limit).
+        self.limit: int | None = slots
+        self._start: float | None = None  # the first review that saw a slot in use
+
+    @classmethod
+    def for_rate(cls, rate: float | None) -> StartupWindow:
+        """``STARTUP_SLOTS``, or ``STARTUP_HORIZON`` seconds of releases at ``rate`` when
+        that is more (an API of thousands of calls a second needs more in flight)."""
+        slots = STARTUP_SLOTS
+        if rate is not None and math.isfinite(rate) and rate > 0:
+            slots = max(slots, math.ceil(rate * STARTUP_HORIZON))
+        return cls(slots)
+
+    def review(self, now: float, in_use: int) -> bool:
+        """Whether ``limit`` moved: it doubles every ``doubling`` seconds from the first
+        review that saw a slot in use (``in_use``), and goes (None) ``timeout`` seconds
+        after it. ``now``: seconds, any clock that does not go back."""
+        if not self.armed:
+            return False
+        start = self._start
+        if start is None:
+            if in_use > 0:
+                self._start = now
+            return False
+        elapsed = now - start
+        if elapsed >= self.timeout:
+            self.armed = False
+            self.limit = None
+            return True
+        if self.heard:
+            return False
+        limit = self.slots << int(elapsed / self.doubling)
+        if limit == self.limit:
+            return False
+        self.limit = limit
+        return True
+
+    def settled(self) -> None:
+        """A request released under the window settled: the workers report, and the
+        feedback reader has a limit within a window of samples. The window stops doubling
+        (doubled, the start-up window's second 16 requests queued behind the first at an
+        API of 8 slots before the limit came); the timeout still holds (an API refusing
+        calls leaves the limit aside, and none comes)."""
+        self.heard = True
+
+    def found(self) -> None:
+        """The feedback found a limit (or stands aside for 429s): the window is done."""
+        self.armed = False
+        self.limit = None
+
+    def rearm(self) -> None:
+        """The limit forgot everything (no sample for its ``idle`` seconds): start over."""
+        self.armed = True
+        self.heard = False
+        self.limit = self.slots
+        self._start = None

@@ -153,6 +153,7 @@ class Emitter:
         # The rule's shares of the group's rate and concurrency, and the API's feedback.
         self.pacing = Pacing(settings, partitions, self.rule, metrics)
         self.slots_counted = self.pacing.counts_slots()  # published each round
+        self.startup_window = self.pacing.startup_limit()  # published each round
         self.group_shares = self.pacing.group_shares
         self.demotions = Demotions.of(settings, clock, metrics)  # --demote-*; None: off
         self._next_commit = 0.0
@@ -228,11 +229,13 @@ class Emitter:
         # there, more commits would cost throughput (measured: about 10% end to end).
         soonest = interval / 5
         max_records = self.settings.max_in_flight
-        counts_slots = self.pacing.counts_slots
+        pacing = self.pacing
+        counts_slots = pacing.counts_slots
         while True:
             # Published for the feedback thread (a bool, replaced whole): hand completions
             # over only while slots are counted.
             self.slots_counted = counts_slots()
+            self.startup_window = pacing.startup_limit()
             while handoff.controls:
                 if self._control(handoff.controls.popleft()):
                     return
@@ -252,6 +255,8 @@ class Emitter:
                 self._next_commit = done + interval
                 self._soonest_commit = done + soonest
                 continue  # what arrived during the commit applies first
+            if pacing.startup is not None and pacing.startup.armed:
+                pacing.review_startup(now)
             if self.demotions is not None and now >= self.demotions.next_review:
                 self._review(self.demotions, now)
             if backlog.unread_letters and now >= self.fetcher.retry_at:
@@ -427,6 +432,11 @@ class Emitter:
         """Whether concurrency slots are counted (``Pacing.counts_slots``), as the emitter
         last published it: the feedback thread's read."""
         return self.slots_counted
+
+    def startup_slots(self) -> int | None:
+        """The start-up window's slots (``Pacing.startup_limit``), as the emitter last
+        published it: the feedback thread's read."""
+        return self.startup_window
 
     def _act(self, action: PolicyAction) -> None:
         """Do what a policy record asks (``Policies.apply`` says what)."""

@@ -113,9 +113,12 @@ class AdaptiveChange:
 @dataclass(frozen=True)
 class ConcurrencyChange:
     """The group's concurrency limit as the feedback shows it (``ConcurrencyLimit``;
-    None: unlimited)."""
+    None: unlimited). ``learning``: None because nothing is known (no sample yet, or all
+    forgotten), not because a limit stands aside for 429s; the emitter's start-up window
+    then applies."""
 
     limit: int | None
+    learning: bool = False
 
 
 class FeedbackReader:
@@ -132,6 +135,7 @@ class FeedbackReader:
         recent: RecentRequests | None = None,
         ownership: Callable[[], tuple[int, Collection[int]]] | None = None,
         slots: Callable[[], bool] | None = None,
+        startup: Callable[[], int | None] | None = None,
         clock: RecordClock | None = None,
         egress_topic: str | None = None,
         concurrency: ConcurrencyLimit | None = None,
@@ -140,10 +144,12 @@ class FeedbackReader:
         topic's partition count and the partitions this instance owns. Without them every
         reported cost is charged. ``slots``: whether the emitter counts concurrency slots
         now (without it, always): only then are settled request ids handed over.
-        ``clock``: the emitter's (default a ``MonotonicClock``). ``egress_topic``: this
-        deployment's; a record naming another is another deployment's (without it, all
-        are used). ``concurrency``: the adaptive concurrency limit fed from final outcomes
-        (None: none, a fixed --max-concurrency or none at all)."""
+        ``startup``: the slots of the emitter's start-up window now (None: none), which
+        bound the first limit's count of completions. ``clock``: the emitter's (default a
+        ``MonotonicClock``). ``egress_topic``: this deployment's; a record naming another
+        is another deployment's (without it, all are used). ``concurrency``: the adaptive
+        concurrency limit fed from final outcomes (None: none, a fixed --max-concurrency or
+        none at all)."""
         self.topic = topic
         self.egress_topic = egress_topic
         self.clock = clock or MonotonicClock()
@@ -156,6 +162,7 @@ class FeedbackReader:
         self.adaptive = None if ceiling is None else AdaptiveRate(self.clock, ceiling, floor)
         self._on_rate = on_rate
         self._slots = slots
+        self._startup = startup
         self._stopping = threading.Event()
         self._consumer = LazyConsumer(config, f"{topic}.scheduler", {"fetch.wait.max.ms": 20})
         self._consumer.get()  # opened now: a configuration librdkafka refuses fails here
@@ -296,11 +303,12 @@ class FeedbackReader:
     def _publish_limit(self, now: float) -> None:
         """Hand the adaptive concurrency limit to the emitter when it moved."""
         assert self.concurrency is not None
-        limit = self.concurrency.update(now)
+        startup = None if self._startup is None else self._startup()
+        limit = self.concurrency.update(now, startup)
         if limit != self._limit_published:
             self._limit_published = limit
             self.metrics.concurrency_adaptive.set(-1 if limit is None else limit)
-            self.handoff.put(ConcurrencyChange(limit))
+            self.handoff.put(ConcurrencyChange(limit, learning=self.concurrency.learning))
 
     def _publish(self, now: float) -> None:
         assert self.adaptive is not None

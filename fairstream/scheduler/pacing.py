@@ -21,6 +21,7 @@ from typing import Any
 
 from fairstream.config import Settings
 from fairstream.core import Core, RecordClock
+from fairstream.core.credit import StartupWindow
 from fairstream.core.emission import EmissionRule
 from fairstream.scheduler.egress_lag import LagChange
 from fairstream.scheduler.feedback import AdaptiveChange, ConcurrencyChange, FeedbackBatch
@@ -56,19 +57,33 @@ class Pacing:
         self.adaptive = 1.0
         # An explicit --max-concurrency is kept: a limit found from the feedback never
         # replaces it (the service then builds no finder; this guards the rule anyway).
-        # Slots are counted from the first limit found on: counted before it, every request
-        # released to workers that report nothing would hold a slot until its lease ran out
-        # (counted as a lost completion). What went out before the first limit is not held
-        # against it; it drains within one hold.
+        # Slots are counted from the start-up window's first release on (or the first limit
+        # found, without the window). Workers that report nothing would hold the window's
+        # slots until their lease ran out (counted as lost completions): when it opens for
+        # lack of feedback, they are given back.
         self.fixed_concurrency = settings.max_concurrency is not None
-        # The group's limit is the least of the fixed one, the one found from the feedback
-        # and the egress group's lag bound (None: unlimited); the rule is told when it moves.
+        # The group's limit is the least of the fixed one, the one found from the feedback,
+        # the egress group's lag bound and the start-up window (None: unlimited); the rule is
+        # told when it moves.
         self._fixed = settings.max_concurrency
         self._found: int | None = None
         self._lag_bound: int | None = None
+        # Until the feedback finds a limit, a few slots (``StartupWindow``): releasing at
+        # --rate for the first hold queued a second of releases in egress and the API.
+        # Under a rate only: without one, the fastest release is asked for.
+        paced = settings.rate is not None or settings.cost_rate is not None
+        self.startup = (
+            StartupWindow.for_rate(settings.rate)
+            if paced
+            and settings.feedback_topic
+            and settings.adaptive_concurrency
+            and not self._fixed
+            else None
+        )
         self._applied = settings.max_concurrency
         self._slot_share = 0.0  # this instance's part of the limit (owned partitions)
         self._lease_expiries = 0  # concurrency slots' lease expiries counted so far
+        self._set_limit()
 
     def apply(self, owned: int) -> None:
         """Take this instance's share of the group rate, ``owned`` ingest partitions owned:
@@ -99,7 +114,38 @@ class Pacing:
         if self.fixed_concurrency:
             return
         self._found = change.limit
+        startup = self.startup
+        if startup is not None:
+            if change.learning:
+                startup.rearm()
+            else:
+                startup.found()
         self._set_limit()
+        self.count_slots()
+
+    def startup_limit(self) -> int | None:
+        """The group's slots the start-up window allows now (None: it does not limit)."""
+        startup = self.startup
+        return None if startup is None else startup.limit
+
+    def review_startup(self, now: float) -> None:
+        """Widen the start-up window as it says, and open it when no limit was found
+        within its timeout of the first release: the workers report nothing (or calls are
+        longer than that). The slots it held are then given back: no settlement would free
+        them. Caller: the emitter, each round while the window is armed."""
+        startup, rule = self.startup, self.rule
+        assert startup is not None
+        if not startup.review(now, len(rule.inflight)):
+            return
+        self._set_limit()
+        if startup.limit is None:
+            log.info(
+                "no concurrency limit found from the feedback within %.0f s of the first "
+                "release: releasing without one (do the workers report outcomes on the "
+                "feedback topic?)",
+                startup.timeout,
+            )
+            rule.settled(rule.inflight.taken_by(math.inf))
         self.count_slots()
 
     def lagged(self, change: LagChange) -> None:
@@ -119,7 +165,8 @@ class Pacing:
         self.count_slots()
 
     def _set_limit(self) -> None:
-        limits = [n for n in (self._fixed, self._found, self._lag_bound) if n is not None]
+        startup = None if self.startup is None else self.startup.limit
+        limits = [n for n in (self._fixed, self._found, self._lag_bound, startup) if n is not None]
         limit = min(limits) if limits else None
         if limit != self._applied:
             self._applied = limit
@@ -149,7 +196,10 @@ class Pacing:
                 log.info("tenant %r paused for %.1f s (its upstream quota)", tenant, seconds)
         if batch.settled or batch.renewed:
             rule.renew(batch.renewed, now)
-            rule.settled(batch.settled)
+            freed = rule.settled(batch.settled)
+            startup = self.startup
+            if freed and startup is not None and startup.armed:
+                startup.settled()
             self.count_slots()
 
     def counts_slots(self) -> bool:

@@ -255,6 +255,7 @@ class SchedulerService:
             recent=recent,
             ownership=lambda: (partitions, set(emitter.owned)),
             slots=emitter.counts_slots,
+            startup=emitter.startup_slots,
             clock=self.clock,
             egress_topic=settings.topics.egress,
             # Credit found from the feedback, unless a fixed --max-concurrency is given.

@@ -7,6 +7,7 @@ Time is a ManualClock's."""
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import random
 from collections import deque
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from fairstream.core.clock import ManualClock
-from fairstream.core.credit import ConcurrencyLimit
+from fairstream.core.credit import ConcurrencyLimit, StartupWindow
 
 # -- the rules -------------------------------------------------------------------------------
 
@@ -50,6 +51,7 @@ def test_the_limit_is_dropped_when_feedback_stops_and_learnt_again_after():
         clock.advance(0.05)
         credit.observe(0.2, 0.1)
     assert credit.update() is not None
+    assert not credit.learning
     clock.advance(59.0)
     assert credit.update() is not None  # quiet, not gone yet
     clock.advance(1.5)
@@ -59,6 +61,7 @@ def test_the_limit_is_dropped_when_feedback_stops_and_learnt_again_after():
     for _ in range(20):
         clock.advance(0.05)
         credit.observe(1.0, 0.9)
+    clock.advance(credit.interval)
     assert credit.update() is not None
     assert credit.base == pytest.approx(1.0)
 
@@ -67,10 +70,13 @@ def test_the_limit_is_recomputed_once_per_interval():
     clock = ManualClock()
     credit = ConcurrencyLimit(clock, interval=0.25)
     credit.observe(0.2, 0.1)
+    clock.advance(credit.window)
     first = credit.update()
+    clock.advance(0.1)
     for _ in range(50):
-        credit.observe(0.2, 0.1)  # a burst of completions at one instant
-    assert credit.update() == first  # same instant: not recomputed
+        # A burst of completions at one instant, released after the first limit.
+        credit.observe(0.05, 0.01)
+    assert credit.update() == first  # within the interval: not recomputed
     clock.advance(0.25)
     assert credit.update() != first
 
@@ -79,10 +85,11 @@ def test_floor_and_ceiling_bound_the_limit():
     clock = ManualClock()
     low = ConcurrencyLimit(clock, floor=3)
     low.observe(0.01, 0.01)
-    assert low.update() == 3
     high = ConcurrencyLimit(clock, ceiling=10)
     for _ in range(1000):
         high.observe(1.0, 1.0)
+    clock.advance(1.0)  # a window of completions: the rate can be told
+    assert low.update() == 3
     assert high.update() == 10
 
 
@@ -163,7 +170,9 @@ class Loop:
     calls at a time (workers, or an API that queues) of ``call()`` seconds each, and the
     feedback read ``back`` seconds after the call ends. ``queue_in_call``: the queue is the
     API's, inside the call (workers of unbounded concurrency take every record on arrival):
-    the latency reported is the time queued plus the call, and the wait only the transit."""
+    the latency reported is the time queued plus the call, and the wait only the transit.
+    Until the limit is found, the start-up window holds releases, as the emitter's pacing
+    applies it (``startup``; None: unlimited)."""
 
     servers: int
     call: Callable[[], float]
@@ -173,6 +182,8 @@ class Loop:
     dt: float = 0.005
     queue_in_call: bool = False
     credit: ConcurrencyLimit | None = None
+    # The emitter's start-up window (``startup``: the slots before a limit is found).
+    startup: StartupWindow | None = field(default_factory=StartupWindow)
     clock: ManualClock = field(default_factory=ManualClock)
     waits: list[tuple[float, float]] = field(default_factory=list)  # (start, queued for)
     done: list[float] = field(default_factory=list)  # when each feedback was read
@@ -201,7 +212,17 @@ class Loop:
                 # The wait before the call: the report's sojourn less the call.
                 credit.observe(now - released, call, now - released - self.back - call)
                 self.done.append(now)
-            limit = credit.update() if adaptive else None
+                if slot and self.startup is not None and self.startup.armed:
+                    self.startup.settled()
+            startup = self.startup if adaptive else None
+            window = startup.limit if startup is not None else None
+            limit = credit.update(startup=window) if adaptive else None
+            if startup is not None and startup.armed:
+                if limit is not None:
+                    startup.found()
+                else:
+                    startup.review(now, counted)
+                    limit = startup.limit
             self.limits.append((now, limit))
             tokens = min(1.0, tokens + self.rate * self.dt)
             while tokens >= 1 and (limit is None or counted < limit):
@@ -361,10 +382,22 @@ def test_an_api_of_a_few_calls_a_second_is_measured_from_its_last_calls():
     assert loop.throughput(40, 80) >= 0.9 * 4
     assert 4 * hold <= loop.limit_median(40, 80) <= 2 * 4 * hold + 3
     assert loop.wait_p99(40, 80) <= 2 * hold
-    # The gradient cuts below what the target alone keeps.
-    without = _queueing_api(4, 1.0, gradient_tolerance=1000.0)
-    without.run(80.0)
-    assert loop.limit_median(40, 80) < without.limit_median(40, 80)
+
+
+def test_the_gradient_brings_the_limit_down_when_an_api_that_queues_loses_capacity():
+    # 8 slots of 0.5 s, then 4: the API's queue hides in the calls' latency, and the
+    # gradient cuts the limit to the slots left sooner than the target alone does.
+    runs = []
+    for tolerance in (1.5, 1000.0):
+        loop = _queueing_api(8, 0.5, gradient_tolerance=tolerance)
+        loop.run(30.0)
+        loop.servers = 4
+        loop.run(30.0)
+        runs.append(loop)
+    gradient, target_only = runs
+    assert gradient.throughput(40, 60) >= 0.95 * 8
+    assert gradient.limit_median(35, 60) < target_only.limit_median(35, 60)
+    assert gradient.wait_p99(40, 60) < target_only.wait_p99(40, 60)
 
 
 def test_calls_of_a_fixed_length_never_move_the_gradient():
@@ -418,13 +451,20 @@ def test_a_queue_at_one_worker_of_two_is_a_queue():
     ends = [0.0, 0.0]
     returning: list[tuple[float, float]] = []  # (read at, released)
     waits: list[float] = []  # quiet requests: arrival to call, after the first 10 s
+    startup = StartupWindow()  # the emitter's, until a limit is found
     while clock.now() < 60.0:
         now = clock.now()
         while returning and returning[0][0] <= now:
             _, released = heapq.heappop(returning)
             counted -= 1
             credit.observe(now - released, call, now - released - back - call)
-        limit = credit.update()
+        limit = credit.update(startup=startup.limit)
+        if startup.armed:
+            if limit is not None:
+                startup.found()
+            else:
+                startup.review(now, counted)
+                limit = startup.limit
         while now >= next_quiet:
             quiet.append((now, rng.randrange(2)))
             next_quiet += 1 / 8
@@ -449,3 +489,111 @@ def test_a_queue_at_one_worker_of_two_is_a_queue():
         clock.advance(dt)
     waits.sort()
     assert waits[int(0.99 * (len(waits) - 1))] <= 1.0  # 5 records at A at most, mostly
+
+
+# -- the start-up window ------------------------------------------------------------------------
+
+
+def test_the_start_up_window_doubles_from_its_first_release_and_opens_at_its_timeout() -> None:
+    window = StartupWindow(16, doubling=1.5, timeout=8.0)
+    assert window.limit == 16
+    assert not window.review(100.0, in_use=0)  # nothing released yet: time does not run
+    assert not window.review(500.0, in_use=3)  # the first release: the clock starts
+    assert not window.review(501.4, in_use=16)
+    assert window.review(501.5, in_use=16)
+    assert window.limit == 32
+    assert window.review(504.5, in_use=32)
+    assert window.limit == 128
+    assert window.armed
+    assert window.review(508.0, in_use=128)
+    assert window.limit is None
+    assert not window.armed
+    assert not window.review(600.0, in_use=1)
+
+
+def test_a_found_limit_ends_the_window_and_rearm_starts_it_over() -> None:
+    window = StartupWindow(4)
+    window.review(0.0, in_use=1)
+    window.review(window.doubling, in_use=8)
+    assert window.limit == 8
+    window.found()
+    assert window.limit is None
+    assert not window.armed
+    window.rearm()
+    assert window.limit == 4
+    assert window.armed
+    assert not window.review(1000.0, in_use=1)  # its time starts over
+
+
+def test_the_start_up_window_is_sized_for_the_rate() -> None:
+    assert StartupWindow.for_rate(None).slots == 8
+    assert StartupWindow.for_rate(100.0).slots == 8
+    assert StartupWindow.for_rate(2000.0).slots == 100  # 50 ms of releases
+    with pytest.raises(ValueError, match="slots"):
+        StartupWindow(0)
+    with pytest.raises(ValueError, match="timeout"):
+        StartupWindow(4, timeout=math.nan)
+
+
+def test_probes_that_find_the_same_bases_space_out_and_a_moved_base_brings_them_back():
+    # Each probe stalls releases for about two holds, quiet tenants' requests included.
+    clock = ManualClock()
+    credit = ConcurrencyLimit(clock, floor=2, probe_every=5.0, probe_max=20.0)
+    loop = Loop(servers=8, call=_fixed(0.5), clock=clock, credit=credit)
+    loop.run(60.0)
+
+    def gaps(since: float) -> list[float]:
+        """Seconds between the drops to the floor (the probes' starts) after ``since``."""
+        limits = loop.limits
+        starts = [
+            t
+            for (t, n), (_, before) in zip(limits[1:], limits, strict=False)
+            if n == 2 and before != 2 and t >= since
+        ]
+        return [b - a for a, b in itertools.pairwise(starts)]
+
+    # Counted from each probe's end, a second or two after its start.
+    stable = gaps(0.0)
+    assert 10 <= stable[0] <= 12  # doubled
+    assert all(20 <= g <= 22 for g in stable[1:])  # then at probe_max
+    assert len(stable) >= 2
+    loop.call = _fixed(0.8)  # the API got slower: the next probe moves the bases
+    loop.run(110.0)
+    assert credit.base_call == pytest.approx(0.8)
+    assert 5 <= gaps(60.0)[0] < 20  # back to probe_every (a probe skipped while not binding)
+
+
+def test_an_api_that_queues_is_not_flooded_at_the_start():
+    # 8 slots of 0.5 s that queue the rest, --rate 100: released at the rate for the first
+    # hold, a second of releases waited in the API's queue. The start-up window, a first
+    # limit of at most its slots per hold, and growth once per round trip keep the queue
+    # short from the first second.
+    def run(startup: StartupWindow | None) -> Loop:
+        clock = ManualClock()
+        credit = ConcurrencyLimit(clock)
+        loop = Loop(8, _fixed(0.5), transit=0.15, back=0.1, queue_in_call=True, clock=clock)
+        loop.credit, loop.startup = credit, startup
+        loop.run(30.0)
+        return loop
+
+    paced = run(StartupWindow())
+    hold = 0.15 + 0.5 + 0.1
+    assert paced.wait_p99(0, 5) <= 1.0
+    # Calls that end in lockstep leave one of them unqueued in most windows: the least call
+    # hides the queue behind the others, which the target then keeps (about 8 calls).
+    assert paced.wait_p99(5, 30) <= 2 * hold
+    assert paced.throughput(5, 30) >= 0.95 * 16
+    assert run(None).wait_p99(0, 5) > 3.0  # the first hold at the rate
+
+
+def test_the_first_limit_counts_no_more_completions_than_the_window_allowed():
+    # 8 requests settled together within the first interval (8 slots of 0.5 s): counted
+    # over that span, 32/s; the start-up window held 16 over a hold of 0.65 s, 25/s at most.
+    clock = ManualClock()
+    capped, free = ConcurrencyLimit(clock), ConcurrencyLimit(clock)
+    for credit in (capped, free):
+        for _ in range(8):
+            credit.observe(0.65, 0.5)
+    clock.advance(0.25)
+    assert capped.update(startup=16) == round(16 / 0.65 * 0.65 * 1.2 + 2)
+    assert free.update() == round(8 / 0.25 * 0.65 * 1.2 + 2)

@@ -66,6 +66,9 @@ class Parts:
 
 def build(*, max_backlog: int | None = None, **settings: Any) -> Parts:
     """The parts as the emitter wires them, owning ingest partitions 0 and 1."""
+    # No feedback unless asked for: without workers reporting, the start-up window would
+    # hold releases to a few slots (``fairstream.core.credit.StartupWindow``).
+    settings = {"feedback_topic": "", **settings}
     config = Settings(share_by="partitions", app_id="app", max_backlog=max_backlog, **settings)
     clock = ManualClock(100.0)
     metrics = Metrics()

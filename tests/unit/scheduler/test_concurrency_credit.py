@@ -87,7 +87,7 @@ def test_final_outcomes_give_the_emitter_a_limit_and_it_goes_when_feedback_stops
     clock = ManualClock(10.0)
     fr, handoff, metrics, credit = reader(clock)
     batch = FeedbackBatch()
-    for i in range(10):
+    for i in range(11):  # a window of completions (1 s): the rate can be told
         outcome = Outcome.DEAD_LETTERED if i == 3 else Outcome.OK
         fr._read(*report(clock, f"r{i}", outcome), batch)
         clock.advance(0.1)
@@ -101,7 +101,7 @@ def test_final_outcomes_give_the_emitter_a_limit_and_it_goes_when_feedback_stops
     assert len(changes(handoff)) == 1  # handed over when it moves only
     clock.advance(61.0)
     fr._publish_limit(clock.now())
-    assert changes(handoff)[-1] == ConcurrencyChange(None)
+    assert changes(handoff)[-1] == ConcurrencyChange(None, learning=True)
     assert gauge(metrics) == -1
 
 
@@ -109,7 +109,7 @@ def test_an_api_scope_429_sets_the_limit_aside() -> None:
     clock = ManualClock(10.0)
     fr, handoff, _, _ = reader(clock)
     batch = FeedbackBatch()
-    for i in range(10):
+    for i in range(11):
         fr._read(*report(clock, f"r{i}"), batch)
         clock.advance(0.1)
     fr._publish_limit(clock.now())
@@ -178,3 +178,93 @@ def test_a_fixed_max_concurrency_is_kept(make: Any) -> None:
 def test_the_setting_is_on_by_default_and_can_be_turned_off() -> None:
     assert Settings().adaptive_concurrency
     assert not Settings(adaptive_concurrency=False).adaptive_concurrency
+
+
+# -- the start-up window: a few slots until the feedback finds a limit ----------------------------
+
+
+def started(make: Any) -> Any:
+    """An emitter with feedback on (no limit found yet) and 100 records of one tenant: the
+    start-up window is 8 slots group-wide, 4 here (2 of 4 partitions owned)."""
+    emitter = make(rate=100, burst=100, feedback_topic="fb")
+    for offset in range(100):
+        push(emitter, "A", offset)
+    emitter.clock.advance(5.0)  # tokens for all of them: only the slots hold them back
+    return emitter
+
+
+def test_before_a_limit_is_found_the_start_up_window_holds_releases(make: Any) -> None:
+    # Released at --rate for the first hold, a second of releases queued in egress and in
+    # an API that queues, ahead of every quiet tenant.
+    emitter = started(make)
+    assert emitter.pacing.startup.limit == 8
+    emitter._emit_some()
+    assert len(sent(emitter)) == 4
+    assert emitter._emit_some() == 0
+    emitter._control(FeedbackBatch(settled=[rid for _, rid in sent(emitter)[:3]]))
+    assert emitter.pacing.startup.heard  # the feedback flows: no more doubling
+    emitter._emit_some()
+    assert len(sent(emitter)) == 7  # settled slots are free again
+    emitter._control(ConcurrencyChange(40))  # found: the window is done, 20 here
+    assert emitter.pacing.startup.limit is None
+    emitter._emit_some()
+    assert len(sent(emitter)) == 7 + 16  # 20 in flight: the 4 held and 16 more
+    assert len(emitter.rule.inflight) == 20
+
+
+def test_without_feedback_the_window_doubles_then_opens_and_gives_its_slots_back(
+    make: Any,
+) -> None:
+    emitter = started(make)
+    clock, pacing = emitter.clock, emitter.pacing
+    emitter._emit_some()
+    pacing.review_startup(clock.now())  # the first release: the window's time starts
+    assert len(sent(emitter)) == 4
+    clock.advance(1.5)
+    pacing.review_startup(clock.now())
+    assert emitter.rule.inflight.limit == 8  # 16 group-wide
+    emitter._emit_some()
+    assert len(sent(emitter)) == 8
+    clock.advance(6.5)  # 8 s after the first release: nothing reported, the window opens
+    pacing.review_startup(clock.now())
+    assert pacing.startup.limit is None
+    assert not pacing.startup.armed
+    assert len(emitter.rule.inflight) == 0  # no settlement would ever free them
+    assert not emitter.rule.tracking
+    for _ in range(3):
+        clock.advance(1.0)  # 50 tokens a second here
+        emitter._emit_some()
+    assert len(sent(emitter)) == 100
+    assert len(emitter.rule.inflight) == 0
+
+
+def test_a_settled_request_stops_the_doubling_but_not_the_timeout(make: Any) -> None:
+    emitter = started(make)
+    clock, pacing = emitter.clock, emitter.pacing
+    emitter._emit_some()
+    pacing.review_startup(clock.now())
+    emitter._control(FeedbackBatch(settled=[sent(emitter)[0][1]]))
+    clock.advance(3.0)
+    pacing.review_startup(clock.now())
+    assert emitter.rule.inflight.limit == 4  # not doubled: a limit is on its way
+    clock.advance(5.0)  # none came (an API refusing calls keeps it aside): open
+    pacing.review_startup(clock.now())
+    assert pacing.startup.limit is None
+
+
+def test_a_limit_that_forgot_everything_arms_the_window_again(make: Any) -> None:
+    emitter = started(make)
+    emitter._control(ConcurrencyChange(10))
+    assert emitter.rule.inflight.limit == 5
+    emitter._control(ConcurrencyChange(None))  # standing aside for 429s: no window
+    assert emitter.rule.inflight.limit is None
+    emitter._control(ConcurrencyChange(12))
+    emitter._control(ConcurrencyChange(None, learning=True))  # idle: nothing known again
+    assert emitter.rule.inflight.limit == 4
+
+
+def test_no_window_without_a_rate_feedback_or_with_a_fixed_limit(make: Any) -> None:
+    assert make(feedback_topic="fb").pacing.startup is None  # the fastest release is asked
+    assert make(rate=100, feedback_topic="").pacing.startup is None
+    assert make(rate=100, feedback_topic="fb", adaptive_concurrency=False).pacing.startup is None
+    assert make(rate=100, feedback_topic="fb", max_concurrency=4).pacing.startup is None

@@ -45,6 +45,9 @@ class Txn(transaction.Transaction):
         self.metadata: list[Any] = []  # the group metadata each commit was made with
         self.aborted: list[str] = []
 
+    def partitions(self, topic: str, timeout: float = 5.0) -> int | None:
+        return None  # not known: records keep their key's partition (no spreading here)
+
     def begin(self) -> None:
         self.open = True
 
@@ -88,7 +91,8 @@ class Fetcher:
 def make():
     def make(fetcher: Any = Fetcher, **settings: Any) -> Emitter:
         emitter = Emitter(
-            Settings(share_by="partitions", **settings),
+            # No feedback unless asked for: no workers report here (the start-up window).
+            Settings(share_by="partitions", **{"feedback_topic": "", **settings}),
             4,  # partitions; two of them owned: half the group's rate
             Handoff(),
             Metrics(),

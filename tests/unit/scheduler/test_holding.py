@@ -47,7 +47,9 @@ class HoldingTxn(Txn):
 @pytest.fixture
 def emitter() -> Emitter:
     em = Emitter(
-        Settings(share_by="partitions", park_ranges=16, park_span=1000, app_id="app"),
+        Settings(
+            share_by="partitions", park_ranges=16, park_span=1000, app_id="app", feedback_topic=""
+        ),
         1,
         Handoff(),
         Metrics(),
