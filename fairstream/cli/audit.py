@@ -323,9 +323,14 @@ def _levels(
     for r in records:
         spans[r.tenant].append((r.enqueued, r.scheduled))
     levels = level_windows(
-        spans, group_of, start=start, end=end, window=step, weights=weights,
+        spans,
+        group_of,
+        start=start,
+        end=end,
+        window=step,
+        weights=weights,
         group_weights=group_weights,
-    )  # fmt: skip
+    )
     click.echo("")
     click.echo(f"fairness at each level (tenant groups by {separator!r}):")
     click.echo(level_table(levels, _clock))
@@ -440,8 +445,15 @@ def audit(
     click.echo("(FIFO: one FIFO queue of the same arrivals at the same rate, as a model)")
     click.echo(f"verdict: {result.verdict.line()}")
     if tenant_group_separator:
-        _levels(result.records, tenant_group_separator, start, end, step, tenant_weights,
-                parse_weights(group_weights))  # fmt: skip
+        _levels(
+            result.records,
+            tenant_group_separator,
+            start,
+            end,
+            step,
+            tenant_weights,
+            parse_weights(group_weights),
+        )
     if png is not None:
         panels = [
             ("FIFO (model of the same arrivals)", result.fifo),

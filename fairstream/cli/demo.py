@@ -264,18 +264,25 @@ def api_table(fair: SideStats, fifo: SideStats, ideal_makespan: float, rate: flo
 def _start_scheduler(
     kafka: KafkaConnection, topics: Topics, app_id: str, rate: float, workdir: Path, port: int
 ) -> subprocess.Popen[bytes]:
+    options = [
+        ("--ingest-topic", topics.ingest),
+        ("--egress-topic", topics.egress),
+        ("--dlq-topic", topics.dlq),
+        ("--policy-topic", topics.policy),
+        ("--app-id", app_id),
+        ("--rate", str(rate)),
+        ("--burst", str(api_burst(rate))),
+        ("--data-dir", str(workdir / "scheduler-data")),
+        ("--web-port", str(port)),
+        ("--web-host", "127.0.0.1"),
+        ("--log-level", "warning"),
+    ]
+    argv = [sys.executable, "-m", "fairstream", "scheduler"]
+    for name, value in options:
+        argv += [name, value]
     log = (workdir / "scheduler.log").open("ab")
-    return subprocess.Popen(
-        [
-            sys.executable, "-m", "fairstream", "scheduler",
-            "--ingest-topic", topics.ingest, "--egress-topic", topics.egress,
-            "--dlq-topic", topics.dlq, "--policy-topic", topics.policy, "--app-id", app_id,
-            "--rate", str(rate), "--burst", str(api_burst(rate)),
-            "--data-dir", str(workdir / "scheduler-data"), "--web-port", str(port),
-            "--web-host", "127.0.0.1", "--log-level", "warning",
-        ],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **kafka.environment()},
-    )  # fmt: skip
+    env = {**os.environ, **kafka.environment()}
+    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def run_demo(kafka: KafkaConnection, workdir: Path, scenario: Scenario) -> int:
@@ -300,11 +307,12 @@ def run_demo(kafka: KafkaConnection, workdir: Path, scenario: Scenario) -> int:
         _wait_ready(url, scheduler, timeout=90)
         workers = [
             threading.Thread(
-                target=_api_worker, args=(kafka, topic, scenario.rate, served, stop),
+                target=_api_worker,
+                args=(kafka, topic, scenario.rate, served, stop),
                 daemon=True,
             )
             for topic, served in ((topics.egress, fair), (fifo_topic, fifo))
-        ]  # fmt: skip
+        ]
         for w in workers:
             w.start()
         arrivals = scenario.arrivals()

@@ -129,9 +129,13 @@ def submit(
         for value in _payloads(payload, file, source == "-"):
             for _ in range(count):
                 producer.submit(
-                    tenant, value, cost=cost, request_id=request_id, deadline=deadline_ms,
+                    tenant,
+                    value,
+                    cost=cost,
+                    request_id=request_id,
+                    deadline=deadline_ms,
                     headers=extra,
-                )  # fmt: skip
+                )
                 sent += 1
         remaining = producer.flush(timeout)
     except DeliveryError as exc:

@@ -4,11 +4,11 @@ It polls each scheduler's ``/tenants`` endpoint, merges the instances (each tena
 exactly one), and derives rates from the difference between two snapshots: records emitted
 per second, each tenant's share of the egress against its entitlement (its weight over the
 weights of the backlogged tenants of its priority class), dwell p99 and state. With a
-feedback topic (issue 12) it also shows the adaptive rate against ``--rate``, the 429s the
+feedback topic it also shows the adaptive rate against ``--rate``, the 429s the
 workers reported per second, and each tenant's cost as the workers measured it against the
 cost its requests declared.
 
-With tenant groups (issue 25) the table is their tree: a row per group (its members'
+With tenant groups the table is their tree: a row per group (its members'
 records/s summed over every instance, its share of the egress against its entitlement among
 the groups and ungrouped tenants waiting for a share), its members indented under it (their
 share of the group's egress against their entitlement within it), and the ungrouped tenants
@@ -29,7 +29,7 @@ from typing import Any
 
 import click
 
-from fairstream.analysis.tree import Entry, share_tree
+from fairstream.analysis.tree import Entitled, Entry, share_tree
 
 Snapshot = dict[str, Any]
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear the screen
@@ -161,6 +161,38 @@ def _state(paused: bool, cap: float | None, rate: float, backlog: int) -> str:
     return "backlogged" if backlog > 0 else "idle"
 
 
+def _entry(name: str, stats: dict[str, Any], rate: float) -> Entry:
+    """A group's or tenant's entry in the tree, from its reported ``stats``."""
+    return Entry(name, stats["weight"], stats["priority"], stats["paused"], stats["backlog"], rate)
+
+
+def _row(
+    entry: Entry,
+    share: float | None,
+    entitled: Entitled,
+    cap: float | None,
+    seen: dict[str, Any],
+    kind: str = "tenant",
+    group: str | None = None,
+) -> Row:
+    """The row of ``entry``, under the rate cap ``cap``; ``seen`` is the tenant's report
+    (its dwell and costs; empty for a group)."""
+    return Row(
+        tenant=entry.name,
+        backlog=entry.backlog,
+        emitted_per_s=entry.rate,
+        share=share,
+        entitlement=entitled.entitlement,
+        dwell_p99=seen.get("dwell_p99"),
+        weight=entry.weight,
+        state=_state(entry.paused, cap, entry.rate, entry.backlog),
+        cost_declared=seen.get("cost_declared"),
+        cost_reported=seen.get("cost_reported"),
+        kind=kind,
+        group=group,
+    )
+
+
 def tree_rows(
     before: list[Snapshot | None], after: list[Snapshot | None], seconds: float
 ) -> list[Row] | None:
@@ -178,44 +210,32 @@ def tree_rows(
     outer: list[Entry] = []
     for name, g in groups.items():
         was = old_groups.get(name, {})
-        inner = [
-            Entry(t, m["weight"], m["priority"], m["paused"], m["backlog"],
-                  per_s(m["emitted"], was.get("members", {}).get(t, {}).get("emitted")))
+        was_members = was.get("members", {})
+        members[name] = [
+            _entry(t, m, per_s(m["emitted"], was_members.get(t, {}).get("emitted")))
             for t, m in g["members"].items()
-        ]  # fmt: skip
-        members[name] = inner
-        rate = per_s(g["emitted"], was.get("emitted"))
-        outer.append(Entry(name, g["weight"], g["priority"], g["paused"], g["backlog"], rate))
+        ]
+        outer.append(_entry(name, g, per_s(g["emitted"], was.get("emitted"))))
     ungrouped = [
-        Entry(t, r["weight"], r["priority"], r["paused"], r["backlog"],
-              per_s(r["emitted"], old.get(t, {}).get("emitted")))
+        _entry(t, r, per_s(r["emitted"], old.get(t, {}).get("emitted")))
         for t, r in new.items()
         if r.get("group") is None
-    ]  # fmt: skip
+    ]
     total = sum(e.rate for e in outer) + sum(e.rate for e in ungrouped)
     nodes, entitled = share_tree(outer, members, ungrouped, total)
     blocks: list[tuple[Entry, list[Row]]] = []
     for node in nodes:
         g, e = groups[node.entry.name], node.entry
-        rows = [Row(e.name, e.backlog, e.rate, node.share, node.entitled.entitlement, None,
-                    e.weight, _state(e.paused, g.get("rate_cap"), e.rate, e.backlog),
-                    kind="group", group=e.name)]  # fmt: skip
+        rows = [_row(e, node.share, node.entitled, g.get("rate_cap"), {}, "group", e.name)]
         for m in sorted(node.members, key=lambda m: (-m.entry.rate, -m.entry.backlog)):
-            me, seen = m.entry, new.get(m.entry.name, {})
-            rows.append(
-                Row(me.name, me.backlog, me.rate, m.share, m.within.entitlement,
-                    seen.get("dwell_p99"), me.weight,
-                    _state(me.paused, g["members"][me.name].get("rate_cap"), me.rate, me.backlog),
-                    seen.get("cost_declared"), seen.get("cost_reported"), "member", e.name)
-            )  # fmt: skip
+            cap = g["members"][m.entry.name].get("rate_cap")
+            seen = new.get(m.entry.name, {})
+            rows.append(_row(m.entry, m.share, m.within, cap, seen, "member", e.name))
         blocks.append((e, rows))
     for e in ungrouped:
         r = new[e.name]
-        row = Row(e.name, e.backlog, e.rate, e.rate / total if total else None,
-                  entitled[e.name].entitlement, r.get("dwell_p99"), e.weight,
-                  _state(e.paused, r.get("rate_cap"), e.rate, e.backlog),
-                  r.get("cost_declared"), r.get("cost_reported"))  # fmt: skip
-        blocks.append((e, [row]))
+        share = e.rate / total if total else None
+        blocks.append((e, [_row(e, share, entitled[e.name], r.get("rate_cap"), r)]))
     blocks.sort(key=lambda b: (-b[0].rate, -b[0].backlog, b[0].name))
     return [row for _, rows in blocks for row in rows]
 
@@ -304,9 +324,15 @@ def render(
         )
     costs = any(r.cost_declared is not None for r in rows)
     columns = [
-        ("tenant", "<"), ("state", "<"), ("weight", ">"), ("backlog", ">"), ("out/s", ">"),
-        ("share", ">"), ("entitled", ">"), ("dwell p99", ">"),
-    ]  # fmt: skip
+        ("tenant", "<"),
+        ("state", "<"),
+        ("weight", ">"),
+        ("backlog", ">"),
+        ("out/s", ">"),
+        ("share", ">"),
+        ("entitled", ">"),
+        ("dwell p99", ">"),
+    ]
     if costs:
         columns.append(("cost measured/declared", ">"))
     cells = [

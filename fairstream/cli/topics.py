@@ -209,8 +209,11 @@ def create(
 @topics.command("check")
 @kafka_options
 @topic_options
-@option_of(Settings, "app_id", help="The scheduler's app id: names <app-id>-progress and "
-           "<app-id>-coordination.")  # fmt: skip
+@option_of(
+    Settings,
+    "app_id",
+    help="The scheduler's app id: names <app-id>-progress and <app-id>-coordination.",
+)
 @option_of(Settings, "feedback_topic", help="The workers' feedback topic; an empty name: none.")
 @_partitions_option(required=False)
 @click.option(

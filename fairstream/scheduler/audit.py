@@ -18,7 +18,7 @@ Counts are of committed records (a commit interval's worth may land in the next 
 Paused tenants, tenants held at their rate cap and tenants gone at the window's end (their
 partition moved) are not judged.
 
-With tenant groups (a grouped core, issue 25) each window is judged at both levels, as the
+With tenant groups (a grouped core) each window is judged at both levels, as the
 scheduler shares the egress: the verdict (and the ``fairstream_fairness_*`` metrics) is over
 the outer entries, the groups (named ``group <id>``) and the ungrouped tenants, each group
 backlogged throughout when it was served fewer records than its members had waiting at the
@@ -226,8 +226,13 @@ class Auditor:
             f = window_fairness(counts, weights, classes) if len(counts) > 1 else None
             if f is None or f.jain is None or (worst is not None and f.jain >= worst["jain"]):
                 continue
-            worst = {"group": group, "members": f.tenants, "jain": f.jain,
-                     "worst_tenant": f.worst, "shortfall": f.shortfall}  # fmt: skip
+            worst = {
+                "group": group,
+                "members": f.tenants,
+                "jain": f.jain,
+                "worst_tenant": f.worst,
+                "shortfall": f.shortfall,
+            }
         return window_fairness(outer, outer_weights, outer_classes), worst
 
     # -- reads (any thread) ----------------------------------------------------------------

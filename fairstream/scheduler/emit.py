@@ -161,19 +161,38 @@ class Emitter:
         # The open transaction's tallies and each partition's committed progress.
         prefix = token_prefix or f"{transactional_id}:{os.urandom(4).hex()}"
         self.checkpoint = Checkpoint(
-            metrics, self.observed, ingest_topic=self.ingest_topic,
-            progress_topic=self.progress_topic, token_prefix=prefix,
-        )  # fmt: skip
+            metrics,
+            self.observed,
+            ingest_topic=self.ingest_topic,
+            progress_topic=self.progress_topic,
+            token_prefix=prefix,
+        )
         # What waits (the core's payload bytes, dead letters, parking) and what sends: each
         # holds the rule, the live progress and the fetcher, and owns its own state.
         self.backlog = Backlog(
-            settings, self.rule, self.progress, self.fetcher, self.checkpoint, metrics, clock,
-            warming=self.warming, purges=self.policies.purges, dlq_limit=limits.dlq,
-        )  # fmt: skip
+            settings,
+            self.rule,
+            self.progress,
+            self.fetcher,
+            self.checkpoint,
+            metrics,
+            clock,
+            warming=self.warming,
+            purges=self.policies.purges,
+            dlq_limit=limits.dlq,
+        )
         self.sender = Sender(
-            settings, self.rule, self.progress, self.backlog, self.checkpoint, self.fetcher,
-            metrics, clock, egress_limit=limits.egress, recent=recent,
-        )  # fmt: skip
+            settings,
+            self.rule,
+            self.progress,
+            self.backlog,
+            self.checkpoint,
+            self.fetcher,
+            metrics,
+            clock,
+            egress_limit=limits.egress,
+            recent=recent,
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -263,7 +282,7 @@ class Emitter:
                 backlog.retry_unread()
             # Emission goes first; dead letters (a flood's overflow can be hundreds of
             # thousands) take a bounded turn after each round, and the time emission would
-            # spend waiting (see issue 22: written first, 900,000 of them held every quiet
+            # spend waiting (written first, 900,000 of them held every quiet
             # tenant 11 s). A letter settles its offset in the same transaction either way.
             if not self._may_emit(now):
                 self.rule.forgo()  # held back on purpose: these slots are not owed
@@ -517,7 +536,7 @@ class Emitter:
         if self.demotions is not None:
             self.demotions.committed(counted, self.clock.now())
         # The broker's answer to commit_transaction is not yet its word that the offsets are
-        # committed (issue 21: a broker shutting down logged PrepareCommit, then dropped the
+        # committed (a broker shutting down logged PrepareCommit, then dropped the
         # markers): the trimmer confirms each mark against the group's offsets first.
         self._on_committed(*marks)
         while self.sender.prepared and not self.rewinding:

@@ -251,8 +251,13 @@ def _group_probe(
     groups: dict[str, TenantLoad] = {}
     for group in core.groups():
         policy = core.group_policy(group)
-        groups[group] = (core.group_backlog(group)[0], policy.weight, policy.priority,
-                         policy.paused, policy.rate_cap)  # fmt: skip
+        groups[group] = (
+            core.group_backlog(group)[0],
+            policy.weight,
+            policy.priority,
+            policy.paused,
+            policy.rate_cap,
+        )
     return by_group, groups, group_of
 
 

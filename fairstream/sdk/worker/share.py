@@ -364,8 +364,11 @@ class ShareWorker(Calling):
             if not isinstance(exc, RateLimited):
                 log.warning(
                     "handler failed on %s (delivery %d of %d): %r",
-                    where(request), delivery, self._deliveries, exc,
-                )  # fmt: skip
+                    where(request),
+                    delivery,
+                    self._deliveries,
+                    exc,
+                )
                 detail = f"last error: {type(exc).__name__}: {exc}"
                 return await self._give_back(msg, request, detail, call.latency)
             limited += 1
