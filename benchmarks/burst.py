@@ -1,4 +1,4 @@
-"""Burst scenario (issue 10, "What it must show", item 3): quiet tenants beside a huge burst.
+"""Burst scenario: quiet tenants beside a huge burst.
 
 One run, on topics and an app id of its own:
 
@@ -347,7 +347,7 @@ def run_once(
     """One burst of ``records`` records per flooding partition in ``floods`` (one tenant
     each); the result as a JSON-able dict. ``raise_cap``: the scheduler's --max-backlog above
     the burst, so nothing is dead-lettered; else the default cap holds and the burst's
-    overflow is dead-lettered ``backlog-full`` (issue 22)."""
+    overflow is dead-lettered ``backlog-full``."""
     writers = writers or writers_for(records)
     burst_keys = {p: keys_for(f"burst-p{p}", p, 1, partitions)[0] for p in floods}
     quiet_tenants = {

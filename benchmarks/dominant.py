@@ -1,4 +1,4 @@
-"""Dominant-resource fairness end to end (issue 25): both limits binding, with and without
+"""Dominant-resource fairness end to end: both limits binding, with and without
 ``--fairness dominant``, side by side.
 
 Two tenants on one scheduler with ``--rate 400`` and ``--cost-rate 4000``: ``cheap`` sends

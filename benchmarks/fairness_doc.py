@@ -37,7 +37,7 @@ _SCENARIO_ROWS = (
         "key-splitting, 100 ids",
         "4",
         "the same 300 runs over 100 ids (3 each); light as above",
-        "issue 25's case, not in the study",
+        "ours, not in the study",
     ),
     (
         "trickle",

@@ -5,12 +5,12 @@ scenario's tenants submit runs (all at once, or Poisson), ``concurrency`` slots 
 each run holds its slot for an exponential time (mean ``hold_mean`` ticks, at least 1).
 Its scenarios (``fairness-spike/harness/scenarios.ts`` and, for the concurrency-key ones,
 ``fairness-spike-ck/capsFairness.bench.test.ts`` at commit 1afa1476df, the revision whose
-CAPS_FINDINGS.md holds the figures issue 25 quotes) are rebuilt here with the same
+CAPS_FINDINGS.md holds the published figures) are rebuilt here with the same
 parameters. Five of them:
 
 - adversarial skew: one tenant owns 30 keys (250 runs), five light tenants 20 runs each;
 - key-splitting (``ckSybil``): one organisation spreads 300 runs over 10 keys, one light key
-  trickles 20 runs in; and the same 300 runs over 100 keys (issue 25's case);
+  trickles 20 runs in; and the same 300 runs over 100 keys (ours, not in the study);
 - trickle (``ckTrickle``): a bulk backlog of 240, two keys trickle 30 runs each in;
 - heavy-idle (``ckHeavyIdle``): one key alone with 200 runs (work conservation);
 - weighted: two tenants of 300 runs, weights 3 and 1.

@@ -1,4 +1,4 @@
-"""Closing the loop with the paid API (issue 12): the adaptive rate against a fixed rate and
+"""Closing the loop with the paid API: the adaptive rate against a fixed rate and
 against an oracle that knows the API's capacity.
 
 A simulated paid API (``fairstream_dev.harness.paid_api``: a token bucket of 300 calls/s
@@ -21,7 +21,7 @@ every 0.5 s); and the convergence time: from the first call to the first
 and at most 5% of its calls refused ("never" when the run ends first).
 
 A fourth run, adaptive while the capacity goes 300 -> 150 -> 300 (workers 8 calls at a
-time, as in issue 20), gives goodput and refusals in a window after each change, the
+time), gives goodput and refusals in a window after each change, the
 convergence after each (the seconds until every 1 s window holds goodput >= 0.9x), the
 share of calls refused from each change on, and the strict convergence (until every 1 s
 window also has <= 5% of its calls refused: each probe that finds the limit again makes
@@ -62,7 +62,7 @@ from fairstream_dev.harness.paid_api import (
 CAPACITY = 300.0
 LOW = 150.0
 CEILING = 1000
-CHANGE_CONCURRENCY = 8  # handler calls at a time in the capacity-change runs (issue 20)
+CHANGE_CONCURRENCY = 8  # handler calls at a time in the capacity-change runs
 TENANTS = [f"t{i:02d}" for i in range(16)]
 PLOT = REPO / "docs" / "feedback-loop.png"
 RUNS: dict[str, tuple[str, ...]] = {

@@ -1,5 +1,4 @@
-"""Gaps benchmark (issue 21, "What it must show", item 1): a paused tenant interleaved with a
-busy one in one ingest partition.
+"""Gaps benchmark: a paused tenant interleaved with a busy one in one ingest partition.
 
 One partition; ``slow`` paused (``max_backlog`` none) before anything is written; then the
 pattern (slow, fast, fast) x ``--repeats`` (1,000,000: 3,000,000 records) produced; then a

@@ -1,4 +1,4 @@
-"""Across instances (issue 11): two schedulers in one group, static split against demand.
+"""Across instances: two schedulers in one group, static split against demand.
 
 One run per mode (``--share-by partitions`` and ``--share-by demand``), each on topics and
 an app id of its own, with ``--rate 200`` and 4 ingest partitions split between two

@@ -1,4 +1,4 @@
-"""Overflow scenario (issue 22): a flood over the default backlog cap beside quiet tenants.
+"""Overflow scenario: a flood over the default backlog cap beside quiet tenants.
 
 The burst scenario of ``benchmarks/burst.py`` (quiet tenants at 2 records/s on every
 partition, sending before, during and after the flood; dwell measured by a read_committed

@@ -1,4 +1,4 @@
-"""Restart benchmarks (issue 10, "What it must show", item 5): kill -9, then a new process.
+"""Restart benchmarks: kill -9, then a new process.
 
 Three measurements, each on topics and an app id of its own, with static membership
 (``--group-instance-id``, the same id for the killed process and its successor, as a
@@ -130,7 +130,7 @@ def own_disk(
     writing: float = 50.0,
 ) -> dict[str, Any]:
     """kill -9 and restart on the same data directory, ``restarts`` times, while producers
-    write ``writing`` records/s (issue 21: restarts under load)."""
+    write ``writing`` records/s (restarts under load)."""
     d = new_deployment(bootstrap, "restart", PARTITIONS)
     with undoing() as undo:
         undo.append(functools.partial(delete_all, d))

@@ -1,4 +1,4 @@
-"""Benchmarks of issue 6, on one broker in one run; writes docs/benchmarks.md.
+"""The comparison suite, on one broker in one run; writes docs/benchmarks.md.
 
 Phases, in this order (each on topics and app ids of its own, each with a deadline, each
 cleaning up its processes and topics):

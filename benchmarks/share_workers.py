@@ -1,4 +1,4 @@
-"""Share-group workers beside classic ones (issue 23): the same records, the same counts.
+"""Share-group workers beside classic ones: the same records, the same counts.
 
 One egress topic of ONE partition holds N records of 20 tenants, written in waves of 50 (as
 a scheduler emits); an async handler takes ``--latency`` seconds per call. Two runs, each

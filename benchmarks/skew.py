@@ -1,4 +1,4 @@
-"""Clock skew across instances (issue 21): two schedulers of one group, one of them run under
+"""Clock skew across instances: two schedulers of one group, one of them run under
 libfaketime (Debian's ``faketime`` package) with its wall clock 3 s behind.
 
 ``--rate 200 --burst 20``, 4 ingest partitions split between the two, one backlogged

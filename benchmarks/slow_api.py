@@ -1,5 +1,5 @@
-"""A slow API, end to end (issue 20, must-show 2): does the worker SDK keep a latency-bound
-paid API as busy as the scheduler's rate allows, and what does strict per-tenant order cost?
+"""A slow API, end to end: does the worker SDK keep a latency-bound paid API as busy as the
+scheduler's rate allows, and what does strict per-tenant order cost?
 
 Set-up per run, on topics of its own: one ``fairstream scheduler --rate 40`` process; two
 ``fairstream.Worker``\\ s (threads of this process) with ``concurrency=256`` and an async

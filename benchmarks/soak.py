@@ -1,4 +1,4 @@
-"""``make soak``: one chaos run of the whole system on a real broker (issue 13).
+"""``make soak``: one chaos run of the whole system on a real broker.
 
 Everything runs for real, on a development broker of the soak's own (``DevBroker`` with a
 state directory under the work directory: never the shared one, since the soak restarts it):

@@ -167,10 +167,10 @@ def print_report(report: Report) -> None:
     print("verdict:", "PASS" if report.passed else "FAIL")
 
 
-# What runs of the soak found in the scheduler, for docs/soak.md (see issue 13). Remove an
+# What runs of the soak found in the scheduler, for docs/soak.md. Remove an
 # entry once it is fixed.
 KNOWN_PROBLEMS = """\
-Fixed, seen in the run of 2026-12-01 11:52 UTC (issue 21): 2 of 54,030 records lost after the
+Fixed, seen in the run of 2026-12-01 11:52 UTC: 2 of 54,030 records lost after the
 broker restart. Partitions 5 and 7 had been trimmed one record past the group's committed
 offsets (4,633 and 5,584). The cause was the broker's: the single Kafka 4.4.0 node, in its
 controlled shutdown, had just made every partition leaderless when a scheduler's commit came;

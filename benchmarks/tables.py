@@ -287,7 +287,7 @@ def burst_table(results: dict[str, Any]) -> list[str]:
 
 
 def overflow_table(results: dict[str, Any]) -> list[str]:
-    """The "Overflow" table (issue 22): floods over the default backlog cap."""
+    """The "Overflow" table: floods over the default backlog cap."""
     o = get(results, "overflow") or {}
     runs = o.get("runs") or []
     if not runs:

@@ -22,7 +22,7 @@ from benchmarks.throughput import spread
 BURST_OTHER_P99 = 0.5
 BURST_OWN_P99 = 5.0
 BURST_OWN_P99_GOAL = 3.0
-# overflow (issue 22): quiet p99 dwell, seconds, while a flood's overflow is dead-lettered
+# overflow: quiet p99 dwell, seconds, while a flood's overflow is dead-lettered
 OVERFLOW_OTHER_P99 = 0.5
 OVERFLOW_OWN_P99 = 3.0
 # restart, seconds

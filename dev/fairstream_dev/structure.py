@@ -1,6 +1,6 @@
 """The structure of the ``fairstream`` package, measured from its source (standard library only).
 
-Three measures, each against the limit issue 24 sets:
+Three measures, each against a limit:
 
 - import cycles between modules inside the package: strongly connected components of the
   module import graph, in two lists. *Runtime* cycles close through imports that run (at module

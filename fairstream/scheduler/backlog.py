@@ -11,7 +11,7 @@ open transaction, and settle their offsets.
 A flood over a tenant's backlog cap is *overflow*: its dead letters (``backlog-full``, and
 the other admission refusals) wait in a queue of their own (``Overflow``), behind the
 other dead letters, and the emitter sends them in bounded turns after each round of emission
-(issue 22: written first, 900,000 of them held every quiet tenant 11 s). While they wait,
+(written first, 900,000 of them held every quiet tenant 11 s). While they wait,
 their payloads are held within ``Overflow.budget`` bytes (an eighth of
 ``--buffer-memory``); beyond that a letter is kept without its payload and read back from
 the log when it is written, as a backlog entry beyond ``--buffer-memory`` is.

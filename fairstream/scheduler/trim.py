@@ -12,7 +12,7 @@ librdkafka sets under ``isolation.level=read_committed``, KIP-447: offsets still
 a transaction answer UNSTABLE_OFFSET_COMMIT and wait for a later round). An ingest partition
 is trimmed to at most that offset; a holding log to a mark only once the group's offset
 metadata names a commit of this process at least as new as the one that made the mark
-(``confirmed``). Why (issue 21): in the soak the single broker's controlled shutdown left
+(``confirmed``). Why: in the soak the single broker's controlled shutdown left
 every partition without a leader; a commit whose EndTxn came then was answered with success
 (PrepareCommit logged), its markers were skipped as if its partitions were deleted and
 CompleteCommit was logged, so its egress records and offsets stayed pending until the next
@@ -211,7 +211,7 @@ class Trimmer:
                 self._seasoned.observe(generation, at, latest, seqs)
                 if self._group_id is None:
                     marks = self._seasoned.ripe(self._clock())
-                else:  # only what the group's offsets confirm (issue 21)
+                else:  # only what the group's offsets confirm
                     committed = self._read_committed([p for p in latest if p >= 0])
                     ripe = self._seasoned.ripe(self._clock(), limits(committed))
                     marks = confirmed(ripe, committed)

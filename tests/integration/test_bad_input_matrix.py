@@ -1,4 +1,4 @@
-"""The bad-input matrix (issue 13): odd records are dead-lettered with a reason or emitted,
+"""The bad-input matrix: odd records are dead-lettered with a reason or emitted,
 every one is accounted for, and the scheduler's memory stays bounded.
 
 One scheduler with the defaults (no rate limit, ``--max-backlog`` 100,000) reads, on one

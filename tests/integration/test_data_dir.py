@@ -1,4 +1,4 @@
-"""One process per data directory (issue 21): the lock, and two schedulers on the defaults.
+"""One process per data directory: the lock, and two schedulers on the defaults.
 
 A second scheduler given a data directory another live scheduler holds must exit non-zero
 at once, naming the first (its pid), instead of fencing it. Two schedulers started with

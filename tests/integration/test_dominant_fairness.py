@@ -1,4 +1,4 @@
-"""Dominant-resource fairness between --rate and --cost-rate (issue 25), on the real broker.
+"""Dominant-resource fairness between --rate and --cost-rate, on the real broker.
 
 Two tenants: ``cheap`` sends many requests of cost 1, ``costly`` few of cost 100. The egress
 has both limits, --rate 400 records/s and --cost-rate 4,000 cost/s, so a record costing

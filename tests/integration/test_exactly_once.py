@@ -1,5 +1,5 @@
 """Exactly once on the real broker: kill -9 under load, a zombie member, oversized records,
-and the ingest topic trimmed to the backlog (issue 10, "What it must show" 4, 6 and 7).
+and the ingest topic trimmed to the backlog.
 
 Egress and dead letters are read with librdkafka's default isolation (read_committed), as
 workers do. Every wait polls a condition with a deadline.

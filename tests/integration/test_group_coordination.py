@@ -1,4 +1,4 @@
-"""Group shares when coordination fails or clocks disagree (issue 21).
+"""Group shares when coordination fails or clocks disagree.
 
 - A coordination topic that refuses every report (``max.message.bytes`` smaller than one):
   each instance goes on emitting at its safe share (its partitions over the ingest topic's)

@@ -1,4 +1,4 @@
-"""Tenant groups across scheduler instances (issue 25): group demand travels with the demand
+"""Tenant groups across scheduler instances: group demand travels with the demand
 reports, so a group's rate cap holds while its members are spread over two instances, and
 groups share the group rate by their weights, not by how many members each has where.
 

@@ -1,4 +1,4 @@
-"""Instances of one group behave as one weighted fair scheduler (issue 11).
+"""Instances of one group behave as one weighted fair scheduler.
 
 Every test places tenants on chosen instances: it asks each instance which ingest
 partitions it owns (``/tenants``) and produces each tenant's records to a partition of

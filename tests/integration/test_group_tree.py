@@ -1,4 +1,4 @@
-"""See the tenant groups' tree (issue 25) on the real broker: ``/tenants``, ``/metrics``,
+"""See the tenant groups' tree on the real broker: ``/tenants``, ``/metrics``,
 ``fairstream top``, ``fairstream audit`` and the console show the groups, their members, and
 share against entitlement at each level.
 

@@ -1,4 +1,4 @@
-"""Read-back under a broker outage (issue 21): a record the log still holds is never lost.
+"""Read-back under a broker outage: a record the log still holds is never lost.
 
 A backlog far above ``--buffer-memory`` (most payloads are read back from the ingest log
 when their turn comes), and the broker stopped (SIGSTOP) for 15 s in the middle of

@@ -1,4 +1,4 @@
-"""No commit outside the generation that owns the partitions (issue 21, "must show" 4).
+"""No commit outside the generation that owns the partitions.
 
 Instance one's emitter is held 8 s when it gets a revocation (``hold:revoke=8`` in
 ``FAIRSTREAM_TEST_FAULTS``), far past its ``--revoke-wait`` of 0.5 s: its ingest thread

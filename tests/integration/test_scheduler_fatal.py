@@ -1,4 +1,4 @@
-"""Fatal means exit (issue 13): a scheduler fenced by a newer process with its identity.
+"""Fatal means exit: a scheduler fenced by a newer process with its identity.
 
 A second ``fairstream scheduler`` started with the same transactional identity (the same
 ``--group-instance-id`` and ``--app-id``; the same ``--data-dir`` is refused before it gets

@@ -1,4 +1,4 @@
-"""Gaps (issue 21, "What it must show", item 1): one ingest partition, the pattern (held,
+"""Gaps: one ingest partition, the pattern (held,
 busy, busy) x N, where the held tenant is paused, rate-capped or in a starved low-priority
 class. The busy tenant drains completely while the held one waits (parked in the holding
 topic), the progress records stay under the progress topic's max.message.bytes, and after a

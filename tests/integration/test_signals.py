@@ -1,4 +1,4 @@
-"""Signals that tell the truth (issue 21): ``/metrics`` during a long commit, and the
+"""Signals that tell the truth: ``/metrics`` during a long commit, and the
 failure policy of the helper threads.
 
 Faults are injected into the real scheduler process through ``FAIRSTREAM_TEST_FAULTS``

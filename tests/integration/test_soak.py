@@ -1,4 +1,4 @@
-"""A short chaos soak (issue 13): ``benchmarks/soak.py`` for about two minutes.
+"""A short chaos soak: ``benchmarks/soak.py`` for about two minutes.
 
 Producers (the SDK and a plain confluent-kafka client) write at a steady rate; two
 schedulers with static membership emit and workers serve a simulated API, while a few kill

@@ -1,4 +1,4 @@
-"""Fair at every level (issue 25): tenant groups on the real broker, one scheduler instance.
+"""Fair at every level: tenant groups on the real broker, one scheduler instance.
 
 Shares are read off the egress in the order the scheduler emitted it (sorted by its
 ``fairstream-scheduled-ms`` stamps), over windows counted in records, after the first

@@ -1,4 +1,4 @@
-"""The worker's side of issue 12 on a real broker: RateLimited retries without using up
+"""The worker's side of the feedback contract on a real broker: RateLimited retries without using up
 attempts, Usage is reported, and every outcome lands on the feedback topic as the contract
 says (``fairstream.wire.feedback``); feedback_topic=None publishes nothing; garbage on the
 feedback topic decodes to FeedbackError; ``fairstream topics create`` makes the topic.

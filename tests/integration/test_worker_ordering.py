@@ -1,4 +1,4 @@
-"""The worker's two orderings against a real broker (issue 20): with ``ordering="start"`` (the
+"""The worker's two orderings against a real broker: with ``ordering="start"`` (the
 default) one backlogged tenant keeps every ``concurrency`` slot busy, its calls start in
 egress order and finish in any order, and offsets are still committed only below what is
 done, through a kill -9, a stop and a rebalance, and a rate-limited record holds up

@@ -1,4 +1,4 @@
-"""No import cycle inside ``fairstream/`` at run time (issue 24), and the cycle finder itself.
+"""No import cycle inside ``fairstream/`` at run time, and the cycle finder itself.
 
 The graph and its cycles are ``fairstream_dev.structure``'s (``make structure`` prints the whole
 report). Imports under ``if TYPE_CHECKING:`` are type-only; a cycle through them fails too
@@ -32,7 +32,7 @@ def test_fairstream_has_no_runtime_import_cycle() -> None:
 
 def test_no_module_imports_the_emitter_back_not_even_for_types() -> None:
     """The emitter owns its parts (backlog, holding, send, checkpoint, pacing, policies):
-    none imports it back; only the process that starts it does (issue 24)."""
+    none imports it back; only the process that starts it does."""
     found = structure.modules(structure.PACKAGE)
     importers = {e.source for e in structure.imports(found) if e.target == EMITTER}
     assert importers == {"fairstream.scheduler.run", "fairstream.scheduler.service"}

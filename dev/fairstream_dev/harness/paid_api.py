@@ -1,6 +1,6 @@
 """A simulated paid API behind real workers, in front of a real scheduler: the feedback loop
-of issue 12 on the test broker, for ``tests/integration/test_feedback_loop.py`` and
-``benchmarks/feedback.py``.
+(429s, measured costs, the adaptive rate) on the test broker, for
+``tests/integration/test_feedback_loop.py`` and ``benchmarks/feedback.py``.
 
 ``PaidApi`` is what the workers' handlers call: a thread-safe token bucket whose capacity
 the scheduler does not know (it may change over time on a schedule). A call without a

@@ -1,4 +1,4 @@
-"""Group demand across instances (fairstream.core.shares, issue 25): the two-level water
+"""Group demand across instances (fairstream.core.shares): the two-level water
 fill, each instance's part of a tenant group's weight and rate cap, and that without groups
 nothing changes (to the bit, against the one-level allocation of the release before)."""
 

@@ -1,6 +1,6 @@
 """GroupScheduler: two levels of weighted fair shares (groups, then their members).
 
-The shapes issue 25 asks to show end to end, here at the core: groups share by weight
+The shapes tenant groups must show end to end, here at the core: groups share by weight
 whatever their member counts, members share their group's part by weight, splitting one
 organisation over many tenant ids gains nothing, caps and pause act at both levels; and a
 flat setup is FairScheduler, pick for pick.

@@ -104,6 +104,6 @@ def test_chart_sets_only_variables_that_fairstream_reads(known_env_vars):
     used = set(re.findall(r"\bFAIRSTREAM_[A-Z_]+[A-Z]\b", text))
     assert used >= CHART_ENV_VARS
     unknown = used - known_env_vars
-    # The connection and static-membership options are the interface agreed for issue 7; a
+    # The connection and static-membership options are an agreed interface; a
     # checkout where they have not landed yet may lack them, any other unknown name is a typo.
     assert unknown <= CHART_ENV_VARS, sorted(unknown - CHART_ENV_VARS)

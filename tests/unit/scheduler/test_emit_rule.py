@@ -486,7 +486,7 @@ def test_a_dead_letter_whose_payload_is_not_readable_now_waits(make):
 
 def test_commits_carry_the_metadata_of_the_last_hand_over(make):
     """Never metadata read at commit time: the generation the partitions came with, then
-    the one that still owned them at their revocation (issue 21)."""
+    the one that still owned them at their revocation."""
     emitter = make()
     emitter._assign(Assign({}, metadata="generation 1"))
     push(emitter, "A", 0)

@@ -1,4 +1,4 @@
-"""Tenant groups in the demand reports (issue 25): the report's version 3 and the release
+"""Tenant groups in the demand reports: the report's version 3 and the release
 before's, each instance's part of a group's cap decided as its rate is (lower at once,
 raise late, the safe share), and the emitter handing those parts to its core."""
 

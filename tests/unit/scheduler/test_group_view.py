@@ -1,4 +1,4 @@
-"""GroupView: the group rate split without wall clocks, and the safe share (issue 21).
+"""GroupView: the group rate split without wall clocks, and the safe share.
 
 A list stands for the coordination topic's one partition: each view reads it in order from
 its own position, as the group thread's consumer does. Time is a ManualClock shared by the

@@ -1,4 +1,4 @@
-"""A mark is trimmed to only once the group's committed offsets confirm it (issue 21):
+"""A mark is trimmed to only once the group's committed offsets confirm it:
 ``commit_transaction`` returned success for a commit whose markers a shutting-down broker
 then skipped, and its offsets (and egress records) were aborted with the next transaction."""
 

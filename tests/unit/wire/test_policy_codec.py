@@ -205,7 +205,7 @@ def test_max_concurrency_round_trips_and_is_checked() -> None:
 
 
 def test_v3_is_released_as_the_current_schema() -> None:
-    # Released with the tenant group (issue 25): what this fairstream writes is v3.
+    # Released with the tenant group: what this fairstream writes is v3.
     v3 = json.loads(released_schema_texts()["TenantPolicy.v3.avsc"])
     assert fingerprint(v3) == fingerprint(json.loads(current_schema_text()))
     assert fingerprint(v3) == 0xCADDE6180798DCD8
