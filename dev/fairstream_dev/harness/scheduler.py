@@ -69,19 +69,24 @@ class SchedulerProcess:
 
     def command(self) -> list[str]:
         d = self.deployment
-        return [
-            sys.executable, "-m", "fairstream", "scheduler",
-            "--bootstrap", d.bootstrap,
-            "--ingest-topic", d.topics.ingest,
-            "--egress-topic", d.topics.egress,
-            "--dlq-topic", d.topics.dlq,
-            "--policy-topic", d.topics.policy,
-            "--app-id", d.app_id,
-            "--data-dir", str(self.data_dir),
-            "--web-port", str(self.web_port),
-            "--web-host", "127.0.0.1",
-            *self.args,
-        ]  # fmt: skip
+        options = [
+            ("--bootstrap", d.bootstrap),
+            ("--ingest-topic", d.topics.ingest),
+            ("--egress-topic", d.topics.egress),
+            ("--dlq-topic", d.topics.dlq),
+            ("--policy-topic", d.topics.policy),
+            ("--app-id", d.app_id),
+            ("--data-dir", str(self.data_dir)),
+            ("--web-port", str(self.web_port)),
+            ("--web-host", "127.0.0.1"),
+        ]
+        if not any(arg.startswith("--feedback-topic") for arg in self.args):
+            # Feedback only from a topic of the test's own: the default one is shared by
+            # every test, and a deployment whose workers report nothing would hold its
+            # first releases to the start-up window of credit (up to 8 s).
+            options.append(("--feedback-topic", ""))
+        flags = [part for option in options for part in option]
+        return [sys.executable, "-m", "fairstream", "scheduler", *flags, *self.args]
 
     def start(self) -> SchedulerProcess:
         log = self.log_path.open("ab")
