@@ -130,17 +130,18 @@ class Settings:
         "above the API's slowest call plus the worker's retries.",
     )
     egress_spread: str = setting(
-        "key",
+        "backlogged",
         choices=("key", "backlogged"),
-        help="Which egress partition a record goes to. key: its tenant's (the key's hash), so "
-        "a tenant's records keep one partition's FIFO order, and one worker serves a busy "
-        "tenant. backlogged: a record of a tenant with other records waiting or not yet "
-        "settled goes to the partition with the fewest records outstanding, then the fewest "
-        "recent releases, so one busy tenant keeps every worker busy; quiet tenants keep "
-        "their key's. Only under --rate or --cost-rate, whose start stamps carry the order "
-        "(without them every record keeps its key's partition); a tenant's calls then start "
-        "in order only at workers that pace by the stamp (--playout-delay), and a worker's "
-        "ordering=completion holds within that worker only.",
+        help="Which egress partition a record goes to. backlogged: a record of a tenant with "
+        "other records waiting or not yet settled goes to the partition with the fewest "
+        "records outstanding, then the fewest recent releases, so one busy tenant keeps every "
+        "worker busy; quiet tenants keep their key's. Only under --rate or --cost-rate, whose "
+        "start stamps carry the order (without them every record keeps its key's partition); "
+        "a busy tenant's calls then start in order only at workers that pace by the stamp "
+        "(the SDK's, the Faust agent: --playout-delay), and a worker's ordering=completion "
+        "holds within that worker only. key: its tenant's partition (the key's hash), so a "
+        "tenant's records keep one partition's FIFO order for any consumer, and one worker "
+        "serves a busy tenant.",
     )
     # None (unlimited) only from Python: the option always has a limit.
     max_backlog: int | None = setting(

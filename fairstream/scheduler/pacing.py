@@ -5,7 +5,8 @@ thread computed, ``group``; ``--share-by partitions``: the ingest partitions own
 the adapted rate, ``feedback``) and of its concurrency limit (always by partitions owned),
 and what the paid API reported back: measured costs charged, tenants paused by their own
 quota, concurrency slots settled or renewed, the concurrency limit found from the feedback
-(without ``--max-concurrency``), and the egress group's lag and its bound
+(without ``--max-concurrency``) and the start-up window before it, and the egress group's
+lag and its bound
 (``--egress-group``: ``egress_lag``). The rule retunes its buckets; the gauges follow.
 
 Caller: the emitter thread (``Emitter``), which applies the group's, the feedback reader's

@@ -13,6 +13,7 @@ from typing import Any
 
 from confluent_kafka import Message, Producer
 
+from fairstream import wire
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import TopicReader
 
@@ -117,12 +118,24 @@ def all_seen(reader: TopicReader, expected: set[bytes]) -> bool:
     return {m.value() for m in reader.messages} >= expected
 
 
+def start_ms(msg: Message) -> int:
+    """The record's ``fairstream-start-ms`` stamp (-1 without one: no rate)."""
+    for name, value in msg.headers() or ():
+        if name == wire.START_MS and value is not None:
+            return int(value)
+    return -1
+
+
 def tenant_sequences(messages: list[Message]) -> dict[bytes, list[int]]:
-    """Each tenant's sequence numbers in the order egress holds them (repeats included)."""
-    sequences: dict[bytes, list[int]] = defaultdict(list)
-    for msg in messages:  # a tenant's records share one egress partition: read in order
-        sequences[msg.key()].append(int(msg.value().split(b":")[1]))
-    return sequences
+    """Each tenant's sequence numbers in its start order (repeats included): the order of
+    the records' start stamps, then the order egress holds them. Under a rate a backlogged
+    tenant's records spread over the egress partitions in the order of their stamps
+    (``--egress-spread backlogged``); records that share a stamp, and every record without
+    one, share the tenant's partition, which is read in order."""
+    entries: dict[bytes, list[tuple[int, int, int]]] = defaultdict(list)
+    for index, msg in enumerate(messages):
+        entries[msg.key()].append((start_ms(msg), index, int(msg.value().split(b":")[1])))
+    return {tenant: [seq for _, _, seq in sorted(found)] for tenant, found in entries.items()}
 
 
 def exactly_once_report(
