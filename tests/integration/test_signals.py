@@ -91,8 +91,14 @@ def test_a_failing_helper_thread_is_restarted(
     kafka_bootstrap: str, tmp_path: Path, thread: str
 ) -> None:
     deployment = Deployment(kafka_bootstrap, partitions=2).create()
+    feedback = f"--feedback-topic={deployment.topics.ingest}.feedback"  # the thread reads it
     scheduler = SchedulerProcess(
-        deployment, tmp_path, "--rate", "500", env={"FAIRSTREAM_TEST_FAULTS": f"fail:{thread}=2"}
+        deployment,
+        tmp_path,
+        "--rate",
+        "500",
+        feedback,
+        env={"FAIRSTREAM_TEST_FAULTS": f"fail:{thread}=2"},
     )
     label = f'thread="{thread}"'
     health: list[int] = []
