@@ -108,7 +108,7 @@ from collections import deque
 from typing import Final
 
 from fairstream.core.clock import Clock
-from fairstream.core.parameters import counts, finite
+from fairstream.core.parameters import at_least, count, counts, finite
 
 __all__ = ["ConcurrencyLimit", "StartupWindow"]
 
@@ -258,14 +258,10 @@ class ConcurrencyLimit:
         self.slack = finite("slack", slack, low=0, strict=False)
         self.interval = finite("interval", interval, low=0, strict=True)
         self.window = finite("window", window, low=0, strict=True)
-        if self.window < self.interval:
-            raise ValueError(f"window ({window!r}) must be at least interval ({interval!r})")
+        at_least("window", window, "interval", interval)
         self.probe_every = finite("probe_every", probe_every, low=0, strict=True)
         self.probe_max = finite("probe_max", probe_max, low=0, strict=True)
-        if self.probe_max < self.probe_every:
-            raise ValueError(
-                f"probe_max ({probe_max!r}) must be at least probe_every ({probe_every!r})"
-            )
+        at_least("probe_max", probe_max, "probe_every", probe_every)
         self.probe_timeout = finite("probe_timeout", probe_timeout, low=0, strict=True)
         self.idle = finite("idle", idle, low=0, strict=True)
         self.aside = finite("aside", aside, low=0, strict=False)
@@ -586,9 +582,7 @@ class StartupWindow:
         doubling: float = STARTUP_DOUBLING,
         timeout: float = STARTUP_TIMEOUT,
     ) -> None:
-        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
-            raise ValueError(f"slots must be an integer >= 1, got {slots!r}")
-        self.slots = slots
+        self.slots = count("slots", slots)
         self.doubling = finite("doubling", doubling, low=0, strict=True)
         self.timeout = finite("timeout", timeout, low=0, strict=True)
         self.armed = True

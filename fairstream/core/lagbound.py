@@ -56,7 +56,7 @@ from collections.abc import Mapping
 from typing import Final, NamedTuple
 
 from fairstream.core.clock import Clock
-from fairstream.core.parameters import counts, finite
+from fairstream.core.parameters import at_least, counts, finite
 
 __all__ = ["LagBound", "LagSample", "OffsetLag"]
 
@@ -172,8 +172,7 @@ class LagBound:
         self.growth = finite("growth", growth, low=1, strict=True)
         self.interval = finite("interval", interval, low=0, strict=True)
         self.window = finite("window", window, low=0, strict=True)
-        if self.window < self.interval:
-            raise ValueError(f"window ({window!r}) must be at least interval ({interval!r})")
+        at_least("window", window, "interval", interval)
         self._samples: deque[tuple[float, int]] = deque()  # (at, consumed), oldest first
         self._bound: float | None = None
         self._next_update = -math.inf

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["counts", "finite"]
+__all__ = ["at_least", "count", "counts", "finite"]
 
 
 def finite(name: str, value: float, *, low: float, strict: bool) -> float:
@@ -21,11 +21,22 @@ def finite(name: str, value: float, *, low: float, strict: bool) -> float:
     return float(value)
 
 
+def count(name: str, value: int) -> int:
+    """``value``: an integer of at least 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def at_least(name: str, value: float, other_name: str, other: float) -> None:
+    """``value`` is at least ``other`` (a window at least its interval, say)."""
+    if value < other:
+        raise ValueError(f"{name} ({value!r}) must be at least {other_name} ({other!r})")
+
+
 def counts(floor: int, ceiling: int, **others: int) -> None:
     """``floor``, ``ceiling`` and ``others`` are integers of at least 1, and the ceiling is
     at least the floor."""
-    for name, count in (("floor", floor), ("ceiling", ceiling), *others.items()):
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {count!r}")
-    if ceiling < floor:
-        raise ValueError(f"ceiling ({ceiling}) must be at least floor ({floor})")
+    for name, value in (("floor", floor), ("ceiling", ceiling), *others.items()):
+        count(name, value)
+    at_least("ceiling", ceiling, "floor", floor)

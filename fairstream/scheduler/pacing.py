@@ -166,7 +166,7 @@ class Pacing:
         self.count_slots()
 
     def _set_limit(self) -> None:
-        startup = None if self.startup is None else self.startup.limit
+        startup = self.startup_limit()
         limits = [n for n in (self._fixed, self._found, self._lag_bound, startup) if n is not None]
         limit = min(limits) if limits else None
         if limit != self._applied:
