@@ -57,7 +57,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._listoffsets import OffsetSpec
 
 from benchmarks.soak_load import (
     END,
@@ -122,6 +124,36 @@ def ingest_left(d: Deployment) -> dict[int, int]:
         return left
     finally:
         consumer.close()
+
+
+LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+
+
+def open_transactions(d: Deployment, topics: Iterable[str]) -> list[str]:
+    """Partitions whose last stable offset stays behind their end: a transaction left open
+    there hides every later record from read_committed readers (the end markers too)."""
+    admin = AdminClient({"bootstrap.servers": d.bootstrap})
+    tps = [TopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
+    found: list[str] = []
+    try:
+        ends, stable = (
+            {
+                tp: future.result(timeout=30).offset
+                for tp, future in admin.list_offsets(
+                    dict.fromkeys(tps, LATEST), isolation_level=level
+                ).items()
+            }
+            for level in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED)
+        )
+    except Exception as exc:  # a diagnosis of a failure already reported: say why it is missing
+        return [f"the last stable offsets could not be read: {exc}"]
+    for tp in tps:
+        if stable[tp] < ends[tp]:
+            found.append(
+                f"{tp.topic} partition {tp.partition}: last stable offset {stable[tp]}, "
+                f"end {ends[tp]} (a transaction is still open there)"
+            )
+    return found
 
 
 class Soak:
@@ -384,6 +416,7 @@ class Soak:
                 return
             time.sleep(0.2)
         self.report.errors.append("the end markers were not all read back within 120 s")
+        self.report.errors.extend(open_transactions(d, (d.topics.egress, d.topics.dlq)))
 
     def tally(
         self,
