@@ -301,6 +301,14 @@ class Metrics:
             "above the mark, interleaved with the backlog of a tenant being served.",
             registry=r,
         )
+        self.held_output = Gauge(
+            "fairstream_held_output_partitions",
+            "Partitions of the topics this instance writes (egress, dead letters, progress, "
+            "holding) whose last stable offset has stood behind their end for three "
+            "transaction timeouts: a transaction left open there holds read_committed "
+            "readers back (see docs/operations.md).",
+            registry=r,
+        )
         self.progress_bytes = Gauge(
             "fairstream_progress_record_bytes",
             "Largest progress record (one chunk) written in the last commit, in bytes.",

@@ -22,8 +22,9 @@ ingest (ingest)  fatal      the group consumer, the     Handoff records and Assi
 policies         restarted  the policy topic's          PolicyChange controls
                             consumer
 trim             restarted  an AdminClient, a watch     reads the marks the emitter swaps in;
-                            consumer, the offsets       its gauges
-                            read-back
+                            consumer, the offsets       its gauges; SweepRequest controls
+                            read-back, the held watch   (a partition held by a transaction
+                            (held.HeldReader)           left open)
 feedback         restarted  the feedback consumer, the  FeedbackBatch/AdaptiveChange controls;
                             adaptive rate               publishes last_rate and hold_until
                                                         (floats) for /tenants, and the rate
@@ -78,14 +79,15 @@ import uuid
 from typing import Any
 
 from fairstream.config import Settings
-from fairstream.config.topics import holding_topic
+from fairstream.config.topics import holding_topic, progress_topic
 from fairstream.core import ConcurrencyLimit, MonotonicClock, RecordClock
 from fairstream.scheduler.audit import CHART_TENANTS, Auditor
 from fairstream.scheduler.egress_lag import EgressLagReader
 from fairstream.scheduler.emit import Emitter, Limits
 from fairstream.scheduler.feedback import FeedbackReader
 from fairstream.scheduler.group import Coordination, GroupShares
-from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.handoff import Handoff, SweepRequest
+from fairstream.scheduler.held import HeldReader, held_patience
 from fairstream.scheduler.ingest import Ingest
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import (
@@ -169,6 +171,17 @@ class SchedulerService:
             holding=holding_topic(settings.app_id),
             group_id=settings.app_id,
             token_prefix=token_prefix,
+            held=HeldReader(
+                (
+                    settings.topics.egress,
+                    settings.topics.dlq,
+                    progress_topic(settings.app_id),
+                    holding_topic(settings.app_id),
+                ),
+                held_patience(settings.transaction_timeout),
+                self.metrics,
+                lambda partitions: self.handoff.put(SweepRequest(partitions)),
+            ),
         )
         self.ingest = Ingest(
             settings,

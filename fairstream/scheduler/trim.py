@@ -44,6 +44,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from fairstream.scheduler.consumers import LazyConsumer
+from fairstream.scheduler.held import HeldReader
 from fairstream.scheduler.metrics import Metrics
 
 log = logging.getLogger("fairstream.trim")
@@ -149,8 +150,10 @@ class Trimmer:
         clock: Callable[[], float] = time.monotonic,
         group_id: str | None = None,
         token_prefix: str = "",
+        held: HeldReader | None = None,
     ) -> None:
         self.topic = topic
+        self.held = held  # the watch of the topics this instance writes (``held``)
         self.holding = holding
         self.metrics = metrics
         self.trim = trim
@@ -224,6 +227,8 @@ class Trimmer:
                     trimmed = {p: m for p, m in trimmed.items() if p >= 0}
                 self._trim(trimmed)
                 self._watch({p: m for p, m in latest.items() if p >= 0})
+                if self.held is not None:
+                    self.held.round(self._admin)
         finally:
             self._reader.close()  # a restarted run opens new ones
             if self._offsets is not None:

@@ -1,0 +1,195 @@
+"""Transactions left open where nobody will close them: watching the partitions we write.
+
+A transaction's markers close it on each partition it wrote; until they come, read_committed
+readers of that partition stop at its first record (the partition's last stable offset).
+Markers can be lost: a single broker's controlled shutdown logged a commit complete and
+dropped them (see ``trim``). The partition then stays held until the same producer id writes
+there again, which an instance that got other partitions, or left, may never do: in the soak
+an egress partition and the group's offsets were held for minutes, workers and recovery
+waiting behind them.
+
+Each new producer sweeps (``Transaction.sweep``): that covers restarts and replaced
+producers. This watch covers a producer that lives on. Every round of the trim thread it
+reads the last stable offset and the end of every partition of the topics the instance
+writes (egress, dead letters, progress, holding); a partition whose last stable offset
+stood still behind its end for ``patience`` seconds is held. The emitter is then asked to
+sweep (``SweepRequest``), once per hold. A hold that outlives the sweep is another
+producer's, an instance that is gone: it is logged with the command that ends it and
+counted (``fairstream_held_output_partitions``).
+
+Threads: ``HeldWatch`` is pure (the caller's clock); ``HeldReader.round`` runs on the trim
+thread and hands its request to the emitter through the mailbox.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._listoffsets import OffsetSpec
+
+from fairstream.scheduler.metrics import Metrics
+
+__all__ = ["HeldReader", "HeldWatch", "held_patience"]
+
+log = logging.getLogger("fairstream.held")
+
+TOPICS_EVERY = 60.0  # seconds between two reads of the topics' partition counts
+TIMEOUT = 10.0  # seconds an offsets request may take
+LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+
+Key = tuple[str, int]  # topic, partition
+
+
+def held_patience(transaction_timeout: float) -> float:
+    """How long a last stable offset may stand behind its end before it counts as held: a
+    crashed instance's open transaction holds it up to the transaction timeout (then the
+    coordinator aborts it), and a live one's at most a commit interval; three timeouts,
+    and never under 30 s."""
+    return max(30.0, 3 * transaction_timeout)
+
+
+class HeldWatch:
+    """Which partitions are held: behind their end, at the same last stable offset, for
+    ``patience`` seconds. Each hold (a partition at one last stable offset) is reported once."""
+
+    def __init__(self, patience: float) -> None:
+        self.patience = patience
+        self._since: dict[Key, tuple[int, float]] = {}  # last stable offset, since when
+        self._reported: dict[Key, int] = {}  # the offset each reported hold stands at
+        self.held: set[Key] = set()
+
+    def observe(self, now: float, stable: Mapping[Key, int], ends: Mapping[Key, int]) -> list[Key]:
+        """The partitions that became held with this reading."""
+        new: list[Key] = []
+        for key, end in ends.items():
+            lso = stable.get(key)
+            if lso is None or lso >= end:
+                self._since.pop(key, None)
+                self._reported.pop(key, None)
+                self.held.discard(key)
+                continue
+            first = self._since.get(key)
+            if first is None or first[0] != lso:
+                self._since[key] = (lso, now)
+                self._reported.pop(key, None)
+                self.held.discard(key)
+                continue
+            if now - first[1] >= self.patience:
+                self.held.add(key)
+                if self._reported.get(key) != lso:
+                    self._reported[key] = lso
+                    new.append(key)
+        return new
+
+
+@dataclass
+class _Asked:
+    """A hold the emitter was asked to sweep: at which offset, when, and whether it was
+    reported as another producer's since."""
+
+    offset: int
+    at: float
+    told: bool = False
+
+
+class HeldReader:
+    """Reads the offsets for ``HeldWatch`` and acts on what it finds (the trim thread)."""
+
+    def __init__(
+        self,
+        topics: tuple[str, ...],
+        patience: float,
+        metrics: Metrics,
+        on_held: Callable[[list[Key]], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.topics = topics
+        self.watch = HeldWatch(patience)
+        self.metrics = metrics
+        self._on_held = on_held
+        self._clock = clock
+        self._partitions: list[TopicPartition] = []
+        self._partitions_read = -TOPICS_EVERY
+        self._asked: dict[Key, _Asked] = {}  # the holds a sweep was asked for
+
+    def round(self, admin: AdminClient) -> None:
+        now = self._clock()
+        if now - self._partitions_read >= TOPICS_EVERY:
+            self._partitions = self._read_partitions(admin)
+            self._partitions_read = now
+        if not self._partitions:
+            return
+        try:
+            ends = self._offsets(admin, IsolationLevel.READ_UNCOMMITTED)
+            stable = self._offsets(admin, IsolationLevel.READ_COMMITTED)
+        except (KafkaException, TimeoutError) as exc:
+            log.info("reading the last stable offsets of the topics written: %s", exc)
+            return
+        new = self.watch.observe(now, stable, ends)
+        held = self.watch.held
+        self.metrics.held_output.set(len(held))
+        for key in [k for k in self._asked if k not in held]:
+            del self._asked[key]
+        for key in held:
+            asked = self._asked.get(key)
+            if asked is None or asked.told or asked.offset != stable[key]:
+                continue
+            if now - asked.at >= self.watch.patience:
+                asked.told = True  # once per hold
+                self._foreign(key, stable[key], ends[key])
+        ask = [k for k in new if k not in self._asked or self._asked[k].offset != stable[k]]
+        for key in ask:
+            self._asked[key] = _Asked(stable[key], now)
+        if ask:
+            log.warning(
+                "partitions %s: read_committed readers have stood still for %.0f s behind "
+                "records (a transaction left open): this instance sweeps its own",
+                ", ".join(f"{t}[{p}]" for t, p in ask),
+                self.watch.patience,
+            )
+            self._on_held(ask)
+
+    def _foreign(self, key: Key, stable: int, end: int) -> None:
+        """A hold that outlived this instance's sweep: another producer's transaction."""
+        topic, partition = key
+        log.error(
+            "%s partition %d: read_committed readers have stood at offset %d, %d records "
+            "short of its end, since before this instance swept: a transaction of another "
+            "producer (an instance that is gone?) is open there and no coordinator will "
+            "close it. Find it with kafka-transactions.sh --bootstrap-server <servers> "
+            "find-hanging --broker-id <the partition's leader>, and end it with "
+            "kafka-transactions.sh --bootstrap-server <servers> abort --topic %s "
+            "--partition %d --start-offset %d",
+            topic,
+            partition,
+            stable,
+            end - stable,
+            topic,
+            partition,
+            stable,
+        )
+
+    def _offsets(self, admin: AdminClient, level: IsolationLevel) -> dict[Key, int]:
+        asked = admin.list_offsets(
+            dict.fromkeys(self._partitions, LATEST), isolation_level=level, request_timeout=TIMEOUT
+        )
+        return {(tp.topic, tp.partition): f.result(TIMEOUT).offset for tp, f in asked.items()}
+
+    def _read_partitions(self, admin: AdminClient) -> list[TopicPartition]:
+        found: list[TopicPartition] = []
+        try:
+            metadata: Any = admin.list_topics(timeout=TIMEOUT)
+        except KafkaException as exc:
+            log.info("reading the partitions of the topics written: %s", exc)
+            return self._partitions
+        for topic in self.topics:
+            info = metadata.topics.get(topic)
+            if info is not None and info.error is None:
+                found.extend(TopicPartition(topic, p) for p in sorted(info.partitions))
+        return found
