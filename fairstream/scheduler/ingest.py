@@ -140,8 +140,13 @@ class Ingest:
                 self._do_rewind()
                 continue
             # The member's own partitions stay paused: this call serves the group
-            # (callbacks, liveness) and is where the thread waits when nothing came.
-            self.consumer.consume(num_messages=1, timeout=0.005 if idle else 0)
+            # (callbacks, liveness) and is where the thread waits when nothing came. What
+            # it returns is the group's errors: a fatal one (a static member fenced) ends
+            # the instance, which would otherwise stay alive with no partitions.
+            for event in self.consumer.consume(num_messages=1, timeout=0.005 if idle else 0):
+                err = event.error()
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                    self._consumer_error(err)
             full = {
                 key
                 for p in self.assigned
@@ -219,7 +224,14 @@ class Ingest:
 
     def _consumer_error(self, err: KafkaError) -> None:
         if err.fatal():
-            raise RuntimeError(f"group consumer failed: {err.str()}")
+            why = err.str()
+            if "fenced" in why.lower() and self.settings.group_instance_id:
+                why += (
+                    f" (another process with --group-instance-id "
+                    f"{self.settings.group_instance_id}? librdkafka was also seen to fence "
+                    "its own member after a broker restart: a restart rejoins the group)"
+                )
+            raise RuntimeError(f"group consumer failed: {why}")
         if err.code() in (
             KafkaError._AUTHENTICATION,
             KafkaError.SASL_AUTHENTICATION_FAILED,

@@ -3,6 +3,7 @@ its partition's handoff queue as ``Parsed`` tuples, end-of-partition events as c
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka import KafkaError, Message
 
 from fairstream import wire
@@ -67,4 +68,43 @@ def test_a_slice_goes_to_its_partitions_queue_in_order() -> None:
         assert len(queue) == 4
     finally:
         ing.consumer.close()
+        ing.readers.close_all()
+
+
+class Fenced:
+    """A group consumer whose member was fenced: ``consume`` answers the fatal error."""
+
+    def __init__(self) -> None:
+        self.error = KafkaError(
+            KafkaError.FENCED_INSTANCE_ID,
+            "Static consumer fenced by other consumer with same group.instance.id",
+            fatal=True,
+        )
+
+    def subscribe(self, topics: list[str], **callbacks: object) -> None:
+        pass
+
+    def consume(self, num_messages: int, timeout: float) -> list[Message]:
+        return [Message(error=self.error)]
+
+
+@pytest.mark.timeout(60)
+def test_a_fatal_error_of_the_group_consumer_ends_the_thread() -> None:
+    # Seen after a broker restart: librdkafka fenced its own static member and stopped; the
+    # thread had ignored what consume returned and the instance stayed up with no partitions.
+    settings = Settings(kafka=KafkaConnection(bootstrap=NOWHERE), group_instance_id="sched-0")
+    ing = Ingest(
+        settings,
+        Handoff(),
+        Recovery({"bootstrap.servers": NOWHERE}, settings.topics.ingest, settings.app_id),
+        emitter_alive=lambda: True,
+        on_lost_records=lambda n: None,
+    )
+    real = ing.consumer
+    ing.consumer = Fenced()  # type: ignore[assignment]
+    try:
+        with pytest.raises(RuntimeError, match=r"group consumer failed: .*fenced.*sched-0"):
+            ing._run()
+    finally:
+        real.close()
         ing.readers.close_all()
