@@ -148,7 +148,7 @@ class Emitter:
         self._sweep = Sweep(
             (self.egress_topic, self.dlq_topic, self.progress_topic, self.holding_topic),
             settings.app_id,
-            self.ingest_topic,
+            self.egress_topic,
         )
         made_with = (config, transactional_id, settings.transaction_timeout, self._sweep)
         self.producers = Renewal(transaction, made_with, clock.now)

@@ -120,12 +120,14 @@ class Aborted(Error):
 
 class Sweep(NamedTuple):
     """Where an instance's transactions write: every partition of ``topics`` (egress, dead
-    letters, progress, holding), and the offsets of consumer group ``group`` (committed for
-    partitions of ``offsets_topic``, the ingest topic). ``Transaction.sweep`` touches them."""
+    letters, progress, holding), and the offsets of consumer group ``group``, which the sweep
+    sends for ``unread_topic``: a topic the group never reads (egress), so that they would
+    move nothing if a second loss of markers ever let a later commit of this producer
+    complete them. ``Transaction.sweep`` touches them all."""
 
     topics: tuple[str, ...]
     group: str
-    offsets_topic: str
+    unread_topic: str
 
 
 class Transaction:
@@ -270,8 +272,9 @@ class Transaction:
 
     def _sweep_offsets(self, where: Sweep) -> None:
         # The metadata of a consumer that never joins: the group coordinator may refuse the
-        # offsets (a generation of -1 while the group has members), but by then the
-        # transaction coordinator has added the group's partition, and the abort marks it.
+        # offsets (a generation of -1 while the group has members; Kafka 4.4 took them), but
+        # by then the transaction coordinator has added the group's partition, and the abort
+        # marks it.
         consumer = Consumer(assigned_consumer_config(self._config, where.group))
         try:
             metadata = consumer.consumer_group_metadata()
@@ -280,7 +283,7 @@ class Transaction:
         try:
             _bounded(
                 lambda: self.producer.send_offsets_to_transaction(
-                    [TopicPartition(where.offsets_topic, 0, 0)], metadata, OFFSETS_TIMEOUT
+                    [TopicPartition(where.unread_topic, 0, 0)], metadata, OFFSETS_TIMEOUT
                 ),
                 OFFSETS_TIMEOUT + 5,
                 "send_offsets_to_transaction",

@@ -58,7 +58,7 @@ def read_all(bootstrap: str, tps: list[TopicPartition], level: str) -> list[byte
 def test_the_sweep_touches_every_partition_and_leaves_nothing_readable(kafka_bootstrap: str):
     d = Deployment(kafka_bootstrap, partitions=3).create()
     topics = (d.topics.egress, d.topics.dlq, progress_topic(d.app_id), holding_topic(d.app_id))
-    where = Sweep(topics, d.app_id, d.topics.ingest)
+    where = Sweep(topics, d.app_id, d.topics.egress)
     tps = [TopicPartition(t, p) for t in topics for p in range(3)]
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     member = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": d.app_id})
@@ -90,8 +90,11 @@ def test_the_sweep_touches_every_partition_and_leaves_nothing_readable(kafka_boo
         uncommitted = read_all(kafka_bootstrap, tps, "read_uncommitted")
         assert uncommitted.count(SWEEP_KEY) == len(tps)  # one record on every partition
         assert read_all(kafka_bootstrap, tps, "read_committed") == []
-        committed = member.committed([TopicPartition(d.topics.ingest, 0)], timeout=30)
+        committed = member.committed(
+            [TopicPartition(d.topics.ingest, 0), TopicPartition(d.topics.egress, 0)], timeout=30
+        )
         assert (committed[0].offset, committed[0].metadata) == (7, "token:1")
+        assert committed[1].offset < 0  # the sweep's offsets were never committed
         assert not txn.open
         assert txn.sweep(where) == len(tps)  # again, at a stop: nothing changes either
         assert read_all(kafka_bootstrap, tps, "read_committed") == []
