@@ -3,12 +3,14 @@ old connections sit in TIME_WAIT; something listening there still makes it taken
 
 from __future__ import annotations
 
+import random
 import socket
 from pathlib import Path
 
 import pytest
 
 from fairstream_dev.kafka import BrokerError, BrokerState, DevBroker, port_is_free
+from fairstream_dev.kafka.process import LOWEST_PORT, ephemeral_start, free_port
 
 
 @pytest.fixture
@@ -70,3 +72,16 @@ def test_a_previous_port_taken_by_a_listener_moves_with_a_note(tmp_path: Path) -
             broker.up(port=taken, engine="local")
     assert len(notes) == 1
     assert f"port {taken} of the previous broker is taken by another process" in notes[0]
+
+
+def test_new_ports_lie_below_the_ephemeral_range(tmp_path: Path) -> None:
+    # A port handed out to outgoing connections can be taken as a client's local end while
+    # the broker restarts on it ("Address already in use" in the soak): listening ports come
+    # from below the range.
+    top = ephemeral_start()
+    ports = {free_port(random.Random(seed)) for seed in range(20)}
+    assert all(LOWEST_PORT <= port < top for port in ports)
+    assert len(ports) > 1
+    assert ephemeral_start(tmp_path / "missing") == 32_768
+    (tmp_path / "range").write_text("40000\t60999\n")
+    assert ephemeral_start(tmp_path / "range") == 40_000

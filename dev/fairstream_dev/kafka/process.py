@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import time
@@ -25,7 +26,35 @@ def tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def free_port() -> int:
+LOWEST_PORT = 10_000  # listening ports are chosen from here up to the ephemeral range
+
+
+def ephemeral_start(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> int:
+    """The first port the system hands out to outgoing connections (32768 on Linux)."""
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
+def free_port(rng: random.Random | None = None) -> int:
+    """A port nothing listens on, below the ephemeral range.
+
+    Why below it: a broker restarted on the same ports (the soak, ``fairstream-dev kafka
+    up`` after ``down``) must bind them again, and a port in the ephemeral range can be
+    taken meanwhile as the local end of an outgoing connection (a client reconnecting):
+    the soak's broker once failed to start with "Address already in use"."""
+    rng = rng or random.Random()
+    top = ephemeral_start()
+    if top - LOWEST_PORT > 100:
+        for _ in range(100):
+            port = rng.randrange(LOWEST_PORT, top)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind((HOST, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
