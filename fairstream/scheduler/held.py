@@ -15,7 +15,8 @@ writes (egress, dead letters, progress, holding); a partition whose last stable 
 stood still behind its end for ``patience`` seconds is held. The emitter is then asked to
 sweep (``SweepRequest``), once per hold. A hold that outlives the sweep is another
 producer's, an instance that is gone: it is logged with the command that ends it and
-counted (``fairstream_held_output_partitions``).
+counted (``fairstream_held_output_partitions``), and ``/readyz`` says ``degraded:
+held-output`` while any partition is held.
 
 Threads: ``HeldWatch`` is pure (the caller's clock); ``HeldReader.round`` runs on the trim
 thread and hands its request to the emitter through the mailbox.
@@ -34,6 +35,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 
 from fairstream.scheduler.metrics import Metrics
+from fairstream.scheduler.observe import Conditions
 
 __all__ = ["HeldReader", "HeldWatch", "held_patience"]
 
@@ -108,8 +110,10 @@ class HeldReader:
         metrics: Metrics,
         on_held: Callable[[list[Key]], None],
         clock: Callable[[], float] = time.monotonic,
+        conditions: Conditions | None = None,
     ) -> None:
         self.topics = topics
+        self._conditions = conditions  # /readyz: degraded while a partition is held
         self.watch = HeldWatch(patience)
         self.metrics = metrics
         self._on_held = on_held
@@ -134,6 +138,16 @@ class HeldReader:
         new = self.watch.observe(now, stable, ends)
         held = self.watch.held
         self.metrics.held_output.set(len(held))
+        if self._conditions is not None:
+            if held:
+                where = ", ".join(f"{t}[{p}] at {stable[(t, p)]}" for t, p in sorted(held))
+                self._conditions.set(
+                    "held-output",
+                    f"partitions held by a transaction left open, read_committed readers "
+                    f"waiting: {where}",
+                )
+            else:
+                self._conditions.clear("held-output")
         for key in [k for k in self._asked if k not in held]:
             del self._asked[key]
         for key in held:

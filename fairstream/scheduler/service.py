@@ -181,6 +181,7 @@ class SchedulerService:
                 held_patience(settings.transaction_timeout),
                 self.metrics,
                 lambda partitions: self.handoff.put(SweepRequest(partitions)),
+                conditions=self.conditions,
             ),
         )
         self.ingest = Ingest(

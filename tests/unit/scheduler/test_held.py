@@ -15,6 +15,7 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from fairstream.core import ManualClock
 from fairstream.scheduler.held import HeldReader, HeldWatch, held_patience
 from fairstream.scheduler.metrics import Metrics
+from fairstream.scheduler.observe import Conditions
 
 E0, E1 = ("egress", 0), ("egress", 1)
 
@@ -78,7 +79,10 @@ def test_the_reader_asks_for_one_sweep_then_names_another_producers_hold(caplog)
     clock = ManualClock(0.0)
     asked: list[list[tuple[str, int]]] = []
     metrics = Metrics()
-    reader = HeldReader(("egress", "missing"), 30.0, metrics, asked.append, clock.now)
+    conditions = Conditions()
+    reader = HeldReader(
+        ("egress", "missing"), 30.0, metrics, asked.append, clock.now, conditions=conditions
+    )
     admin = Admin()
     admin.ends = {E0: 9, E1: 4}
     admin.stable = {E0: 5, E1: 4}
@@ -89,6 +93,9 @@ def test_the_reader_asks_for_one_sweep_then_names_another_producers_hold(caplog)
     assert asked == [[E0]]
     assert "sweeps its own" in caplog.text
     assert metrics.held_output._value.get() == 1
+    [held] = conditions.current()
+    assert (held.name, held.blocks_ready) == ("held-output", False)
+    assert "egress[0] at 5" in held.reason
     clock.advance(29)
     reader.round(admin)  # type: ignore[arg-type]
     assert "another producer" not in caplog.text  # the sweep has a patience to act
@@ -102,6 +109,7 @@ def test_the_reader_asks_for_one_sweep_then_names_another_producers_hold(caplog)
     admin.stable = {E0: 9, E1: 4}  # someone aborted it
     reader.round(admin)  # type: ignore[arg-type]
     assert metrics.held_output._value.get() == 0
+    assert conditions.current() == []
 
 
 def test_an_unanswered_read_is_no_hold():
