@@ -36,9 +36,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from fairstream.adapters.tenant_series import OTHER
 from fairstream.analysis.levels import GROUP_MARK
 from fairstream.analysis.stats import WindowFairness, window_fairness
-from fairstream.scheduler.metrics import OTHER, Metrics
+from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Probe, TenantLoad
 
 log = logging.getLogger("fairstream.audit")

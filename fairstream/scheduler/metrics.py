@@ -1,15 +1,14 @@
 """Prometheus metrics of one scheduler instance.
 
-Per-tenant series are bounded: at each scrape the ``top_tenants`` tenants with the largest
-backlog (and, separately, the most records emitted) get their own label, and the rest are
-summed under ``tenant="__other__"``. A deployment with 100,000 tenants thus exports at most
-``top_tenants + 1`` series per metric, not 100,000.
+Per-tenant series are bounded (``adapters.tenant_series``): at each scrape the
+``top_tenants`` tenants with the largest backlog (and, separately, the most records emitted)
+get their own label, and the rest are summed under ``tenant="__other__"``. A deployment with
+100,000 tenants thus exports at most ``top_tenants + 1`` series per metric, not 100,000.
 """
 
 from __future__ import annotations
 
 import bisect
-import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TypeVar
@@ -18,18 +17,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-OTHER = "__other__"
+from fairstream.adapters.tenant_series import OTHER, top_tenants
+
 _Family = TypeVar("_Family", GaugeMetricFamily, CounterMetricFamily)
 DWELL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
-
-
-def _top(values: Mapping[str, int], k: int) -> tuple[list[tuple[str, int]], int]:
-    # A tenant whose id is literally __other__ is counted with the rest: a label of its own
-    # would duplicate the rest's series.
-    named = ((t, v) for t, v in values.items() if t != OTHER)
-    top = heapq.nlargest(k, named, key=lambda kv: kv[1])
-    rest = sum(values.values()) - sum(v for _, v in top)
-    return top, rest
 
 
 class TenantCollector(Collector):
@@ -46,7 +37,7 @@ class TenantCollector(Collector):
         self._k = top_tenants
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        yield _with_top(
+        yield _withtop_tenants(
             GaugeMetricFamily(
                 "fairstream_tenant_backlog_records",
                 "Records buffered per tenant (top tenants by backlog; the rest under __other__).",
@@ -55,7 +46,7 @@ class TenantCollector(Collector):
             self._backlog(),
             self._k,
         )
-        yield _with_top(
+        yield _withtop_tenants(
             CounterMetricFamily(
                 "fairstream_tenant_emitted_records",
                 "Records emitted per tenant since start (top tenants; the rest under __other__).",
@@ -66,10 +57,10 @@ class TenantCollector(Collector):
         )
 
 
-def _with_top(family: _Family, values: Mapping[str, int], k: int) -> _Family:
+def _withtop_tenants(family: _Family, values: Mapping[str, int], k: int) -> _Family:
     """``family`` with a series per tenant for the ``k`` largest of ``values``, the rest summed
     under __other__."""
-    top, rest = _top(values, k)
+    top, rest = top_tenants(values, k)
     for tenant, count in top:
         family.add_metric([tenant], count)
     family.add_metric([OTHER], rest)
@@ -91,7 +82,7 @@ class TenantCostCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         costs = self._costs()
-        top, _ = _top({t: c[1] for t, c in costs.items()}, self._k)
+        top, _ = top_tenants({t: c[1] for t, c in costs.items()}, self._k)
         named = {t for t, _ in top}
         for name, index, what in (
             ("fairstream_tenant_cost_declared", 0, "Cost its requests declared"),

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fairstream.adapters.tenant_series import OTHER
 from fairstream.analysis.stats import percentile
 from fairstream.analysis.tree import Entry, entitle
 from fairstream.core import Core, GroupScheduler
-from fairstream.scheduler.metrics import OTHER
 from fairstream.scheduler.tenant_tree import GroupCounts, TreeSnapshot
 
 DWELL_TENANTS = 1000  # tenants whose recent dwell times are kept, most recent emitters

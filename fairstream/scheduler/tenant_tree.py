@@ -29,9 +29,9 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from fairstream.adapters.tenant_series import OTHER
 from fairstream.analysis.tree import Entitled, Entry, GroupNode, share_tree
 from fairstream.core import Core, GroupScheduler
-from fairstream.scheduler.metrics import OTHER
 
 __all__ = [
     "RECENT",

@@ -126,3 +126,16 @@ def test_lines_of_code_leave_out_blanks_comments_and_docstrings() -> None:
             return 1  # code with a comment
         ''')
     assert structure.lines_of_code(source) == 4
+
+
+def test_the_client_side_imports_nothing_of_the_scheduler() -> None:
+    """The SDK, its asyncio producer and the Faust integration run in users' processes: they
+    share the wire contracts and the adapters with the scheduler, never its modules."""
+    found = structure.modules(structure.PACKAGE)
+    client = ("fairstream.sdk", "fairstream.aio", "fairstream.faust")
+    crossing = sorted(
+        f"{e.source} -> {e.target}"
+        for e in structure.imports(found)
+        if e.source.startswith(client) and e.target.startswith("fairstream.scheduler")
+    )
+    assert crossing == []

@@ -1,13 +1,12 @@
 """Prometheus metrics of one ``fairstream.Worker``, and the HTTP endpoint that serves them.
 
-Per-tenant series are bounded as the scheduler's are (``fairstream.scheduler.metrics``): at each
-scrape the ``top_tenants`` tenants with the largest value get a label of their own and the
-rest are summed under ``tenant="__other__"``, each metric ranked separately.
+Per-tenant series are bounded as the scheduler's are (``fairstream.adapters.tenant_series``):
+at each scrape the ``top_tenants`` tenants with the largest value get a label of their own
+and the rest are summed under ``tenant="__other__"``, each metric ranked separately.
 """
 
 from __future__ import annotations
 
-import heapq
 import threading
 from collections import Counter as Tally
 from collections.abc import Iterator, Mapping
@@ -17,23 +16,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from fairstream.adapters.tenant_series import OTHER, top_tenants
 from fairstream.errors import Error
-from fairstream.scheduler.metrics import OTHER
 
 # Handler calls of paid APIs: from a cached answer (ms) to a long generation (minutes).
 HANDLER_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 DEFAULT_TOP_TENANTS = 20
-
-
-def top_tenants(values: Mapping[str, int], k: int) -> tuple[list[tuple[str, int]], int]:
-    """The ``k`` tenants with the largest values, and the sum of all the others.
-
-    A tenant literally named ``__other__`` is counted with the others (a label of its own
-    would duplicate their series).
-    """
-    named = ((t, v) for t, v in values.items() if t != OTHER)
-    top = heapq.nlargest(k, named, key=lambda kv: kv[1])
-    return top, sum(values.values()) - sum(v for _, v in top)
 
 
 class _TenantCollector(Collector):

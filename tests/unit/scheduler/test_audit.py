@@ -7,9 +7,10 @@ import math
 import pytest
 from prometheus_client import generate_latest
 
+from fairstream.adapters.tenant_series import OTHER
 from fairstream.core import ManualClock
 from fairstream.scheduler.audit import CHART_TENANTS, Auditor
-from fairstream.scheduler.metrics import OTHER, Metrics
+from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Probe, TenantLoad
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fairstream.scheduler.metrics import OTHER, Metrics
+from fairstream.adapters.tenant_series import OTHER
+from fairstream.scheduler.metrics import Metrics
 
 
 def scrape(metrics: Metrics) -> dict[str, dict[str, float]]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from fairstream.adapters.tenant_series import OTHER
 from fairstream.scheduler import observe
-from fairstream.scheduler.metrics import OTHER
 from fairstream.scheduler.observe import Observed
 
 

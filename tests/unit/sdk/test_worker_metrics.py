@@ -6,8 +6,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fairstream.scheduler.metrics import OTHER
-from fairstream.sdk.worker.metrics import WorkerMetrics, top_tenants
+from fairstream.adapters.tenant_series import OTHER, top_tenants
+from fairstream.sdk.worker.metrics import WorkerMetrics
 
 
 def samples(metrics: WorkerMetrics) -> dict[str, dict[str, float]]:
