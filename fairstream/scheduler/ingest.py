@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from fairstream import wire
 from fairstream.config import Settings
@@ -55,6 +55,7 @@ log = logging.getLogger("fairstream.ingest")
 
 BATCH = 2000  # records per consume call
 TENANT_CACHE = 100_000  # tenant ids whose keys were validated (a dict lookup per record)
+REJOIN_EVERY = 60.0  # seconds: a group consumer fenced again sooner is fatal
 
 
 def consumer_config(settings: Settings) -> dict[str, Any]:
@@ -99,6 +100,7 @@ class Ingest:
         self.joined = threading.Event()  # the first assignment arrived (possibly empty)
         self._stopping = threading.Event()
         self._rewind = threading.Event()
+        self._rejoined_at = -REJOIN_EVERY  # when a fenced group consumer was last replaced
         self._tenants: dict[bytes, str] = {}
         self.readers = Readers(
             reader_config(consumer_config(settings), settings.app_id),
@@ -125,13 +127,16 @@ class Ingest:
         finally:
             self._close()
 
-    def _run(self) -> None:
+    def _subscribe(self) -> None:
         self.consumer.subscribe(
             [self.topic],
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
         )
+
+    def _run(self) -> None:
+        self._subscribe()
         handoff = self.handoff
         readers = self.readers
         idle = False
@@ -146,7 +151,7 @@ class Ingest:
             for event in self.consumer.consume(num_messages=1, timeout=0.005 if idle else 0):
                 err = event.error()
                 if err is not None and err.code() != KafkaError._PARTITION_EOF:
-                    self._consumer_error(err)
+                    self._group_error(err)
             full = {
                 key
                 for p in self.assigned
@@ -222,16 +227,45 @@ class Ingest:
             tenant, cost, until = verdict.tenant, verdict.cost, verdict.deadline_ms
             append(new(Parsed, (partition, msg.offset(), tenant, cost, until, enqueued, msg, None)))
 
-    def _consumer_error(self, err: KafkaError) -> None:
-        if err.fatal():
-            why = err.str()
-            if "fenced" in why.lower() and self.settings.group_instance_id:
-                why += (
-                    f" (another process with --group-instance-id "
-                    f"{self.settings.group_instance_id}? librdkafka was also seen to fence "
-                    "its own member after a broker restart: a restart rejoins the group)"
-                )
-            raise RuntimeError(f"group consumer failed: {why}")
+    def _group_error(self, err: KafkaError) -> None:
+        """An error the group consumer returned. A static member fenced is replaced by a
+        new consumer, at most once per ``REJOIN_EVERY``; other fatal ones end the thread.
+
+        Why replace it: after a broker restart, the session of each static member timed out,
+        librdkafka rejoined under the same --group-instance-id, and the coordinator answered
+        an older request of the same member with FENCED_INSTANCE_ID, which librdkafka takes
+        as fatal: every instance stopped consuming at once, and stayed up with no partitions.
+        Two processes given one instance id fence each other again at once: that is fatal."""
+        fatal = err.fatal() or err.code() == KafkaError._FATAL
+        if fatal and "fenced" in err.str().lower() and self.settings.group_instance_id:
+            now = time.monotonic()
+            if now - self._rejoined_at >= REJOIN_EVERY:
+                self._rejoined_at = now
+                self._rejoin(err)
+                return
+            raise RuntimeError(
+                f"group consumer failed: {err.str()}, again within {REJOIN_EVERY:.0f} s of "
+                f"the last time: another process runs with --group-instance-id "
+                f"{self.settings.group_instance_id}"
+            )
+        self._consumer_error(err, fatal=fatal)
+
+    def _rejoin(self, err: KafkaError) -> None:
+        """Give up what the fenced consumer held, close it, and join with a new one."""
+        log.warning("the group consumer was fenced (%s): a new one joins the group", err.str())
+        if self.assigned:
+            parts = [TopicPartition(self.topic, p) for p in sorted(self.assigned)]
+            self._give_up(self.consumer, parts, lost=True)
+        try:
+            self.consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.info("closing the fenced group consumer: %s", exc)
+        self.consumer = Consumer(consumer_config(self.settings))
+        self._subscribe()
+
+    def _consumer_error(self, err: KafkaError, *, fatal: bool | None = None) -> None:
+        if err.fatal() if fatal is None else fatal:
+            raise RuntimeError(f"group consumer failed: {err.str()}")
         if err.code() in (
             KafkaError._AUTHENTICATION,
             KafkaError.SASL_AUTHENTICATION_FAILED,
@@ -295,7 +329,12 @@ class Ingest:
                     parts,
                     self.settings.revoke_wait,
                 )
-        consumer.incremental_unassign(partitions)
+        try:
+            consumer.incremental_unassign(partitions)
+        except KafkaException as exc:
+            if not lost:
+                raise
+            log.info("unassigning lost partitions %s: %s", parts, exc)  # a fenced consumer
         self.assigned.difference_update(parts)
         for p in parts:
             self.handoff.close(p)

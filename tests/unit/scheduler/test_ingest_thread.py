@@ -9,6 +9,7 @@ from confluent_kafka import KafkaError, Message
 from fairstream import wire
 from fairstream.config import Settings
 from fairstream.config.kafka import KafkaConnection
+from fairstream.scheduler import ingest as ingest_module
 from fairstream.scheduler.handoff import Handoff, Heard
 from fairstream.scheduler.ingest import Ingest
 from fairstream.scheduler.recovery import Recovery
@@ -72,14 +73,19 @@ def test_a_slice_goes_to_its_partitions_queue_in_order() -> None:
 
 
 class Fenced:
-    """A group consumer whose member was fenced: ``consume`` answers the fatal error."""
+    """A group consumer whose static member was fenced: ``consume`` answers the error as
+    librdkafka raised it after a broker restart (code _FATAL, the fatal flag not set)."""
 
-    def __init__(self) -> None:
+    made = 0
+
+    def __init__(self, *config: object) -> None:
+        Fenced.made += 1
         self.error = KafkaError(
-            KafkaError.FENCED_INSTANCE_ID,
-            "Static consumer fenced by other consumer with same group.instance.id",
-            fatal=True,
+            KafkaError._FATAL,
+            "Fatal error: Broker: Static consumer fenced by other consumer with same "
+            "group.instance.id",
         )
+        self.closed = False
 
     def subscribe(self, topics: list[str], **callbacks: object) -> None:
         pass
@@ -87,11 +93,16 @@ class Fenced:
     def consume(self, num_messages: int, timeout: float) -> list[Message]:
         return [Message(error=self.error)]
 
+    def close(self) -> None:
+        self.closed = True
+
 
 @pytest.mark.timeout(60)
-def test_a_fatal_error_of_the_group_consumer_ends_the_thread() -> None:
+def test_a_fenced_static_member_rejoins_once_then_a_second_fence_is_fatal(monkeypatch) -> None:
     # Seen after a broker restart: librdkafka fenced its own static member and stopped; the
     # thread had ignored what consume returned and the instance stayed up with no partitions.
+    # A new consumer rejoins; fenced again at once, another process has the instance id.
+    monkeypatch.setattr(ingest_module, "Consumer", Fenced)
     settings = Settings(kafka=KafkaConnection(bootstrap=NOWHERE), group_instance_id="sched-0")
     ing = Ingest(
         settings,
@@ -100,11 +111,31 @@ def test_a_fatal_error_of_the_group_consumer_ends_the_thread() -> None:
         emitter_alive=lambda: True,
         on_lost_records=lambda n: None,
     )
-    real = ing.consumer
-    ing.consumer = Fenced()  # type: ignore[assignment]
+    first = ing.consumer
+    Fenced.made = 0
     try:
-        with pytest.raises(RuntimeError, match=r"group consumer failed: .*fenced.*sched-0"):
+        with pytest.raises(RuntimeError, match=r"again within 60 s.*--group-instance-id sched-0"):
             ing._run()
+        assert first.closed  # type: ignore[attr-defined]
+        assert Fenced.made == 1  # one new consumer joined
     finally:
-        real.close()
+        ing.readers.close_all()
+
+
+def test_another_fatal_error_of_the_group_consumer_ends_the_thread(monkeypatch) -> None:
+    monkeypatch.setattr(ingest_module, "Consumer", Fenced)
+    settings = Settings(kafka=KafkaConnection(bootstrap=NOWHERE))  # no static membership
+    ing = Ingest(
+        settings,
+        Handoff(),
+        Recovery({"bootstrap.servers": NOWHERE}, settings.topics.ingest, settings.app_id),
+        emitter_alive=lambda: True,
+        on_lost_records=lambda n: None,
+    )
+    Fenced.made = 0
+    try:
+        with pytest.raises(RuntimeError, match="group consumer failed: Fatal error"):
+            ing._run()
+        assert Fenced.made == 0
+    finally:
         ing.readers.close_all()
