@@ -219,7 +219,14 @@ class GroupShares:
                     try:
                         demand, partitions = self.handoff.call(self._demand)
                     except Exception as exc:  # the emitter busy: the last demand stands
-                        log.debug("reading this instance's demand: %r", exc)
+                        # A warning: the partitions in that demand decide what is reserved
+                        # for a dead peer, so a stale one can hold this instance's share.
+                        log.warning(
+                            "reading this instance's demand: %r; the last one (partitions "
+                            "%s) stands",
+                            exc,
+                            list(partitions),
+                        )
                     own = self.view.own
                     counted = frozenset(self.view.live())
                     if (
