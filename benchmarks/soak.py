@@ -486,6 +486,15 @@ def main() -> None:
     parser.add_argument(
         "--no-broker-restart", action="store_true", help="leave the broker restart out"
     )
+    parser.add_argument(
+        "--fault-every",
+        type=float,
+        nargs=2,
+        metavar=("LOW", "HIGH"),
+        default=Options.fault_every,
+        help="seconds between two process faults, drawn between LOW and HIGH "
+        "(the short soak in the tests: 8 15)",
+    )
     parser.add_argument("--markdown", type=Path, default=None, help="write the report here")
     parser.add_argument("--json", action="store_true", help="print the report as JSON too")
     args = parser.parse_args()
@@ -498,6 +507,7 @@ def main() -> None:
         workdir=args.workdir,
         keep=args.keep,
         broker_restart=not args.no_broker_restart,
+        fault_every=(args.fault_every[0], args.fault_every[1]),
     )
     report = run(options)
     print_report(report)
@@ -507,13 +517,25 @@ def main() -> None:
         defaults = Options()
         same = all(
             getattr(options, name) == getattr(defaults, name)
-            for name in ("duration", "seed", "rate", "scheduler_rate", "broker_restart")
+            for name in (
+                "duration",
+                "seed",
+                "rate",
+                "scheduler_rate",
+                "broker_restart",
+                "fault_every",
+            )
         )
         command = ("make soak\n# that is:\n" if same else "") + (
             f".venv/bin/python -m benchmarks.soak --duration {options.duration:g} "
             f"--seed {options.seed} --rate {options.rate:g} "
             f"--scheduler-rate {options.scheduler_rate:g} --markdown {args.markdown}"
             + ("" if options.broker_restart else " --no-broker-restart")
+            + (
+                f" --fault-every {options.fault_every[0]:g} {options.fault_every[1]:g}"
+                if options.fault_every != defaults.fault_every
+                else ""
+            )
         )
         args.markdown.write_text(markdown(report, command))
         log(f"report written to {args.markdown}")
