@@ -5,7 +5,7 @@
 - ``progress`` / ``recovery``: what is persisted (low-water marks, settled ranges) and how a
   partition resumes from it;
 - ``fetch``: payloads read back from the ingest log; ``trim``: the log kept to the backlog;
-  ``held``: partitions held by a transaction left open, swept by this instance's producer;
+  ``held``: partitions held by a transaction left open, reported;
 - ``policies``: tenant policies from the policy topic; ``observe``: per-tenant numbers;
 - ``service``, ``web``, ``run``: the process, its endpoints, and running it until stopped
   (its command is ``fairstream.cli.scheduler``).

@@ -66,7 +66,6 @@ from fairstream.scheduler.handoff import (
     PolicyChange,
     Revoke,
     Stop,
-    SweepRequest,
 )
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed, Scrape
@@ -81,7 +80,6 @@ from fairstream.scheduler.transaction import (
     Aborted,
     FatalError,
     Renewal,
-    Sweep,
     Transaction,
     transaction_config,
 )
@@ -144,13 +142,7 @@ class Emitter:
             settings.kafka.librdkafka(), self.ingest_topic, self.holding_topic, clock
         )
         config = transaction_config(settings.kafka.librdkafka(), max(limits.egress, limits.dlq))
-        # Where this instance's transactions write: a new producer sweeps it first.
-        self._sweep = Sweep(
-            (self.egress_topic, self.dlq_topic, self.progress_topic, self.holding_topic),
-            settings.app_id,
-            self.egress_topic,
-        )
-        made_with = (config, transactional_id, settings.transaction_timeout, self._sweep)
+        made_with = (config, transactional_id, settings.transaction_timeout)
         self.producers = Renewal(transaction, made_with, clock.now)
         self.txn = self.producers.first()
         self.joined = False
@@ -356,8 +348,6 @@ class Emitter:
         elif isinstance(item, PolicyChange):
             for action in self.policies.apply(item.key, item.value):
                 self._act(action)
-        elif isinstance(item, SweepRequest):
-            self._sweep_held(item)
         elif isinstance(item, Call):
             try:
                 item.result = item.fn()
@@ -367,7 +357,6 @@ class Emitter:
         elif isinstance(item, Stop):
             try:
                 self._commit()
-                self._sweep_at_stop()
             finally:
                 self.stopped = True
                 self.txn.close()
@@ -552,28 +541,6 @@ class Emitter:
         self._on_committed(*marks)
         while self.sender.prepared and not self.rewinding:
             self.sender.emit_batch(self.txn)
-
-    def _sweep_held(self, request: SweepRequest) -> None:
-        """Partitions held by a transaction left open (``held``): commit what is open, sweep
-        this producer's transactions off every partition, then recover from the committed
-        marks, since a transaction this instance counted as committed may be the one the
-        sweep aborted (its records and offsets alike)."""
-        self._commit()
-        try:
-            self.txn.sweep(self._sweep)
-        except FatalError as exc:
-            self._renew_transaction(exc)  # a new producer sweeps as it starts
-        if not self.rewinding:
-            self._rewind()
-
-    def _sweep_at_stop(self) -> None:
-        """Before this instance goes, close what its transactions may have left open
-        (``Transaction.sweep``): an instance that does not come back would never write to
-        those partitions again. Its last commit is done, so nothing uncommitted is lost."""
-        try:
-            self.txn.sweep(self._sweep)
-        except FatalError as exc:
-            log.warning("the sweep at the stop failed: %s", exc)
 
     def _renew_transaction(self, exc: FatalError) -> None:
         """A new producer takes over from one that cannot go on (``Renewal.renew``), or

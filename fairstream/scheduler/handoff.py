@@ -23,17 +23,7 @@ from typing import Any
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.records import Parsed
 
-__all__ = [
-    "Assign",
-    "Call",
-    "Handoff",
-    "Heard",
-    "Parsed",
-    "PolicyChange",
-    "Revoke",
-    "Stop",
-    "SweepRequest",
-]
+__all__ = ["Assign", "Call", "Handoff", "Heard", "Parsed", "PolicyChange", "Revoke", "Stop"]
 
 
 HIGH_WATER = 20_000  # parsed records of one partition waiting before it is not read
@@ -80,14 +70,6 @@ class PolicyChange:
 
     key: bytes | None
     value: bytes | None
-
-
-@dataclass
-class SweepRequest:
-    """Partitions (topic, partition) whose last stable offset stood still behind their end
-    (``held``): the emitter sweeps its producer's transactions off them, then recovers."""
-
-    partitions: list[tuple[str, int]]
 
 
 @dataclass

@@ -4,22 +4,26 @@ A transaction's markers close it on each partition it wrote; until they come, re
 readers of that partition stop at its first record (the partition's last stable offset).
 Markers can be lost: a single broker's controlled shutdown logged a commit complete and
 dropped them (see ``trim``). The partition then stays held until the same producer id writes
-there again, which an instance that got other partitions, or left, may never do: in the soak
-an egress partition and the group's offsets were held for minutes, workers and recovery
-waiting behind them.
+there again (a marker of a later transaction of the id closes it), which an instance that got
+other partitions, or left, may never do: in the soak an egress partition and the group's
+offsets were held for minutes, workers and recovery waiting behind them.
 
-Each new producer sweeps (``Transaction.sweep``): that covers restarts and replaced
-producers. This watch covers a producer that lives on. Every round of the trim thread it
-reads the last stable offset and the end of every partition of the topics the instance
-writes (egress, dead letters, progress, holding); a partition whose last stable offset
-stood still behind its end for ``patience`` seconds is held. The emitter is then asked to
-sweep (``SweepRequest``), once per hold. A hold that outlives the sweep is another
-producer's, an instance that is gone: it is logged with the command that ends it and
-counted (``fairstream_held_output_partitions``), and ``/readyz`` says ``degraded:
-held-output`` while any partition is held.
+No instance may close such a transaction for the producer that wrote it. It cannot be done
+without a visible record, and how it must end is not known here. The coordinator decided
+commit or abort, and either choice made blindly can lose records: an abort if a later
+commit of the producer already committed the transaction's offsets, a commit if the
+transaction was aborted. So this watch makes it seen.
+
+Every round of the trim thread it reads the last stable offset and the end of every
+partition of the topics the instance writes (egress, dead letters, progress, holding). A
+partition whose last stable offset stood still behind its end for ``patience`` seconds is
+held:
+- it is logged once per hold, with the commands that find and end it;
+- it is counted (``fairstream_held_output_partitions``);
+- ``/readyz`` says ``degraded: held-output`` while any partition is held.
 
 Threads: ``HeldWatch`` is pure (the caller's clock); ``HeldReader.round`` runs on the trim
-thread and hands its request to the emitter through the mailbox.
+thread.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
@@ -49,10 +52,10 @@ Key = tuple[str, int]  # topic, partition
 
 
 def held_patience(transaction_timeout: float) -> float:
-    """How long a last stable offset may stand behind its end before it counts as held: a
-    crashed instance's open transaction holds it up to the transaction timeout (then the
-    coordinator aborts it), and a live one's at most a commit interval; three timeouts,
-    and never under 30 s."""
+    """How long a last stable offset may stand behind its end before it counts as held. An
+    open transaction, a live instance's or a crashed one's, holds it at most the transaction
+    timeout (then the coordinator aborts it). Instances configured with longer timeouts than
+    this one hold longer, so three timeouts, and never under 30 s."""
     return max(30.0, 3 * transaction_timeout)
 
 
@@ -69,6 +72,10 @@ class HeldWatch:
     def observe(self, now: float, stable: Mapping[Key, int], ends: Mapping[Key, int]) -> list[Key]:
         """The partitions that became held with this reading."""
         new: list[Key] = []
+        for gone in [k for k in self._since if k not in ends]:  # a topic deleted, say
+            del self._since[gone]
+            self._reported.pop(gone, None)
+        self.held &= ends.keys()
         for key, end in ends.items():
             lso = stable.get(key)
             if lso is None or lso >= end:
@@ -90,25 +97,14 @@ class HeldWatch:
         return new
 
 
-@dataclass
-class _Asked:
-    """A hold the emitter was asked to sweep: at which offset, when, and whether it was
-    reported as another producer's since."""
-
-    offset: int
-    at: float
-    told: bool = False
-
-
 class HeldReader:
-    """Reads the offsets for ``HeldWatch`` and acts on what it finds (the trim thread)."""
+    """Reads the offsets for ``HeldWatch`` and says what it finds (the trim thread)."""
 
     def __init__(
         self,
         topics: tuple[str, ...],
         patience: float,
         metrics: Metrics,
-        on_held: Callable[[list[Key]], None],
         clock: Callable[[], float] = time.monotonic,
         conditions: Conditions | None = None,
     ) -> None:
@@ -116,11 +112,9 @@ class HeldReader:
         self._conditions = conditions  # /readyz: degraded while a partition is held
         self.watch = HeldWatch(patience)
         self.metrics = metrics
-        self._on_held = on_held
         self._clock = clock
         self._partitions: list[TopicPartition] = []
         self._partitions_read = -TOPICS_EVERY
-        self._asked: dict[Key, _Asked] = {}  # the holds a sweep was asked for
 
     def round(self, admin: AdminClient) -> None:
         now = self._clock()
@@ -148,42 +142,28 @@ class HeldReader:
                 )
             else:
                 self._conditions.clear("held-output")
-        for key in [k for k in self._asked if k not in held]:
-            del self._asked[key]
-        for key in held:
-            asked = self._asked.get(key)
-            if asked is None or asked.told or asked.offset != stable[key]:
-                continue
-            if now - asked.at >= self.watch.patience:
-                asked.told = True  # once per hold
-                self._foreign(key, stable[key], ends[key])
-        ask = [k for k in new if k not in self._asked or self._asked[k].offset != stable[k]]
-        for key in ask:
-            self._asked[key] = _Asked(stable[key], now)
-        if ask:
-            log.warning(
-                "partitions %s: read_committed readers have stood still for %.0f s behind "
-                "records (a transaction left open): this instance sweeps its own",
-                ", ".join(f"{t}[{p}]" for t, p in ask),
-                self.watch.patience,
-            )
-            self._on_held(ask)
+        for key in new:
+            self._report(key, stable[key], ends[key])
 
-    def _foreign(self, key: Key, stable: int, end: int) -> None:
-        """A hold that outlived this instance's sweep: another producer's transaction."""
+    def _report(self, key: Key, stable: int, end: int) -> None:
         topic, partition = key
         log.error(
-            "%s partition %d: read_committed readers have stood at offset %d, %d records "
-            "short of its end, since before this instance swept: a transaction of another "
-            "producer (an instance that is gone?) is open there and no coordinator will "
-            "close it. Find it with kafka-transactions.sh --bootstrap-server <servers> "
-            "find-hanging --broker-id <the partition's leader>, and end it with "
-            "kafka-transactions.sh --bootstrap-server <servers> abort --topic %s "
-            "--partition %d --start-offset %d",
+            "%s partition %d: read_committed readers have stood at offset %d for %.0f s, %d "
+            "records short of its end: a transaction is open there that no coordinator will "
+            "close (its markers were lost, as a broker's controlled shutdown was seen to do). "
+            "It closes when the producer that wrote it writes to this partition again. "
+            "Otherwise find its producer with kafka-transactions.sh --bootstrap-server "
+            "<servers> describe-producers --topic %s --partition %d. Check whether its "
+            "offsets on the group were committed since: aborting it (kafka-transactions.sh "
+            "abort --topic %s --partition %d --start-offset %d) drops records whose offsets "
+            "were committed.",
             topic,
             partition,
             stable,
+            self.watch.patience,
             end - stable,
+            topic,
+            partition,
             topic,
             partition,
             stable,

@@ -22,9 +22,9 @@ ingest (ingest)  fatal      the group consumer, the     Handoff records and Assi
 policies         restarted  the policy topic's          PolicyChange controls
                             consumer
 trim             restarted  an AdminClient, a watch     reads the marks the emitter swaps in;
-                            consumer, the offsets       its gauges; SweepRequest controls
-                            read-back, the held watch   (a partition held by a transaction
-                            (held.HeldReader)           left open)
+                            consumer, the offsets       its gauges; the held-output
+                            read-back, the held watch   condition
+                            (held.HeldReader)
 feedback         restarted  the feedback consumer, the  FeedbackBatch/AdaptiveChange controls;
                             adaptive rate               publishes last_rate and hold_until
                                                         (floats) for /tenants, and the rate
@@ -86,7 +86,7 @@ from fairstream.scheduler.egress_lag import EgressLagReader
 from fairstream.scheduler.emit import Emitter, Limits
 from fairstream.scheduler.feedback import FeedbackReader
 from fairstream.scheduler.group import Coordination, GroupShares
-from fairstream.scheduler.handoff import Handoff, SweepRequest
+from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.held import HeldReader, held_patience
 from fairstream.scheduler.ingest import Ingest
 from fairstream.scheduler.metrics import Metrics
@@ -180,7 +180,6 @@ class SchedulerService:
                 ),
                 held_patience(settings.transaction_timeout),
                 self.metrics,
-                lambda partitions: self.handoff.put(SweepRequest(partitions)),
                 conditions=self.conditions,
             ),
         )

@@ -8,11 +8,6 @@ for a generation that is gone. A commit the broker refuses for a reason that all
 abort (a stale generation, a failed send) raises ``Aborted`` after aborting; anything
 else (fenced by a newer producer with the same transactional id) raises ``FatalError``.
 
-A producer that starts (``init``, the first one and each replacement) first sweeps: it aborts
-one transaction that writes to every partition the instance's transactions may write, which
-closes whatever an earlier transaction of the same transactional id left open where its
-coordinator no longer knows of it (``Transaction.sweep`` says when that happens).
-
 Caller: the emitter thread only.
 """
 
@@ -22,11 +17,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from fairstream.adapters.clients import assigned_consumer_config, producer_config
+from fairstream.adapters.clients import producer_config
 from fairstream.errors import Error
 
 log = logging.getLogger("fairstream.transaction")
@@ -38,7 +33,6 @@ OFFSETS_TIMEOUT = 10.0  # seconds send_offsets_to_transaction may take before it
 POLL_EVERY = 1000  # records produced between two polls of the producer (its callbacks)
 RENEW_EVERY = 60.0  # seconds: a broken producer is replaced at most this often
 METADATA_TIMEOUT = 5.0  # seconds the emitter waits for a topic's partitions, once
-SWEEP_KEY = b"fairstream-sweep"  # the key of a sweep's records (always aborted, never read)
 
 
 # What a fenced producer is told: a newer one with its transactional id exists.
@@ -118,28 +112,8 @@ class Aborted(Error):
     """The transaction was aborted: what it held is as if it never happened."""
 
 
-class Sweep(NamedTuple):
-    """Where an instance's transactions write: every partition of ``topics`` (egress, dead
-    letters, progress, holding), and the offsets of consumer group ``group``, which the sweep
-    sends for ``unread_topic``: a topic the group never reads (egress), so that they would
-    move nothing if a second loss of markers ever let a later commit of this producer
-    complete them. ``Transaction.sweep`` touches them all."""
-
-    topics: tuple[str, ...]
-    group: str
-    unread_topic: str
-
-
 class Transaction:
-    def __init__(
-        self,
-        config: dict[str, Any],
-        transactional_id: str,
-        timeout: float,
-        sweep: Sweep | None = None,
-    ) -> None:
-        self._config = config
-        self._sweep = sweep
+    def __init__(self, config: dict[str, Any], transactional_id: str, timeout: float) -> None:
         self.producer = Producer(
             producer_config(
                 config,
@@ -205,94 +179,13 @@ class Transaction:
         while True:
             try:
                 self.producer.init_transactions(API_TIMEOUT)
-                break
+                return
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
                 retriable = isinstance(err, KafkaError) and err.retriable() and not err.fatal()
                 if not retriable or time.monotonic() >= until:
                     raise
                 log.warning("init_transactions: %s; trying again", exc)
-        if self._sweep is not None:
-            self.sweep(self._sweep)
-
-    def sweep(self, where: Sweep) -> int:
-        """Abort one transaction that writes a record to every partition of ``where`` and
-        sends offsets for its group; returns how many partitions it wrote to.
-
-        Why: the markers of a transaction close it on each partition it wrote, and markers
-        carry the producer id: an aborted transaction of this id with a newer epoch also
-        closes one of an older epoch that a partition still holds open. In the soak, a single
-        broker's controlled shutdown logged a commit complete and dropped its markers (see
-        ``trim``). Its partitions (egress, progress, the group's offsets) kept it open, and
-        every read_committed reader of them (workers, recovery, the stable offset read) waited
-        behind it until this producer wrote to the same partition again. An instance that got
-        other partitions after the restart never did, nor one that left: an egress partition
-        and the group's offsets stayed held for minutes, and recovery with them. Such a
-        transaction is aborted by the sweep on every partition alike, its records and its
-        offsets: its caller recovers from the committed marks afterwards.
-
-        The records are empty, keyed ``SWEEP_KEY``, and never committed: read_committed
-        readers (the contract for egress) never see them. Caller: ``init``, and the emitter
-        at a stop."""
-        tps = self._sweep_partitions(where.topics)
-        if not tps:
-            log.warning("no partitions of %s known (the broker away?): not swept", where.topics)
-            return 0
-        self.begin()
-        try:
-            for tp in tps:
-                self.producer.produce(tp.topic, b"", SWEEP_KEY, partition=tp.partition)
-            # Delivered before the abort: librdkafka purges what it has not sent, and a
-            # partition nothing reached is not in the transaction, so gets no marker.
-            if self.producer.flush(API_TIMEOUT) > 0:
-                raise FatalError("sweeping: records not delivered within the timeout")
-            self._sweep_offsets(where)
-        except KafkaException as exc:
-            raise (self.failure(exc) or FatalError(f"sweeping: {exc}")) from exc
-        finally:
-            self.abort("a sweep", routine=True)
-        log.info("swept %d partitions and the offsets of group %s", len(tps), where.group)
-        return len(tps)
-
-    def _sweep_partitions(self, topics: tuple[str, ...]) -> list[TopicPartition]:
-        """Every partition of ``topics`` the broker knows, from one metadata request."""
-        try:
-            metadata = self.producer.list_topics(timeout=METADATA_TIMEOUT)
-        except KafkaException as exc:
-            log.warning("metadata for the sweep: %s", exc)
-            return []
-        tps: list[TopicPartition] = []
-        for topic in topics:
-            info = metadata.topics.get(topic)
-            if info is None or info.error is not None or not info.partitions:
-                log.info("sweep: no partitions of %s known: not swept", topic)
-                continue
-            tps.extend(TopicPartition(topic, p) for p in sorted(info.partitions))
-        return tps
-
-    def _sweep_offsets(self, where: Sweep) -> None:
-        # The metadata of a consumer that never joins: the group coordinator may refuse the
-        # offsets (a generation of -1 while the group has members; Kafka 4.4 took them), but
-        # by then the transaction coordinator has added the group's partition, and the abort
-        # marks it.
-        consumer = Consumer(assigned_consumer_config(self._config, where.group))
-        try:
-            metadata = consumer.consumer_group_metadata()
-        finally:
-            consumer.close()
-        try:
-            _bounded(
-                lambda: self.producer.send_offsets_to_transaction(
-                    [TopicPartition(where.unread_topic, 0, 0)], metadata, OFFSETS_TIMEOUT
-                ),
-                OFFSETS_TIMEOUT + 5,
-                "send_offsets_to_transaction",
-            )
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError) and (err.fatal() or err.code() in _FENCED):
-                raise
-            log.debug("sweep: the group's offsets were refused (%s); the abort marks them", exc)
 
     def begin(self) -> None:
         if not self.open:
@@ -439,8 +332,8 @@ class Transaction:
                     raise
                 log.warning("%s: %s; retrying", name, err.str())
 
-    def abort(self, why: str, *, routine: bool = False) -> None:
-        log.log(logging.DEBUG if routine else logging.WARNING, "aborting the transaction (%s)", why)
+    def abort(self, why: str) -> None:
+        log.warning("aborting the transaction (%s)", why)
         try:
             self._retrying(
                 lambda: _bounded(
@@ -473,7 +366,7 @@ class Renewal:
     def __init__(
         self,
         make: Callable[..., Transaction],
-        config: tuple[Any, ...],  # Transaction's arguments: librdkafka config, id, timeout, sweep
+        config: tuple[dict[str, Any], str, float],  # librdkafka config, id, timeout
         now: Callable[[], float],
     ) -> None:
         self._make = make
@@ -508,5 +401,5 @@ class Renewal:
             else "",
         )
         fresh = self._make(*self._config)
-        fresh.init()  # and sweeps what this one may have left open
+        fresh.init()
         return fresh

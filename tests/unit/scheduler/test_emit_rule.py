@@ -14,7 +14,7 @@ from fairstream.core import ManualClock
 from fairstream.scheduler import send, transaction
 from fairstream.scheduler.egress import Limits, Stamper, dead_letter, footprint
 from fairstream.scheduler.emit import Emitter
-from fairstream.scheduler.handoff import Assign, Handoff, Revoke, Stop, SweepRequest
+from fairstream.scheduler.handoff import Assign, Handoff, Revoke
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.records import Letter, Parsed, Prepared
@@ -30,9 +30,6 @@ class Producer:
 
     def poll(self, timeout: float) -> int:
         self.polls += 1
-        return 0
-
-    def flush(self, timeout: float) -> int:
         return 0
 
 
@@ -63,16 +60,10 @@ class Txn(transaction.Transaction):
         self.open = False
         self.records = 0
 
-    def abort(self, why: str, *, routine: bool = False) -> None:
+    def abort(self, why: str) -> None:
         self.aborted.append(why)
         self.open = False
         self.records = 0
-
-    def sweep(self, where: transaction.Sweep) -> int:
-        """The real one aborts a transaction over every partition of ``where``."""
-        assert not self.open, "a sweep with a transaction open would abort its records"
-        self.aborted.append(f"sweep of {where.topics}")
-        return 0
 
     def produce(
         self, topic: str, value: Any, key: Any, headers: Any = None, partition: Any = None
@@ -525,39 +516,3 @@ def test_a_revocation_given_up_on_aborts_instead_of_committing(make):
     assert rewinds == [True]
     assert emitter.rewinding
     assert revoke.done.is_set()
-
-
-def test_a_held_partition_is_swept_after_a_commit_then_everything_recovered(make):
-    # A transaction left open holds an egress partition (``held``): what is open commits
-    # first, then the sweep aborts this producer's transactions off every partition; the
-    # emitter recovers from the committed marks, since the sweep may have aborted one it
-    # counted as committed.
-    rewinds: list[bool] = []
-    emitter = make()
-    emitter._request_rewind = lambda: rewinds.append(True)
-    emitter._assign(Assign({}, metadata="generation 1"))
-    push(emitter, "A", 0)
-    emitter._emit_some()
-    assert emitter.txn.open
-    emitter._control(SweepRequest([("egress", 1)]))
-    assert len(emitter.txn.commits) == 1  # the open transaction went first
-    assert emitter.txn.aborted == [f"sweep of {emitter._sweep.topics}"]
-    written = (emitter.egress_topic, emitter.dlq_topic, emitter.progress_topic)
-    assert emitter._sweep.topics == (*written, emitter.holding_topic)
-    assert rewinds == [True]
-    assert emitter.rewinding
-    assert not emitter.progress
-    emitter._control(SweepRequest([("egress", 1)]))  # while recovering: no second rewind
-    assert rewinds == [True]
-
-
-def test_a_stop_commits_then_sweeps(make):
-    emitter = make()
-    emitter._assign(Assign({}, metadata="generation 1"))
-    push(emitter, "A", 0)
-    emitter._emit_some()
-    stop = Stop()
-    assert emitter._control(stop)
-    assert len(emitter.txn.commits) == 1
-    assert emitter.txn.aborted == [f"sweep of {emitter._sweep.topics}"]
-    assert stop.done.is_set()

@@ -1,7 +1,7 @@
 """Holds on the partitions an instance writes (``held``): a last stable offset that stands
-still behind its end for the patience is a transaction left open. The emitter is asked to
-sweep once per hold; a hold that outlives the sweep is reported as another producer's. A
-manual clock, and an admin client that answers from dicts."""
+still behind its end for the patience is a transaction left open, reported once per hold (a
+log line with the commands, a gauge, a readiness condition). A manual clock, and an admin
+client that answers from dicts."""
 
 from __future__ import annotations
 
@@ -75,41 +75,40 @@ class Admin:
         return futures
 
 
-def test_the_reader_asks_for_one_sweep_then_names_another_producers_hold(caplog):
+def test_a_hold_is_reported_once_and_cleared_when_it_ends(caplog):
     clock = ManualClock(0.0)
-    asked: list[list[tuple[str, int]]] = []
     metrics = Metrics()
     conditions = Conditions()
-    reader = HeldReader(
-        ("egress", "missing"), 30.0, metrics, asked.append, clock.now, conditions=conditions
-    )
+    reader = HeldReader(("egress", "missing"), 30.0, metrics, clock.now, conditions=conditions)
     admin = Admin()
     admin.ends = {E0: 9, E1: 4}
     admin.stable = {E0: 5, E1: 4}
     reader.round(admin)  # type: ignore[arg-type]
+    assert conditions.current() == []
     clock.advance(30)
-    with caplog.at_level(logging.WARNING, logger="fairstream.held"):
+    with caplog.at_level(logging.ERROR, logger="fairstream.held"):
         reader.round(admin)  # type: ignore[arg-type]
-    assert asked == [[E0]]
-    assert "sweeps its own" in caplog.text
+        clock.advance(30)
+        reader.round(admin)  # type: ignore[arg-type]
+    assert caplog.text.count("no coordinator will close") == 1
+    assert "describe-producers --topic egress --partition 0" in caplog.text
+    assert "abort --topic egress --partition 0 --start-offset 5" in caplog.text
     assert metrics.held_output._value.get() == 1
     [held] = conditions.current()
     assert (held.name, held.blocks_ready) == ("held-output", False)
     assert "egress[0] at 5" in held.reason
-    clock.advance(29)
-    reader.round(admin)  # type: ignore[arg-type]
-    assert "another producer" not in caplog.text  # the sweep has a patience to act
-    clock.advance(1)
-    with caplog.at_level(logging.ERROR, logger="fairstream.held"):
-        reader.round(admin)  # type: ignore[arg-type]
-        reader.round(admin)  # type: ignore[arg-type]
-    assert asked == [[E0]]  # no second sweep for the same hold
-    assert caplog.text.count("another producer") == 1
-    assert "abort --topic egress --partition 0 --start-offset 5" in caplog.text
-    admin.stable = {E0: 9, E1: 4}  # someone aborted it
+    admin.stable = {E0: 9, E1: 4}  # its producer wrote there again
     reader.round(admin)  # type: ignore[arg-type]
     assert metrics.held_output._value.get() == 0
     assert conditions.current() == []
+
+
+def test_a_partition_gone_from_the_reading_is_no_longer_held():
+    watch = HeldWatch(30.0)
+    watch.observe(0.0, {E0: 5, E1: 1}, {E0: 9, E1: 3})
+    assert watch.observe(30.0, {E0: 5, E1: 1}, {E0: 9, E1: 3}) == [E0, E1]
+    assert watch.observe(31.0, {E1: 1}, {E1: 3}) == []  # E0's topic deleted, say
+    assert watch.held == {E1}
 
 
 def test_an_unanswered_read_is_no_hold():
@@ -122,7 +121,7 @@ def test_an_unanswered_read_is_no_hold():
                 futures[tp] = future
             return futures
 
-    asked: list[list[tuple[str, int]]] = []
-    reader = HeldReader(("egress",), 30.0, Metrics(), asked.append, ManualClock(0.0).now)
+    metrics = Metrics()
+    reader = HeldReader(("egress",), 30.0, metrics, ManualClock(0.0).now)
     reader.round(Silent())  # type: ignore[arg-type]
-    assert asked == []
+    assert metrics.held_output._value.get() == 0
