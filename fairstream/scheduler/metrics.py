@@ -37,7 +37,7 @@ class TenantCollector(Collector):
         self._k = top_tenants
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        yield _withtop_tenants(
+        yield _with_top(
             GaugeMetricFamily(
                 "fairstream_tenant_backlog_records",
                 "Records buffered per tenant (top tenants by backlog; the rest under __other__).",
@@ -46,7 +46,7 @@ class TenantCollector(Collector):
             self._backlog(),
             self._k,
         )
-        yield _withtop_tenants(
+        yield _with_top(
             CounterMetricFamily(
                 "fairstream_tenant_emitted_records",
                 "Records emitted per tenant since start (top tenants; the rest under __other__).",
@@ -57,7 +57,7 @@ class TenantCollector(Collector):
         )
 
 
-def _withtop_tenants(family: _Family, values: Mapping[str, int], k: int) -> _Family:
+def _with_top(family: _Family, values: Mapping[str, int], k: int) -> _Family:
     """``family`` with a series per tenant for the ``k`` largest of ``values``, the rest summed
     under __other__."""
     top, rest = top_tenants(values, k)
