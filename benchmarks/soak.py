@@ -16,8 +16,9 @@ state directory under the work directory: never the shared one, since the soak r
 
 Meanwhile, at random times drawn from ``--seed``: kill -9 and SIGTERM of a scheduler or a
 worker (started again 1 to 5 s later, as an orchestrator would), one broker restart on the
-same port (``down``, then ``up``), and the rebalance (the third scheduler joins, later
-leaves). A process that exits on its own is started again too, and reported.
+same port (killed, as by a crash, then ``up``; ``--broker-stop term`` shuts it down instead,
+see docs/soak.md), and the rebalance (the third scheduler joins, later leaves). A process
+that exits on its own is started again too, and reported.
 
 Then the producers stop, the soak waits until everything acknowledged came out, stops the
 processes, and reads egress and dead letters (read_committed, as workers do) up to end
@@ -247,7 +248,7 @@ class Soak:
     def restart_broker(self) -> None:
         before = self.broker.recorded()
         self.event("broker down")
-        self.broker.down()
+        self.broker.down(kill=self.options.broker_stop == "kill")
         # Nothing is started while the broker is away: a scheduler would only fail to
         # find its topics. Processes that exit meanwhile are noted after.
         time.sleep(self.rng.uniform(2.0, 5.0))
@@ -487,6 +488,13 @@ def main() -> None:
         "--no-broker-restart", action="store_true", help="leave the broker restart out"
     )
     parser.add_argument(
+        "--broker-stop",
+        choices=("kill", "term"),
+        default=Options.broker_stop,
+        help="how the broker goes down: kill -9 (a crash, the default) or SIGTERM (a "
+        "controlled shutdown, which can leave partitions held: see docs/soak.md)",
+    )
+    parser.add_argument(
         "--fault-every",
         type=float,
         nargs=2,
@@ -508,6 +516,7 @@ def main() -> None:
         keep=args.keep,
         broker_restart=not args.no_broker_restart,
         fault_every=(args.fault_every[0], args.fault_every[1]),
+        broker_stop=args.broker_stop,
     )
     report = run(options)
     print_report(report)
@@ -524,6 +533,7 @@ def main() -> None:
                 "scheduler_rate",
                 "broker_restart",
                 "fault_every",
+                "broker_stop",
             )
         )
         command = ("make soak\n# that is:\n" if same else "") + (
@@ -536,6 +546,7 @@ def main() -> None:
                 if options.fault_every != defaults.fault_every
                 else ""
             )
+            + (" --broker-stop term" if options.broker_stop == "term" else "")
         )
         args.markdown.write_text(markdown(report, command))
         log(f"report written to {args.markdown}")

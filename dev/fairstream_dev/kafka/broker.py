@@ -359,8 +359,10 @@ class DevBroker:
 
     # -- down ----------------------------------------------------------------------------
 
-    def down(self, timeout: float = 60.0) -> BrokerState | None:
+    def down(self, timeout: float = 60.0, *, kill: bool = False) -> BrokerState | None:
         """Stop the broker and wait until its process is gone; returns what was stopped.
+        ``kill``: the local engine's broker is killed (SIGKILL), as by a crash, instead of
+        shut down.
 
         Caller: ``fairstream-dev kafka down`` and the test fixtures.
         Affects: the background JVM or container; ``state.json`` keeps the ports (no pid), so
@@ -376,7 +378,7 @@ class DevBroker:
             if docker_engine.stop(state):
                 stopped = state
         elif state.pid is not None and pid_alive(state.pid) and is_our_broker(state.pid):
-            terminate(state.pid, timeout)
+            terminate(state.pid, timeout, kill=kill)
             stopped = state
         # Keep the record without a pid (or container): a later `up` starts on the same port,
         # and the local engine reuses its formatted data (topics, offsets) too.

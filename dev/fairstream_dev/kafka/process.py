@@ -125,10 +125,11 @@ def is_our_broker(pid: int) -> bool:
     return b"kafka.Kafka" in cmdline
 
 
-def terminate(pid: int, timeout: float) -> None:
-    """SIGTERM the broker's process group, SIGKILL it after ``timeout`` s; wait until gone."""
+def terminate(pid: int, timeout: float, *, kill: bool = False) -> None:
+    """SIGTERM the broker's process group, SIGKILL it after ``timeout`` s; wait until gone.
+    With ``kill``, SIGKILL at once: a crash rather than a controlled shutdown."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
+        os.killpg(pid, signal.SIGKILL if kill else signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not pid_alive(pid):
