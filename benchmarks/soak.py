@@ -16,8 +16,8 @@ state directory under the work directory: never the shared one, since the soak r
 
 Meanwhile, at random times drawn from ``--seed``: kill -9 and SIGTERM of a scheduler or a
 worker (started again 1 to 5 s later, as an orchestrator would), one broker restart on the
-same port (killed, as by a crash, then ``up``; ``--broker-stop term`` shuts it down instead,
-see docs/soak.md), and the rebalance (the third scheduler joins, later leaves). A process
+same port (``down``, then ``up``; ``--broker-stop kill`` kills it instead, as a crash), and
+the rebalance (the third scheduler joins, later leaves). A process
 that exits on its own is started again too, and reported.
 
 Then the producers stop, the soak waits until everything acknowledged came out, stops the
@@ -491,8 +491,8 @@ def main() -> None:
         "--broker-stop",
         choices=("kill", "term"),
         default=Options.broker_stop,
-        help="how the broker goes down: kill -9 (a crash, the default) or SIGTERM (a "
-        "controlled shutdown, which can leave partitions held: see docs/soak.md)",
+        help="how the broker goes down: SIGTERM (a controlled shutdown, the default) or "
+        "kill -9 (a crash)",
     )
     parser.add_argument(
         "--fault-every",
@@ -546,7 +546,7 @@ def main() -> None:
                 if options.fault_every != defaults.fault_every
                 else ""
             )
-            + (" --broker-stop term" if options.broker_stop == "term" else "")
+            + (" --broker-stop kill" if options.broker_stop == "kill" else "")
         )
         args.markdown.write_text(markdown(report, command))
         log(f"report written to {args.markdown}")

@@ -3,9 +3,9 @@
 Producers (the SDK and a plain confluent-kafka client) write at a steady rate; two
 schedulers with static membership emit and workers serve a simulated API, while a few kill
 -9s and SIGTERMs hit schedulers and workers, a third scheduler joins and leaves, and the
-soak's own development broker is killed once and restarts on the same port. Nothing
-acknowledged may be lost, no tenant's records may come out of order, and read_committed
-egress may hold no duplicate. ``make soak`` is the long run (see docs/soak.md).
+soak's own development broker restarts once on the same port. Nothing acknowledged may be
+lost, no tenant's records may come out of order, and read_committed egress may hold no
+duplicate. ``make soak`` is the long run (see docs/soak.md).
 """
 
 from __future__ import annotations
