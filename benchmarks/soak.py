@@ -60,7 +60,6 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._listoffsets import OffsetSpec
 
 from benchmarks.soak_load import (
     END,
@@ -85,6 +84,7 @@ from benchmarks.soak_processes import (
 )
 from benchmarks.soak_report import Options, Report, markdown, print_report
 from fairstream import wire
+from fairstream.adapters.admin import latest_offsets
 from fairstream_dev.harness.kafka import unique
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess
 from fairstream_dev.kafka import DevBroker
@@ -127,34 +127,22 @@ def ingest_left(d: Deployment) -> dict[int, int]:
         consumer.close()
 
 
-LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-
-
 def open_transactions(d: Deployment, topics: Iterable[str]) -> list[str]:
     """Partitions whose last stable offset stays behind their end: a transaction left open
     there hides every later record from read_committed readers (the end markers too)."""
     admin = AdminClient({"bootstrap.servers": d.bootstrap})
     tps = [TopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
-    found: list[str] = []
     try:
-        ends, stable = (
-            {
-                tp: future.result(timeout=30).offset
-                for tp, future in admin.list_offsets(
-                    dict.fromkeys(tps, LATEST), isolation_level=level
-                ).items()
-            }
-            for level in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED)
-        )
+        ends = latest_offsets(admin, tps, IsolationLevel.READ_UNCOMMITTED, 30)
+        stable = latest_offsets(admin, tps, IsolationLevel.READ_COMMITTED, 30)
     except Exception as exc:  # a diagnosis of a failure already reported: say why it is missing
         return [f"the last stable offsets could not be read: {exc}"]
-    for tp in tps:
-        if stable[tp] < ends[tp]:
-            found.append(
-                f"{tp.topic} partition {tp.partition}: last stable offset {stable[tp]}, "
-                f"end {ends[tp]} (a transaction is still open there)"
-            )
-    return found
+    return [
+        f"{topic} partition {partition}: last stable offset {stable[(topic, partition)]}, "
+        f"end {end} (a transaction is still open there)"
+        for (topic, partition), end in ends.items()
+        if stable[(topic, partition)] < end
+    ]
 
 
 class Soak:

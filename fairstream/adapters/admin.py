@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 
 # confluent-kafka's stubs do not re-export these names, though the module defines them.
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -17,6 +17,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
     NewTopic,
 )
+from confluent_kafka.admin._listoffsets import OffsetSpec
 
 from fairstream.adapters.topic_check import (
     HEADER_HEADROOM,
@@ -107,6 +108,26 @@ def admin_client(kafka: Connection, timeout: float = 30.0) -> AdminClient:
                 raise TopicError(
                     f"no answer from Kafka at {connection.describe()} within {timeout:.0f} s: {exc}"
                 ) from exc
+
+
+# A partition's latest offset, as ``list_offsets`` asks for it.
+LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # untyped upstream
+
+
+def latest_offsets(
+    admin: AdminClient,
+    partitions: Iterable[TopicPartition],
+    level: IsolationLevel,
+    timeout: float = 10.0,
+) -> dict[tuple[str, int], int]:
+    """Each of ``partitions``' latest offset, by (topic, partition): its end under
+    ``READ_UNCOMMITTED``, its last stable offset under ``READ_COMMITTED`` (where an open
+    transaction's first record stops read_committed readers). Raises what the futures raise
+    (``KafkaException``, ``TimeoutError``)."""
+    asked = admin.list_offsets(
+        dict.fromkeys(partitions, LATEST), isolation_level=level, request_timeout=timeout
+    )
+    return {(tp.topic, tp.partition): f.result(timeout).offset for tp, f in asked.items()}
 
 
 def partition_count(admin: AdminClient, topic: str, timeout: float = 15.0) -> int | None:

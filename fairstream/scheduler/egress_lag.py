@@ -44,8 +44,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._listoffsets import OffsetSpec
 
+from fairstream.adapters.admin import LATEST
 from fairstream.core import RecordClock
 from fairstream.core.lagbound import LagBound, LagSample, OffsetLag
 from fairstream.scheduler.handoff import Handoff
@@ -63,7 +63,6 @@ STALE = 5.0  # seconds without a sample read after which the bound is dropped (u
 MARGIN = 0.1
 TIMEOUT = 5.0  # seconds an admin request may take
 TOPIC_EVERY = 30.0  # seconds between two reads of the egress topic's partitions
-LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]  # untyped upstream
 
 
 @dataclass(frozen=True)

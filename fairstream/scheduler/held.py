@@ -35,8 +35,8 @@ from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._listoffsets import OffsetSpec
 
+from fairstream.adapters.admin import latest_offsets
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Conditions
 
@@ -46,7 +46,6 @@ log = logging.getLogger("fairstream.held")
 
 TOPICS_EVERY = 60.0  # seconds between two reads of the topics' partition counts
 TIMEOUT = 10.0  # seconds an offsets request may take
-LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
 Key = tuple[str, int]  # topic, partition
 
@@ -61,12 +60,12 @@ def held_patience(transaction_timeout: float) -> float:
 
 class HeldWatch:
     """Which partitions are held: behind their end, at the same last stable offset, for
-    ``patience`` seconds. Each hold (a partition at one last stable offset) is reported once."""
+    ``patience`` seconds. Each hold (a partition at one last stable offset) is reported once:
+    when it joins ``held``, which it leaves as soon as that offset moves."""
 
     def __init__(self, patience: float) -> None:
         self.patience = patience
         self._since: dict[Key, tuple[int, float]] = {}  # last stable offset, since when
-        self._reported: dict[Key, int] = {}  # the offset each reported hold stands at
         self.held: set[Key] = set()
 
     def observe(self, now: float, stable: Mapping[Key, int], ends: Mapping[Key, int]) -> list[Key]:
@@ -74,26 +73,21 @@ class HeldWatch:
         new: list[Key] = []
         for gone in [k for k in self._since if k not in ends]:  # a topic deleted, say
             del self._since[gone]
-            self._reported.pop(gone, None)
         self.held &= ends.keys()
         for key, end in ends.items():
             lso = stable.get(key)
             if lso is None or lso >= end:
                 self._since.pop(key, None)
-                self._reported.pop(key, None)
                 self.held.discard(key)
                 continue
             first = self._since.get(key)
             if first is None or first[0] != lso:
                 self._since[key] = (lso, now)
-                self._reported.pop(key, None)
                 self.held.discard(key)
                 continue
-            if now - first[1] >= self.patience:
+            if now - first[1] >= self.patience and key not in self.held:
                 self.held.add(key)
-                if self._reported.get(key) != lso:
-                    self._reported[key] = lso
-                    new.append(key)
+                new.append(key)
         return new
 
 
@@ -124,8 +118,8 @@ class HeldReader:
         if not self._partitions:
             return
         try:
-            ends = self._offsets(admin, IsolationLevel.READ_UNCOMMITTED)
-            stable = self._offsets(admin, IsolationLevel.READ_COMMITTED)
+            ends = latest_offsets(admin, self._partitions, IsolationLevel.READ_UNCOMMITTED, TIMEOUT)
+            stable = latest_offsets(admin, self._partitions, IsolationLevel.READ_COMMITTED, TIMEOUT)
         except (KafkaException, TimeoutError) as exc:
             log.info("reading the last stable offsets of the topics written: %s", exc)
             return
@@ -168,12 +162,6 @@ class HeldReader:
             partition,
             stable,
         )
-
-    def _offsets(self, admin: AdminClient, level: IsolationLevel) -> dict[Key, int]:
-        asked = admin.list_offsets(
-            dict.fromkeys(self._partitions, LATEST), isolation_level=level, request_timeout=TIMEOUT
-        )
-        return {(tp.topic, tp.partition): f.result(TIMEOUT).offset for tp, f in asked.items()}
 
     def _read_partitions(self, admin: AdminClient) -> list[TopicPartition]:
         found: list[TopicPartition] = []
