@@ -3,6 +3,8 @@ its partition's handoff queue as ``Parsed`` tuples, end-of-partition events as c
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from confluent_kafka import KafkaError, Message
 
@@ -17,8 +19,8 @@ from fairstream.scheduler.recovery import Recovery
 NOWHERE = "127.0.0.1:1"  # nothing is read: the consumers are made, never polled
 
 
-def ingest() -> Ingest:
-    settings = Settings(kafka=KafkaConnection(bootstrap=NOWHERE))
+def ingest(**settings_: Any) -> Ingest:
+    settings = Settings(kafka=KafkaConnection(bootstrap=NOWHERE), **settings_)
     handoff = Handoff()
     return Ingest(
         settings,
@@ -103,14 +105,7 @@ def test_a_fenced_static_member_rejoins_once_then_a_second_fence_is_fatal(monkey
     # thread had ignored what consume returned and the instance stayed up with no partitions.
     # A new consumer rejoins; fenced again at once, another process has the instance id.
     monkeypatch.setattr(ingest_module, "Consumer", Fenced)
-    settings = Settings(kafka=KafkaConnection(bootstrap=NOWHERE), group_instance_id="sched-0")
-    ing = Ingest(
-        settings,
-        Handoff(),
-        Recovery({"bootstrap.servers": NOWHERE}, settings.topics.ingest, settings.app_id),
-        emitter_alive=lambda: True,
-        on_lost_records=lambda n: None,
-    )
+    ing = ingest(group_instance_id="sched-0")
     first = ing.consumer
     Fenced.made = 0
     try:
@@ -124,14 +119,7 @@ def test_a_fenced_static_member_rejoins_once_then_a_second_fence_is_fatal(monkey
 
 def test_another_fatal_error_of_the_group_consumer_ends_the_thread(monkeypatch) -> None:
     monkeypatch.setattr(ingest_module, "Consumer", Fenced)
-    settings = Settings(kafka=KafkaConnection(bootstrap=NOWHERE))  # no static membership
-    ing = Ingest(
-        settings,
-        Handoff(),
-        Recovery({"bootstrap.servers": NOWHERE}, settings.topics.ingest, settings.app_id),
-        emitter_alive=lambda: True,
-        on_lost_records=lambda n: None,
-    )
+    ing = ingest()  # no static membership
     Fenced.made = 0
     try:
         with pytest.raises(RuntimeError, match="group consumer failed: Fatal error"):
