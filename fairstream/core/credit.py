@@ -38,7 +38,13 @@ takes when nothing queues. Every ``interval`` seconds, over the completions of t
   is at most ``tolerance x base``, capacity may be left unused: the limit grows by
   ``growth``, up to ``ceiling``. Otherwise it goes to the target, but never up by more than
   ``growth`` at once (a short span of holds, some queued and some not, makes the target
-  overshoot). Never below ``floor``. It grows once per round trip, as TCP Vegas adjusts
+  overshoot), and never down while no queue shows: only a queue (past ``tolerance``) or the
+  gradient cuts it. The slots in use, counted from the window's completions, lag a limit
+  that just grew by a round trip; with holds longer than the window they passed for a
+  limit that did not bind, and the target cut it back after every growth (a slow API of
+  1 s calls at ``--rate`` 40: the limit swung between 13 and 82 for 8 s, and the API got
+  0.95x of the rate; with 2 s calls the simulated loop held it to 0.6x). Never below
+  ``floor``. It grows once per round trip, as TCP Vegas adjusts
   its window: only when a request released since the last growth has come back (its hold
   measures the growth), and meanwhile no higher than it was. Grown every interval, it
   overshot before the holds showed the queue (an API of 8 slots of 0.5 s that queues: the
@@ -487,10 +493,13 @@ class ConcurrencyLimit:
             else:
                 grown = max(limit, self._grown_from)
             new = min(target, grown)
+            no_queue = queue <= base * self.tolerance and gradient >= 1
             if in_use >= _BINDING * limit:
                 self._binding += 1
-                if queue <= base * self.tolerance and gradient >= 1:
+                if no_queue:
                     new = grown
+            elif no_queue:
+                new = max(new, limit)  # the slots in use lag a growth: no cut without a queue
             if gradient < 1:
                 # The API queues calls: cut by the gradient, down to what its slots and the
                 # pipeline need with no queue (no headroom: the headroom is the queue). The

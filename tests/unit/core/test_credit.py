@@ -306,6 +306,19 @@ def test_a_fast_api_is_left_at_the_rate():
     assert loop.throughput(5, 40) >= 0.97 * loop.rate
 
 
+@pytest.mark.parametrize("call", [1.0, 2.0])
+def test_a_slow_api_is_left_at_the_rate_when_holds_outlast_the_window(call):
+    # Calls longer than the window (1 s), workers of unbounded concurrency, --rate 40: the
+    # slots in use counted from the window's completions lag each growth, and must not pass
+    # for a limit that does not bind (cut back, the loop held 2 s calls to 0.6x the rate).
+    loop = Loop(servers=1024, call=_fixed(call), rate=40.0, transit=0.13, back=0.05)
+    loop.run(30.0)
+    assert loop.throughput(10, 30) >= 0.97 * loop.rate
+    limits = [n for t, n in loop.limits if t >= 10]
+    assert None not in limits
+    assert min(limits) >= loop.rate * (loop.transit + call + loop.back)
+
+
 def test_calls_of_varying_length_do_not_pass_for_a_queue():
     # 16 calls at a time, log-normal lengths (median 1 s, mean 1.38 s: about 11.6/s). The
     # least call of a window is far from the least ever: the limit must not collapse.
