@@ -28,7 +28,6 @@ least fairly among themselves (the same rule, within each group, by their weight
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 import time
@@ -41,8 +40,6 @@ from fairstream.analysis.levels import GROUP_MARK
 from fairstream.analysis.stats import WindowFairness, window_fairness
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Probe, TenantLoad
-
-log = logging.getLogger("fairstream.audit")
 
 TICK = 1.0  # seconds between probes
 RATE_SPAN = 10.0  # seconds over which a tenant's egress rate is reported
@@ -91,14 +88,23 @@ class Auditor:
     # -- the audit thread ------------------------------------------------------------------
 
     def run(self) -> None:
+        """Tick until ``stop``. A failing tick ends the run: the service's supervisor logs
+        it, raises the thread's condition and runs this again after a backoff (fatal after
+        repeated failures), as for every restartable thread; the new run starts its
+        fairness window afresh."""
+        self._start_over()
         while not self._stop.wait(TICK):
-            try:
-                self.tick()
-            except Exception:  # the audit must never take the instance down
-                log.exception("fairness audit tick failed")
+            self.tick()
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _start_over(self) -> None:
+        """Forget the open window and the last probe: the next probe opens a new one."""
+        self._last = None
+        self._window_start = None
+        self._window_served = {}
+        self._window_groups = None
 
     def tick(self) -> None:
         """Probe once; close the fairness window when it is due."""
@@ -109,10 +115,7 @@ class Auditor:
         except TimeoutError:
             probe = None
         if probe is None:  # no emitter, or a busy one: start over, never guess
-            self._last = None
-            self._window_start = None
-            self._window_served = {}
-            self._window_groups = None
+            self._start_over()
             return
         if self._last is not None:
             self._sample(now, now - self._last, probe)

@@ -224,3 +224,40 @@ def test_with_groups_a_groups_shortfall_is_named_as_the_group():
     assert fairness["worst_tenant"] == "group acme"
     assert fairness["shortfall"] == pytest.approx(0.5)
     assert fairness["members"]["jain"] == pytest.approx(1.0)
+
+
+class Ticks:
+    """The audit thread's stop event, for ``run``: ``ticks`` ticks at once, then stopped."""
+
+    def __init__(self, ticks: int) -> None:
+        self.ticks = ticks
+
+    def wait(self, timeout: float) -> bool:
+        self.ticks -= 1
+        return self.ticks < 0
+
+
+def test_a_failing_tick_ends_the_run_for_the_supervisor_and_a_new_run_starts_afresh(rig):
+    clock, emitter, _, auditor = rig
+    for _ in range(3):  # a window half open: the last probe and its start are kept
+        clock.advance(1)
+        emitter.counts = {"a": 10}
+        auditor.tick()
+
+    def broken(backlogged: bool) -> Probe:
+        raise ValueError("a bug in the probe")
+
+    auditor._probe = broken
+    auditor._stop = Ticks(2)
+    with pytest.raises(ValueError, match="a bug in the probe"):
+        auditor.run()  # not swallowed: the supervisor restarts the thread and says so
+    auditor._probe = emitter.probe
+    auditor._stop = Ticks(0)
+    samples = len(auditor.history(0))
+    auditor.run()
+    # The new run forgot the last probe: the next one starts a span, and counts nothing
+    # over the time the thread was down.
+    clock.advance(5)
+    emitter.counts = {"a": 10}
+    auditor.tick()
+    assert len(auditor.history(0)) == samples
