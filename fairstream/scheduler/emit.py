@@ -545,7 +545,9 @@ class Emitter:
     def _renew_transaction(self, exc: FatalError) -> None:
         """A new producer takes over from one that cannot go on (``Renewal.renew``), or
         ``exc`` is fatal; what was open is read again (the caller rewinds)."""
-        self.txn = self.producers.renew(self.txn, exc)
+        old = self.txn
+        self.txn = self.producers.renew(old, exc)
+        old.calls.close()  # its call thread ends when the call it runs, if stuck, returns
 
     def _rewind(self) -> None:
         """After an abort: forget everything and recover again from what is committed."""

@@ -47,8 +47,10 @@ main (run)       exits      the web server (asyncio,    reads only what the othe
 
 Short-lived helpers: ``shutdown`` (started by ``stop``: it only asks each thread above to
 stop, the ingest last, which hands the emitter a ``Stop``; ``join`` then waits for them all)
-and the transaction's bounded librdkafka calls (``transaction._bounded``: the emitter waits
-for each up to its timeout, then counts the producer as stuck).
+and each transactional producer's call thread (``transaction.BrokerCalls``: it runs the
+commit, the offsets and the abort; the emitter waits for each up to its deadline, then
+counts the producer as stuck and replaces it, and the thread ends when the stuck call
+returns).
 
 "fatal": the thread's reason goes to ``fail``: ``/healthz`` answers 503 with it and the
 process exits non-zero within the shutdown timeout (stderr says why), for the orchestrator

@@ -14,6 +14,7 @@ Caller: the emitter thread only.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -69,43 +70,84 @@ def transaction_config(librdkafka: dict[str, Any], largest: int) -> dict[str, An
     return {**librdkafka, "message.max.bytes": largest + 64 * 1024}
 
 
-def _bounded(
-    call: Callable[[], None],
-    timeout: float,
-    name: str,
-    meanwhile: Callable[[], bool] | None = None,
-) -> None:
-    """Run a librdkafka call that takes a timeout, but do not trust it to return: after a
-    broker restart, send_offsets_to_transaction was seen blocked for minutes past its own
-    timeout. Past ``timeout`` the producer counts as broken (``FatalError``): the emitter
-    replaces it (the new one fences it) and reads again what was open.
+class BrokerCalls:
+    """The blocking calls of one transactional producer (send the offsets, commit, abort),
+    run one at a time on a daemon thread of its own, each with a deadline that does not
+    trust librdkafka's: after a broker restart, send_offsets_to_transaction was seen blocked
+    for minutes past its own timeout. Past the deadline the producer counts as broken
+    (``FatalError``): the emitter replaces it (the new one fences it) and reads again what
+    was open, and this thread ends once the stuck call returns, with nothing more to run.
+    One thread per producer, started with it: a thread per call cost a thread's start at
+    every commit.
 
-    ``meanwhile`` is called again and again while the call runs, until it returns False
-    (the emitter prepares its next records while the broker commits)."""
-    failure: list[BaseException] = []
-    done = threading.Event()
+    Caller: the emitter thread (``run``, ``close``). Affects: its own thread only.
+    """
 
-    def run() -> None:
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self.stuck: str | None = None  # the call that outlived its deadline
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while (call := self._calls.get()) is not None:
+            call.run()
+
+    def run(
+        self,
+        call: Callable[[], None],
+        timeout: float,
+        name: str,
+        meanwhile: Callable[[], bool] | None = None,
+    ) -> None:
+        """Run ``call`` on the thread; raise what it raised, or ``FatalError`` when it does
+        not return within ``timeout`` seconds (or an earlier call never did).
+
+        ``meanwhile`` is called again and again while the call runs, until it returns False
+        (the emitter prepares its next records while the broker commits)."""
+        if self.stuck is not None:
+            raise FatalError(f"{self.stuck} never returned: the producer is stuck")
+        job = _Call(call)
+        self._calls.put(job)
+        done = job.done
+        # The call's thread takes the interpreter lock back when it returns (within the
+        # switch interval); until then, what ``meanwhile`` does is work the emitter has to
+        # do anyway.
         try:
-            call()
-        except BaseException as exc:
-            failure.append(exc)
-        finally:
-            done.set()
+            while meanwhile is not None and not done.is_set() and meanwhile():
+                pass
+        except BaseException:
+            done.wait(timeout)  # the call's outcome is the producer's state: let it land first
+            raise
+        if not done.wait(timeout):
+            self.stuck = name
+            self._calls.put(None)  # the thread ends when the stuck call returns
+            raise FatalError(f"{name} did not return within {timeout:.0f} s: the producer is stuck")
+        if job.failure is not None:
+            raise job.failure
 
-    threading.Thread(target=run, name=name, daemon=True).start()
-    # The call's thread takes the interpreter lock back when it returns (within the switch
-    # interval); until then, what ``meanwhile`` does is work the emitter has to do anyway.
-    try:
-        while meanwhile is not None and not done.is_set() and meanwhile():
-            pass
-    except BaseException:
-        done.wait(timeout)  # the call's outcome is the producer's state: let it land first
-        raise
-    if not done.wait(timeout):
-        raise FatalError(f"{name} did not return within {timeout:.0f} s: the producer is stuck")
-    if failure:
-        raise failure[0]
+    def close(self) -> None:
+        """End the thread once the call it runs (if any) returned."""
+        self._calls.put(None)
+
+
+class _Call:
+    """One call for a ``BrokerCalls`` thread, and how it ended."""
+
+    __slots__ = ("call", "done", "failure")
+
+    def __init__(self, call: Callable[[], None]) -> None:
+        self.call = call
+        self.done = threading.Event()
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.call()
+        except BaseException as exc:
+            self.failure = exc
+        finally:
+            self.done.set()
 
 
 class Aborted(Error):
@@ -137,6 +179,7 @@ class Transaction:
         self.opened_at: float | None = None  # monotonic time the open transaction began
         self.records = 0  # records produced in the open transaction
         self._produced = 0
+        self.calls = BrokerCalls(f"broker-calls-{transactional_id}")
 
     def _error(self, err: KafkaError) -> None:
         # A fatal error reaches the calls that meet it as a bare "Local: Fatal error"; the
@@ -268,12 +311,12 @@ class Transaction:
         meanwhile: Callable[[], bool] | None = None,
     ) -> None:
         """Send the offsets with the member's group metadata and commit. ``meanwhile`` is
-        called while the broker works, until it returns False (see ``_bounded``)."""
+        called while the broker works, until it returns False (see ``BrokerCalls``)."""
         if offsets and group_metadata is None:
             raise ValueError("offsets without the group metadata of the generation owning them")
         self.begin()
         try:
-            _bounded(
+            self.calls.run(
                 lambda: self.producer.send_offsets_to_transaction(
                     offsets, group_metadata, OFFSETS_TIMEOUT
                 ),
@@ -297,7 +340,7 @@ class Transaction:
             # A commit that failed retriably may be half done at the coordinator: the same
             # call is made again until it completes (librdkafka's rule), or the time is up.
             self._retrying(
-                lambda: _bounded(
+                lambda: self.calls.run(
                     lambda: self.producer.commit_transaction(API_TIMEOUT),
                     API_TIMEOUT + 5,
                     "commit_transaction",
@@ -336,7 +379,7 @@ class Transaction:
         log.warning("aborting the transaction (%s)", why)
         try:
             self._retrying(
-                lambda: _bounded(
+                lambda: self.calls.run(
                     lambda: self.producer.abort_transaction(API_TIMEOUT),
                     API_TIMEOUT + 5,
                     "abort_transaction",
@@ -354,6 +397,7 @@ class Transaction:
         self.records = 0
 
     def close(self) -> None:
+        self.calls.close()
         self.producer.flush(API_TIMEOUT)
 
 

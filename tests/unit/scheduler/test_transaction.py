@@ -1,5 +1,5 @@
-"""``_bounded``: a librdkafka call run on a thread of its own, with a deadline and work for
-the caller meanwhile (``fairstream.scheduler.transaction``)."""
+"""``BrokerCalls``: a producer's librdkafka calls run on a thread of its own, each with a
+deadline and work for the caller meanwhile (``fairstream.scheduler.transaction``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fairstream.scheduler.transaction import FatalError, Transaction, _bounded
+from fairstream.scheduler.transaction import BrokerCalls, FatalError, Transaction
 
 
 def test_meanwhile_runs_until_the_call_returns_or_it_has_nothing_to_do() -> None:
@@ -24,7 +24,8 @@ def test_meanwhile_runs_until_the_call_returns_or_it_has_nothing_to_do() -> None
             pass
         return len(calls) < 2000
 
-    _bounded(lambda: release.wait(10) or None, 10, "test", meanwhile)
+    calls_ = BrokerCalls("test")
+    calls_.run(lambda: release.wait(10) or None, 10, "test", meanwhile)
     # It stopped asking soon after the call was done (the call's thread needs the lock back:
     # a switch interval, 5 ms), long before it ran out of work.
     assert 5 <= len(calls) < 500
@@ -32,7 +33,7 @@ def test_meanwhile_runs_until_the_call_returns_or_it_has_nothing_to_do() -> None
     calls.clear()
     release.clear()
     threading.Timer(0.2, release.set).start()
-    _bounded(lambda: release.wait(10) or None, 10, "test", lambda: bool(calls.append(1)))
+    calls_.run(lambda: release.wait(10) or None, 10, "test", lambda: bool(calls.append(1)))
     assert calls == [1]  # nothing more to do: it just waits for the call
 
 
@@ -40,12 +41,18 @@ def test_the_calls_failure_and_a_stuck_call_reach_the_caller() -> None:
     def fail() -> None:
         raise ValueError("refused")
 
+    calls = BrokerCalls("test")
     with pytest.raises(ValueError, match="refused"):
-        _bounded(fail, 5, "test", lambda: False)
+        calls.run(fail, 5, "test", lambda: False)
     stuck = threading.Event()
     with pytest.raises(FatalError, match="did not return within"):
-        _bounded(lambda: stuck.wait(5) or None, 0.2, "test", lambda: False)
+        calls.run(lambda: stuck.wait(5) or None, 0.2, "commit", lambda: False)
+    # The producer is broken for good: no call queues behind the stuck one.
+    with pytest.raises(FatalError, match="commit never returned"):
+        calls.run(lambda: None, 5, "abort")
     stuck.set()
+    calls._thread.join(5)
+    assert not calls._thread.is_alive()  # it ended once the stuck call returned
 
 
 def test_a_failure_meanwhile_waits_for_the_call_to_land() -> None:
@@ -53,7 +60,7 @@ def test_a_failure_meanwhile_waits_for_the_call_to_land() -> None:
     failing = threading.Event()
 
     def call() -> None:
-        # Lands only after ``meanwhile`` failed: a _bounded that did not wait would return
+        # Lands only after ``meanwhile`` failed: a run that did not wait would return
         # before it.
         assert failing.wait(5)
         landed.set()
@@ -63,8 +70,19 @@ def test_a_failure_meanwhile_waits_for_the_call_to_land() -> None:
         raise RuntimeError("a bug while preparing")
 
     with pytest.raises(RuntimeError, match="preparing"):
-        _bounded(call, 5, "test", meanwhile)
+        BrokerCalls("test").run(call, 5, "test", meanwhile)
     assert landed.is_set()  # the producer's state is the call's outcome, not half of it
+
+
+def test_one_thread_runs_the_calls_one_at_a_time_and_ends_at_close() -> None:
+    calls = BrokerCalls("test")
+    threads = set()
+    for _ in range(50):
+        calls.run(lambda: threads.add(threading.current_thread().name), 5, "commit")
+    assert threads == {"test"}
+    calls.close()
+    calls._thread.join(5)
+    assert not calls._thread.is_alive()
 
 
 def test_a_transaction_open_past_its_timeout_is_one_the_broker_aborted_itself() -> None:
@@ -79,3 +97,4 @@ def test_a_transaction_open_past_its_timeout_is_one_the_broker_aborted_itself() 
         assert txn.outlived_timeout(110.0)
     finally:
         txn.open = False
+        txn.calls.close()
