@@ -18,6 +18,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, wait
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
@@ -84,14 +85,22 @@ class BrokerCalls:
     """
 
     def __init__(self, name: str) -> None:
-        self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._calls: queue.SimpleQueue[tuple[Callable[[], None], Future[None]] | None] = (
+            queue.SimpleQueue()
+        )
         self.stuck: str | None = None  # the call that outlived its deadline
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
-        while (call := self._calls.get()) is not None:
-            call.run()
+        while (job := self._calls.get()) is not None:
+            call, outcome = job
+            try:
+                call()
+            except BaseException as exc:
+                outcome.set_exception(exc)
+            else:
+                outcome.set_result(None)
 
     def run(
         self,
@@ -107,47 +116,28 @@ class BrokerCalls:
         (the emitter prepares its next records while the broker commits)."""
         if self.stuck is not None:
             raise FatalError(f"{self.stuck} never returned: the producer is stuck")
-        job = _Call(call)
-        self._calls.put(job)
-        done = job.done
+        outcome: Future[None] = Future()
+        self._calls.put((call, outcome))
         # The call's thread takes the interpreter lock back when it returns (within the
         # switch interval); until then, what ``meanwhile`` does is work the emitter has to
         # do anyway.
         try:
-            while meanwhile is not None and not done.is_set() and meanwhile():
+            while meanwhile is not None and not outcome.done() and meanwhile():
                 pass
         except BaseException:
-            done.wait(timeout)  # the call's outcome is the producer's state: let it land first
+            wait([outcome], timeout)  # the call's outcome is the producer's state: let it land
             raise
-        if not done.wait(timeout):
+        if not wait([outcome], timeout).done:
             self.stuck = name
             self._calls.put(None)  # the thread ends when the stuck call returns
             raise FatalError(f"{name} did not return within {timeout:.0f} s: the producer is stuck")
-        if job.failure is not None:
-            raise job.failure
+        failure = outcome.exception()
+        if failure is not None:
+            raise failure
 
     def close(self) -> None:
         """End the thread once the call it runs (if any) returned."""
         self._calls.put(None)
-
-
-class _Call:
-    """One call for a ``BrokerCalls`` thread, and how it ended."""
-
-    __slots__ = ("call", "done", "failure")
-
-    def __init__(self, call: Callable[[], None]) -> None:
-        self.call = call
-        self.done = threading.Event()
-        self.failure: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self.call()
-        except BaseException as exc:
-            self.failure = exc
-        finally:
-            self.done.set()
 
 
 class Aborted(Error):

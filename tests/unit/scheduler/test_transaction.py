@@ -24,8 +24,8 @@ def test_meanwhile_runs_until_the_call_returns_or_it_has_nothing_to_do() -> None
             pass
         return len(calls) < 2000
 
-    calls_ = BrokerCalls("test")
-    calls_.run(lambda: release.wait(10) or None, 10, "test", meanwhile)
+    broker = BrokerCalls("test")
+    broker.run(lambda: release.wait(10) or None, 10, "test", meanwhile)
     # It stopped asking soon after the call was done (the call's thread needs the lock back:
     # a switch interval, 5 ms), long before it ran out of work.
     assert 5 <= len(calls) < 500
@@ -33,7 +33,7 @@ def test_meanwhile_runs_until_the_call_returns_or_it_has_nothing_to_do() -> None
     calls.clear()
     release.clear()
     threading.Timer(0.2, release.set).start()
-    calls_.run(lambda: release.wait(10) or None, 10, "test", lambda: bool(calls.append(1)))
+    broker.run(lambda: release.wait(10) or None, 10, "test", lambda: bool(calls.append(1)))
     assert calls == [1]  # nothing more to do: it just waits for the call
 
 
