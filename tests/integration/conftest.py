@@ -16,9 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from fairstream_dev.harness.scheduler import SchedulerProcess
 from fairstream_dev.kafka import KAFKA_VERSION, BrokerError, DevBroker, answers_metadata
 from fairstream_dev.kafka.docker_engine import docker_available
 from fairstream_dev.kafka.local_engine import version_tuple
+
+SCHEDULER_LOG_LINES = 120  # of each scheduler's log, shown when a test fails
 
 
 def _no_broker(reason: str) -> None:
@@ -92,3 +95,21 @@ def share_bootstrap(request: pytest.FixtureRequest) -> Iterator[str]:
     yield state.bootstrap
     if already is None:
         broker.down()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    SchedulerProcess.forget_started()  # before the test's fixtures start any
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failing test shows the log tails of the schedulers it started: a stall or a fatal
+    error inside a scheduler process is otherwise invisible in the test's report."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed and call.when == "call":
+        for process in SchedulerProcess.started:
+            report.sections.append(
+                (f"scheduler log {process.log_path}", process.tail(SCHEDULER_LOG_LINES))
+            )

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from confluent_kafka import Consumer, KafkaError, Message
 
@@ -49,7 +49,16 @@ class Deployment:
 
 
 class SchedulerProcess:
-    """One ``fairstream scheduler`` process of a deployment, with its own data dir and port."""
+    """One ``fairstream scheduler`` process of a deployment, with its own data dir and port.
+
+    ``started`` lists the processes started since the last ``forget_started()``: the
+    integration tests' conftest shows their log tails when a test fails."""
+
+    started: ClassVar[list[SchedulerProcess]] = []
+
+    @classmethod
+    def forget_started(cls) -> None:
+        cls.started.clear()
 
     def __init__(
         self,
@@ -97,6 +106,8 @@ class SchedulerProcess:
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )
+        if self not in SchedulerProcess.started:
+            SchedulerProcess.started.append(self)
         return self
 
     def get(self, path: str) -> tuple[int, str]:
