@@ -47,7 +47,7 @@ from typing import Any
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic, progress_topic
 from fairstream.core import Core, RecordClock, TenantPolicy
-from fairstream.core.shares import ClassDemand, backlogged_demand
+from fairstream.core.shares import backlogged_demand
 from fairstream.scheduler import faults
 from fairstream.scheduler.backlog import Backlog
 from fairstream.scheduler.checkpoint import Checkpoint
@@ -56,7 +56,7 @@ from fairstream.scheduler.egress import Limits
 from fairstream.scheduler.egress_lag import LagChange
 from fairstream.scheduler.feedback import AdaptiveChange, ConcurrencyChange, FeedbackBatch
 from fairstream.scheduler.fetch import PayloadFetcher
-from fairstream.scheduler.group import ShareChange
+from fairstream.scheduler.group import InstanceDemand, ShareChange
 from fairstream.scheduler.handoff import (
     Assign,
     Call,
@@ -477,10 +477,15 @@ class Emitter:
         """Set ``tenant``'s policy in the core, paused while its upstream quota says so."""
         self.rule.set_policy(tenant, policy)
 
-    def demand(self) -> tuple[dict[int, ClassDemand], tuple[int, ...]]:
+    def demand(self) -> InstanceDemand:
         """This instance's demand for the group thread: per class, the backlogged unpaused
-        tenants' weights and caps (O(backlogged tenants)), and the partitions owned."""
-        return backlogged_demand(self.core, self.policies.groups.policy), self.owned
+        tenants' weights and caps (O(backlogged tenants)), the partitions owned, and the
+        adapted rate's fraction of ``--rate`` (from the feedback thread's last change)."""
+        return InstanceDemand(
+            backlogged_demand(self.core, self.policies.groups.policy),
+            self.owned,
+            self.pacing.adaptive,
+        )
 
     # -- emission ----------------------------------------------------------------------------
 

@@ -37,8 +37,9 @@ left of a Retry-After is reckoned on its ``epoch_ms``, the wall clock the worker
 their reports with.
 
 Caller: ``SchedulerService`` runs ``run`` on a thread. Affects: the emitter, through the
-handoff (``FeedbackBatch``, ``AdaptiveChange``, ``ConcurrencyChange``); the group rate
-(``on_rate``).
+handoff (``FeedbackBatch``, ``AdaptiveChange``, ``ConcurrencyChange``), its only way out:
+with group shares, the group thread reads the adapted fraction back from the emitter with
+the instance's demand (``group.InstanceDemand``).
 """
 
 from __future__ import annotations
@@ -111,6 +112,15 @@ class AdaptiveChange:
 
 
 @dataclass(frozen=True)
+class AdaptiveView:
+    """The adaptive rate as the web endpoints show it: its value and until when emission
+    is held (by the reader's clock), published by the feedback thread, replaced whole."""
+
+    rate: float | None
+    hold_until: float = 0.0
+
+
+@dataclass(frozen=True)
 class ConcurrencyChange:
     """The group's concurrency limit as the feedback shows it (``ConcurrencyLimit``;
     None: unlimited). ``learning``: None because nothing is known (no sample yet, or all
@@ -131,7 +141,6 @@ class FeedbackReader:
         *,
         ceiling: float | None,
         floor: float | None,
-        on_rate: Callable[[float], None],
         recent: RecentRequests | None = None,
         ownership: Callable[[], tuple[int, Collection[int]]] | None = None,
         slots: Callable[[], bool] | None = None,
@@ -160,7 +169,6 @@ class FeedbackReader:
         self.ceiling = ceiling
         # Without --rate there is no rate to adapt: charges and pauses still apply.
         self.adaptive = None if ceiling is None else AdaptiveRate(self.clock, ceiling, floor)
-        self._on_rate = on_rate
         self._slots = slots
         self._startup = startup
         self._stopping = threading.Event()
@@ -169,8 +177,7 @@ class FeedbackReader:
         self._published: AdaptiveChange | None = None
         self.concurrency = concurrency
         self._limit_published: int | None = None  # the emitter starts unlimited
-        self.last_rate = ceiling  # what the web endpoints show (read by another thread)
-        self.hold_until = 0.0  # by the clock
+        self.view = AdaptiveView(ceiling)  # read by the web threads
 
     def stop(self) -> None:
         self._stopping.set()
@@ -316,9 +323,9 @@ class FeedbackReader:
         rate = self.adaptive.rate()
         held = self.adaptive.held_for()
         self.metrics.adaptive_rate.set(rate)
-        self.last_rate = rate
-        self.hold_until = now + held if held > 0 else 0.0
-        change = AdaptiveChange(rate / self.ceiling, now + held if held > 0 else 0.0)
+        hold_until = now + held if held > 0 else 0.0
+        self.view = AdaptiveView(rate, hold_until)
+        change = AdaptiveChange(rate / self.ceiling, hold_until)
         last = self._published
         if (
             last is None
@@ -326,5 +333,4 @@ class FeedbackReader:
             or change.hold_until > last.hold_until
         ):
             self._published = change
-            self._on_rate(rate)
             self.handoff.put(change)

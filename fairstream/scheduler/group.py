@@ -127,6 +127,18 @@ RENEW_EVERY = 0.25  # seconds between two renewals of that lease
 
 
 @dataclass(frozen=True)
+class InstanceDemand:
+    """What the group thread reads from the emitter (``Handoff.call``), each
+    ``DEMAND_EVERY``: the backlogged demand per priority class, the partitions owned, and
+    the adapted rate as a fraction of ``--rate`` (the feedback thread hands it to the
+    emitter; 1.0 without feedback)."""
+
+    classes: dict[int, ClassDemand]
+    partitions: tuple[int, ...]
+    rate_factor: float = 1.0
+
+
+@dataclass(frozen=True)
 class ShareChange:
     """The emitter's new share of the group rate, and until when it may emit (by the group
     thread's clock, the emitter's): the group thread renews that lease while it runs,
@@ -164,10 +176,12 @@ class GroupShares:
         self.topic = coordination_topic(app_id)
         self.instance = instance
         self.ceiling = rate  # --rate: fractions are of it
-        self.rate = rate  # the group rate now: --rate, or less while the paid API pushes back
+        # The group rate now: --rate, or less while the paid API pushes back (the adapted
+        # fraction read with the demand).
+        self.rate = rate
         self.handoff = handoff
         self.metrics = metrics
-        self._demand = demand  # () -> (dict[int, ClassDemand], partitions), on the emitter
+        self._demand = demand  # () -> InstanceDemand, run on the emitter thread
         self.clock = clock or MonotonicClock()
         self.view = GroupView(instance, partitions, self.clock, transactional_id=transactional_id)
         self._config = config
@@ -216,17 +230,7 @@ class GroupShares:
                     self._read_failed(repr(exc))
                 if now >= next_demand:
                     next_demand = now + DEMAND_EVERY
-                    try:
-                        demand, partitions = self.handoff.call(self._demand)
-                    except Exception as exc:  # the emitter busy: the last demand stands
-                        # A warning: the partitions in that demand decide what is reserved
-                        # for a dead peer, so a stale one can hold this instance's share.
-                        log.warning(
-                            "reading this instance's demand: %r; the last one (partitions "
-                            "%s) stands",
-                            exc,
-                            list(partitions),
-                        )
+                    demand, partitions = self._read_demand(demand, partitions)
                     own = self.view.own
                     counted = frozenset(self.view.live())
                     if (
@@ -248,6 +252,26 @@ class GroupShares:
                 self._stopping.wait(TICK)
         finally:
             self._leave()
+
+    def _read_demand(
+        self, demand: dict[int, ClassDemand], partitions: tuple[int, ...]
+    ) -> tuple[dict[int, ClassDemand], tuple[int, ...]]:
+        """The emitter's demand and partitions now, and the group rate from the adapted
+        fraction read with them; the last ones (``demand``, ``partitions``) when the
+        emitter does not answer."""
+        try:
+            read: InstanceDemand = self.handoff.call(self._demand)
+        except Exception as exc:  # the emitter busy: the last demand stands
+            # A warning: the partitions in that demand decide what is reserved for a dead
+            # peer, so a stale one can hold this instance's share.
+            log.warning(
+                "reading this instance's demand: %r; the last one (partitions %s) stands",
+                exc,
+                list(partitions),
+            )
+            return demand, partitions
+        self.rate = self.ceiling * read.rate_factor
+        return read.classes, read.partitions
 
     def _fence_silent(self, partitions: tuple[int, ...]) -> None:
         """Fence (on threads of their own) the silent peers whose partitions are ours now."""

@@ -25,21 +25,22 @@ trim             restarted  an AdminClient, a watch     reads the marks the emit
                             consumer, the offsets       its gauges; the held-output
                             read-back, the held watch   condition
                             (held.HeldReader)
-feedback         restarted  the feedback consumer, the  FeedbackBatch/AdaptiveChange controls;
-                            adaptive rate               publishes last_rate and hold_until
-                                                        (floats) for /tenants, and the rate
-                                                        for the group thread
-                                                        (GroupShares.rate, a float); asks
-                                                        RecentRequests (swap-safe)
+feedback         restarted  the feedback consumer, the  FeedbackBatch/AdaptiveChange controls
+                            adaptive rate               (the group thread reads the rate back
+                                                        with the emitter's demand); publishes
+                                                        view (AdaptiveView, replaced whole)
+                                                        for /tenants; asks RecentRequests
+                                                        (swap-safe)
 egress-lag       restarted  an AdminClient, the egress  LagChange controls; its gauges
                             group's lag and its bound
                             (--egress-group only)
 audit            restarted  the fairness windows, the   probes the emitter by Handoff.call;
                             console's history           web threads read under its lock
 group            fatal      the coordination topic's    ShareChange controls; reads the
-                            producer, consumer and      emitter's demand by Handoff.call;
-                            reports                     publishes state and the instance rows
-                                                        (replaced whole)
+                            producer, consumer and      emitter's InstanceDemand (demand,
+                            reports                     partitions, adapted rate) by
+                                                        Handoff.call; publishes state and the
+                                                        instance rows (replaced whole)
 main (run)       exits      the web server (asyncio,    reads only what the others publish,
                             its to_thread workers),     and the emitter by Handoff.call
                             the signals                 waiting SCRAPE_WAIT at most
@@ -111,10 +112,6 @@ log = logging.getLogger("fairstream.scheduler")
 
 IDENTITY_FILE = "instance-id"
 SCRAPE_WAIT = 1.0  # s a scrape waits for the emitter before serving its last snapshot
-
-
-def _ignore(_rate: float) -> None:
-    """Alone (no group shares), the adapted rate reaches the emitter as a factor."""
 
 
 def transactional_id(settings: Settings) -> str:
@@ -254,11 +251,11 @@ class SchedulerService:
         self, librdkafka: dict[str, Any], partitions: int, recent: RecentRequests | None
     ) -> FeedbackReader | None:
         """The feedback thread's part, with a feedback topic. The adapted rate goes to the
-        group thread (a float it reads, replaced whole) or, alone, to the emitter."""
+        emitter, through the mailbox; the group thread reads it from there with the demand."""
         settings = self.settings
         if not settings.feedback_topic:
             return None
-        group, emitter = self.group, self.emitter
+        emitter = self.emitter
         return FeedbackReader(
             librdkafka,
             settings.feedback_topic,
@@ -266,7 +263,6 @@ class SchedulerService:
             self.metrics,
             ceiling=settings.rate,
             floor=settings.min_rate,
-            on_rate=(lambda rate: setattr(group, "rate", rate)) if group else _ignore,
             recent=recent,
             ownership=lambda: (partitions, set(emitter.owned)),
             slots=emitter.counts_slots,
@@ -498,11 +494,12 @@ class SchedulerService:
         if feedback is not None and feedback.adaptive is not None:
             # What the feedback thread last published: AdaptiveRate is its own (not
             # thread-safe; reading its rate moves it on).
+            view = feedback.view
             result["adaptive"] = {
-                "rate": feedback.last_rate,
+                "rate": view.rate,
                 "ceiling": feedback.adaptive.ceiling,
                 "floor": feedback.adaptive.floor,
-                "held_for_s": max(0.0, feedback.hold_until - self.clock.now()),
+                "held_for_s": max(0.0, view.hold_until - self.clock.now()),
                 "rate_limited_total": self.metrics.rate_limited._value.get(),
             }
         if self.group is not None:

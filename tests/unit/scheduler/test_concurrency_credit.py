@@ -30,7 +30,6 @@ def reader(clock: ManualClock) -> tuple[FeedbackReader, Handoff, Metrics, Concur
         metrics,
         ceiling=100.0,
         floor=None,
-        on_rate=lambda rate: None,
         clock=clock,
         concurrency=credit,
     )

@@ -34,7 +34,6 @@ def reader(
             metrics,
             ceiling=100.0,
             floor=None,
-            on_rate=lambda rate: None,
             recent=recent,
             ownership=ownership,
             clock=clock or ManualClock(),
@@ -162,7 +161,6 @@ def test_no_slots_counted_no_request_ids_handed_over() -> None:
         Metrics(),
         ceiling=None,
         floor=None,
-        on_rate=lambda rate: None,
         slots=lambda: False,
         clock=ManualClock(),
     )
@@ -200,7 +198,7 @@ def test_an_api_hold_ends_on_the_readers_clock() -> None:
     fr._read(*rate_limited(Scope.API, 3.0, clock.epoch_ms()), FeedbackBatch())
     fr._publish(clock.now())
     [change] = [c for c in fr.handoff.controls if isinstance(c, AdaptiveChange)]
-    assert change.hold_until == fr.hold_until == pytest.approx(13.0)
+    assert change.hold_until == fr.view.hold_until == pytest.approx(13.0)
     assert change.factor < 1  # a 429 lowered the rate
 
 

@@ -16,7 +16,7 @@ import pytest
 from fairstream.core import ManualClock
 from fairstream.core.shares import ClassDemand
 from fairstream.scheduler.fence import Fencer, fence_in_background
-from fairstream.scheduler.group import HEARTBEAT, GroupShares
+from fairstream.scheduler.group import HEARTBEAT, GroupShares, InstanceDemand
 from fairstream.scheduler.groupview import SILENCE, GroupView, Report
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.metrics import Metrics
@@ -155,7 +155,7 @@ def test_a_fence_runs_on_its_own_thread_and_its_outcome_is_counted(fails: bool) 
         100.0,
         Handoff(),
         metrics,
-        demand=lambda: (BUSY, (0,)),
+        demand=lambda: InstanceDemand(BUSY, (0,)),
         partitions=4,
         transactional_id="app-a",
     )

@@ -12,7 +12,8 @@ import pytest
 from fairstream.core import GroupScheduler, ManualClock, TenantPolicy
 from fairstream.core.shares import WHOLE, ClassDemand, GroupDemand, GroupParts, flatten
 from fairstream.scheduler.emit import Emitter
-from fairstream.scheduler.group import GroupShares, ShareChange
+from fairstream.scheduler.feedback import AdaptiveChange
+from fairstream.scheduler.group import GroupShares, InstanceDemand, ShareChange
 from fairstream.scheduler.groupview import RAISE_DELAY, VERSION, GroupView, Report
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.metrics import Metrics
@@ -53,8 +54,11 @@ def test_a_report_of_the_release_before_reads_as_one_level() -> None:
     assert report.version == 2
     assert report.demand == {0: ClassDemand(2.0, ((1.0, 40.0),)), 1: ClassDemand(1.0)}
     assert (report.instance, report.partitions, report.run, report.seq) == (
-        "s0-abc", (0, 2), "0f1e2d3c4b5a", 17,
-    )  # fmt: skip
+        "s0-abc",
+        (0, 2),
+        "0f1e2d3c4b5a",
+        17,
+    )
 
 
 def test_a_report_with_groups_round_trips_and_the_release_before_reads_its_tenants() -> None:
@@ -151,7 +155,7 @@ def test_the_emitter_gives_its_core_its_part_and_reports_the_policy_as_set(make)
     assert core.group_policy("acme") == TenantPolicy(weight=0.5, rate_cap=30)
     assert core.group_policy("other") == TenantPolicy(rate_cap=5)
     # The demand reported is of the policy as set, not of this instance's part.
-    demand = emitter.demand()[0]
+    demand = emitter.demand().classes
     assert demand[0].groups == (GroupDemand("acme", 2, 40, {0: ClassDemand(1.0)}),)
     policy(emitter, group_policy_key("acme"), weight=2, rate_cap=60)  # the part stays
     assert core.group_policy("acme") == TenantPolicy(weight=0.5, rate_cap=45)
@@ -195,7 +199,7 @@ def test_the_group_thread_hands_the_parts_over_and_counts_a_group_once() -> None
         RATE,
         handoff,
         Metrics(),
-        demand=lambda: (in_group("G", None), (0,)),
+        demand=lambda: InstanceDemand(in_group("G", None), (0,)),
         partitions=2,
         clock=clock,
     )
@@ -219,3 +223,13 @@ def test_the_group_thread_hands_the_parts_over_and_counts_a_group_once() -> None
         "fairstream_group_demand_weight", {"priority": "0"}
     )
     assert weight == 1.0
+
+
+def test_the_demand_carries_the_adapted_fraction_the_feedback_thread_handed_over(
+    make,
+) -> None:
+    """The group thread learns the adapted rate from the emitter, with the demand."""
+    emitter: Emitter = make()
+    assert emitter.demand().rate_factor == 1.0
+    emitter._control(AdaptiveChange(0.4, 0.0))
+    assert emitter.demand().rate_factor == pytest.approx(0.4)

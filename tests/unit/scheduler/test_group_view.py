@@ -7,13 +7,21 @@ views (each host's monotonic clock; their offsets never matter, only durations).
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from fairstream.core import ManualClock
 from fairstream.core.shares import ClassDemand
-from fairstream.scheduler.group import RENEW_EVERY, THREAD_LEASE, GroupShares, ShareChange
+from fairstream.scheduler.group import (
+    RENEW_EVERY,
+    THREAD_LEASE,
+    GroupShares,
+    InstanceDemand,
+    ShareChange,
+)
 from fairstream.scheduler.groupview import (
     DELIVERY_TIMEOUT,
     LEASE,
@@ -22,7 +30,7 @@ from fairstream.scheduler.groupview import (
     GroupView,
     Report,
 )
-from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.handoff import Call, Handoff
 from fairstream.scheduler.metrics import Metrics
 
 RATE = 100.0
@@ -247,7 +255,7 @@ def test_the_emitters_lease_is_a_time_on_the_clock_the_group_thread_is_given() -
         RATE,
         handoff,
         Metrics(),
-        demand=lambda: (BUSY, (0,)),
+        demand=lambda: InstanceDemand(BUSY, (0,)),
         partitions=1,
         clock=clock,
     )
@@ -259,3 +267,67 @@ def test_the_emitters_lease_is_a_time_on_the_clock_the_group_thread_is_given() -
         shares._consumer.close()
     leases = [c.lease_until for c in handoff.controls if isinstance(c, ShareChange)]
     assert leases == [50.0 + THREAD_LEASE, 50.0 + RENEW_EVERY + THREAD_LEASE]
+
+
+def test_the_group_rate_follows_the_adapted_fraction_read_with_the_demand() -> None:
+    """The feedback thread hands the adapted rate to the emitter only; the group thread
+    reads it back with the demand (no thread sets another's attribute)."""
+    handoff = Handoff()
+    answers = [InstanceDemand(BUSY, (0,), 0.5), InstanceDemand({}, (0, 1), 0.75)]
+    shares = GroupShares(
+        {"bootstrap.servers": "127.0.0.1:9"},  # never polled here
+        "app",
+        "a",
+        RATE,
+        handoff,
+        Metrics(),
+        demand=lambda: answers.pop(0),
+        partitions=2,
+        clock=ManualClock(0.0),
+    )
+
+    def emitter() -> None:  # answers the group thread's calls, as the emitter's loop does
+        for _ in range(2):
+            while not handoff.controls:
+                handoff.wake.wait(1.0)
+            call = handoff.controls.popleft()
+            assert isinstance(call, Call)
+            call.result = call.fn()
+            call.done.set()
+
+    thread = threading.Thread(target=emitter)
+    thread.start()
+    try:
+        assert shares._read_demand({}, ()) == (BUSY, (0,))
+        assert shares.rate == pytest.approx(RATE * 0.5)
+        assert shares._read_demand(BUSY, (0,)) == ({}, (0, 1))
+        assert shares.rate == pytest.approx(RATE * 0.75)
+    finally:
+        thread.join(5)
+        shares._consumer.close()
+
+
+def test_a_busy_emitter_leaves_the_last_demand_and_rate_standing() -> None:
+    handoff = Handoff()
+    shares = GroupShares(
+        {"bootstrap.servers": "127.0.0.1:9"},  # never polled here
+        "app",
+        "a",
+        RATE,
+        handoff,
+        Metrics(),
+        demand=lambda: InstanceDemand({}, (), 0.1),
+        partitions=1,
+        clock=ManualClock(0.0),
+    )
+    shares.handoff = _Unanswered()
+    try:
+        assert shares._read_demand(BUSY, (0,)) == (BUSY, (0,))
+        assert shares.rate == RATE
+    finally:
+        shares._consumer.close()
+
+
+class _Unanswered(Handoff):
+    def call(self, fn: Callable[[], Any], timeout: float = 5.0) -> Any:
+        raise TimeoutError("the emitter thread did not answer")
