@@ -42,6 +42,7 @@ import logging
 import os
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fairstream.config import Settings
@@ -92,6 +93,21 @@ log = logging.getLogger("fairstream.emitter")
 APPLY_BATCH = 4096  # handed-over items applied between two rounds of emission
 LETTER_BATCH = 1024  # dead letters sent between two rounds of emission
 WARM_UP = 1.0  # seconds emission may wait for every new partition's first fetch
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Where the emitter is: joined (its first assignment applied), rewinding (after an
+    abort, until the ingest thread hands the partitions over again), stopped. Ready when
+    joined, neither rewinding nor stopped."""
+
+    joined: bool = False
+    rewinding: bool = False
+    stopped: bool = False
+
+    @property
+    def ready(self) -> bool:
+        return self.joined and not self.rewinding and not self.stopped
 
 
 class Emitter:
@@ -145,9 +161,8 @@ class Emitter:
         made_with = (config, transactional_id, settings.transaction_timeout)
         self.producers = Renewal(transaction, made_with, clock.now)
         self.txn = self.producers.first()
-        self.joined = False
-        self.rewinding = False
-        self.stopped = False
+        # Replaced whole at each change: /readyz reads it from the web threads.
+        self.phase = Phase()
         self.warming: set[int] = set()  # partitions whose first fetch emission waits for
         self._warm_until = 0.0
         # The rule's shares of the group's rate and concurrency, and the API's feedback.
@@ -200,10 +215,6 @@ class Emitter:
         self.txn.init()
 
     @property
-    def ready(self) -> bool:
-        return self.joined and not self.rewinding and not self.stopped
-
-    @property
     def owned(self) -> tuple[int, ...]:
         """The ingest partitions owned, sorted (``progress`` also holds their holding logs).
         Published by the emitter as a new tuple whenever they change (``_publish_owned``), so
@@ -234,7 +245,7 @@ class Emitter:
                     self._renew_transaction(exc)
                     self._rewind()
         finally:
-            self.stopped = True
+            self.phase = replace(self.phase, stopped=True)
             self.fetcher.close()
 
     def _run(self) -> None:
@@ -316,7 +327,7 @@ class Emitter:
 
     def _may_emit(self, now: float) -> bool:
         # The hold, the lease of the group share and tenant pauses are the rule's (next).
-        if not self.joined or self.rewinding or not self.progress:
+        if not self.phase.joined or self.phase.rewinding or not self.progress:
             return False
         return not self.warming or now >= self._warm_until
 
@@ -324,7 +335,7 @@ class Emitter:
 
     def _apply(self, records: list[Parsed]) -> None:
         """Index handed-over records in the core, or turn them into dead letters."""
-        if not self.rewinding:
+        if not self.phase.rewinding:
             self.backlog.index(records, self.txn)
 
     def _control(self, item: Any) -> bool:
@@ -358,7 +369,7 @@ class Emitter:
             try:
                 self._commit()
             finally:
-                self.stopped = True
+                self.phase = replace(self.phase, stopped=True)
                 self.txn.close()
                 item.done.set()
             return True
@@ -368,14 +379,14 @@ class Emitter:
         if assign.metadata is not None:
             self._metadata = assign.metadata
         if assign.rewind:
-            if not self.rewinding:
+            if not self.phase.rewinding:
                 return
-            self.rewinding = False
+            self.phase = replace(self.phase, rewinding=False)
             self.progress.clear()
             self.queues = {}
-        elif self.rewinding:
+        elif self.phase.rewinding:
             return  # the rewind that follows covers these partitions too
-        self.joined = True
+        self.phase = replace(self.phase, joined=True)
         self.queues.update(assign.queues)
         for partition, prog in assign.progress.items():
             self.progress[partition] = prog
@@ -397,7 +408,7 @@ class Emitter:
             gone = set(revoke.partitions)
             if revoke.metadata is not None:
                 self._metadata = revoke.metadata  # the generation that still owns them
-            if self.rewinding:
+            if self.phase.rewinding:
                 return  # nothing uncommitted; the rewind recovers only what stays ours
             if revoke.lost or revoke.given_up.is_set():
                 # The group gave them away already (or will have, past --revoke-wait): what
@@ -420,10 +431,10 @@ class Emitter:
                         "(--revoke-wait): %s",
                         sorted(gone),
                         "the broker refused the old generation's commit; aborted"
-                        if self.rewinding
+                        if self.phase.rewinding
                         else "committed under the generation that owned them, or nothing",
                     )
-                if self.rewinding:
+                if self.phase.rewinding:
                     return
             self._drop(gone)
         finally:
@@ -511,7 +522,7 @@ class Emitter:
         next records are picked and stamped while the broker works, and sent as soon as it
         is done (``Sender.prepare``), before anything else can change what this instance owns.
         """
-        if self.rewinding:
+        if self.phase.rewinding:
             return
         # Tenants pinning a mark move out of the way first (``holding``).
         self.backlog.parking.park_stranded(self.txn)
@@ -544,7 +555,7 @@ class Emitter:
         # committed (a broker shutting down logged PrepareCommit, then dropped the
         # markers): the trimmer confirms each mark against the group's offsets first.
         self._on_committed(*marks)
-        while self.sender.prepared and not self.rewinding:
+        while self.sender.prepared and not self.phase.rewinding:
             self.sender.emit_batch(self.txn)
 
     def _renew_transaction(self, exc: FatalError) -> None:
@@ -559,7 +570,7 @@ class Emitter:
         log.warning("rewinding to the committed progress")
         self.metrics.transactions.labels("aborted").inc()
         self.checkpoint.reset()
-        self.rewinding = True
+        self.phase = replace(self.phase, rewinding=True)
         self.progress.clear()
         self._publish_owned()
         self.queues = {}
@@ -587,7 +598,7 @@ class Emitter:
         stats = self.observed.tenant_stats(
             self.core,
             limit,
-            ready=self.ready,
+            ready=self.phase.ready,
             partitions=list(self.owned),
             rate_limit=self.rule.rate,
         )

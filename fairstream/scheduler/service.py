@@ -12,7 +12,8 @@ emitter (emit)   fatal      the fair core, every        its mailbox (Handoff: re
                             partition's progress, the   controls, Calls) is its only input.
                             transactional producer,     Publishes, replaced whole: owned (a
                             the payload fetcher, the    tuple), slots_counted,
-                            checkpoint, Observed        fetcher.failing, the committed marks
+                            checkpoint, Observed        fetcher.failing, phase (readiness),
+                                                        the committed marks
                                                         (Trimmer.committed). Any other read is
                                                         a Handoff.call: scrape, tenant_stats,
                                                         demand, the audit probe
@@ -339,7 +340,7 @@ class SchedulerService:
             reasons.append("stopping")
         elif not self.ingest.joined.is_set():
             reasons.append("joining the group and recovering its partitions")
-        elif not self.emitter.ready:
+        elif not self.emitter.phase.ready:
             reasons.append("rewinding to the committed progress after an aborted transaction")
         ready = not reasons
         # At the safe share (coordination failing) an instance stays ready, since it still

@@ -13,7 +13,7 @@ from fairstream.config import Settings
 from fairstream.core import ManualClock
 from fairstream.scheduler import send, transaction
 from fairstream.scheduler.egress import Limits, Stamper, dead_letter, footprint
-from fairstream.scheduler.emit import Emitter
+from fairstream.scheduler.emit import Emitter, Phase
 from fairstream.scheduler.handoff import Assign, Handoff, Revoke
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import PartitionProgress
@@ -106,7 +106,7 @@ def make():
         )
         for partition in (0, 1):
             emitter.progress[partition] = PartitionProgress(0)
-        emitter.joined = True
+        emitter.phase = Phase(joined=True)
         emitter._publish_owned()  # as an assignment would
         emitter._apply_rate_share()
         return emitter
@@ -125,8 +125,15 @@ def message(offset: int, tenant: str = "A", value: bytes = b"v", headers: Any = 
     )
 
 
-def push(emitter: Emitter, tenant: str, offset: int, *, partition: int = 0, cost: int = 1,
-         deadline: int | None = None) -> None:  # fmt: skip
+def push(
+    emitter: Emitter,
+    tenant: str,
+    offset: int,
+    *,
+    partition: int = 0,
+    cost: int = 1,
+    deadline: int | None = None,
+) -> None:
     msg = message(offset, tenant)
     emitter.backlog.cached += footprint(msg)
     emitter.core.push(tenant, Parsed(partition, offset, tenant, cost, deadline, 1, msg, None), cost)
@@ -514,5 +521,5 @@ def test_a_revocation_given_up_on_aborts_instead_of_committing(make):
     assert emitter.txn.commits == []
     assert emitter.txn.aborted == ["partitions [0] were let go after --revoke-wait"]
     assert rewinds == [True]
-    assert emitter.rewinding
+    assert emitter.phase.rewinding
     assert revoke.done.is_set()

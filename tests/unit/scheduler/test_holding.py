@@ -14,7 +14,7 @@ from fairstream.config import Settings
 from fairstream.core import ManualClock, TenantPolicy
 from fairstream.scheduler import progress
 from fairstream.scheduler.egress import Limits
-from fairstream.scheduler.emit import Emitter
+from fairstream.scheduler.emit import Emitter, Phase
 from fairstream.scheduler.handoff import Handoff, Parsed
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
@@ -63,7 +63,7 @@ def emitter() -> Emitter:
     )
     em.progress[0] = PartitionProgress(0)
     em.progress[holding_id(0)] = HoldingProgress(0)
-    em.joined = True
+    em.phase = Phase(joined=True)
     em._publish_owned()  # as an assignment would
     em._apply_rate_share()
     em.set_policy("slow", TenantPolicy(paused=True))
@@ -72,9 +72,13 @@ def emitter() -> Emitter:
 
 def parsed(partition: int, offset: int, tenant: str, value: bytes, headers: Any = None) -> Parsed:
     msg = Message(
-        topic="t", partition=max(partition, 0), offset=offset, key=tenant.encode(),
-        value=value, headers=headers,
-    )  # fmt: skip
+        topic="t",
+        partition=max(partition, 0),
+        offset=offset,
+        key=tenant.encode(),
+        value=value,
+        headers=headers,
+    )
     return Parsed(partition, offset, tenant, 1, None, 1000 + offset, msg, None)
 
 
