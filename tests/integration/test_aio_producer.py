@@ -38,9 +38,13 @@ def test_submit_on_a_loop_writes_the_contract_record(kafka_bootstrap: str) -> No
             kafka_bootstrap, topic, on_delivery=lambda e, m: reports.append(e)
         ) as producer:
             first = await producer.submit(
-                "acme", b"\x00payload\xff", cost=350, request_id="req-1",
-                deadline=1_900_000_000_000, headers={"trace": "abc"},
-            )  # fmt: skip
+                "acme",
+                b"\x00payload\xff",
+                cost=350,
+                request_id="req-1",
+                deadline=1_900_000_000_000,
+                headers={"trace": "abc"},
+            )
             rest = [await producer.submit(f"tenant-{i}", b"x") for i in range(40)]
             delivered = [await first, *await asyncio.gather(*rest)]
             assert producer.delivered == 41

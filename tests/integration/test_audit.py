@@ -15,8 +15,11 @@ from pathlib import Path
 def run(*args: str, timeout: float) -> str:
     result = subprocess.run(
         [sys.executable, "-m", "fairstream", *args],
-        capture_output=True, text=True, timeout=timeout, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
 
@@ -39,18 +42,38 @@ def verdict(lines: list[str]) -> str:
 
 def test_audit_of_a_demo_run_gives_the_demos_verdict(kafka_bootstrap: str, tmp_path: Path) -> None:
     demo = run(
-        "demo", "--bootstrap", kafka_bootstrap, "--duration", "8", "--burst", "600",
-        "--rate", "50", "--workdir", str(tmp_path / "demo"), timeout=300,
-    )  # fmt: skip
+        "demo",
+        "--bootstrap",
+        kafka_bootstrap,
+        "--duration",
+        "8",
+        "--burst",
+        "600",
+        "--rate",
+        "50",
+        "--workdir",
+        str(tmp_path / "demo"),
+        timeout=300,
+    )
     print(demo[-2500:])
     match = re.search(r"^topics (demo-[0-9a-f]+)\.\* on ", demo, re.MULTILINE)
     assert match, demo[:500]
     demo_lines = demo.splitlines()
     png = tmp_path / "audit.png"
     audit = run(
-        "audit", "--bootstrap", kafka_bootstrap, "--egress-topic", f"{match.group(1)}.egress",
-        "--since", "15m", "--window", "5s", "--png", str(png), timeout=300,
-    )  # fmt: skip
+        "audit",
+        "--bootstrap",
+        kafka_bootstrap,
+        "--egress-topic",
+        f"{match.group(1)}.egress",
+        "--since",
+        "15m",
+        "--window",
+        "5s",
+        "--png",
+        str(png),
+        timeout=300,
+    )
     print(audit)
     audit_lines = audit.splitlines()
 

@@ -125,10 +125,11 @@ def test_weights_3_to_1_share_the_slots_3_to_1(kafka_bootstrap: str, tmp_path: P
     with slot_loop(
         kafka_bootstrap,
         tmp_path,
-        "--max-concurrency", "20",
+        "--max-concurrency",
+        "20",
         latency=0.5,
         policies={"heavy": {"weight": 3}, "light": {"weight": 1}},
-    ) as (deployment, _, _scheduler, log, _):  # fmt: skip
+    ) as (deployment, _, _scheduler, log, _):
         produce(kafka_bootstrap, deployment.topics.ingest, [b"heavy", b"light"], records)
         # While both are backlogged: until heavy's backlog (3/4 of the slots) runs out.
         wait_until(
@@ -157,21 +158,30 @@ def test_a_worker_killed_mid_call_gives_its_slots_back_within_the_lease(
     with slot_loop(
         kafka_bootstrap,
         tmp_path,
-        "--max-concurrency", str(limit), "--concurrency-lease", "3",
+        "--max-concurrency",
+        str(limit),
+        "--concurrency-lease",
+        "3",
         latency=0.5,
         worker=False,
-    ) as (deployment, feedback, scheduler, log, group):  # fmt: skip
+    ) as (deployment, feedback, scheduler, log, group):
         # A worker in a process of its own, whose calls take far longer than the lease.
         doomed = subprocess.Popen(
             [
-                sys.executable, "-m", "fairstream_dev.harness.slots",
-                kafka_bootstrap, deployment.topics.egress, feedback, group, "600",
+                sys.executable,
+                "-m",
+                "fairstream_dev.harness.slots",
+                kafka_bootstrap,
+                deployment.topics.egress,
+                feedback,
+                group,
+                "600",
             ],
             cwd=REPO,
             stdout=subprocess.PIPE,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
+        )
         try:
             produce(kafka_bootstrap, deployment.topics.ingest, [b"a", b"b", b"c"], records // 3)
             started: list[str] = []
@@ -301,11 +311,14 @@ def test_max_concurrency_20_through_the_worker_sdk(kafka_bootstrap: str, tmp_pat
             kafka_bootstrap,
             tmp_path,
             call,
-            "--max-concurrency", "20", "--feedback-topic", FEEDBACK,
+            "--max-concurrency",
+            "20",
+            "--feedback-topic",
+            FEEDBACK,
             concurrency=64,
         ) as loop,
         Sampler(log),
-    ):  # fmt: skip
+    ):
         loop.produce(dict.fromkeys(TENANTS, PER_TENANT))
 
         def done() -> bool:

@@ -37,10 +37,17 @@ from tests.integration.policies import set_policy
 # What the machine notes say headless Chromium needs here: no sandbox as root, no GPU, and
 # none of the background connections a closed network refuses.
 CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--hide-scrollbars", "--mute-audio",
-)  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--mute-audio",
+)
 WIDTH = 1400
 SECRET = f"PAYLOAD-NEVER-SHOWN-{uuid.uuid4().hex[:8]}"
 
@@ -63,14 +70,16 @@ class Browser:
         self.log = (workdir / "chromium.log").open("ab")
         self.proc = subprocess.Popen(
             [
-                chromium(), *CHROMIUM_FLAGS,
+                chromium(),
+                *CHROMIUM_FLAGS,
                 f"--user-data-dir={workdir / 'chromium-profile'}",
                 f"--remote-debugging-port={self.port}",
                 f"--window-size={WIDTH},1000",
                 "about:blank",
             ],
-            stdout=self.log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         page = wait_until(self._page, 60, "Chromium's DevTools endpoint", interval=0.2)
         self.ws = websocket.create_connection(page, timeout=30, suppress_origin=True)
         self._ids = itertools.count(1)
@@ -184,8 +193,21 @@ READ_PAGE = """(() => {
     text: document.body.innerText,
   };
 })()"""
-COLUMNS = ("tenant", "state", "class", "weight", "backlog", "out/s", "share", "of backlogged",
-           "entitled", "bar", "p50", "p99", "cost")  # fmt: skip
+COLUMNS = (
+    "tenant",
+    "state",
+    "class",
+    "weight",
+    "backlog",
+    "out/s",
+    "share",
+    "of backlogged",
+    "entitled",
+    "bar",
+    "p50",
+    "p99",
+    "cost",
+)
 
 
 def number(text: str) -> float | None:

@@ -11,10 +11,27 @@ def test_demo_prints_the_comparison_and_writes_the_plot(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "fairstream", "demo", "--bootstrap", kafka_bootstrap,
-         "--duration", "6", "--burst", "200", "--rate", "50", "--workdir", str(tmp_path)],
-        capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "fairstream",
+            "demo",
+            "--bootstrap",
+            kafka_bootstrap,
+            "--duration",
+            "6",
+            "--burst",
+            "200",
+            "--rate",
+            "50",
+            "--workdir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     print(result.stdout[-2500:])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()

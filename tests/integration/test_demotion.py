@@ -50,10 +50,22 @@ def test_a_flood_is_demoted_a_quiet_burst_goes_first_and_the_flood_is_promoted_b
     # partitioner: CRC32 of the key), so the quiet burst is not behind the flood in the log.
     assert zlib.crc32(NOISY) % PARTITIONS != zlib.crc32(QUIET) % PARTITIONS
     deployment = Deployment(kafka_bootstrap, partitions=PARTITIONS).create()
-    scheduler = SchedulerProcess(
-        deployment, tmp_path, "--rate", "200", "--demote-share", "0.5",
-        "--demote-window", "2", "--demote-quiet", "2",
-    ).start().wait_ready()  # fmt: skip
+    scheduler = (
+        SchedulerProcess(
+            deployment,
+            tmp_path,
+            "--rate",
+            "200",
+            "--demote-share",
+            "0.5",
+            "--demote-window",
+            "2",
+            "--demote-quiet",
+            "2",
+        )
+        .start()
+        .wait_ready()
+    )
     egress = TopicReader(kafka_bootstrap, deployment.topics.egress)
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
     try:

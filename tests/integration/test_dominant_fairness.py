@@ -31,9 +31,15 @@ pytestmark = pytest.mark.integration
 def run(bootstrap: str, tmp_path: Path, *args: str) -> dict[str, float]:
     deployment = Deployment(bootstrap, partitions=2).create()
     scheduler = SchedulerProcess(
-        deployment, tmp_path, "--rate", str(RATE), "--cost-rate", str(COST_RATE), *args,
+        deployment,
+        tmp_path,
+        "--rate",
+        str(RATE),
+        "--cost-rate",
+        str(COST_RATE),
+        *args,
         name="-".join(["sched", *args]).replace("--", ""),
-    ).start()  # fmt: skip
+    ).start()
     egress = TopicReader(bootstrap, deployment.topics.egress)
     try:
         scheduler.wait_ready()

@@ -80,9 +80,13 @@ def test_a_backlogged_tenant_spreads_over_the_workers_and_keeps_its_start_order(
         async def api(request: Request) -> None:
             assert request.start_ms is not None, "under a rate every record has its start"
             call = Call(
-                worker, time.time(), request.tenant, request.payload, request.start_ms,
+                worker,
+                time.time(),
+                request.tenant,
+                request.payload,
+                request.start_ms,
                 request.partition,
-            )  # fmt: skip
+            )
             with lock:
                 calls.append(call)
 

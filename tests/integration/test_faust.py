@@ -147,12 +147,25 @@ def test_a_faust_app_submits_and_handles_requests_and_its_feedback_reaches_the_s
     def set_weight(tenant: str, weight: int) -> None:
         done = subprocess.run(
             [
-                sys.executable, "-m", "fairstream", "tenants", "set", tenant,
-                "--weight", str(weight),
-                "--bootstrap", kafka_bootstrap, "--policy-topic", topics.policy,
+                sys.executable,
+                "-m",
+                "fairstream",
+                "tenants",
+                "set",
+                tenant,
+                "--weight",
+                str(weight),
+                "--bootstrap",
+                kafka_bootstrap,
+                "--policy-topic",
+                topics.policy,
             ],
-            cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr
 
     def handled() -> list[list[str]]:

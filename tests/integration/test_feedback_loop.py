@@ -60,8 +60,11 @@ def test_adaptive_rate_finds_a_hidden_capacity_and_follows_its_changes(
         kafka_bootstrap,
         tmp_path,
         api_handler(api),
-        "--rate", "1000", "--feedback-topic", FEEDBACK,
-    ) as loop:  # fmt: skip
+        "--rate",
+        "1000",
+        "--feedback-topic",
+        FEEDBACK,
+    ) as loop:
         backlog = int(2 * (CAPACITY * (END - RISE_AT + DROP_AT) + LOW * (RISE_AT - DROP_AT)))
         loop.produce(dict.fromkeys(TENANTS, backlog // len(TENANTS) + 1))
         loop.run_until(lambda: api.elapsed() >= END, END + 60, f"{END:.0f} s of API calls")
@@ -120,9 +123,12 @@ def test_measured_cost_makes_shares_follow_real_usage(
         kafka_bootstrap,
         tmp_path,
         api_handler(api, COSTS),
-        "--rate", str(COST_RATE), "--feedback-topic", topic,
+        "--rate",
+        str(COST_RATE),
+        "--feedback-topic",
+        topic,
         worker_feedback=feedback != "worker-off",
-    ) as loop:  # fmt: skip
+    ) as loop:
         loop.produce(dict.fromkeys(COSTS, COST_CALLS[1]))  # enough for either to take all
         loop.run_until(
             lambda: len(api.calls) >= COST_CALLS[1],
@@ -190,8 +196,11 @@ def test_a_tenant_scope_limit_pauses_that_tenant_alone(
         kafka_bootstrap,
         tmp_path,
         api_handler(None, before=quota),
-        "--rate", str(PAUSE_RATE), "--feedback-topic", FEEDBACK,
-    ) as loop:  # fmt: skip
+        "--rate",
+        str(PAUSE_RATE),
+        "--feedback-topic",
+        FEEDBACK,
+    ) as loop:
         loop.produce(dict.fromkeys(PAUSE_TENANTS, PAUSE_RATE * 10))
 
         seen_paused: list[bool] = []
@@ -250,8 +259,11 @@ def test_bad_feedback_is_counted_and_ignored_and_the_scheduler_goes_on(
         kafka_bootstrap,
         tmp_path,
         api_handler(api),
-        "--rate", "100", "--feedback-topic", FEEDBACK,
-    ) as loop:  # fmt: skip
+        "--rate",
+        "100",
+        "--feedback-topic",
+        FEEDBACK,
+    ) as loop:
         loop.produce({"acme": 3000})
         loop.run_until(lambda: len(loop.scheduled()) >= 100, 60, "egress under way")
 

@@ -56,11 +56,15 @@ def grouped_loop(bootstrap: str, workdir: Path) -> Iterator[tuple[Deployment, Ca
     )
     thread = threading.Thread(target=worker.run, daemon=True, name="slot-worker")
     scheduler = SchedulerProcess(
-        deployment, workdir,
-        "--feedback-topic", feedback,
-        "--max-concurrency", str(TOTAL_LIMIT),
-        "--tenant-group-separator", "/",
-    )  # fmt: skip
+        deployment,
+        workdir,
+        "--feedback-topic",
+        feedback,
+        "--max-concurrency",
+        str(TOTAL_LIMIT),
+        "--tenant-group-separator",
+        "/",
+    )
     try:
         thread.start()
         wait_until(worker.assigned.is_set, 60, "the slot worker joined its group")

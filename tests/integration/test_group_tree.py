@@ -67,8 +67,11 @@ def backlog(bootstrap: str, topic: str, counts: dict[str, int]) -> None:
 def cli(*args: str) -> str:
     result = subprocess.run(
         [sys.executable, "-m", "fairstream", *args],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
 
@@ -170,10 +173,22 @@ def test_tenants_metrics_top_and_audit_show_the_tree(kafka_bootstrap: str, tmp_p
 
     # audit: both levels judged from the egress headers.
     audit = cli(
-        "audit", "--bootstrap", kafka_bootstrap, "--egress-topic", deployment.topics.egress,
-        "--since", "10m", "--window", "2s", "--tenant-group-separator", "/",
-        "--group-weights", "globex=2", "--weights", "acme/alice=2",
-    )  # fmt: skip
+        "audit",
+        "--bootstrap",
+        kafka_bootstrap,
+        "--egress-topic",
+        deployment.topics.egress,
+        "--since",
+        "10m",
+        "--window",
+        "2s",
+        "--tenant-group-separator",
+        "/",
+        "--group-weights",
+        "globex=2",
+        "--weights",
+        "acme/alice=2",
+    )
     print(audit)
     lines = audit.splitlines()
     header = lines.index("fairness at each level (tenant groups by '/'):") + 1
@@ -228,9 +243,15 @@ def test_console_shows_the_tree(kafka_bootstrap: str, tmp_path: Path, browser: B
         },
     )
     scheduler = SchedulerProcess(
-        deployment, tmp_path, "--rate", "40", "--fairness-window", "2",
-        "--tenant-group-separator", "/",
-    ).start()  # fmt: skip
+        deployment,
+        tmp_path,
+        "--rate",
+        "40",
+        "--fairness-window",
+        "2",
+        "--tenant-group-separator",
+        "/",
+    ).start()
     scheduler.wait_ready()
     backlog(
         kafka_bootstrap,
@@ -253,9 +274,13 @@ def test_console_shows_the_tree(kafka_bootstrap: str, tmp_path: Path, browser: B
                 return None
             rows = {(r["kind"], r["name"]): r for r in page["rows"]}
             wanted = [
-                ("group", "acme"), ("member", "acme/alice"), ("member", "acme/bob"),
-                ("member", "acme/carol"), ("tenant", "noisy"), ("tenant", "bulk"),
-            ]  # fmt: skip
+                ("group", "acme"),
+                ("member", "acme/alice"),
+                ("member", "acme/bob"),
+                ("member", "acme/carol"),
+                ("tenant", "noisy"),
+                ("tenant", "bulk"),
+            ]
             if any(w not in rows or not number(rows[w]["cells"][OUT]) for w in wanted):
                 return None
             if number(page["jain"]) is None:

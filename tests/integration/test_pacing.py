@@ -43,9 +43,15 @@ def test_egress_stamps_keep_rate_times_window_plus_burst(
         producer.produce(deployment.topics.ingest, b"r-%d" % i, b"tenant-%d" % (i % 4))
     assert producer.flush(30) == 0
     scheduler = SchedulerProcess(
-        deployment, tmp_path, "--rate", str(RATE), "--burst", str(BURST),
-        "--commit-interval", "0.1",
-    ).start()  # fmt: skip
+        deployment,
+        tmp_path,
+        "--rate",
+        str(RATE),
+        "--burst",
+        str(BURST),
+        "--commit-interval",
+        "0.1",
+    ).start()
     egress = TopicReader(kafka_bootstrap, deployment.topics.egress)
     try:
         scheduler.wait_ready()

@@ -119,17 +119,32 @@ def test_submit_command_end_to_end(kafka_bootstrap: str, tmp_path: Path) -> None
     payload = tmp_path / "prompt.bin"
     payload.write_bytes(b"line one\nline two\x00\xff")
     out = run_submit(
-        "--bootstrap", kafka_bootstrap, "--ingest-topic", topic,
-        "--tenant", "acme", "--cost", "5", "--count", "2", "--file", str(payload),
-        "--header", "trace=t-1",
-    )  # fmt: skip
+        "--bootstrap",
+        kafka_bootstrap,
+        "--ingest-topic",
+        topic,
+        "--tenant",
+        "acme",
+        "--cost",
+        "5",
+        "--count",
+        "2",
+        "--file",
+        str(payload),
+        "--header",
+        "trace=t-1",
+    )
     assert "sent 2 record(s) for tenant acme" in out
     # Options from FAIRSTREAM_* variables; one record per stdin line.
     run_submit(
-        "--tenant", "beta", "--request-id", "same", "-",
+        "--tenant",
+        "beta",
+        "--request-id",
+        "same",
+        "-",
         stdin=b"first\r\nsecond\n\nfourth",
         env={"FAIRSTREAM_BOOTSTRAP": kafka_bootstrap, "FAIRSTREAM_INGEST_TOPIC": topic},
-    )  # fmt: skip
+    )
     messages = consume(kafka_bootstrap, topic, 6)
     by_tenant: dict[bytes, list[Message]] = {}
     for msg in sorted(messages, key=lambda m: m.offset()):

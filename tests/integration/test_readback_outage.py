@@ -167,9 +167,14 @@ def test_read_backs_that_find_nothing_are_retried_and_never_lost(
     expected = produce_backlog(kafka_bootstrap, deployment.topics.ingest)
     sent = {b"t%02d" % t: PER_TENANT for t in range(TENANTS)}
     scheduler = SchedulerProcess(
-        deployment, tmp_path, "--rate", "1000", "--buffer-memory", "1",
+        deployment,
+        tmp_path,
+        "--rate",
+        "1000",
+        "--buffer-memory",
+        "1",
         env={"FAIRSTREAM_TEST_FAULTS": "miss:readback=40"},
-    )  # fmt: skip
+    )
     egress = TopicReader(kafka_bootstrap, deployment.topics.egress)
     degraded: list[str] = []
     try:

@@ -97,11 +97,22 @@ def test_reference_scenario_with_sasl(
     _, kafka = sasl_broker
     deployment = Deployment(kafka.bootstrap, topics=unique_topics())
     created = fairstream(
-        "topics", "create", "--partitions", "4", "--app-id", deployment.app_id,
-        "--ingest-topic", deployment.topics.ingest, "--egress-topic", deployment.topics.egress,
-        "--dlq-topic", deployment.topics.dlq, "--policy-topic", deployment.topics.policy,
+        "topics",
+        "create",
+        "--partitions",
+        "4",
+        "--app-id",
+        deployment.app_id,
+        "--ingest-topic",
+        deployment.topics.ingest,
+        "--egress-topic",
+        deployment.topics.egress,
+        "--dlq-topic",
+        deployment.topics.dlq,
+        "--policy-topic",
+        deployment.topics.policy,
         env=sasl_env(kafka),
-    )  # fmt: skip
+    )
     assert created.returncode == 0, created.stderr
     assert f"created {deployment.topics.ingest} (4 partitions)" in created.stdout
 
@@ -192,9 +203,15 @@ def test_wrong_credentials_fail_fast(
     create_topics(kafka, topics, partitions=1, app_id=unique("app"))
     started = time.monotonic()
     result = fairstream(
-        "scheduler", "--ingest-topic", topics.ingest, "--data-dir", str(tmp_path / "data"),
-        "--web-port", "0", env=wrong,
-    )  # fmt: skip
+        "scheduler",
+        "--ingest-topic",
+        topics.ingest,
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--web-port",
+        "0",
+        env=wrong,
+    )
     elapsed = time.monotonic() - started
     assert result.returncode != 0
     assert "authentication failed" in result.stderr.lower(), result.stderr

@@ -163,18 +163,34 @@ def test_submit_and_worker_commands_fail_fast_on_a_wrong_password(
 ) -> None:
     wrong = wrong_password(sasl_kafka)
     submit = fairstream(
-        "submit", "--tenant", "acme", "--payload", "x", "--ingest-topic", topics.ingest,
-        "--timeout", "100", kafka=wrong,
-    )  # fmt: skip
+        "submit",
+        "--tenant",
+        "acme",
+        "--payload",
+        "x",
+        "--ingest-topic",
+        topics.ingest,
+        "--timeout",
+        "100",
+        kafka=wrong,
+    )
     assert submit.returncode == 1, submit.stderr
     assert "Traceback" not in submit.stderr
     assert_refused(submit.stderr)
 
     # json:dumps is a callable that takes one argument: the handler is never called anyway.
     worker = fairstream(
-        "worker", "--handler", "json:dumps", "--egress-topic", topics.egress,
-        "--dlq-topic", topics.dlq, "--group-id", unique("auth-cli"), kafka=wrong,
-    )  # fmt: skip
+        "worker",
+        "--handler",
+        "json:dumps",
+        "--egress-topic",
+        topics.egress,
+        "--dlq-topic",
+        topics.dlq,
+        "--group-id",
+        unique("auth-cli"),
+        kafka=wrong,
+    )
     assert worker.returncode == 1, worker.stderr
     assert "Traceback" not in worker.stderr
     assert_refused(worker.stderr)

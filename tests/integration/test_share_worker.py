@@ -36,9 +36,16 @@ def share_worker(
     bootstrap: str, egress: str, dlq: str, group: str, handler: Any, **kw: Any
 ) -> ShareWorker:
     return ShareWorker(
-        handler, bootstrap=bootstrap, egress_topic=egress, dlq_topic=dlq, group_id=group,
-        feedback_topic=None, backoff_initial=0.01, backoff_max=0.05, **kw,
-    )  # fmt: skip
+        handler,
+        bootstrap=bootstrap,
+        egress_topic=egress,
+        dlq_topic=dlq,
+        group_id=group,
+        feedback_topic=None,
+        backoff_initial=0.01,
+        backoff_max=0.05,
+        **kw,
+    )
 
 
 @contextmanager
@@ -55,8 +62,11 @@ def serving(*workers: ShareWorker) -> Iterator[None]:
     for thread in threads:
         thread.start()
     try:
-        wait_until(lambda: all(w.running.is_set() for w in workers) or bool(errors), 60,
-                   "the share workers subscribed")  # fmt: skip
+        wait_until(
+            lambda: all(w.running.is_set() for w in workers) or bool(errors),
+            60,
+            "the share workers subscribed",
+        )
         yield
     finally:
         for worker in workers:
@@ -118,8 +128,9 @@ def test_workers_share_one_partition_and_read_committed_only(share_bootstrap: st
     aborted.init_transactions()
     aborted.begin_transaction()
     for i in range(10):
-        aborted.produce(egress, value=b"aborted", key=b"t0",
-                        headers=[(wire.REQUEST_ID, b"aborted-%d" % i)])  # fmt: skip
+        aborted.produce(
+            egress, value=b"aborted", key=b"t0", headers=[(wire.REQUEST_ID, b"aborted-%d" % i)]
+        )
     aborted.abort_transaction()
     calls: collections.Counter[str] = collections.Counter()
     by_worker: list[collections.Counter[str]] = [collections.Counter() for _ in range(3)]

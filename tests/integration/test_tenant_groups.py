@@ -56,8 +56,17 @@ def groups(bootstrap: str, topic: str, *args: str) -> subprocess.CompletedProces
     """Run ``fairstream groups ...`` in a fresh interpreter, as ``tenants`` runs ``tenants``."""
     return subprocess.run(
         [
-            sys.executable, "-m", "fairstream", "groups", *args,
-            "--bootstrap", bootstrap, "--policy-topic", topic, "--timeout", "30",
+            sys.executable,
+            "-m",
+            "fairstream",
+            "groups",
+            *args,
+            "--bootstrap",
+            bootstrap,
+            "--policy-topic",
+            topic,
+            "--timeout",
+            "30",
         ],
         cwd=REPO,
         capture_output=True,
@@ -65,7 +74,7 @@ def groups(bootstrap: str, topic: str, *args: str) -> subprocess.CompletedProces
         timeout=120,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         check=False,
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture
@@ -99,8 +108,12 @@ def test_groups_cli_sets_gets_lists_and_resets(kafka_bootstrap: str, policy_topi
     got = run("get", "acme", "--json")
     assert isinstance(got, dict)
     assert (
-        got["source"], got["weight"], got["rate_cap"], got["max_backlog"], got["max_concurrency"]
-    ) == ("explicit", 3, 50, 5000, 3)  # fmt: skip
+        got["source"],
+        got["weight"],
+        got["rate_cap"],
+        got["max_backlog"],
+        got["max_concurrency"],
+    ) == ("explicit", 3, 50, 5000, 3)
     listed = run("list", "--json")
     assert isinstance(listed, list)
     assert [(r["group"], r["source"]) for r in listed] == [(None, "default"), ("acme", "explicit")]

@@ -26,8 +26,17 @@ def tenants(bootstrap: str, topic: str, *args: str) -> subprocess.CompletedProce
     """Run ``fairstream tenants ...`` in a fresh interpreter, as a user would."""
     return subprocess.run(
         [
-            sys.executable, "-m", "fairstream", "tenants", *args,
-            "--bootstrap", bootstrap, "--policy-topic", topic, "--timeout", "30",
+            sys.executable,
+            "-m",
+            "fairstream",
+            "tenants",
+            *args,
+            "--bootstrap",
+            bootstrap,
+            "--policy-topic",
+            topic,
+            "--timeout",
+            "30",
         ],
         cwd=REPO,
         capture_output=True,
@@ -35,7 +44,7 @@ def tenants(bootstrap: str, topic: str, *args: str) -> subprocess.CompletedProce
         timeout=120,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         check=False,
-    )  # fmt: skip
+    )
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:

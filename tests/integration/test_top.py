@@ -21,14 +21,30 @@ def test_top_shows_shares_against_entitlements(kafka_bootstrap: str, tmp_path: P
         egress.read_until(40, timeout=30)
         url = f"http://127.0.0.1:{scheduler.web_port}"
         out = subprocess.run(
-            [sys.executable, "-m", "fairstream", "top", "--scheduler", url, "--once", "--json",
-             "--interval", "2"],
-            capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "fairstream",
+                "top",
+                "--scheduler",
+                url,
+                "--once",
+                "--json",
+                "--interval",
+                "2",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         table = subprocess.run(
             [sys.executable, "-m", "fairstream", "top", "--scheduler", url, "--once"],
-            capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
     finally:
         egress.close()
         scheduler.terminate()

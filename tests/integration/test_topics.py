@@ -44,11 +44,15 @@ def fairstream(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[
 
 def topic_args(topics: Topics) -> list[str]:
     return [
-        "--ingest-topic", topics.ingest,
-        "--egress-topic", topics.egress,
-        "--dlq-topic", topics.dlq,
-        "--policy-topic", topics.policy,
-    ]  # fmt: skip
+        "--ingest-topic",
+        topics.ingest,
+        "--egress-topic",
+        topics.egress,
+        "--dlq-topic",
+        topics.dlq,
+        "--policy-topic",
+        topics.policy,
+    ]
 
 
 def unique_topics() -> Topics:
@@ -113,14 +117,19 @@ def test_scheduler_without_its_ingest_topic_says_to_create_the_topics(
 
     result = fairstream(
         "scheduler",
-        "--bootstrap", kafka_bootstrap,
+        "--bootstrap",
+        kafka_bootstrap,
         *topic_args(topics),
-        "--app-id", unique("app"),
-        "--data-dir", str(tmp_path / "data"),
-        "--web-port", str(free_port()),
-        "--web-host", "127.0.0.1",
+        "--app-id",
+        unique("app"),
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--web-port",
+        str(free_port()),
+        "--web-host",
+        "127.0.0.1",
         timeout=90,
-    )  # fmt: skip
+    )
 
     assert result.returncode != 0
     assert topics.ingest in result.stderr
@@ -142,14 +151,26 @@ def test_create_takes_the_brokers_replication_min_isr_retention_and_configs(
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
 
     result = fairstream(
-        "topics", "create", "--bootstrap", kafka_bootstrap, "--app-id", app_id,
-        *topic_args(topics), "--partitions", "2",
-        "--min-insync-replicas", "1",
-        "--egress-retention-ms", "86400000",
-        "--dlq-retention-ms", "1209600000",
-        "--config", "egress:compression.type=zstd",
-        "--config", "ingest:segment.ms=3600000",
-    )  # fmt: skip
+        "topics",
+        "create",
+        "--bootstrap",
+        kafka_bootstrap,
+        "--app-id",
+        app_id,
+        *topic_args(topics),
+        "--partitions",
+        "2",
+        "--min-insync-replicas",
+        "1",
+        "--egress-retention-ms",
+        "86400000",
+        "--dlq-retention-ms",
+        "1209600000",
+        "--config",
+        "egress:compression.type=zstd",
+        "--config",
+        "ingest:segment.ms=3600000",
+    )
 
     assert result.returncode == 0, result.stderr
     ingest, egress, dlq = (configs_of(admin, n) for n in (topics.ingest, topics.egress, topics.dlq))
@@ -171,8 +192,17 @@ def test_create_refuses_bad_configs_with_a_reason_and_creates_nothing(
 ) -> None:
     topics, app_id = unique_topics(), unique("app")
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    create = ["topics", "create", "--bootstrap", kafka_bootstrap, "--app-id", app_id,
-              *topic_args(topics), "--partitions", "2"]  # fmt: skip
+    create = [
+        "topics",
+        "create",
+        "--bootstrap",
+        kafka_bootstrap,
+        "--app-id",
+        app_id,
+        *topic_args(topics),
+        "--partitions",
+        "2",
+    ]
 
     for args, reason in [
         (["--config", "egres:compression.type=zstd"], "unknown topic kind 'egres'"),
@@ -196,15 +226,34 @@ def test_create_refuses_bad_configs_with_a_reason_and_creates_nothing(
 
 
 def check_args(kafka_bootstrap: str, topics: Topics, app_id: str) -> list[str]:
-    return ["topics", "check", "--bootstrap", kafka_bootstrap, "--app-id", app_id,
-            *topic_args(topics), "--feedback-topic", ""]  # fmt: skip
+    return [
+        "topics",
+        "check",
+        "--bootstrap",
+        kafka_bootstrap,
+        "--app-id",
+        app_id,
+        *topic_args(topics),
+        "--feedback-topic",
+        "",
+    ]
 
 
 def test_check_passes_topics_that_create_made(kafka_bootstrap: str) -> None:
     topics, app_id = unique_topics(), unique("app")
-    created = fairstream("topics", "create", "--bootstrap", kafka_bootstrap, "--app-id",
-                         app_id, *topic_args(topics), "--partitions", "2",
-                         "--feedback-topic", "")  # fmt: skip
+    created = fairstream(
+        "topics",
+        "create",
+        "--bootstrap",
+        kafka_bootstrap,
+        "--app-id",
+        app_id,
+        *topic_args(topics),
+        "--partitions",
+        "2",
+        "--feedback-topic",
+        "",
+    )
     assert created.returncode == 0, created.stderr
 
     checked = fairstream(*check_args(kafka_bootstrap, topics, app_id), "--partitions", "2")
@@ -223,9 +272,21 @@ def test_check_reports_each_wrong_topic_with_its_fix(kafka_bootstrap: str) -> No
     max.message.bytes, made on the real broker; each reported with the fix, exit 1."""
     topics, app_id = unique_topics(), unique("app")
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    created = fairstream("topics", "create", "--bootstrap", kafka_bootstrap, "--app-id", app_id,
-                         *topic_args(topics), "--partitions", "3", "--feedback-topic", "",
-                         "--ingest-retention-ms", "3600000")  # fmt: skip
+    created = fairstream(
+        "topics",
+        "create",
+        "--bootstrap",
+        kafka_bootstrap,
+        "--app-id",
+        app_id,
+        *topic_args(topics),
+        "--partitions",
+        "3",
+        "--feedback-topic",
+        "",
+        "--ingest-retention-ms",
+        "3600000",
+    )
     assert created.returncode == 0, created.stderr
     # The faults: a progress topic of another partition count (deleted and made again), a
     # policy topic made without compaction, an egress topic that cannot take a full record.
@@ -266,15 +327,19 @@ def test_check_reports_each_wrong_topic_with_its_fix(kafka_bootstrap: str) -> No
     assert len(problems) == 4, out
     assert "4 problems" in out
     expected = {
-        f"PROBLEM {progress}: has 2 partitions but the ingest topic {topics.ingest} has 3":
-            "another --app-id",
-        f"PROBLEM {policy}: has cleanup.policy=delete": f"--entity-name {policy} --add-config "
-            "cleanup.policy=compact",
-        f"PROBLEM {topics.ingest}: has retention.ms=3600000": f"--entity-name {topics.ingest} "
-            "--add-config retention.ms=-1",
-        f"PROBLEM {topics.egress}: has max.message.bytes=1048588": f"--entity-name "
-            f"{topics.egress} --add-config max.message.bytes=1052684",
-    }  # fmt: skip
+        f"PROBLEM {progress}: has 2 partitions but the ingest topic {topics.ingest} has 3": (
+            "another --app-id"
+        ),
+        f"PROBLEM {policy}: has cleanup.policy=delete": (
+            f"--entity-name {policy} --add-config cleanup.policy=compact"
+        ),
+        f"PROBLEM {topics.ingest}: has retention.ms=3600000": (
+            f"--entity-name {topics.ingest} --add-config retention.ms=-1"
+        ),
+        f"PROBLEM {topics.egress}: has max.message.bytes=1048588": (
+            f"--entity-name {topics.egress} --add-config max.message.bytes=1052684"
+        ),
+    }
     lines = out.splitlines()
     for start, fix in expected.items():
         (index,) = [i for i, line in enumerate(lines) if line.startswith(start)]
@@ -295,9 +360,11 @@ def test_a_record_at_the_ingest_limit_reaches_egress_on_topics_create_made(
     headers fairstream adds: the largest record ingest takes is emitted, not dead-lettered."""
     deployment = Deployment(kafka_bootstrap, partitions=1).create()
     topics = deployment.topics
-    limit = int(configs_of(AdminClient({"bootstrap.servers": kafka_bootstrap}), topics.ingest)[
-        "max.message.bytes"
-    ])  # fmt: skip
+    limit = int(
+        configs_of(AdminClient({"bootstrap.servers": kafka_bootstrap}), topics.ingest)[
+            "max.message.bytes"
+        ]
+    )
     scheduler = SchedulerProcess(deployment, tmp_path).start().wait_ready()
     egress = TopicReader(kafka_bootstrap, topics.egress)
     try:

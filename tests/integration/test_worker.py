@@ -192,15 +192,26 @@ class WorkerProcess:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [
-                    sys.executable, "-m", "fairstream", "worker",
-                    "--handler", "slowhandler:handle",
-                    "--egress-topic", s.egress,
-                    "--dlq-topic", s.dlq,
-                    "--group-id", s.group,
-                    "--session-timeout", "6",
+                    sys.executable,
+                    "-m",
+                    "fairstream",
+                    "worker",
+                    "--handler",
+                    "slowhandler:handle",
+                    "--egress-topic",
+                    s.egress,
+                    "--dlq-topic",
+                    s.dlq,
+                    "--group-id",
+                    s.group,
+                    "--session-timeout",
+                    "6",
                 ],
-                cwd=workdir, stdout=log, stderr=subprocess.STDOUT, env=env,
-            )  # fmt: skip
+                cwd=workdir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
 
     def tail(self) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
@@ -477,14 +488,34 @@ def test_worker_metrics_scraped_over_http(kafka_bootstrap: str, tmp_path: Path) 
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
             [
-                sys.executable, "-m", "fairstream", "worker",
-                "--handler", "metricshandler:handle",
-                "--egress-topic", s.egress, "--dlq-topic", s.dlq, "--group-id", s.group,
-                "--max-attempts", "3", "--backoff-initial", "0.01", "--backoff-max", "0.05",
-                "--metrics-port", str(port), "--metrics-host", "127.0.0.1",
+                sys.executable,
+                "-m",
+                "fairstream",
+                "worker",
+                "--handler",
+                "metricshandler:handle",
+                "--egress-topic",
+                s.egress,
+                "--dlq-topic",
+                s.dlq,
+                "--group-id",
+                s.group,
+                "--max-attempts",
+                "3",
+                "--backoff-initial",
+                "0.01",
+                "--backoff-max",
+                "0.05",
+                "--metrics-port",
+                str(port),
+                "--metrics-host",
+                "127.0.0.1",
             ],
-            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     url = f"http://127.0.0.1:{port}/metrics"
 
     def finished() -> dict[str, dict[tuple[tuple[str, str], ...], float]] | None:

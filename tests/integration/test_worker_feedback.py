@@ -287,15 +287,25 @@ def run_cli_worker(
     log = (workdir / "worker.log").open("ab")
     return subprocess.Popen(
         [
-            sys.executable, "-m", "fairstream", "worker",
-            "--handler", "limitedhandler:handle",
-            "--egress-topic", s.egress,
-            "--dlq-topic", s.dlq,
-            "--group-id", s.group,
+            sys.executable,
+            "-m",
+            "fairstream",
+            "worker",
+            "--handler",
+            "limitedhandler:handle",
+            "--egress-topic",
+            s.egress,
+            "--dlq-topic",
+            s.dlq,
+            "--group-id",
+            s.group,
             *flags,
         ],
-        cwd=workdir, stdout=log, stderr=subprocess.STDOUT, env=env,
-    )  # fmt: skip
+        cwd=workdir,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
 
 
 def test_cli_worker_reports_to_the_feedback_topic(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -332,16 +342,28 @@ def test_topics_create_makes_the_feedback_topic(kafka_bootstrap: str) -> None:
     names = {n: unique(f"t-{n}") for n in ("ingest", "egress", "dlq", "policy", "feedback")}
     app_id = unique("t-app")
     command = [
-        sys.executable, "-m", "fairstream", "topics", "create",
-        "--bootstrap", kafka_bootstrap,
-        "--ingest-topic", names["ingest"],
-        "--egress-topic", names["egress"],
-        "--dlq-topic", names["dlq"],
-        "--policy-topic", names["policy"],
-        "--feedback-topic", names["feedback"],
-        "--app-id", app_id,
-        "--partitions", "3",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "fairstream",
+        "topics",
+        "create",
+        "--bootstrap",
+        kafka_bootstrap,
+        "--ingest-topic",
+        names["ingest"],
+        "--egress-topic",
+        names["egress"],
+        "--dlq-topic",
+        names["dlq"],
+        "--policy-topic",
+        names["policy"],
+        "--feedback-topic",
+        names["feedback"],
+        "--app-id",
+        app_id,
+        "--partitions",
+        "3",
+    ]
     first = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert first.returncode == 0, first.stderr
     assert f"created {names['feedback']} (3 partitions)" in first.stdout

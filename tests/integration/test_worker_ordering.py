@@ -174,13 +174,27 @@ def start_worker(
     with log.open("ab") as handle:
         proc = subprocess.Popen(
             [
-                sys.executable, "-m", "fairstream", "worker",
-                "--handler", "outoforder:handle",
-                "--egress-topic", s.egress, "--dlq-topic", s.dlq, "--group-id", s.group,
-                "--session-timeout", "6", "--no-feedback",
+                sys.executable,
+                "-m",
+                "fairstream",
+                "worker",
+                "--handler",
+                "outoforder:handle",
+                "--egress-topic",
+                s.egress,
+                "--dlq-topic",
+                s.dlq,
+                "--group-id",
+                s.group,
+                "--session-timeout",
+                "6",
+                "--no-feedback",
             ],
-            cwd=workdir, stdout=handle, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
+            cwd=workdir,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     return proc, log
 
 

@@ -93,10 +93,18 @@ def test_scheduler_help_lists_the_options_in_a_stable_order() -> None:
         if line.startswith("  --") and not line.startswith("  --help")
     ]
     assert flags[:11] == [
-        "--bootstrap", "--security-protocol", "--sasl-mechanism", "--sasl-username",
-        "--sasl-password", "--ssl-ca-location",
-        "--ingest-topic", "--egress-topic", "--dlq-topic", "--policy-topic", "--app-id",
-    ]  # fmt: skip
+        "--bootstrap",
+        "--security-protocol",
+        "--sasl-mechanism",
+        "--sasl-username",
+        "--sasl-password",
+        "--ssl-ca-location",
+        "--ingest-topic",
+        "--egress-topic",
+        "--dlq-topic",
+        "--policy-topic",
+        "--app-id",
+    ]
     assert "--trim" in flags  # listed as --trim / --no-trim
     assert "--console" in flags
     assert flags[-1] == "--log-level"
@@ -185,15 +193,22 @@ def test_flags_override_environment(tmp_path: Path) -> None:
         "FAIRSTREAM_CONSOLE": "false",
     }
     args = [
-        "--bootstrap", "flag:9092",
-        "--ingest-topic", "flag.ingest",
-        "--app-id", "flag-app",
-        "--rate", "10",
-        "--max-backlog", "5",
-        "--data-dir", str(tmp_path / "flag-data"),
-        "--web-port", "7002",
+        "--bootstrap",
+        "flag:9092",
+        "--ingest-topic",
+        "flag.ingest",
+        "--app-id",
+        "flag-app",
+        "--rate",
+        "10",
+        "--max-backlog",
+        "5",
+        "--data-dir",
+        str(tmp_path / "flag-data"),
+        "--web-port",
+        "7002",
         "--console",
-    ]  # fmt: skip
+    ]
     settings = settings_of(args, env=env)
     assert settings.bootstrap == "flag:9092"
     assert settings.topics.ingest == "flag.ingest"

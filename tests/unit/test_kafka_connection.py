@@ -194,11 +194,17 @@ def test_every_kafka_command_has_the_options_and_never_shows_the_password(
     # One block per option: its line and the help lines under it, up to the next option.
     blocks = " ".join(result.output.split()).split(" --")
     for option, variable in zip(
-        ("bootstrap", "security-protocol", "sasl-mechanism", "sasl-username",
-         "sasl-password", "ssl-ca-location"),
+        (
+            "bootstrap",
+            "security-protocol",
+            "sasl-mechanism",
+            "sasl-username",
+            "sasl-password",
+            "ssl-ca-location",
+        ),
         KAFKA_ENV,
         strict=True,
-    ):  # fmt: skip
+    ):
         rows = [block for block in blocks if block.startswith(option + " ")]
         assert len(rows) == 1, f"--{option} not listed once in {command}"
         assert f"env var: {variable}" in rows[0]

@@ -13,9 +13,16 @@ def tenant(
     name: str, emitted: int, backlog: int, weight: float = 1, **extra: object
 ) -> dict[str, object]:
     return {
-        "tenant": name, "emitted": emitted, "backlog": backlog, "weight": weight,
-        "priority": 0, "paused": False, "rate_cap": None, "dwell_p99": 0.25, **extra,
-    }  # fmt: skip
+        "tenant": name,
+        "emitted": emitted,
+        "backlog": backlog,
+        "weight": weight,
+        "priority": 0,
+        "paused": False,
+        "rate_cap": None,
+        "dwell_p99": 0.25,
+        **extra,
+    }
 
 
 def test_rates_shares_and_entitlements_across_instances() -> None:
@@ -74,8 +81,13 @@ def test_instances_merge_the_freshest_report_of_each() -> None:
 
 
 def adaptive(rate: float, limited: int, held: float = 0.0) -> dict[str, float]:
-    return {"rate": rate, "ceiling": 1000.0, "floor": 10.0, "held_for_s": held,
-            "rate_limited_total": limited}  # fmt: skip
+    return {
+        "rate": rate,
+        "ceiling": 1000.0,
+        "floor": 10.0,
+        "held_for_s": held,
+        "rate_limited_total": limited,
+    }
 
 
 def test_the_adaptive_rate_and_429s_per_second() -> None:
@@ -126,18 +138,40 @@ def test_the_table_aligns_its_columns() -> None:
         ["http://x:1"],
     )
     assert text.splitlines()[2].split() == [
-        "tenant", "state", "weight", "backlog", "out/s", "share", "entitled", "dwell", "p99",
-    ]  # fmt: skip
+        "tenant",
+        "state",
+        "weight",
+        "backlog",
+        "out/s",
+        "share",
+        "entitled",
+        "dwell",
+        "p99",
+    ]
     assert text.splitlines()[3].split() == [
-        "a", "backlogged", "1", "1", "10.0", "100%", "100%", "250", "ms",
-    ]  # fmt: skip
+        "a",
+        "backlogged",
+        "1",
+        "1",
+        "10.0",
+        "100%",
+        "100%",
+        "250",
+        "ms",
+    ]
 
 
 def group(name: str, emitted: int, backlog: int, *members: dict[str, object], weight: float = 1):
     return {
-        "group": name, "weight": weight, "priority": 0, "paused": False, "rate_cap": None,
-        "backlog": backlog, "emitted": emitted, "members": list(members),
-    }  # fmt: skip
+        "group": name,
+        "weight": weight,
+        "priority": 0,
+        "paused": False,
+        "rate_cap": None,
+        "backlog": backlog,
+        "emitted": emitted,
+        "members": list(members),
+    }
 
 
 def grouped(groups: list[dict[str, object]], *tenants: dict[str, object]) -> dict[str, object]:
@@ -161,8 +195,11 @@ def test_the_groups_tree_across_instances() -> None:
     ]
     rows = compute_rows(before, after, 2.0)
     assert [(r.kind, r.tenant) for r in rows] == [
-        ("group", "acme"), ("member", "acme/alice"), ("member", "acme/bob"), ("tenant", "solo"),
-    ]  # fmt: skip
+        ("group", "acme"),
+        ("member", "acme/alice"),
+        ("member", "acme/bob"),
+        ("tenant", "solo"),
+    ]
     acme, a, b, s = rows
     assert (acme.emitted_per_s, acme.backlog, acme.share, acme.entitlement) == (20.0, 200, 0.5, 0.5)
     assert (a.share, a.entitlement, a.group) == (0.75, 0.75, "acme")

@@ -66,9 +66,15 @@ def broker(monkeypatch: pytest.MonkeyPatch):
 def test_every_topic_is_created_with_fairstreams_configs_and_the_operators(broker):
     fake = broker()
     statuses = admin.create_topics(
-        None, TOPICS, 6, "app", 3, feedback_topic="t.feedback", min_insync_replicas=2,
+        None,
+        TOPICS,
+        6,
+        "app",
+        3,
+        feedback_topic="t.feedback",
+        min_insync_replicas=2,
         configs={"egress": {"compression.type": "zstd"}},
-    )  # fmt: skip
+    )
     isr = {"min.insync.replicas": "2"}
     assert fake.created == [
         ("t.ingest", 6, 3, {"retention.ms": "-1", "retention.bytes": "-1", **isr}),
@@ -76,17 +82,30 @@ def test_every_topic_is_created_with_fairstreams_configs_and_the_operators(broke
         ("t.dlq", 6, 3, {"max.message.bytes": ROOM, **isr}),
         ("t.policy", 1, 3, {"cleanup.policy": "compact", **isr}),
         ("t.feedback", 6, 3, isr),
-        ("app-progress", 6, 3, {
-            "cleanup.policy": "compact", "min.compaction.lag.ms": "60000",
-            "max.message.bytes": str(admin.PROGRESS_TOPIC_BYTES), **isr,
-        }),
+        (
+            "app-progress",
+            6,
+            3,
+            {
+                "cleanup.policy": "compact",
+                "min.compaction.lag.ms": "60000",
+                "max.message.bytes": str(admin.PROGRESS_TOPIC_BYTES),
+                **isr,
+            },
+        ),
         # The holding topic takes neither the operator's min ISR nor configs: no kind of its own.
-        ("app-holding", 6, 3, {
-            "retention.ms": "-1", "retention.bytes": "-1",
-            "max.message.bytes": str(admin.BROKER_DEFAULT_BYTES + admin.HOLDING_HEADROOM),
-        }),
+        (
+            "app-holding",
+            6,
+            3,
+            {
+                "retention.ms": "-1",
+                "retention.bytes": "-1",
+                "max.message.bytes": str(admin.BROKER_DEFAULT_BYTES + admin.HOLDING_HEADROOM),
+            },
+        ),
         ("app-coordination", 1, 3, {"cleanup.policy": "compact", "segment.ms": "600000", **isr}),
-    ]  # fmt: skip
+    ]
     assert fake.validated == 1
     assert [(s.name, s.created) for s in statuses] == [(t[0], True) for t in fake.created]
 

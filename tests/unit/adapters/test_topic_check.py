@@ -139,11 +139,14 @@ def test_each_rule_finds_its_fault_with_a_fix() -> None:
         ("app-coordination", "has 2 partitions"),
         ("p", "has cleanup.policy=delete"),
         ("e", "has cleanup.policy=compact"),
-        ("e", "has max.message.bytes=1048588, but the ingest topic i takes records of up to "
-              "1048588 bytes and fairstream adds up to 4096 bytes of headers"),
+        (
+            "e",
+            "has max.message.bytes=1048588, but the ingest topic i takes records of up to "
+            "1048588 bytes and fairstream adds up to 4096 bytes of headers",
+        ),
         ("i", "has retention.ms=3600000 (1 h)"),
         ("d", "the dlq topic does not exist"),
-    }  # fmt: skip
+    }
     assert all(f.severity == "problem" for f in found.values())
     fixes = {key[0] + " " + f.fix for key, f in found.items()}
     assert any("p kafka-configs.sh" in f and "cleanup.policy=compact" in f for f in fixes)

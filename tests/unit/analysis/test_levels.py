@@ -22,9 +22,14 @@ def schedule(order: list[str], arrival: float = T0) -> dict[str, list[tuple[floa
 
 def judge(spans, **kw):
     return level_windows(
-        spans, by_separator("/"), start=T0, end=T0 + 10, window=2.0,
-        weights=kw.get("weights", {}), group_weights=kw.get("group_weights", {}),
-    )  # fmt: skip
+        spans,
+        by_separator("/"),
+        start=T0,
+        end=T0 + 10,
+        window=2.0,
+        weights=kw.get("weights", {}),
+        group_weights=kw.get("group_weights", {}),
+    )
 
 
 def test_a_two_level_schedule_is_fair_at_both_levels():

@@ -89,8 +89,10 @@ def test_a_late_caller_gets_the_rate_and_the_stamps_keep_the_bound(rate, burst):
     rng = random.Random(f"{rate}-{burst}")
     # Wake-ups late by up to 3 ms, and now and then a commit of 20-60 ms.
     lateness = [rng.uniform(0, 0.003) if rng.random() > 0.05 else rng.uniform(0.02, 0.06)]
-    lateness += [rng.uniform(0, 0.003) if rng.random() > 0.05 else rng.uniform(0.02, 0.06)
-                 for _ in range(999)]  # fmt: skip
+    lateness += [
+        rng.uniform(0, 0.003) if rng.random() > 0.05 else rng.uniform(0.02, 0.06)
+        for _ in range(999)
+    ]
     stamps = run_late(rule, clock, seconds, lateness)
     # All that the rate allowed (the first burst on top), less what is still being caught up.
     assert len(stamps) >= rate * seconds * 0.99

@@ -23,10 +23,14 @@ CHART = ROOT / "helm" / "fairstream"
 
 # FAIRSTREAM_* variables the chart sets: each must be an option some fairstream command reads.
 CHART_ENV_VARS = {
-    "FAIRSTREAM_BOOTSTRAP", "FAIRSTREAM_SECURITY_PROTOCOL", "FAIRSTREAM_SASL_MECHANISM",
-    "FAIRSTREAM_SASL_USERNAME", "FAIRSTREAM_SASL_PASSWORD", "FAIRSTREAM_SSL_CA_LOCATION",
+    "FAIRSTREAM_BOOTSTRAP",
+    "FAIRSTREAM_SECURITY_PROTOCOL",
+    "FAIRSTREAM_SASL_MECHANISM",
+    "FAIRSTREAM_SASL_USERNAME",
+    "FAIRSTREAM_SASL_PASSWORD",
+    "FAIRSTREAM_SSL_CA_LOCATION",
     "FAIRSTREAM_GROUP_INSTANCE_ID",
-}  # fmt: skip
+}
 
 
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

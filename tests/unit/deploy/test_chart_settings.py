@@ -74,11 +74,23 @@ def test_every_scheduler_setting_has_a_chart_value(values: dict[str, Any]) -> No
     # and the chart has no scheduler value that is not a setting (or the pods' own)
     names = {camel(s.field.name) for s in scheduler_settings()}
     pods = {
-        "replicas", "terminationGracePeriodSeconds", "podManagementPolicy", "persistence",
-        "resources", "livenessProbe", "readinessProbe", "pdb", "extraEnv", "podAnnotations",
-        "podLabels", "nodeSelector", "tolerations", "affinity", "topologySpreadConstraints",
+        "replicas",
+        "terminationGracePeriodSeconds",
+        "podManagementPolicy",
+        "persistence",
+        "resources",
+        "livenessProbe",
+        "readinessProbe",
+        "pdb",
+        "extraEnv",
+        "podAnnotations",
+        "podLabels",
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "topologySpreadConstraints",
         "priorityClassName",
-    }  # fmt: skip
+    }
     assert set(values["scheduler"]) - names - pods == set()
 
 
@@ -205,9 +217,11 @@ def test_workers_get_probes_a_metrics_port_and_a_pod_monitor(helm: str) -> None:
 def test_the_topics_job_passes_replication_min_isr_retention_and_configs(helm: str) -> None:
     docs = rendered(
         helm,
-        "--set", "topics.egressRetentionMs=86400000",
-        "--set", "topics.config[0]=egress:compression.type=zstd",
-    )  # fmt: skip
+        "--set",
+        "topics.egressRetentionMs=86400000",
+        "--set",
+        "topics.config[0]=egress:compression.type=zstd",
+    )
     (container,) = one(docs, "Job", "-topics")["spec"]["template"]["spec"]["containers"]
     args = container["args"]
     assert args[:2] == ["topics", "create"]

@@ -83,9 +83,13 @@ def test_the_demo_worker_handler_exists_and_handles_a_request(compose, caplog, m
     module = load(ROOT / source, module_name)
     monkeypatch.setattr(module, "CALL_SECONDS", 0)
     request = SimpleNamespace(
-        tenant="tenant-a", request_id="r-1", cost=1, payload=b"hello",
-        enqueued_ms=1_000, scheduled_ms=1_250,
-    )  # fmt: skip
+        tenant="tenant-a",
+        request_id="r-1",
+        cost=1,
+        payload=b"hello",
+        enqueued_ms=1_000,
+        scheduled_ms=1_250,
+    )
     with caplog.at_level(logging.INFO, logger="demo_handler"):
         assert getattr(module, function)(request) is None
     assert "tenant=tenant-a" in caplog.text

@@ -95,21 +95,39 @@ def build(*, max_backlog: int | None = None, **settings: Any) -> Parts:
     )
     limits = Limits()
     backlog = Backlog(
-        config, rule, progress, fetcher, checkpoint, metrics, clock,  # type: ignore[arg-type]
-        warming=set(), purges={}, dlq_limit=limits.dlq,
-    )  # fmt: skip
+        config,
+        rule,
+        progress,
+        fetcher,  # type: ignore[arg-type]
+        checkpoint,
+        metrics,
+        clock,
+        warming=set(),
+        purges={},
+        dlq_limit=limits.dlq,
+    )
     sender = Sender(
-        config, rule, progress, backlog, checkpoint, fetcher, metrics, clock,  # type: ignore[arg-type]
+        config,
+        rule,
+        progress,
+        backlog,
+        checkpoint,
+        fetcher,  # type: ignore[arg-type]
+        metrics,
+        clock,
         egress_limit=limits.egress,
-    )  # fmt: skip
+    )
     return Parts(config, clock, metrics, rule, progress, fetcher, checkpoint, backlog, sender)
 
 
 def message(partition: int, offset: int, tenant: str = "A", value: bytes = b"v") -> Message:
     return Message(
-        topic="fairstream.ingest", partition=partition, offset=offset, key=tenant.encode(),
+        topic="fairstream.ingest",
+        partition=partition,
+        offset=offset,
+        key=tenant.encode(),
         value=value,
-    )  # fmt: skip
+    )
 
 
 def record(

@@ -179,10 +179,13 @@ class GroupEmitter(Emitter):
             if tenant in self.group:
                 by_group[self.group[tenant]] = by_group.get(self.group[tenant], 0) + count
         return Probe(
-            flat.counts, flat.dwell_p99, flat.backlogged, by_group,
+            flat.counts,
+            flat.dwell_p99,
+            flat.backlogged,
+            by_group,
             dict(self.group_loads) if backlogged else None,
             {t: g for t, g in self.group.items() if t in self.loads} if backlogged else None,
-        )  # fmt: skip
+        )
 
 
 def test_with_groups_the_verdict_is_over_groups_and_the_least_fair_groups_members():

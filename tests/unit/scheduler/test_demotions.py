@@ -74,8 +74,12 @@ def test_the_options_and_their_variables_make_the_cores_policy():
     found = demotion_policy(settings)
     assert found is not None
     assert (found.share, found.backlog, found.window, found.quiet, found.min_egress) == (
-        0.3, 1000, 5.0, 12.0, 50.0,
-    )  # fmt: skip
+        0.3,
+        1000,
+        5.0,
+        12.0,
+        50.0,
+    )
     assert found.quiet_share_in_force == 0.15
     assert found.quiet_backlog_in_force == 500
 

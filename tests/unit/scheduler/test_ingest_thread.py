@@ -35,9 +35,14 @@ def record(
     offset: int, key: bytes | None, headers: list[tuple[str, bytes]] | None = None
 ) -> Message:
     return Message(
-        topic="ingest", partition=3, offset=offset, key=key, value=b"v", headers=headers,
+        topic="ingest",
+        partition=3,
+        offset=offset,
+        key=key,
+        value=b"v",
+        headers=headers,
         timestamp=(1, 1_000 + offset),
-    )  # fmt: skip
+    )
 
 
 def test_a_slice_goes_to_its_partitions_queue_in_order() -> None:

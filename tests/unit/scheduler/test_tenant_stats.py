@@ -10,8 +10,15 @@ from fairstream.scheduler.observe import Observed, add_shares, entitlements, ten
 
 
 def row(tenant, backlog, rate, weight=1.0, priority=0, paused=False, cap=None):
-    return {"tenant": tenant, "backlog": backlog, "rate": rate, "weight": weight,
-            "priority": priority, "paused": paused, "rate_cap": cap}  # fmt: skip
+    return {
+        "tenant": tenant,
+        "backlog": backlog,
+        "rate": rate,
+        "weight": weight,
+        "priority": priority,
+        "paused": paused,
+        "rate_cap": cap,
+    }
 
 
 def test_waiting_tenants_are_entitled_by_weight_and_quiet_ones_not():
