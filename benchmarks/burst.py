@@ -32,8 +32,9 @@ then; a statistic such a record can change is marked as a lower bound (">=").
 
 Without ``--bootstrap`` (or ``KAFKA_BOOTSTRAP_SERVERS``) the development broker is used
 (started if it is not running). ``benchmarks/run_all.py`` runs it as its ``burst`` phase
-(``phase()``); its table is ``tables.burst_table`` and its targets ``targets.burst_targets``.
-Prints numbers, asserts nothing.
+(``phase()``); its table and targets are ``burst_table`` and ``burst_targets``, which
+``benchmarks.tables`` and ``benchmarks.targets`` gather with the other phases'. Prints numbers,
+asserts nothing.
 """
 
 from __future__ import annotations
@@ -62,8 +63,11 @@ from benchmarks.common import (
     INGESTED,
     VALUE_SIZE,
     Broker,
+    Row,
     backlog_option,
+    cell,
     delete_all,
+    get,
     keys_for,
     kill,
     logger,
@@ -85,6 +89,10 @@ RATE = 500.0
 SIZES = (300_000, 1_000_000)
 QUICK_SIZES = (30_000, 100_000)
 BATCH = 10_000  # records per produce_batch call of a burst writer
+# targets: the quiet tenants' p99 dwell, seconds
+BURST_OTHER_P99 = 0.5
+BURST_OWN_P99 = 5.0
+BURST_OWN_P99_GOAL = 3.0
 
 log = logger("burst")
 
@@ -110,6 +118,18 @@ def stats(dwell: list[float], censored: Iterable[float] = ()) -> dict[str, Any]:
         out["lower_bound"] = bounds
         out["missing"] = len(censored)
     return out
+
+
+def _dwell(s: dict[str, Any] | None, key: str) -> str:
+    if not s or s.get(key) is None:
+        return "-"
+    bound = ">= " if key in s.get("lower_bound", ()) else ""
+    return f"{bound}{s[key]:,.{3 if s[key] < 1 else 2}f}"
+
+
+def dwell_cells(s: dict[str, Any] | None) -> str:
+    """A dwell statistic's p50 / p99 / max cells (``stats``), ">= " before a lower bound."""
+    return " / ".join(_dwell(s, k) for k in ("p50_s", "p99_s", "max_s"))
 
 
 # -- the burst writers (child processes) ----------------------------------------------------
@@ -360,9 +380,15 @@ def run_once(
     with undoing() as undo:
         undo.append(functools.partial(delete_all, d))
         scheduler = SchedulerProcess(
-            d, workdir, "--rate", f"{rate:g}", *cap, "--log-level", "warning",
+            d,
+            workdir,
+            "--rate",
+            f"{rate:g}",
+            *cap,
+            "--log-level",
+            "warning",
             name=f"burst-{records}",
-        )  # fmt: skip
+        )
         scheduler.start()
         undo.append(functools.partial(kill, scheduler))
         launched = time.monotonic()
@@ -566,10 +592,112 @@ def phase(
     return {"status": "ok" if ok else "error", "rate": rate, "runs": runs}
 
 
-def print_table(result: dict[str, Any]) -> None:
-    from benchmarks.tables import burst_table
-    from benchmarks.targets import burst_targets
+def burst_table(results: dict[str, Any]) -> list[str]:
+    """The "Burst" table."""
+    b = get(results, "burst") or {}
+    runs = b.get("runs") or []
+    ok = [r for r in runs if r.get("status") == "ok"]
+    first = ok[0] if ok else {}
+    lines = [
+        f"**Burst** (`--rate {get(b, 'rate') or RATE:g}`, {PARTITIONS} ingest "
+        f"partitions; {PARTITIONS * QUIET_PER_PARTITION} quiet tenants at "
+        f"{QUIET_RATE:g} records/s each, {QUIET_PER_PARTITION} per partition; then "
+        f"one tenant writes N records of {VALUE_SIZE} B into partition {BURST_PARTITION} "
+        "at once; quiet records created from the burst's start until "
+        f"{get(first, 'after_burst_seconds') or '-'} s after it; dwell = time a read_committed "
+        "egress consumer received the record - its ingest CreateTime; FIFO and ideal (GPS) "
+        "computed by `fairstream.analysis.reference` from the same arrivals at the same rate; "
+        "`benchmarks/burst.py`):",
+        "",
+        "| burst | quiet dwell | burst's partition p50 / p99 / max s | other partitions "
+        "p50 / p99 / max s |",
+        "| --- | --- | ---: | ---: |",
+    ]
+    for run in runs:
+        n = f"{run.get('records', 0):,}"
+        if run.get("status") != "ok":
+            lines.append(f"| {n} | failed: {cell(str(run.get('error')))[:160]} | - | - |")
+            continue
+        w = run["burst_write"]
+        head = f"{n} written in {w['seconds_to_last_ack']:.2f} s"
+        d = run["dwell"]
+        for i, (key, label) in enumerate(
+            (("fairstream", "fairstream"), ("fifo", "FIFO"), ("gps", "ideal (GPS)"))
+        ):
+            lines.append(
+                f"| {head if i == 0 else ''} | {label} | "
+                f"{dwell_cells(d['burst_partition'][key])} | "
+                f"{dwell_cells(d['other_partitions'][key])} |"
+            )
+        lines.append(
+            f"| | target (p99) | <= {BURST_OWN_P99:g} (goal {BURST_OWN_P99_GOAL:g}) | "
+            f"<= {BURST_OTHER_P99:g} |"
+        )
+    lines.append("")
+    for run in ok:
+        lines.append(_burst_note(run))
+    groups = ("burst_partition", "other_partitions")
+    if any("lower_bound" in (get(r, "dwell", g, "fairstream") or {}) for r in ok for g in groups):
+        lines.append(
+            '- ">=": quiet records still missing when the wait ended count with the dwell '
+            "they had reached; the statistic is a lower bound."
+        )
+    return lines
 
+
+def _burst_note(run: dict[str, Any]) -> str:
+    d = run["dwell"]
+    absorbed = run.get("burst_absorbed_seconds")
+    return (
+        f"- {run['records']:,}: {run['quiet_received']:,} of {run['quiet_sent']:,} quiet "
+        f"records on egress after waiting {run['drain_wait_seconds']:g} s (at most "
+        f"{run['drain_timeout_seconds']:g}) once the quiet tenants stopped; measured "
+        f"{get(d, 'burst_partition', 'fairstream', 'n')} + "
+        f"{get(d, 'other_partitions', 'fairstream', 'n')}; burst counted as ingested "
+        + (f"{absorbed:,.1f} s after its first record" if absorbed is not None else "never")
+        + " (ingest counter on /metrics); egress "
+        f"{get(run, 'egress_records_per_s_after_burst') or '-'} records/s from 2 s after "
+        f"the burst; {run['burst_write']['writers']} writer process(es)"
+        + (
+            "."
+            if run["burst_write"]["under_1s"]
+            else f", which took {run['burst_write']['seconds_to_last_ack']:.2f} s, over the "
+            "1 s asked for: they share the 2 cores with the broker and the scheduler."
+        )
+    )
+
+
+def burst_targets(r: dict[str, Any]) -> list[Row]:
+    """Per burst size: quiet p99 on the burst's partition and on the others."""
+    out: list[Row] = []
+    for run in get(r, "burst", "runs") or []:
+        if run.get("status") != "ok":
+            continue
+        n = f"{run['records']:,}"
+        for part, label, bound, goal in (
+            ("other_partitions", "other partitions", BURST_OTHER_P99, None),
+            ("burst_partition", "burst's partition", BURST_OWN_P99, BURST_OWN_P99_GOAL),
+        ):
+            dwell = get(run, "dwell", part) or {}
+            p99 = get(dwell, "fairstream", "p99_s")
+            if p99 is None:
+                continue
+            ideal, fifo = get(dwell, "gps", "p99_s"), get(dwell, "fifo", "p99_s")
+            lower = "p99_s" in (get(dwell, "fairstream", "lower_bound") or ())
+            out.append(
+                (
+                    f"burst {n}: quiet p99 dwell, {label} <= {bound:g} s"
+                    + (f" (goal {goal:g} s)" if goal else ""),
+                    f"{'>= ' if lower else ''}{p99:,.2f} s (ideal {ideal:,.3f} s, FIFO "
+                    f"{fifo:,.1f} s)",
+                    p99 <= bound and not lower,
+                    f"{abs(bound - p99):,.2f} s",
+                )
+            )
+    return out
+
+
+def print_table(result: dict[str, Any]) -> None:
     print("\n".join(burst_table({"burst": result})))
     print()
     print_targets(burst_targets({"burst": result}))
@@ -579,9 +707,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     parser.add_argument(
-        "--records", help="burst sizes, comma-separated [default: 300000,1000000; --quick: "
-        "30000,100000]"
-    )  # fmt: skip
+        "--records",
+        help="burst sizes, comma-separated [default: 300000,1000000; --quick: 30000,100000]",
+    )
     parser.add_argument("--rate", type=float, default=RATE, help="scheduler --rate")
     parser.add_argument("--after", type=float, help="seconds of quiet traffic after the burst")
     parser.add_argument("--drain-timeout", type=float, help="seconds to wait for quiet records")
@@ -596,9 +724,15 @@ def main() -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         result = phase(
-            broker.bootstrap, workdir, args.quick, None, sizes, args.rate, args.after,
+            broker.bootstrap,
+            workdir,
+            args.quick,
+            None,
+            sizes,
+            args.rate,
+            args.after,
             args.drain_timeout,
-        )  # fmt: skip
+        )
     finally:
         broker.stop()
         if args.workdir is None:

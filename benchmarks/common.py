@@ -251,8 +251,12 @@ def scheduler_help() -> str:
     with contextlib.suppress(Exception):
         return subprocess.run(
             [sys.executable, "-m", "fairstream", "scheduler", "--help"],
-            cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
-        ).stdout  # fmt: skip
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        ).stdout
     return ""
 
 

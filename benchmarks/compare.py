@@ -100,9 +100,15 @@ def main() -> None:
                     try:
                         # One round: a loop run, then the drain compared with it.
                         out = throughput.max_throughput(
-                            broker.bootstrap, data, topics, args.records, args.deadline,
-                            cleanup, None, rounds=1,
-                        )  # fmt: skip
+                            broker.bootstrap,
+                            data,
+                            topics,
+                            args.records,
+                            args.deadline,
+                            cleanup,
+                            None,
+                            rounds=1,
+                        )
                     finally:
                         for undo in reversed(cleanup):
                             with contextlib.suppress(Exception):

@@ -126,13 +126,20 @@ def run_sdk(bootstrap: str, workdir: Path, per_tenant: int) -> dict[str, Any]:
     deadline = total / LIMIT * LATENCY * 3 + 60
     with (
         feedback_loop(
-            bootstrap, workdir, call,
-            "--max-concurrency", str(LIMIT), "--feedback-topic", FEEDBACK, "--log-level",
+            bootstrap,
+            workdir,
+            call,
+            "--max-concurrency",
+            str(LIMIT),
+            "--feedback-topic",
+            FEEDBACK,
+            "--log-level",
             "warning",
-            partitions=PARTITIONS, concurrency=64,
+            partitions=PARTITIONS,
+            concurrency=64,
         ) as loop,
         Sampler(log),
-    ):  # fmt: skip
+    ):
         loop.produce({f"t{t:02d}": per_tenant for t in range(TENANTS)})
         _wait(log, loop.scheduler, total, held, deadline)
     return _summary(log, held, deadline)

@@ -1,19 +1,20 @@
 """docs/benchmarks.md's "Fairness scenarios" section: trigger.dev's scenarios on fairstream
 (``benchmarks.fairness_scenarios``), what was assumed to rebuild them, and how to run them.
 
-``section`` renders it from one run's result; ``with_section`` puts it into a rendered
-document (run_all's, before "## Raw results"), replacing an older one; ``update_doc``
-does that to docs/benchmarks.md.
+``section`` renders it from one run's result (``table``: trigger.dev's published figures
+beside the run's); ``with_section`` puts it into a rendered document (run_all's, before
+"## Raw results"), replacing an older one; ``update_doc`` does that to docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from benchmarks.common import REPO
 from benchmarks.dominant import table as dominant_table
 from benchmarks.fairness_e2e import PARTITIONS, TICK_MS
-from benchmarks.fairness_scenarios import table
+from benchmarks.fairness_workloads import MODES
 
 DOC = REPO / "docs" / "benchmarks.md"
 HEADING = "## Fairness scenarios"
@@ -175,6 +176,77 @@ def _spread(core: dict[str, Any]) -> float | None:
         if "fifo" in modes and m in modes
     ]
     return max(spreads) if spreads else None
+
+
+# trigger.dev's published figures: (baseline, per-key cap, SFQ, DRR), None where not run.
+# FINDINGS.md (adversarial skew, weighted: contention worst share/weight and Jain, means of 3
+# seeds; light wait: results/adversarialSkew.json and weighted.json, seed-a) and
+# CAPS_FINDINGS.md at 1afa1476df (means of 3 seeds).
+PUBLISHED: dict[tuple[str, str], tuple[float | None, ...]] = {
+    ("adversarial skew", "worst"): (0.288, None, 1.000, 0.978),
+    ("adversarial skew", "jain"): (0.311, None, 1.000, 0.997),
+    ("adversarial skew", "light_wait"): (1380, None, 319, 323),
+    ("key-splitting", "light_wait"): (1767, 1718, 462, 496),
+    ("key-splitting", "worst"): (0.000, 0.367, 0.690, 0.690),
+    ("key-splitting", "makespan"): (2067, 2148, 2068, 2071),
+    ("trickle", "light_wait"): (1107, 19, 17, 23),
+    ("trickle", "worst"): (0.279, 0.922, 0.909, 0.790),
+    ("trickle", "makespan"): (1940, 3038, 1942, 1941),
+    ("heavy-idle", "makespan"): (1240, 2507, 1240, 1240),
+    ("heavy-idle", "light_wait"): (633, 1291, 633, 633),
+    ("weighted", "worst"): (0.703, None, 1.000, 0.990),
+    ("weighted", "jain"): (0.827, None, 1.000, 1.000),
+    ("weighted", "light_wait"): (2712, None, 3366, 3369),
+}
+METRICS = {
+    "worst": "worst tenant's share / weight (contention)",
+    "org_worst": "worst organisation's share / weight",
+    "jain": "Jain's index (contention)",
+    "light_wait": "light tenants' mean wait (ticks)",
+    "makespan": "total drain time (ticks)",
+}
+ROWS: dict[str, tuple[str, ...]] = {
+    "adversarial skew": ("worst", "jain", "light_wait", "makespan"),
+    "key-splitting": ("light_wait", "worst", "org_worst", "makespan"),
+    # Per id, 3 runs each are too few for a share (the study's volume caveat): no "worst".
+    "key-splitting, 100 ids": ("light_wait", "org_worst", "makespan"),
+    "trickle": ("light_wait", "worst", "makespan"),
+    "heavy-idle": ("makespan", "light_wait"),
+    "weighted": ("worst", "jain", "light_wait", "makespan"),
+}
+HEADER = (
+    "scenario",
+    "metric",
+    "trigger.dev baseline",
+    "per-key cap",
+    "SFQ",
+    "DRR",
+    "fairstream FIFO",
+    "fairstream DRR",
+    "fairstream groups",
+    "end to end DRR",
+    "end to end groups",
+)
+
+
+def _fmt(value: float | None, metric: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if metric in ("worst", "org_worst", "jain") else f"{value:,.0f}"
+
+
+def table(core: Mapping[str, Any], e2e: Mapping[str, Any] | None = None) -> list[str]:
+    """The markdown table: published figures, then the core's three modes, then the broker's."""
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + " --- |" * 2 + " ---: |" * 9]
+    for name, metrics in ROWS.items():
+        for metric in metrics:
+            published = PUBLISHED.get((name, metric), (None,) * 4)
+            ours = [core.get(name, {}).get(m, {}).get(metric) for m in MODES]
+            run = (e2e or {}).get(name, {})
+            broker = [run.get(m, {}).get(metric) for m in ("drr", "groups")]
+            cells = [_fmt(v, metric) for v in (*published, *ours, *broker)]
+            lines.append(f"| {name} | {METRICS[metric]} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def section(result: dict[str, Any]) -> str:

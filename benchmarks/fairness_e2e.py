@@ -23,7 +23,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from benchmarks.common import delete_all, log, new_deployment, start_scheduler
-from benchmarks.fairness_scenarios import (
+from benchmarks.fairness_workloads import (
     SCENARIOS,
     SEPARATOR,
     Scenario,

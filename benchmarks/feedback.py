@@ -50,7 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO, Broker, logger, print_targets
+from benchmarks.common import REPO, Broker, Row, failed_row, get, logger, print_targets
 from fairstream_dev.harness.paid_api import (
     FEEDBACK,
     FeedbackLoop,
@@ -177,9 +177,15 @@ def run_changes(
     schedule = [(0.0, CAPACITY), (drop, LOW), (rise, CAPACITY)]
     name = "changes" if retry_after else "changes-no-retry-after"
     api, loop = _loop_run(
-        bootstrap, workdir, name, schedule, end, RUNS["adaptive"],
-        retry_after=retry_after, concurrency=CHANGE_CONCURRENCY,
-    )  # fmt: skip
+        bootstrap,
+        workdir,
+        name,
+        schedule,
+        end,
+        RUNS["adaptive"],
+        retry_after=retry_after,
+        concurrency=CHANGE_CONCURRENCY,
+    )
     windows = {
         "300": _window(api, loop, sizes["settle"], drop),
         "150": _window(api, loop, drop + after_drop, rise),
@@ -317,6 +323,146 @@ def phase(
     return result
 
 
+def _seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f} s"
+
+
+def _g(value: Any) -> str:
+    return "?" if value is None else f"{value:g}"
+
+
+def feedback_table(results: dict[str, Any]) -> list[str]:
+    """The "Closing the loop" table."""
+    fb = get(results, "feedback") or {}
+    runs = fb.get("runs") or {}
+    lines = [
+        f"**Closing the loop with the paid API** (a simulated API of hidden capacity "
+        f"{CAPACITY:g} calls/s, a token bucket holding 0.5 s of it, refusing with a "
+        "Retry-After to its next token; one worker, 16 calls at a time; 16 backlogged tenants; "
+        f"{_g(fb.get('seconds'))} s of calls per run, figures over [{_g(fb.get('settle'))} s, "
+        "end) after the first call; convergence: from the first call until every 1 s window "
+        "has goodput >= 90% of the capacity and <= 5% refused; `benchmarks/feedback.py`):",
+        "",
+        "| run | scheduler | goodput | of capacity | refused (window) | refused (whole run) | "
+        "egress | released, not served (max) | convergence |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    if not runs:  # --changes-only
+        lines = lines[:2]
+    for name in RUNS if runs else ():
+        run = runs.get(name) or {}
+        if run.get("status") != "ok":
+            lines.append(failed_row(name, run.get("error"), 9))
+            continue
+        lines.append(
+            f"| {name} | `{run['args']}` | {run['goodput']:g}/s | {run['goodput_ratio']:.2f}x | "
+            f"{run['refused_share']:.1%} | {run['refused_share_all']:.1%} | "
+            f"{run['egress_rate']:g}/s | {run['downstream_max']:,} | "
+            f"{_seconds(run['convergence_s'])} |"
+        )
+    for key, what in (("changes", "with Retry-After"), ("changes_no_retry_after", "bare 429s")):
+        changes = fb.get(key) or {}
+        if changes.get("status") == "ok":
+            w, c = changes["windows"], changes["convergence_s"]
+            since = changes.get("refused_since_change", {})
+            strict = changes.get("convergence_strict_s", {})
+            parts = [
+                f"{label} in [{w[k]['window_s'][0]:g}, {w[k]['window_s'][1]:g}) s: goodput "
+                f"{w[k]['goodput_ratio']:.2f}x, {w[k]['refused_share']:.1%} refused; every 1 s "
+                f"window >= 0.9x after {_seconds(c[k])} ("
+                + ("" if since.get(k) is None else f"{since[k]:.1%} refused since the change, ")
+                + f"every window <= 5% refused too after {_seconds(strict.get(k))})"
+                for k, label in (("300", "300/s"), ("150", "150/s"), ("300 again", "300/s again"))
+            ]
+            drop, rise = (step[0] for step in changes["schedule"][1:])
+            lines += [
+                "",
+                f"Adaptive while the capacity goes 300 -> 150 (at {drop:g} s) -> 300 (at "
+                f"{rise:g} s), {what}, workers {changes.get('concurrency', 16)} calls at a "
+                f"time: {'; '.join(parts)}; {changes['refused_share_all']:.1%} of all calls "
+                "refused.",
+            ]
+        elif changes:
+            lines += ["", f"Capacity changes ({what}): failed: {str(changes.get('error'))[:200]}"]
+    if fb.get("plot"):
+        lines += [
+            "",
+            "![Egress rate, adaptive rate and goodput against the hidden capacity over time]"
+            "(feedback-loop.png)",
+        ]
+    return lines
+
+
+def change_rows(changes: dict[str, Any]) -> list[str]:
+    """Per capacity of a change run: "capacity | goodput | refused | seconds to 0.9x |
+    refused since the change | seconds to 0.9x with every window <= 5% refused"."""
+    if changes.get("status") != "ok":
+        return [f"failed | | | {str(changes.get('error'))[:80]} | |"] if changes else []
+    w, c = changes["windows"], changes["convergence_s"]
+    since = changes.get("refused_since_change", {})
+    strict = changes.get("convergence_strict_s", {})
+    rows = []
+    for k, label in (("300", "300/s"), ("150", "-> 150/s"), ("300 again", "-> 300/s")):
+        share = "" if since.get(k) is None else f"{since[k]:.1%}"
+        rows.append(
+            f"{label} | {w[k]['goodput_ratio']:.2f}x | {w[k]['refused_share']:.1%} | "
+            f"{_seconds(c[k])} | {share} | {_seconds(strict.get(k))}"
+        )
+    return rows
+
+
+def feedback_targets(r: dict[str, Any]) -> list[Row]:
+    run = get(r, "feedback", "runs", "adaptive") or {}
+    out: list[Row] = []
+    if run.get("status") == "ok":
+        out += [
+            (
+                "feedback: adaptive goodput >= 0.9x the hidden capacity",
+                f"{run['goodput']:g}/s of {CAPACITY:g}",
+                run["goodput_ratio"] >= 0.9,
+                f"{run['goodput_ratio']:.2f}x",
+            ),
+            (
+                "feedback: adaptive refused calls <= 5%",
+                f"{run['refused_share']:.1%} (after {run['window_s'][0]:g} s)",
+                run["refused_share"] <= 0.05,
+                "",
+            ),
+        ]
+    for key, what in (("changes", "Retry-After"), ("changes_no_retry_after", "bare 429s")):
+        changes = get(r, "feedback", key) or {}
+        if changes.get("status") != "ok":
+            continue
+        windows = changes["windows"].values()
+        met = all(w["goodput_ratio"] >= 0.9 and w["refused_share"] <= 0.05 for w in windows)
+        out.append(
+            (
+                f"feedback ({what}): re-converges after 300 -> 150 -> 300",
+                " / ".join(f"{w['goodput_ratio']:.2f}x" for w in windows),
+                met,
+                "",
+            )
+        )
+        keys = ("150", "300 again")
+        seconds = [changes["convergence_s"][k] for k in keys]
+        refused = [changes.get("refused_since_change", {}).get(k) for k in keys]
+        strict = [changes.get("convergence_strict_s", {}).get(k) for k in keys]
+        out.append(
+            (
+                f"feedback ({what}): >= 0.9x within 10 s of each change, <= 5% refused",
+                " / ".join(
+                    f"{'never' if t is None else f'{t:g} s'}, {'?' if f is None else f'{f:.1%}'}"
+                    for t, f in zip(seconds, refused, strict=True)
+                ),
+                all(t is not None and t <= 10 for t in seconds)
+                and all(f is not None and f <= 0.05 for f in refused),
+                "every window <= 5% refused too: "
+                + " / ".join("never" if t is None else f"{t:g} s" for t in strict),
+            )
+        )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
@@ -327,8 +473,6 @@ def main() -> None:
     args = parser.parse_args()
     import fairstream_dev.harness.scheduler as harness
     from benchmarks.compare import worktrees
-    from benchmarks.tables import change_rows, feedback_table
-    from benchmarks.targets import feedback_targets
 
     broker = Broker.find(args.bootstrap)
     workdir = Path(tempfile.mkdtemp(prefix="fairstream-feedback-"))
@@ -342,9 +486,12 @@ def main() -> None:
                 finally:
                     harness.REPO = REPO
         result = phase(
-            broker.bootstrap, workdir, args.quick, plot_path=args.plot.resolve(),
+            broker.bootstrap,
+            workdir,
+            args.quick,
+            plot_path=args.plot.resolve(),
             changes_only=args.changes_only,
-        )  # fmt: skip
+        )
     finally:
         broker.stop()
     results = {"feedback": result}

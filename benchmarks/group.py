@@ -31,7 +31,7 @@ from typing import Any
 
 from confluent_kafka import Message, Producer
 
-from benchmarks.common import Broker, logger, print_targets
+from benchmarks.common import Broker, Row, failed_row, get, logger, print_targets
 from fairstream import wire
 from fairstream.analysis.stats import jain_index
 from fairstream_dev.harness.kafka import wait_until
@@ -164,14 +164,78 @@ def phase(
     return {"status": "ok", "rate": RATE, "burst": BURST, "runs": runs}
 
 
+def group_table(results: dict[str, Any]) -> list[str]:
+    """The "Across instances" table."""
+    runs = get(results, "group", "runs") or {}
+    rate, burst_ = RATE, BURST
+    lines = [
+        f"**Across instances** (two schedulers in one group, 4 ingest partitions, `--rate "
+        f"{rate} --burst {burst_}`; A's backlog on instance 1 alone, then B, C, D arrive on "
+        "instance 2; rates counted on a read_committed egress consumer by scheduling stamp; "
+        "`benchmarks/group.py`):",
+        "",
+        "| `--share-by` | A alone | A / B / C / D after | Jain | group egress | most in 1 s | "
+        "convergence after the change |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for mode in MODES:
+        run = runs.get(mode) or {}
+        if run.get("status") != "ok":
+            lines.append(failed_row(mode, run.get("error"), 7))
+            continue
+        four = run["four_rates"]
+        conv = run["convergence_seconds"]
+        lines.append(
+            f"| {mode} | {run['alone_rate']}/s | "
+            + " / ".join(f"{four.get(t, 0):g}" for t in "ABCD")
+            + f" | {run['four_jain']:.3f} | {run['group_rate']:g}/s of {rate} | "
+            f"{run['worst_1s']} (bound {rate + burst_}) | "
+            + (f"{conv:.1f} s" if conv is not None else "never within 10%")
+            + " |"
+        )
+    return lines
+
+
+def group_targets(r: dict[str, Any]) -> list[Row]:
+    rate, burst = RATE, BURST
+    run = get(r, "group", "runs", "demand") or {}
+    if run.get("status") != "ok":
+        return []
+    alone, jain, worst = run["alone_rate"] or 0, run["four_jain"], run["worst_1s"]
+    conv = run["convergence_seconds"]
+    return [
+        (
+            "across instances: one backlogged tenant >= 0.9x the group rate",
+            f"{alone}/s of {rate}",
+            alone >= 0.9 * rate,
+            f"{alone / rate:.2f}x",
+        ),
+        (
+            "across instances: Jain >= 0.95 (4 tenants, 2 instances)",
+            f"{jain:.3f}",
+            jain >= 0.95,
+            "",
+        ),
+        (
+            "across instances: never above rate + burst in any 1 s",
+            f"{worst} (bound {rate + burst})",
+            worst <= rate + burst,
+            "",
+        ),
+        (
+            "across instances: a demand change takes effect within 2 s",
+            "never" if conv is None else f"{conv:.1f} s",
+            conv is not None and conv <= 2.0,
+            "",
+        ),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    from benchmarks.tables import group_table
-    from benchmarks.targets import group_targets
-
     broker = Broker.find(args.bootstrap)
     workdir = Path(tempfile.mkdtemp(prefix="fairstream-group-"))
     try:

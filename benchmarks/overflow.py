@@ -56,9 +56,16 @@ def phase(
     for records, partitions, floods in QUICK_RUNS if quick else RUNS:
         try:
             run = burst.run_once(
-                bootstrap, workdir, records, rate, after, drain_timeout=120.0,
-                raise_cap=False, partitions=partitions, floods=floods,
-            )  # fmt: skip
+                bootstrap,
+                workdir,
+                records,
+                rate,
+                after,
+                drain_timeout=120.0,
+                raise_cap=False,
+                partitions=partitions,
+                floods=floods,
+            )
         except Exception as exc:  # one failed run must not lose the others' numbers
             log(f"{records:,} x {len(floods)} failed: {exc!r}")
             run = {

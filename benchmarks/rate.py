@@ -95,8 +95,10 @@ def one(
         "max_overshoot_1s_in_window": _worst(steady, 1.0) - rate,
         "max_overshoot_1s_incl_start": _worst(stamps, 1.0) - rate,
     }
-    log(f"rate {name}: {row['ratio']:.3f}x, excess 0.1 s {row['excess_100ms']}, 1 s "
-        f"{row['excess_1s']}")  # fmt: skip
+    log(
+        f"rate {name}: {row['ratio']:.3f}x, excess 0.1 s {row['excess_100ms']}, 1 s "
+        f"{row['excess_1s']}"
+    )
     return row
 
 

@@ -27,8 +27,9 @@ StatefulSet pod keeps its name), so that no session timeout is waited for:
 
 Without ``--bootstrap`` (or ``KAFKA_BOOTSTRAP_SERVERS``) the development broker is used
 (started if it is not running). ``benchmarks/run_all.py`` runs both as its ``restart`` phase
-(``phase()``); its table is ``tables.restart_table`` and its targets
-``targets.restart_targets``. Prints numbers, asserts nothing.
+(``phase()``); its table and targets are ``restart_table`` and ``restart_targets``, which
+``benchmarks.tables`` and ``benchmarks.targets`` gather with the other phases'. Prints numbers,
+asserts nothing.
 """
 
 from __future__ import annotations
@@ -55,9 +56,12 @@ from benchmarks.common import (
     EGRESS,
     INGESTED,
     Broker,
+    Row,
     backlog_option,
+    cell,
     delete_all,
     fill,
+    get,
     kill,
     logger,
     metrics,
@@ -72,6 +76,9 @@ from fairstream_dev.kafka.broker import DevBroker
 
 PARTITIONS = 12
 POLL = 0.05
+# targets, seconds
+RESTART_OWN_DISK_MEDIAN = 3.0
+RESTART_EMPTY_DISK = 30.0
 
 
 log = logger("restart")
@@ -425,6 +432,92 @@ def phase(
     return out
 
 
+def restart_table(results: dict[str, Any]) -> list[str]:
+    """The "Restarts" table."""
+    own = get(results, "restart", "own_disk") or {}
+    empty = get(results, "restart", "empty_disk") or {}
+    out = get(results, "restart", "outage") or {}
+    lines = [
+        "**Restarts** (kill -9, then a new process with the same `--group-instance-id`, "
+        f"static membership; {PARTITIONS} ingest partitions; `benchmarks/restart.py`):",
+        "",
+        "| restart | measured | target |",
+        "| --- | --- | --- |",
+    ]
+    if own.get("status") == "ok":
+        lines.append(
+            f"| own data dir, {own['restarts']} times, {own['backlog_records']:,} records "
+            f"backlog at `--rate {own['rate']:g}` | to /readyz median "
+            f"{num(own['to_ready_median_seconds'], '.2f')} s, max "
+            f"{num(own['to_ready_max_seconds'], '.2f')} s; to first egress median "
+            f"{num(own.get('to_first_egress_median_seconds'), '.2f')} s, max "
+            f"{num(own.get('to_first_egress_max_seconds'), '.2f')} s"
+            + (
+                f"; {len(own['exited_before_ready'])} more exited before ready (raw results)"
+                if own.get("exited_before_ready")
+                else ""
+            )
+            + f" | median <= {RESTART_OWN_DISK_MEDIAN:g} s |"
+        )
+    elif own:
+        lines.append(f"| own data dir | failed: {cell(str(own.get('error')))[:200]} | |")
+    if empty.get("status") in ("ok", "timeout"):
+        detail = empty["result"]
+        if "buffered_before_kill" in empty:
+            detail += (
+                f" (to /readyz {num(empty.get('to_ready_seconds'), '.1f')} s; "
+                f"{empty['buffered_before_kill']:,.0f} buffered before the kill, by a scheduler "
+                f"that took {empty['fill_seconds']:g} s to absorb them)"
+            )
+        lines.append(
+            f"| empty data dir, {empty['records']:,} records buffered, until /readyz and "
+            f"`fairstream_backlog_records` are back | {detail} | <= {RESTART_EMPTY_DISK:g} s |"
+        )
+    elif empty:
+        lines.append(f"| empty data dir | failed: {cell(str(empty.get('error')))[:200]} | |")
+    if out.get("status") == "ok":
+        lines.append(
+            f"| broker stopped {out['outage_seconds']:g} s (SIGSTOP) while emitting at "
+            f"`--rate {out['rate']:g}` | after it ended: to /readyz "
+            f"{num(out.get('to_ready_seconds'), '.2f')} s, to egress again "
+            f"{num(out.get('to_egress_seconds'), '.2f')} s | printed |"
+        )
+    elif out:
+        lines.append(f"| broker outage | failed: {cell(str(out.get('error')))[:200]} | |")
+    return lines
+
+
+def restart_targets(r: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    own = get(r, "restart", "own_disk") or {}
+    median = own.get("to_ready_median_seconds")
+    if median is not None:
+        out.append(
+            (
+                f"restart on its own disk: median to ready <= {RESTART_OWN_DISK_MEDIAN:g} s "
+                f"({own['restarts']} kill -9s, static membership)",
+                f"{median:.2f} s (max {own['to_ready_max_seconds']:.2f} s)",
+                median <= RESTART_OWN_DISK_MEDIAN,
+                f"{abs(RESTART_OWN_DISK_MEDIAN - median):.2f} s",
+            )
+        )
+    empty = get(r, "restart", "empty_disk") or {}
+    if empty.get("status") in ("ok", "timeout") and "buffered_before_kill" in empty:
+        seconds = empty.get("to_restored_seconds")
+        out.append(
+            (
+                f"{empty['records']:,} buffered records back from an empty disk <= "
+                f"{RESTART_EMPTY_DISK:g} s",
+                empty["result"],
+                seconds is not None and seconds <= RESTART_EMPTY_DISK,
+                f"{abs(RESTART_EMPTY_DISK - seconds):.1f} s"
+                if seconds is not None
+                else f"> {max(0.0, empty['restore_timeout_seconds'] - RESTART_EMPTY_DISK):g} s",
+            )
+        )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
@@ -443,18 +536,21 @@ def main() -> None:
     only = set(args.only.split(",")) if args.only else None
     try:
         result = phase(
-            broker.bootstrap, workdir, args.quick, None, args.restarts, args.records,
-            args.restore_timeout, only,
-        )  # fmt: skip
+            broker.bootstrap,
+            workdir,
+            args.quick,
+            None,
+            args.restarts,
+            args.records,
+            args.restore_timeout,
+            only,
+        )
     finally:
         broker.stop()
         if args.workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         print(json.dumps(result, indent=2))
-    from benchmarks.tables import restart_table
-    from benchmarks.targets import restart_targets
-
     print("\n".join(restart_table({"restart": result})))
     print()
     print_targets(restart_targets({"restart": result}))

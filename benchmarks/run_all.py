@@ -159,10 +159,16 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
             phases.run(
                 "max_throughput",
                 lambda c: throughput.max_throughput(
-                    bootstrap, workdir, shared, records, deadline, c,
-                    get(phases.results, "ceiling", "records_per_s"), 1 if quick else 3,
+                    bootstrap,
+                    workdir,
+                    shared,
+                    records,
+                    deadline,
+                    c,
+                    get(phases.results, "ceiling", "records_per_s"),
+                    1 if quick else 3,
                 ),
-            )  # fmt: skip
+            )
             phases.run(
                 "absorption",
                 lambda c: throughput.absorption(bootstrap, workdir, shared, records, deadline, c),

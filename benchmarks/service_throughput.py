@@ -267,8 +267,13 @@ def main() -> None:
         f"| absorption (ingest to buffers) | {_rate(absorption.rate)} | {_s(absorption.seconds)} |"
     )
     print(f"| emission (buffers to egress) | {_rate(emission.rate)} | {_s(emission.seconds)} |")
-    print(row("end to end (first produced to N-th egress ack)", args.records,
-              emission.end_to_end_seconds))  # fmt: skip
+    print(
+        row(
+            "end to end (first produced to N-th egress ack)",
+            args.records,
+            emission.end_to_end_seconds,
+        )
+    )
     for name, p in phases.items():
         print(row(f"producer during {name}", args.records, p.produce_seconds))
 

@@ -43,9 +43,12 @@ def feed(bootstrap: str, topic: str, records: int) -> None:
     for start in range(0, records, WAVE):
         for i in range(start, min(records, start + WAVE)):
             producer.produce(
-                topic, value=b"x" * 100, key=f"t{i % 20}".encode(), partition=0,
+                topic,
+                value=b"x" * 100,
+                key=f"t{i % 20}".encode(),
+                partition=0,
                 headers=[(wire.REQUEST_ID, f"r-{i}".encode())],
-            )  # fmt: skip
+            )
         producer.flush(30)
 
 
@@ -64,9 +67,13 @@ def run(bootstrap: str, kind: str, records: int, latency: float) -> dict[str, An
         return handler
 
     common: dict[str, Any] = {
-        "bootstrap": bootstrap, "egress_topic": egress, "dlq_topic": dlq, "group_id": group,
-        "feedback_topic": None, "concurrency": CONCURRENCY,
-    }  # fmt: skip
+        "bootstrap": bootstrap,
+        "egress_topic": egress,
+        "dlq_topic": dlq,
+        "group_id": group,
+        "feedback_topic": None,
+        "concurrency": CONCURRENCY,
+    }
     workers: list[Worker | ShareWorker] = [
         (ShareWorker if kind == "share" else Worker)(handler_for(n), **common)
         for n in range(WORKERS)
@@ -89,8 +96,9 @@ def run(bootstrap: str, kind: str, records: int, latency: float) -> dict[str, An
         w.stop()
     for thread in threads:
         thread.join(60)
-    dead = sum(w.dead_lettered if isinstance(w, ShareWorker) else w.stats.dead_lettered
-               for w in workers)  # fmt: skip
+    dead = sum(
+        w.dead_lettered if isinstance(w, ShareWorker) else w.stats.dead_lettered for w in workers
+    )
     return {
         "kind": kind,
         "seconds": round(seconds, 2),

@@ -264,9 +264,14 @@ def _stats_ms(values: list[float]) -> dict[str, float] | None:
 
 
 def measure(
-    calls: list[Call], egress: EgressWatch, backlog: int, ordering: str, latency: float,
-    cut_s: float, peak: int,
-) -> dict[str, Any]:  # fmt: skip
+    calls: list[Call],
+    egress: EgressWatch,
+    backlog: int,
+    ordering: str,
+    latency: float,
+    cut_s: float,
+    peak: int,
+) -> dict[str, Any]:
     """The run's figures from the calls the API saw and the egress times (see the module
     docstring)."""
     calls = sorted(calls, key=lambda c: c.started)
@@ -309,9 +314,14 @@ def measure(
 
 
 def run(
-    bootstrap: str, workdir: Path, ordering: str, latency: float, sizes: dict[str, Any],
-    cleanup: list[Callable[[], None]], feedback: bool = True,
-) -> dict[str, Any]:  # fmt: skip
+    bootstrap: str,
+    workdir: Path,
+    ordering: str,
+    latency: float,
+    sizes: dict[str, Any],
+    cleanup: list[Callable[[], None]],
+    feedback: bool = True,
+) -> dict[str, Any]:
     """One run (see the module docstring); its topics are deleted by ``cleanup``. Without
     ``feedback`` the workers report nothing and the scheduler reads no feedback topic."""
     base = unique("slow")

@@ -36,20 +36,32 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         d = self.setup.deployment
         command = [
-            sys.executable, "-m", "fairstream", "worker",
-            "--handler", "soak_api:handle",
-            "--bootstrap", d.bootstrap,
-            "--egress-topic", d.topics.egress,
-            "--dlq-topic", d.topics.dlq,
-            "--group-id", self.setup.worker_group,
-            "--concurrency", str(WORKER_CONCURRENCY),
+            sys.executable,
+            "-m",
+            "fairstream",
+            "worker",
+            "--handler",
+            "soak_api:handle",
+            "--bootstrap",
+            d.bootstrap,
+            "--egress-topic",
+            d.topics.egress,
+            "--dlq-topic",
+            d.topics.dlq,
+            "--group-id",
+            self.setup.worker_group,
+            "--concurrency",
+            str(WORKER_CONCURRENCY),
             # The soak checks the order the API served each tenant's requests in (a line
             # per call that finished): completion order, which --ordering start does not keep.
-            "--ordering", "completion",
-            "--backoff-initial", "0.05",
-            "--backoff-max", "1",
+            "--ordering",
+            "completion",
+            "--backoff-initial",
+            "0.05",
+            "--backoff-max",
+            "1",
             "--no-feedback",
-        ]  # fmt: skip
+        ]
         env = {
             **os.environ,
             "PYTHONUNBUFFERED": "1",

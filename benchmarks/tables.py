@@ -1,4 +1,6 @@
-"""The "Results" section of docs/benchmarks.md: one table (and its caption) per phase."""
+"""The "Results" section of docs/benchmarks.md: one table (and its caption) per phase. The
+phases that print their own table (burst, restart, group, feedback, and the paid-API ones)
+keep it in their module; this one puts them in order with the rest."""
 
 from __future__ import annotations
 
@@ -7,25 +9,17 @@ from typing import Any
 from benchmarks import (
     api_adaptive,
     api_view,
-    burst,
     concurrency,
-    feedback,
-    group,
     noisy,
-    restart,
     slow_api,
     throughput,
 )
-from benchmarks.common import VALUE_SIZE, cell, failed_row, get, num
-from benchmarks.targets import (
-    BURST_OTHER_P99,
-    BURST_OWN_P99,
-    BURST_OWN_P99_GOAL,
-    OVERFLOW_OTHER_P99,
-    OVERFLOW_OWN_P99,
-    RESTART_EMPTY_DISK,
-    RESTART_OWN_DISK_MEDIAN,
-)
+from benchmarks.burst import burst_table, dwell_cells
+from benchmarks.common import VALUE_SIZE, cell, get, num
+from benchmarks.feedback import feedback_table
+from benchmarks.group import group_table
+from benchmarks.restart import restart_table
+from benchmarks.targets import OVERFLOW_OTHER_P99, OVERFLOW_OWN_P99
 
 
 def result_tables(r: dict[str, Any]) -> list[str]:
@@ -220,70 +214,7 @@ def scale_table(r: dict[str, Any]) -> list[str]:
     ]
 
 
-# -- burst -----------------------------------------------------------------------------------
-
-
-def _dwell(s: dict[str, Any] | None, key: str) -> str:
-    if not s or s.get(key) is None:
-        return "-"
-    bound = ">= " if key in s.get("lower_bound", ()) else ""
-    return f"{bound}{s[key]:,.{3 if s[key] < 1 else 2}f}"
-
-
-def _three(s: dict[str, Any] | None) -> str:
-    return " / ".join(_dwell(s, k) for k in ("p50_s", "p99_s", "max_s"))
-
-
-def burst_table(results: dict[str, Any]) -> list[str]:
-    """The "Burst" table."""
-    b = get(results, "burst") or {}
-    runs = b.get("runs") or []
-    ok = [r for r in runs if r.get("status") == "ok"]
-    first = ok[0] if ok else {}
-    lines = [
-        f"**Burst** (`--rate {get(b, 'rate') or burst.RATE:g}`, {burst.PARTITIONS} ingest "
-        f"partitions; {burst.PARTITIONS * burst.QUIET_PER_PARTITION} quiet tenants at "
-        f"{burst.QUIET_RATE:g} records/s each, {burst.QUIET_PER_PARTITION} per partition; then "
-        f"one tenant writes N records of {VALUE_SIZE} B into partition {burst.BURST_PARTITION} "
-        "at once; quiet records created from the burst's start until "
-        f"{get(first, 'after_burst_seconds') or '-'} s after it; dwell = time a read_committed "
-        "egress consumer received the record - its ingest CreateTime; FIFO and ideal (GPS) "
-        "computed by `fairstream.analysis.reference` from the same arrivals at the same rate; "
-        "`benchmarks/burst.py`):",
-        "",
-        "| burst | quiet dwell | burst's partition p50 / p99 / max s | other partitions "
-        "p50 / p99 / max s |",
-        "| --- | --- | ---: | ---: |",
-    ]
-    for run in runs:
-        n = f"{run.get('records', 0):,}"
-        if run.get("status") != "ok":
-            lines.append(f"| {n} | failed: {cell(str(run.get('error')))[:160]} | - | - |")
-            continue
-        w = run["burst_write"]
-        head = f"{n} written in {w['seconds_to_last_ack']:.2f} s"
-        d = run["dwell"]
-        for i, (key, label) in enumerate(
-            (("fairstream", "fairstream"), ("fifo", "FIFO"), ("gps", "ideal (GPS)"))
-        ):
-            lines.append(
-                f"| {head if i == 0 else ''} | {label} | {_three(d['burst_partition'][key])} | "
-                f"{_three(d['other_partitions'][key])} |"
-            )
-        lines.append(
-            f"| | target (p99) | <= {BURST_OWN_P99:g} (goal {BURST_OWN_P99_GOAL:g}) | "
-            f"<= {BURST_OTHER_P99:g} |"
-        )
-    lines.append("")
-    for run in ok:
-        lines.append(_burst_note(run))
-    groups = ("burst_partition", "other_partitions")
-    if any("lower_bound" in (get(r, "dwell", g, "fairstream") or {}) for r in ok for g in groups):
-        lines.append(
-            '- ">=": quiet records still missing when the wait ended count with the dwell '
-            "they had reached; the statistic is a lower bound."
-        )
-    return lines
+# -- overflow (burst's table is benchmarks/burst.py's) ------------------------------------
 
 
 def overflow_table(results: dict[str, Any]) -> list[str]:
@@ -321,8 +252,8 @@ def overflow_table(results: dict[str, Any]) -> list[str]:
             (("fairstream", "fairstream"), ("fifo", "FIFO"), ("gps", "ideal (GPS)"))
         ):
             lines.append(
-                f"| {n if i == 0 else ''} | {label} | {_three(d['burst_partition'][key])} | "
-                f"{_three(d['other_partitions'][key])} | {taken if i == 0 else ''} | "
+                f"| {n if i == 0 else ''} | {label} | {dwell_cells(d['burst_partition'][key])} | "
+                f"{dwell_cells(d['other_partitions'][key])} | {taken if i == 0 else ''} | "
                 f"{letters if i == 0 else ''} |"
             )
         lines.append(
@@ -337,29 +268,7 @@ def overflow_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _burst_note(run: dict[str, Any]) -> str:
-    d = run["dwell"]
-    absorbed = run.get("burst_absorbed_seconds")
-    return (
-        f"- {run['records']:,}: {run['quiet_received']:,} of {run['quiet_sent']:,} quiet "
-        f"records on egress after waiting {run['drain_wait_seconds']:g} s (at most "
-        f"{run['drain_timeout_seconds']:g}) once the quiet tenants stopped; measured "
-        f"{get(d, 'burst_partition', 'fairstream', 'n')} + "
-        f"{get(d, 'other_partitions', 'fairstream', 'n')}; burst counted as ingested "
-        + (f"{absorbed:,.1f} s after its first record" if absorbed is not None else "never")
-        + " (ingest counter on /metrics); egress "
-        f"{get(run, 'egress_records_per_s_after_burst') or '-'} records/s from 2 s after "
-        f"the burst; {run['burst_write']['writers']} writer process(es)"
-        + (
-            "."
-            if run["burst_write"]["under_1s"]
-            else f", which took {run['burst_write']['seconds_to_last_ack']:.2f} s, over the "
-            "1 s asked for: they share the 2 cores with the broker and the scheduler."
-        )
-    )
-
-
-# -- restart, group, feedback ----------------------------------------------------------------
+# -- gaps (restart's, group's and feedback's tables are in their modules) ------------------
 
 
 def gaps_table(results: dict[str, Any]) -> list[str]:
@@ -375,178 +284,3 @@ def gaps_table(results: dict[str, Any]) -> list[str]:
         f"kill -9 to ready {g['restart_to_ready_s']:.2f} s (target {g['restart_target_s']:g} "
         f"s); slow's {g['repeats']:,} drained {g['held_drain_s']:g} s after its resume.",
     ]
-
-
-def restart_table(results: dict[str, Any]) -> list[str]:
-    """The "Restarts" table."""
-    own = get(results, "restart", "own_disk") or {}
-    empty = get(results, "restart", "empty_disk") or {}
-    out = get(results, "restart", "outage") or {}
-    lines = [
-        "**Restarts** (kill -9, then a new process with the same `--group-instance-id`, "
-        f"static membership; {restart.PARTITIONS} ingest partitions; `benchmarks/restart.py`):",
-        "",
-        "| restart | measured | target |",
-        "| --- | --- | --- |",
-    ]
-    if own.get("status") == "ok":
-        lines.append(
-            f"| own data dir, {own['restarts']} times, {own['backlog_records']:,} records "
-            f"backlog at `--rate {own['rate']:g}` | to /readyz median "
-            f"{num(own['to_ready_median_seconds'], '.2f')} s, max "
-            f"{num(own['to_ready_max_seconds'], '.2f')} s; to first egress median "
-            f"{num(own.get('to_first_egress_median_seconds'), '.2f')} s, max "
-            f"{num(own.get('to_first_egress_max_seconds'), '.2f')} s"
-            + (
-                f"; {len(own['exited_before_ready'])} more exited before ready (raw results)"
-                if own.get("exited_before_ready")
-                else ""
-            )
-            + f" | median <= {RESTART_OWN_DISK_MEDIAN:g} s |"
-        )
-    elif own:
-        lines.append(f"| own data dir | failed: {cell(str(own.get('error')))[:200]} | |")
-    if empty.get("status") in ("ok", "timeout"):
-        detail = empty["result"]
-        if "buffered_before_kill" in empty:
-            detail += (
-                f" (to /readyz {num(empty.get('to_ready_seconds'), '.1f')} s; "
-                f"{empty['buffered_before_kill']:,.0f} buffered before the kill, by a scheduler "
-                f"that took {empty['fill_seconds']:g} s to absorb them)"
-            )
-        lines.append(
-            f"| empty data dir, {empty['records']:,} records buffered, until /readyz and "
-            f"`fairstream_backlog_records` are back | {detail} | <= {RESTART_EMPTY_DISK:g} s |"
-        )
-    elif empty:
-        lines.append(f"| empty data dir | failed: {cell(str(empty.get('error')))[:200]} | |")
-    if out.get("status") == "ok":
-        lines.append(
-            f"| broker stopped {out['outage_seconds']:g} s (SIGSTOP) while emitting at "
-            f"`--rate {out['rate']:g}` | after it ended: to /readyz "
-            f"{num(out.get('to_ready_seconds'), '.2f')} s, to egress again "
-            f"{num(out.get('to_egress_seconds'), '.2f')} s | printed |"
-        )
-    elif out:
-        lines.append(f"| broker outage | failed: {cell(str(out.get('error')))[:200]} | |")
-    return lines
-
-
-def group_table(results: dict[str, Any]) -> list[str]:
-    """The "Across instances" table."""
-    runs = get(results, "group", "runs") or {}
-    rate, burst_ = group.RATE, group.BURST
-    lines = [
-        f"**Across instances** (two schedulers in one group, 4 ingest partitions, `--rate "
-        f"{rate} --burst {burst_}`; A's backlog on instance 1 alone, then B, C, D arrive on "
-        "instance 2; rates counted on a read_committed egress consumer by scheduling stamp; "
-        "`benchmarks/group.py`):",
-        "",
-        "| `--share-by` | A alone | A / B / C / D after | Jain | group egress | most in 1 s | "
-        "convergence after the change |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for mode in group.MODES:
-        run = runs.get(mode) or {}
-        if run.get("status") != "ok":
-            lines.append(failed_row(mode, run.get("error"), 7))
-            continue
-        four = run["four_rates"]
-        conv = run["convergence_seconds"]
-        lines.append(
-            f"| {mode} | {run['alone_rate']}/s | "
-            + " / ".join(f"{four.get(t, 0):g}" for t in "ABCD")
-            + f" | {run['four_jain']:.3f} | {run['group_rate']:g}/s of {rate} | "
-            f"{run['worst_1s']} (bound {rate + burst_}) | "
-            + (f"{conv:.1f} s" if conv is not None else "never within 10%")
-            + " |"
-        )
-    return lines
-
-
-def _seconds(value: float | None) -> str:
-    return "never" if value is None else f"{value:.1f} s"
-
-
-def _g(value: Any) -> str:
-    return "?" if value is None else f"{value:g}"
-
-
-def feedback_table(results: dict[str, Any]) -> list[str]:
-    """The "Closing the loop" table."""
-    fb = get(results, "feedback") or {}
-    runs = fb.get("runs") or {}
-    lines = [
-        f"**Closing the loop with the paid API** (a simulated API of hidden capacity "
-        f"{feedback.CAPACITY:g} calls/s, a token bucket holding 0.5 s of it, refusing with a "
-        "Retry-After to its next token; one worker, 16 calls at a time; 16 backlogged tenants; "
-        f"{_g(fb.get('seconds'))} s of calls per run, figures over [{_g(fb.get('settle'))} s, "
-        "end) after the first call; convergence: from the first call until every 1 s window "
-        "has goodput >= 90% of the capacity and <= 5% refused; `benchmarks/feedback.py`):",
-        "",
-        "| run | scheduler | goodput | of capacity | refused (window) | refused (whole run) | "
-        "egress | released, not served (max) | convergence |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    if not runs:  # --changes-only
-        lines = lines[:2]
-    for name in feedback.RUNS if runs else ():
-        run = runs.get(name) or {}
-        if run.get("status") != "ok":
-            lines.append(failed_row(name, run.get("error"), 9))
-            continue
-        lines.append(
-            f"| {name} | `{run['args']}` | {run['goodput']:g}/s | {run['goodput_ratio']:.2f}x | "
-            f"{run['refused_share']:.1%} | {run['refused_share_all']:.1%} | "
-            f"{run['egress_rate']:g}/s | {run['downstream_max']:,} | "
-            f"{_seconds(run['convergence_s'])} |"
-        )
-    for key, what in (("changes", "with Retry-After"), ("changes_no_retry_after", "bare 429s")):
-        changes = fb.get(key) or {}
-        if changes.get("status") == "ok":
-            w, c = changes["windows"], changes["convergence_s"]
-            since = changes.get("refused_since_change", {})
-            strict = changes.get("convergence_strict_s", {})
-            parts = [
-                f"{label} in [{w[k]['window_s'][0]:g}, {w[k]['window_s'][1]:g}) s: goodput "
-                f"{w[k]['goodput_ratio']:.2f}x, {w[k]['refused_share']:.1%} refused; every 1 s "
-                f"window >= 0.9x after {_seconds(c[k])} ("
-                + ("" if since.get(k) is None else f"{since[k]:.1%} refused since the change, ")
-                + f"every window <= 5% refused too after {_seconds(strict.get(k))})"
-                for k, label in (("300", "300/s"), ("150", "150/s"), ("300 again", "300/s again"))
-            ]
-            drop, rise = (step[0] for step in changes["schedule"][1:])
-            lines += [
-                "",
-                f"Adaptive while the capacity goes 300 -> 150 (at {drop:g} s) -> 300 (at "
-                f"{rise:g} s), {what}, workers {changes.get('concurrency', 16)} calls at a "
-                f"time: {'; '.join(parts)}; {changes['refused_share_all']:.1%} of all calls "
-                "refused.",
-            ]
-        elif changes:
-            lines += ["", f"Capacity changes ({what}): failed: {str(changes.get('error'))[:200]}"]
-    if fb.get("plot"):
-        lines += [
-            "",
-            "![Egress rate, adaptive rate and goodput against the hidden capacity over time]"
-            "(feedback-loop.png)",
-        ]
-    return lines
-
-
-def change_rows(changes: dict[str, Any]) -> list[str]:
-    """Per capacity of a change run: "capacity | goodput | refused | seconds to 0.9x |
-    refused since the change | seconds to 0.9x with every window <= 5% refused"."""
-    if changes.get("status") != "ok":
-        return [f"failed | | | {str(changes.get('error'))[:80]} | |"] if changes else []
-    w, c = changes["windows"], changes["convergence_s"]
-    since = changes.get("refused_since_change", {})
-    strict = changes.get("convergence_strict_s", {})
-    rows = []
-    for k, label in (("300", "300/s"), ("150", "-> 150/s"), ("300 again", "-> 300/s")):
-        share = "" if since.get(k) is None else f"{since[k]:.1%}"
-        rows.append(
-            f"{label} | {w[k]['goodput_ratio']:.2f}x | {w[k]['refused_share']:.1%} | "
-            f"{_seconds(c[k])} | {share} | {_seconds(strict.get(k))}"
-        )
-    return rows

@@ -1,5 +1,7 @@
 """The targets of docs/benchmarks.md and whether a run met them: one row (target, measured,
-met, by how much) per target the results let us evaluate.
+met, by how much) per target the results let us evaluate. The phases that print their own
+targets (burst, restart, group, feedback, and the paid-API ones) keep them, and their
+bounds, in their module; this one gathers them with the rest.
 """
 
 from __future__ import annotations
@@ -11,23 +13,18 @@ from benchmarks import (
     api_latency,
     api_view,
     faust_view,
-    feedback,
-    group,
     slow_api,
 )
+from benchmarks.burst import burst_targets
 from benchmarks.common import Row, get
+from benchmarks.feedback import feedback_targets
+from benchmarks.group import group_targets
+from benchmarks.restart import restart_targets
 from benchmarks.throughput import spread
 
-# burst: quiet p99 dwell, seconds
-BURST_OTHER_P99 = 0.5
-BURST_OWN_P99 = 5.0
-BURST_OWN_P99_GOAL = 3.0
 # overflow: quiet p99 dwell, seconds, while a flood's overflow is dead-lettered
 OVERFLOW_OTHER_P99 = 0.5
 OVERFLOW_OWN_P99 = 3.0
-# restart, seconds
-RESTART_OWN_DISK_MEDIAN = 3.0
-RESTART_EMPTY_DISK = 30.0
 # gaps: kill -9 to ready with a paused tenant's 1,000,000 records parked, seconds
 GAPS_RESTART = 5.0
 
@@ -184,36 +181,6 @@ def absorption_peer_targets(r: dict[str, Any]) -> list[Row]:
     ]
 
 
-def burst_targets(r: dict[str, Any]) -> list[Row]:
-    """Per burst size: quiet p99 on the burst's partition and on the others."""
-    out: list[Row] = []
-    for run in get(r, "burst", "runs") or []:
-        if run.get("status") != "ok":
-            continue
-        n = f"{run['records']:,}"
-        for part, label, bound, goal in (
-            ("other_partitions", "other partitions", BURST_OTHER_P99, None),
-            ("burst_partition", "burst's partition", BURST_OWN_P99, BURST_OWN_P99_GOAL),
-        ):
-            cell = get(run, "dwell", part) or {}
-            p99 = get(cell, "fairstream", "p99_s")
-            if p99 is None:
-                continue
-            ideal, fifo = get(cell, "gps", "p99_s"), get(cell, "fifo", "p99_s")
-            lower = "p99_s" in (get(cell, "fairstream", "lower_bound") or ())
-            out.append(
-                (
-                    f"burst {n}: quiet p99 dwell, {label} <= {bound:g} s"
-                    + (f" (goal {goal:g} s)" if goal else ""),
-                    f"{'>= ' if lower else ''}{p99:,.2f} s (ideal {ideal:,.3f} s, FIFO "
-                    f"{fifo:,.1f} s)",
-                    p99 <= bound and not lower,
-                    f"{abs(bound - p99):,.2f} s",
-                )
-            )
-    return out
-
-
 def overflow_targets(r: dict[str, Any]) -> list[Row]:
     """Per flood over the default cap: quiet p99 on the flood's partitions and the others,
     and the goal for both, 2x the ideal + 0.1 s."""
@@ -270,124 +237,6 @@ def gaps_targets(r: dict[str, Any]) -> list[Row]:
             f"{limit - largest:,} B",
         ),
     ]
-
-
-def restart_targets(r: dict[str, Any]) -> list[Row]:
-    out: list[Row] = []
-    own = get(r, "restart", "own_disk") or {}
-    median = own.get("to_ready_median_seconds")
-    if median is not None:
-        out.append(
-            (
-                f"restart on its own disk: median to ready <= {RESTART_OWN_DISK_MEDIAN:g} s "
-                f"({own['restarts']} kill -9s, static membership)",
-                f"{median:.2f} s (max {own['to_ready_max_seconds']:.2f} s)",
-                median <= RESTART_OWN_DISK_MEDIAN,
-                f"{abs(RESTART_OWN_DISK_MEDIAN - median):.2f} s",
-            )
-        )
-    empty = get(r, "restart", "empty_disk") or {}
-    if empty.get("status") in ("ok", "timeout") and "buffered_before_kill" in empty:
-        seconds = empty.get("to_restored_seconds")
-        out.append(
-            (
-                f"{empty['records']:,} buffered records back from an empty disk <= "
-                f"{RESTART_EMPTY_DISK:g} s",
-                empty["result"],
-                seconds is not None and seconds <= RESTART_EMPTY_DISK,
-                f"{abs(RESTART_EMPTY_DISK - seconds):.1f} s"
-                if seconds is not None
-                else f"> {max(0.0, empty['restore_timeout_seconds'] - RESTART_EMPTY_DISK):g} s",
-            )
-        )
-    return out
-
-
-def group_targets(r: dict[str, Any]) -> list[Row]:
-    rate, burst = group.RATE, group.BURST
-    run = get(r, "group", "runs", "demand") or {}
-    if run.get("status") != "ok":
-        return []
-    alone, jain, worst = run["alone_rate"] or 0, run["four_jain"], run["worst_1s"]
-    conv = run["convergence_seconds"]
-    return [
-        (
-            "across instances: one backlogged tenant >= 0.9x the group rate",
-            f"{alone}/s of {rate}",
-            alone >= 0.9 * rate,
-            f"{alone / rate:.2f}x",
-        ),
-        (
-            "across instances: Jain >= 0.95 (4 tenants, 2 instances)",
-            f"{jain:.3f}",
-            jain >= 0.95,
-            "",
-        ),
-        (
-            "across instances: never above rate + burst in any 1 s",
-            f"{worst} (bound {rate + burst})",
-            worst <= rate + burst,
-            "",
-        ),
-        (
-            "across instances: a demand change takes effect within 2 s",
-            "never" if conv is None else f"{conv:.1f} s",
-            conv is not None and conv <= 2.0,
-            "",
-        ),
-    ]
-
-
-def feedback_targets(r: dict[str, Any]) -> list[Row]:
-    run = get(r, "feedback", "runs", "adaptive") or {}
-    out: list[Row] = []
-    if run.get("status") == "ok":
-        out += [
-            (
-                "feedback: adaptive goodput >= 0.9x the hidden capacity",
-                f"{run['goodput']:g}/s of {feedback.CAPACITY:g}",
-                run["goodput_ratio"] >= 0.9,
-                f"{run['goodput_ratio']:.2f}x",
-            ),
-            (
-                "feedback: adaptive refused calls <= 5%",
-                f"{run['refused_share']:.1%} (after {run['window_s'][0]:g} s)",
-                run["refused_share"] <= 0.05,
-                "",
-            ),
-        ]
-    for key, what in (("changes", "Retry-After"), ("changes_no_retry_after", "bare 429s")):
-        changes = get(r, "feedback", key) or {}
-        if changes.get("status") != "ok":
-            continue
-        windows = changes["windows"].values()
-        met = all(w["goodput_ratio"] >= 0.9 and w["refused_share"] <= 0.05 for w in windows)
-        out.append(
-            (
-                f"feedback ({what}): re-converges after 300 -> 150 -> 300",
-                " / ".join(f"{w['goodput_ratio']:.2f}x" for w in windows),
-                met,
-                "",
-            )
-        )
-        keys = ("150", "300 again")
-        seconds = [changes["convergence_s"][k] for k in keys]
-        refused = [changes.get("refused_since_change", {}).get(k) for k in keys]
-        strict = [changes.get("convergence_strict_s", {}).get(k) for k in keys]
-        out.append(
-            (
-                f"feedback ({what}): >= 0.9x within 10 s of each change, <= 5% refused",
-                " / ".join(
-                    f"{'never' if t is None else f'{t:g} s'}, {'?' if f is None else f'{f:.1%}'}"
-                    for t, f in zip(seconds, refused, strict=True)
-                ),
-                all(t is not None and t <= 10 for t in seconds)
-                and all(f is not None and f <= 0.05 for f in refused),
-                "every window <= 5% refused too: "
-                + " / ".join("never" if t is None else f"{t:g} s" for t in strict),
-            )
-        )
-    return out
 
 
 def concurrency_targets(r: dict[str, Any]) -> list[Row]:

@@ -320,12 +320,24 @@ def absorption_quix(
     try:
         done = subprocess.run(
             [
-                str(QUIX_PYTHON), str(REPO / "benchmarks" / "quix_peer.py"),
-                "--bootstrap", bootstrap, "--topic", ingest, "--records", str(records),
-                "--group", group, "--state-dir", str(state),
+                str(QUIX_PYTHON),
+                str(REPO / "benchmarks" / "quix_peer.py"),
+                "--bootstrap",
+                bootstrap,
+                "--topic",
+                ingest,
+                "--records",
+                str(records),
+                "--group",
+                group,
+                "--state-dir",
+                str(state),
             ],
-            capture_output=True, text=True, timeout=timeout, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
     finally:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         delete_topics(bootstrap, [t for t in admin.list_topics(timeout=15).topics if group in t])
@@ -346,6 +358,9 @@ def quix_version() -> str | None:
     with contextlib.suppress(Exception):
         return subprocess.run(
             [str(QUIX_PYTHON), "-c", "import quixstreams; print(quixstreams.__version__)"],
-            capture_output=True, text=True, timeout=60, check=True,
-        ).stdout.strip()  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.strip()
     return None

@@ -1,4 +1,5 @@
-"""No import cycle inside ``fairstream/`` at run time, and the cycle finder itself.
+"""No import cycle inside ``fairstream/`` or ``benchmarks/`` at run time, and the cycle
+finder itself.
 
 The graph and its cycles are ``fairstream_dev.structure``'s (``make structure`` prints the whole
 report). Imports under ``if TYPE_CHECKING:`` are type-only; a cycle through them fails too
@@ -26,6 +27,15 @@ def describe(cycle: structure.Cycle) -> str:
 def test_fairstream_has_no_runtime_import_cycle() -> None:
     cycles = structure.import_cycles(structure.PACKAGE).runtime
     assert cycles == [], "runtime import cycles inside fairstream/:\n" + "\n".join(
+        describe(cycle) for cycle in cycles
+    )
+
+
+def test_benchmarks_have_no_runtime_import_cycle() -> None:
+    """Each benchmark phase owns its table and targets; the shared tables and the
+    fairness workloads import downward only."""
+    cycles = structure.import_cycles(structure.ROOT / "benchmarks").runtime
+    assert cycles == [], "runtime import cycles inside benchmarks/:\n" + "\n".join(
         describe(cycle) for cycle in cycles
     )
 

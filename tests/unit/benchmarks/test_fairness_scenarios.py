@@ -11,19 +11,9 @@ from collections import Counter
 import pytest
 from click.testing import CliRunner
 
-from benchmarks.fairness_doc import HEADING, section, with_section
-from benchmarks.fairness_scenarios import (
-    MODES,
-    PUBLISHED,
-    SCENARIOS,
-    arrivals,
-    measure,
-    run_core,
-    simulate_command,
-    table,
-    tenant_of,
-    write_traces,
-)
+from benchmarks.fairness_doc import HEADING, PUBLISHED, section, table, with_section
+from benchmarks.fairness_scenarios import run_core, simulate_command, write_traces
+from benchmarks.fairness_workloads import MODES, SCENARIOS, arrivals, measure, tenant_of
 from fairstream.cli import main as cli_main
 
 BY_NAME = {s.name: s for s in SCENARIOS}
