@@ -108,9 +108,9 @@ from fairstream.scheduler.groupview import (
     FLOOR,
     STARTING,
     Coordination,
-    Decision,
     GroupView,
     Report,
+    ShareDecision,
 )
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.metrics import Metrics
@@ -365,7 +365,7 @@ class GroupShares:
             self.metrics.group_demand.labels(str(priority)).set(total)
         self._rows = self._instances(decision)
 
-    def _instances(self, decision: Decision) -> list[dict[str, Any]]:
+    def _instances(self, decision: ShareDecision) -> list[dict[str, Any]]:
         live = decision.live
         demands: dict[str, Demand] = {i: r.demand for i, r in live.items()}
         ages = self.view.ages()

@@ -52,9 +52,9 @@ __all__ = [
     "STARTING",
     "VERSION",
     "Coordination",
-    "Decision",
     "GroupView",
     "Report",
+    "ShareDecision",
 ]
 
 log = logging.getLogger("fairstream.group")
@@ -184,7 +184,9 @@ STARTING = Coordination(False, "starting: no report of this instance read back y
 
 
 @dataclass(frozen=True)
-class Decision:
+class ShareDecision:
+    """This instance's share of the group rate, as ``GroupView.decide`` found it now."""
+
     rate: float  # records/s (or cost units/s) this instance may take now
     coordinated: bool
     live: dict[str, Report]  # counted instances' reports, this one's included
@@ -323,7 +325,7 @@ class GroupView:
 
     def decide(
         self, demand: dict[int, ClassDemand], partitions: tuple[int, ...], rate: float
-    ) -> Decision:
+    ) -> ShareDecision:
         """The rate this instance may take now, out of the group rate ``rate``, and its part
         of each tenant group's cap, with what they were computed from. Moves the raise
         delays on; call once per look."""
@@ -370,7 +372,7 @@ class GroupView:
         self._applied = target
         if self.own is not None:
             live = {**live, self.instance: self.own}
-        return Decision(target, coordinated, live, reserved, self._raise_parts(parts, now))
+        return ShareDecision(target, coordinated, live, reserved, self._raise_parts(parts, now))
 
     def _raise_parts(self, target: GroupParts, now: float) -> GroupParts:
         """The parts of the groups' caps to take now: lower at once, raise ``RAISE_DELAY``
