@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import (
@@ -49,6 +48,7 @@ from fairstream.adapters.admin import LATEST
 from fairstream.core import RecordClock
 from fairstream.core.lagbound import LagBound, LagSample, OffsetLag
 from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.messages import LagChange
 from fairstream.scheduler.metrics import Metrics
 
 __all__ = ["EgressLagReader", "LagChange"]
@@ -63,17 +63,6 @@ STALE = 5.0  # seconds without a sample read after which the bound is dropped (u
 MARGIN = 0.1
 TIMEOUT = 5.0  # seconds an admin request may take
 TOPIC_EVERY = 30.0  # seconds between two reads of the egress topic's partitions
-
-
-@dataclass(frozen=True)
-class LagChange:
-    """The egress group's bound on what waits downstream (None: unlimited), its lag (None:
-    unknown), both in offsets, and the clock time (the emitter's) the lag includes the
-    slots taken by."""
-
-    bound: int | None
-    lag: int | None
-    at: float
 
 
 class EgressLagReader:

@@ -54,18 +54,20 @@ from fairstream.scheduler.backlog import Backlog
 from fairstream.scheduler.checkpoint import Checkpoint
 from fairstream.scheduler.demotions import Demotions, mark_demoted, with_demotion
 from fairstream.scheduler.egress import Limits
-from fairstream.scheduler.egress_lag import LagChange
-from fairstream.scheduler.feedback import AdaptiveChange, ConcurrencyChange, FeedbackBatch
 from fairstream.scheduler.fetch import PayloadFetcher
-from fairstream.scheduler.group import InstanceDemand, ShareChange
-from fairstream.scheduler.handoff import (
+from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.messages import (
+    AdaptiveChange,
     Assign,
     Call,
-    Handoff,
+    ConcurrencyChange,
+    FeedbackBatch,
     Heard,
-    Parsed,
+    InstanceDemand,
+    LagChange,
     PolicyChange,
     Revoke,
+    ShareChange,
     Stop,
 )
 from fairstream.scheduler.metrics import Metrics
@@ -74,6 +76,7 @@ from fairstream.scheduler.pacing import Pacing, new_rule
 from fairstream.scheduler.policies import DefaultPolicy, Policies, PolicyAction, SetPolicy
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
+from fairstream.scheduler.records import Parsed
 from fairstream.scheduler.recovery import holding_id
 from fairstream.scheduler.send import Sender
 from fairstream.scheduler.tenant_groups import GROUP_ACTIONS, act

@@ -47,7 +47,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import OFFSET_END
@@ -58,6 +58,7 @@ from fairstream.core.credit import ConcurrencyLimit
 from fairstream.core.usage import cost_correction
 from fairstream.scheduler.consumers import LazyConsumer, assign_when_present
 from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.messages import AdaptiveChange, ConcurrencyChange, FeedbackBatch
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.wire.feedback import (
@@ -92,25 +93,6 @@ class _NoRate:
 _NO_RATE = _NoRate()
 
 
-@dataclass
-class FeedbackBatch:
-    """What the emitter applies: measured-cost charges, tenant pauses, and the request ids
-    settled (their slots free) or still being worked on (their leases renewed)."""
-
-    charges: list[tuple[str, int, int]] = field(default_factory=list)  # tenant, declared, cost
-    pauses: list[tuple[str, float]] = field(default_factory=list)  # tenant, seconds
-    settled: list[bytes] = field(default_factory=list)  # request ids, as stamped on egress
-    renewed: list[bytes] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class AdaptiveChange:
-    """The group rate as a fraction of ``--rate``, and no egress before ``hold_until``."""
-
-    factor: float
-    hold_until: float  # by the reader's clock (the emitter's)
-
-
 @dataclass(frozen=True)
 class AdaptiveView:
     """The adaptive rate as the web endpoints show it: its value and until when emission
@@ -118,17 +100,6 @@ class AdaptiveView:
 
     rate: float | None
     hold_until: float = 0.0
-
-
-@dataclass(frozen=True)
-class ConcurrencyChange:
-    """The group's concurrency limit as the feedback shows it (``ConcurrencyLimit``;
-    None: unlimited). ``learning``: None because nothing is known (no sample yet, or all
-    forgotten), not because a limit stands aside for 429s; the emitter's start-up window
-    then applies."""
-
-    limit: int | None
-    learning: bool = False
 
 
 class FeedbackReader:

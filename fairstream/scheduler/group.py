@@ -86,7 +86,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import (
@@ -101,7 +100,7 @@ from confluent_kafka import (
 from fairstream.adapters.clients import assigned_consumer_config, producer_config
 from fairstream.config.topics import coordination_topic
 from fairstream.core import MonotonicClock, RecordClock
-from fairstream.core.shares import WHOLE, ClassDemand, Demand, GroupParts, instance_rate
+from fairstream.core.shares import ClassDemand, Demand, instance_rate
 from fairstream.scheduler.fence import Fencer, fence_in_background
 from fairstream.scheduler.groupview import (
     DELIVERY_TIMEOUT,
@@ -113,6 +112,7 @@ from fairstream.scheduler.groupview import (
     ShareDecision,
 )
 from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.messages import InstanceDemand, ShareChange
 from fairstream.scheduler.metrics import Metrics
 
 __all__ = ["Coordination", "GroupShares", "ShareChange"]
@@ -124,32 +124,6 @@ DEMAND_EVERY = 0.2  # seconds between two reads of this instance's demand
 HEARTBEAT = 0.5  # a report at least this often, changed or not
 THREAD_LEASE = 1.0  # the emitter stops this long after the group thread stops renewing
 RENEW_EVERY = 0.25  # seconds between two renewals of that lease
-
-
-@dataclass(frozen=True)
-class InstanceDemand:
-    """What the group thread reads from the emitter (``Handoff.call``), each
-    ``DEMAND_EVERY``: the backlogged demand per priority class, the partitions owned, and
-    the adapted rate as a fraction of ``--rate`` (the feedback thread hands it to the
-    emitter; 1.0 without feedback)."""
-
-    classes: dict[int, ClassDemand]
-    partitions: tuple[int, ...]
-    rate_factor: float = 1.0
-
-
-@dataclass(frozen=True)
-class ShareChange:
-    """The emitter's new share of the group rate, and until when it may emit (by the group
-    thread's clock, the emitter's): the group thread renews that lease while it runs,
-    whatever the coordination's state. ``parts``: this instance's part of each tenant
-    group's weight and rate cap (``shares.GroupParts``; the emitter gives them to its core
-    through ``TenantGroups.set_parts``)."""
-
-    rate: float
-    fraction: float
-    lease_until: float
-    parts: GroupParts = WHOLE
 
 
 class GroupShares:

@@ -9,7 +9,7 @@ a revocation and the records it covers.
 
 Records travel as ``Parsed`` NamedTuples (``records``), a tuple's cost to build and
 inspect per record, in one queue per partition; everything else is a small control object
-in a queue of its own.
+in a queue of its own (``messages``: every message between the scheduler's threads).
 """
 
 from __future__ import annotations
@@ -17,76 +17,15 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from fairstream.scheduler.progress import PartitionProgress
+from fairstream.scheduler.messages import Call
 from fairstream.scheduler.records import Parsed
 
-__all__ = ["Assign", "Call", "Handoff", "Heard", "Parsed", "PolicyChange", "Revoke", "Stop"]
+__all__ = ["Handoff"]
 
 
 HIGH_WATER = 20_000  # parsed records of one partition waiting before it is not read
-
-
-@dataclass
-class Assign:
-    """Partitions now owned, with the progress recovered for each and the queue their
-    records will arrive in. ``rewind``: the answer to a rewind the emitter asked for after an
-    aborted transaction. ``metadata``: the member's group metadata (generation) read in the
-    callback: what the emitter commits with from now on."""
-
-    progress: dict[int, PartitionProgress]
-    queues: dict[int, deque[Parsed]] = field(default_factory=dict)
-    rewind: bool = False
-    metadata: Any = None
-
-
-@dataclass
-class Revoke:
-    """Partitions leaving: commit what was emitted for them, then forget them.
-    ``lost``: the group already gave them away (session expired): abort instead.
-    ``metadata``: the group metadata of the generation that still owns them (read in the
-    revocation callback). ``given_up``: set by the ingest thread when it stopped waiting
-    (``--revoke-wait``) and let the partitions go: the emitter must abort, not commit."""
-
-    partitions: list[int]
-    lost: bool = False
-    done: threading.Event = field(default_factory=threading.Event)
-    metadata: Any = None
-    given_up: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass
-class Heard:
-    """A partition reached the end of its log: the warm-up need not wait for it."""
-
-    partition: int
-
-
-@dataclass
-class PolicyChange:
-    """A record of the policy topic (``value`` None: a tombstone)."""
-
-    key: bytes | None
-    value: bytes | None
-
-
-@dataclass
-class Stop:
-    """Commit what is open and stop. Set ``done`` when the producer is closed."""
-
-    done: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass
-class Call:
-    """Run ``fn`` on the emitter thread (reads of the core for /tenants and /metrics)."""
-
-    fn: Callable[[], Any]
-    done: threading.Event = field(default_factory=threading.Event)
-    result: Any = None
-    error: BaseException | None = None
 
 
 class Handoff:

@@ -24,9 +24,13 @@ from fairstream.config import Settings
 from fairstream.core import Core, RecordClock
 from fairstream.core.credit import StartupWindow
 from fairstream.core.emission import EmissionRule
-from fairstream.scheduler.egress_lag import LagChange
-from fairstream.scheduler.feedback import AdaptiveChange, ConcurrencyChange, FeedbackBatch
-from fairstream.scheduler.group import ShareChange
+from fairstream.scheduler.messages import (
+    AdaptiveChange,
+    ConcurrencyChange,
+    FeedbackBatch,
+    LagChange,
+    ShareChange,
+)
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.records import Parsed

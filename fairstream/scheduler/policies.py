@@ -24,7 +24,8 @@ from fairstream.config import Settings
 from fairstream.core import Clock, Core, TenantPolicy
 from fairstream.core.demotion import Change, demoted
 from fairstream.scheduler.consumers import assign_when_present
-from fairstream.scheduler.handoff import Handoff, PolicyChange
+from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.messages import PolicyChange
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.tenant_groups import GroupAction, TenantGroups
 from fairstream.wire.policy import (

@@ -11,8 +11,9 @@ import pytest
 
 from fairstream.config import Settings
 from fairstream.core import ConcurrencyLimit, ManualClock
-from fairstream.scheduler.feedback import ConcurrencyChange, FeedbackBatch, FeedbackReader
+from fairstream.scheduler.feedback import FeedbackReader
 from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.messages import ConcurrencyChange, FeedbackBatch
 from fairstream.scheduler.metrics import Metrics
 from fairstream.wire.feedback import Feedback, Outcome, Scope, encode_feedback, feedback_key
 from tests.unit.scheduler.test_emit_rule import make, push, sent

@@ -10,7 +10,7 @@ import pytest
 from fairstream.config import Settings
 from fairstream.config.setting import SettingsError
 from fairstream.scheduler.emit import Emitter
-from fairstream.scheduler.feedback import FeedbackBatch
+from fairstream.scheduler.messages import FeedbackBatch
 from tests.unit.scheduler.test_emit_rule import make
 
 __all__ = ["make"]  # the fixture

@@ -13,9 +13,9 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from fairstream.config import Settings
 from fairstream.core import ManualClock
-from fairstream.scheduler.egress_lag import MARGIN, STALE, EgressLagReader, LagChange
-from fairstream.scheduler.feedback import ConcurrencyChange
+from fairstream.scheduler.egress_lag import MARGIN, STALE, EgressLagReader
 from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.messages import ConcurrencyChange, LagChange
 from fairstream.scheduler.metrics import Metrics
 from tests.unit.scheduler.test_emit_rule import make, push, sent
 from tests.unit.test_config import settings_of

@@ -14,7 +14,8 @@ from fairstream.core import ManualClock
 from fairstream.scheduler import send, transaction
 from fairstream.scheduler.egress import Limits, Stamper, dead_letter, footprint
 from fairstream.scheduler.emit import Emitter, Phase
-from fairstream.scheduler.handoff import Assign, Handoff, Revoke
+from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.messages import Assign, Revoke
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.records import Letter, Parsed, Prepared
@@ -360,7 +361,7 @@ def test_a_record_prepared_long_ago_is_stamped_again(make):
 
 
 def test_concurrency_slots_bound_what_is_sent_and_completions_free_them(make):
-    from fairstream.scheduler.feedback import FeedbackBatch
+    from fairstream.scheduler.messages import FeedbackBatch
 
     emitter = make(max_concurrency=4)  # 2 of 4 partitions owned: 2 slots here
     assert emitter.rule.inflight.limit == 2
@@ -380,7 +381,7 @@ def test_concurrency_slots_bound_what_is_sent_and_completions_free_them(make):
 
 
 def test_a_producers_request_id_keys_the_slot(make):
-    from fairstream.scheduler.feedback import FeedbackBatch
+    from fairstream.scheduler.messages import FeedbackBatch
 
     emitter = make(max_concurrency=2)  # 1 slot here
     msg = message(0, "A", headers=[(wire.REQUEST_ID, b"order-7"), ("trace", b"t")])

@@ -8,8 +8,9 @@ import pytest
 
 from fairstream.core import ManualClock
 from fairstream.core.clock import EPOCH_MS
-from fairstream.scheduler.feedback import AdaptiveChange, FeedbackBatch, FeedbackReader
+from fairstream.scheduler.feedback import FeedbackReader
 from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.messages import AdaptiveChange, FeedbackBatch
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.wire.feedback import Feedback, Outcome, Scope, encode_feedback, feedback_key

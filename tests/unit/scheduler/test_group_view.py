@@ -15,13 +15,7 @@ import pytest
 
 from fairstream.core import ManualClock
 from fairstream.core.shares import ClassDemand
-from fairstream.scheduler.group import (
-    RENEW_EVERY,
-    THREAD_LEASE,
-    GroupShares,
-    InstanceDemand,
-    ShareChange,
-)
+from fairstream.scheduler.group import RENEW_EVERY, THREAD_LEASE, GroupShares
 from fairstream.scheduler.groupview import (
     DELIVERY_TIMEOUT,
     LEASE,
@@ -30,7 +24,8 @@ from fairstream.scheduler.groupview import (
     GroupView,
     Report,
 )
-from fairstream.scheduler.handoff import Call, Handoff
+from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.messages import Call, InstanceDemand, ShareChange
 from fairstream.scheduler.metrics import Metrics
 
 RATE = 100.0

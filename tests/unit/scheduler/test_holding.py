@@ -15,9 +15,10 @@ from fairstream.core import ManualClock, TenantPolicy
 from fairstream.scheduler import progress
 from fairstream.scheduler.egress import Limits
 from fairstream.scheduler.emit import Emitter, Phase
-from fairstream.scheduler.handoff import Handoff, Parsed
+from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
+from fairstream.scheduler.records import Parsed
 from fairstream.scheduler.recovery import holding_id
 from tests.unit.scheduler.test_emit_rule import Fetcher, Txn
 

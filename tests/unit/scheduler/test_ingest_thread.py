@@ -12,8 +12,9 @@ from fairstream import wire
 from fairstream.config import Settings
 from fairstream.config.kafka import KafkaConnection
 from fairstream.scheduler import ingest as ingest_module
-from fairstream.scheduler.handoff import Handoff, Heard
+from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest import Ingest
+from fairstream.scheduler.messages import Heard
 from fairstream.scheduler.recovery import Recovery
 
 NOWHERE = "127.0.0.1:1"  # nothing is read: the consumers are made, never polled

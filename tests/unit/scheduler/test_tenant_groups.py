@@ -9,7 +9,7 @@ from collections import Counter
 from fairstream import wire
 from fairstream.core import FairScheduler, GroupScheduler, TenantPolicy
 from fairstream.scheduler.emit import Emitter
-from fairstream.scheduler.handoff import PolicyChange
+from fairstream.scheduler.messages import PolicyChange
 from fairstream.scheduler.records import Parsed
 from fairstream.scheduler.tenant_groups import (
     SetGroup,
