@@ -29,7 +29,7 @@ INGEST_TOPIC = os.environ.get("FAIRSTREAM_INGEST_TOPIC", "fairstream.ingest")
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    async with aio.Producer(BOOTSTRAP, INGEST_TOPIC) as producer:
+    async with aio.AsyncProducer(BOOTSTRAP, INGEST_TOPIC) as producer:
         app.state.producer = producer
         yield  # on shutdown, what is queued is delivered
 
@@ -43,7 +43,7 @@ async def completions(
     x_tenant: str = Header(..., description="the tenant id: 1 to 255 UTF-8 bytes"),
     x_cost: int = Header(1, description="the request's cost, e.g. its estimated tokens"),
 ) -> JSONResponse:
-    producer: aio.Producer = request.app.state.producer
+    producer: aio.AsyncProducer = request.app.state.producer
     request_id = str(uuid.uuid4())
     try:
         delivery = await producer.submit(

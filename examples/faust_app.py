@@ -1,7 +1,7 @@
 """A Faust app on both sides of fairstream: it submits requests and calls the paid API.
 
 - agent ``submit``: reads JSON prompts from the app's own ``requests`` topic and writes each
-  to the fairstream ingest topic with ``fairstream.faust.Ingest`` (key = tenant, the tokens
+  to the fairstream ingest topic with ``fairstream.faust.IngestWriter`` (key = tenant, the tokens
   as ``fairstream-cost``, the prompt's id as the request id);
 - the scheduler (``fairstream scheduler``, another process) releases them onto egress in
   tenant-fair order, as fast as ``--rate`` allows;
@@ -42,7 +42,7 @@ from pathlib import Path
 import faust
 
 from fairstream import RateLimited, Request, Usage
-from fairstream.faust import Ingest, PaidApiAgent, PolicyTable
+from fairstream.faust import IngestWriter, PaidApiAgent, PolicyTable
 
 env = os.environ.get
 BOOTSTRAP = env("KAFKA_BOOTSTRAP_SERVERS", "localhost:9092")
@@ -67,7 +67,7 @@ class Prompt(faust.Record, serializer="json"):
 
 
 requests = app.topic(env("EXAMPLE_REQUESTS_TOPIC", "example.requests"), value_type=Prompt)
-ingest = Ingest(app, env("FAIRSTREAM_INGEST_TOPIC", "fairstream.ingest"))
+ingest = IngestWriter(app, env("FAIRSTREAM_INGEST_TOPIC", "fairstream.ingest"))
 policies = PolicyTable(app, env("FAIRSTREAM_POLICY_TOPIC", "fairstream.policy"))
 
 

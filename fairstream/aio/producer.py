@@ -1,4 +1,4 @@
-"""``fairstream.aio.Producer``: ``fairstream.Producer``'s contract on an asyncio event loop.
+"""``fairstream.aio.AsyncProducer``: ``fairstream.Producer``'s contract on an asyncio event loop.
 
 The record is the same (``fairstream.sdk.record.ingest_record``: key = tenant, value
 untouched, the contract headers, checked before anything is queued), and so are the client
@@ -33,16 +33,16 @@ from confluent_kafka import KafkaError, Message
 from fairstream.sdk.producer import DeliveryError, IngestProducer, flush_slices
 from fairstream.sdk.record import IngestOptions
 
-__all__ = ["Producer"]
+__all__ = ["AsyncProducer"]
 
 POLL_TIMEOUT = 0.1  # seconds the poll thread waits for callbacks at a time
 QUEUE_FULL_WAIT = 0.01  # seconds submit yields to the loop while librdkafka's queue is full
 
 
-class Producer(IngestProducer):
+class AsyncProducer(IngestProducer):
     """Writes requests to the ingest topic from an event loop.
 
-    ``Producer(kafka, ingest_topic, **overrides)`` as ``fairstream.Producer``: ``kafka`` is a
+    ``AsyncProducer(kafka, ingest_topic, **overrides)`` as ``fairstream.Producer``: ``kafka`` is a
     ``KafkaConnection`` or a bootstrap string, the overrides are librdkafka settings.
     ``on_delivery(err, msg)`` runs on the event loop for every record once the broker
     answered. It may be created outside a loop; it binds to the loop of its first
@@ -62,7 +62,7 @@ class Producer(IngestProducer):
         loop = asyncio.get_running_loop()
         if self._loop is None:
             if self.closed:
-                raise RuntimeError("this fairstream.aio.Producer is closed")
+                raise RuntimeError("this fairstream.aio.AsyncProducer is closed")
             self._loop = loop
             self._closing = threading.Event()
             self._poller = threading.Thread(
@@ -77,7 +77,7 @@ class Producer(IngestProducer):
                 self._loop = loop
                 return loop
             raise RuntimeError(
-                "a fairstream.aio.Producer belongs to the event loop it first submitted on; "
+                "a fairstream.aio.AsyncProducer belongs to the event loop it first submitted on; "
                 "create one per loop"
             )
         return loop
@@ -162,7 +162,7 @@ class Producer(IngestProducer):
         if self._poller is not None:
             self._poller.join(5 * POLL_TIMEOUT + 1)
 
-    async def __aenter__(self) -> Producer:
+    async def __aenter__(self) -> AsyncProducer:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:

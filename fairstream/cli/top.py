@@ -54,7 +54,7 @@ class Row:
 
 
 @dataclass(frozen=True)
-class Feedback:
+class ReportedRate:
     """The group's adaptive rate, as the instances report it (each reads all feedback)."""
 
     rate: float
@@ -242,7 +242,7 @@ def tree_rows(
 
 def feedback_of(
     before: list[Snapshot | None], after: list[Snapshot | None], seconds: float
-) -> Feedback | None:
+) -> ReportedRate | None:
     """The adaptive rate and the 429 rate, or None without a feedback topic. Pure.
 
     Every instance reads the whole feedback topic, so each counts every 429: the instance
@@ -258,7 +258,7 @@ def feedback_of(
         if "rate_limited_total" in previous and seconds > 0:
             per_s = max(0.0, adaptive["rate_limited_total"] - previous["rate_limited_total"])
             per_s /= seconds
-        return Feedback(
+        return ReportedRate(
             rate=adaptive["rate"],
             ceiling=adaptive["ceiling"],
             held_for_s=adaptive.get("held_for_s", 0.0),
@@ -303,7 +303,7 @@ def render(
     rows: list[Row],
     snapshots: list[Snapshot | None],
     urls: list[str],
-    feedback: Feedback | None = None,
+    feedback: ReportedRate | None = None,
 ) -> str:
     """The view as text: a header, the tenants, and the group's instances if any. Pure."""
     up = sum(1 for s in snapshots if s is not None)

@@ -1,6 +1,6 @@
 """fairstream for Faust apps (``pip install 'fairstream[faust]'``, faust-streaming 0.15).
 
-- ``Ingest``: write fairstream ingest records from a Faust app (key = tenant, the
+- ``IngestWriter``: write fairstream ingest records from a Faust app (key = tenant, the
   ``fairstream-*`` headers, murmur2 partitioning that agrees with the scheduler);
 - ``PaidApiAgent``: a Faust agent on the egress topic that calls the paid API for each
   request as ``fairstream.Worker`` does (``fairstream.Request``, ``RateLimited``, ``Usage``),
@@ -48,7 +48,16 @@ except ImportError as exc:
     ) from exc
 
 from fairstream.faust.agent import AgentStats, PaidApiAgent, request_from_event
-from fairstream.faust.ingest import Ingest
+from fairstream.faust.ingest import IngestWriter
 from fairstream.faust.policies import PolicyTable
 
-__all__ = ["AgentStats", "Ingest", "PaidApiAgent", "PolicyTable", "request_from_event"]
+Ingest = IngestWriter  # the name in 0.1.0; kept for existing code
+
+__all__ = [
+    "AgentStats",
+    "Ingest",
+    "IngestWriter",
+    "PaidApiAgent",
+    "PolicyTable",
+    "request_from_event",
+]

@@ -1,6 +1,6 @@
 """What fairstream.faust needs from a Faust app: the aiokafka driver, aiokafka's murmur2
 partitioner, the broker addresses and credentials (for the policy table's reader), a way
-to write records outside Faust's transactions (``Sender``), and commits that keep up with
+to write records outside Faust's transactions (``DirectSender``), and commits that keep up with
 transactional egress (``commit_across_markers``).
 """
 
@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import faust
 
-__all__ = ["Sender", "bootstrap_servers", "check_app", "client_auth", "commit_across_markers"]
+__all__ = ["DirectSender", "bootstrap_servers", "check_app", "client_auth", "commit_across_markers"]
 
 # Driver schemes that run on aiokafka (faust.transport.drivers: "kafka" is an alias).
 _AIOKAFKA_SCHEMES = frozenset({"kafka", "aiokafka"})
@@ -62,7 +62,7 @@ def client_auth(app: faust.App) -> dict[str, Any]:
     return dict(credentials_to_aiokafka_auth(app.conf.broker_credentials, app.conf.ssl_context))
 
 
-class Sender:
+class DirectSender:
     """Writes records with the app's own producer, outside Faust's transactions.
 
     Under ``processing_guarantee="exactly_once"`` a ``topic.send`` from an agent goes

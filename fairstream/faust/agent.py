@@ -21,7 +21,7 @@ tenant, at once (best effort: a failed send is counted in ``stats.feedback_error
 logged, it never holds up the requests). A dead letter carries the original key, value and
 headers plus the reason and a sentence (``fairstream.wire.dead_letter_headers``) and is
 awaited: the agent does not move on before the broker has it. Both go through the app's
-own producer, outside Faust's transactions (``fairstream.faust._app.Sender``): feedback
+own producer, outside Faust's transactions (``fairstream.faust._app.DirectSender``): feedback
 reaches the scheduler without waiting for Faust's next commit, and a crash before that
 commit repeats the event's outcome (a second feedback record, possibly a second dead
 letter), as with ``fairstream.Worker``.
@@ -77,8 +77,8 @@ from faust.types import EventT, StreamT
 
 from fairstream import wire
 from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS
-from fairstream.faust._app import Sender, check_app, commit_across_markers
-from fairstream.sdk.worker.calling import Ending, Report, Retrying, is_async_handler
+from fairstream.faust._app import DirectSender, check_app, commit_across_markers
+from fairstream.sdk.worker.calling import Ending, OutcomeReport, Retrying, is_async_handler
 from fairstream.sdk.worker.handler import RawHeaders, Request, request_of, where
 from fairstream.sdk.worker.pacing import PLAYOUT_DELAY, Playout, start_at, timer_wait
 from fairstream.sdk.worker.retry import backoff_delay
@@ -91,7 +91,7 @@ from fairstream.wire.feedback import (
     feedback_key,
 )
 
-__all__ = ["AgentStats", "Held", "PaidApiAgent", "Window", "request_from_event"]
+__all__ = ["ActorWindow", "AgentStats", "HeldEvent", "PaidApiAgent", "request_from_event"]
 
 log = logging.getLogger("fairstream.faust")
 
@@ -141,7 +141,7 @@ class AgentStats:
 
 
 @dataclass(eq=False, slots=True)
-class Held:
+class HeldEvent:
     """One egress event an actor holds, from its arrival until it is acked."""
 
     event: EventT[bytes]
@@ -152,7 +152,7 @@ class Held:
     done: bool = False  # its call ended (or it was skipped): ackable in its turn
 
 
-class Window:
+class ActorWindow:
     """The events one actor holds: which calls start now, which events may be acked. Pure.
 
     ``hold`` takes an event in at its start time (``start_at`` with ``playout_delay``, kept
@@ -177,9 +177,9 @@ class Window:
         self.playout_delay = playout_delay
         self.max_held = max_held
         self._wall = wall_clock
-        self._playout: Playout[Held] = Playout()  # calls whose moment has not come
-        self._ready: deque[Held] = deque()  # moment come, waiting for a slot, in start order
-        self._partitions: dict[tuple[str, int], deque[Held]] = {}  # in offset order
+        self._playout: Playout[HeldEvent] = Playout()  # calls whose moment has not come
+        self._ready: deque[HeldEvent] = deque()  # moment come, waiting for a slot, in start order
+        self._partitions: dict[tuple[str, int], deque[HeldEvent]] = {}  # in offset order
         self.running = 0  # calls started and not finished
         self.held = 0  # events held: not acked yet
 
@@ -187,13 +187,13 @@ class Window:
         """True when the actor should read no further before an event is acked."""
         return self.held >= self.max_held
 
-    def hold(self, event: EventT[bytes], request: Request, *, call: bool = True) -> Held:
+    def hold(self, event: EventT[bytes], request: Request, *, call: bool = True) -> HeldEvent:
         """Take ``event`` in; its call starts at its moment, or never (``call=False``: a
         duplicate, to be finished at once and acked in its turn)."""
         now = self._wall()
         delay = self.playout_delay
         due = now if not delay else start_at(request.start_ms, now, delay)
-        held = Held(event, request, due, call)
+        held = HeldEvent(event, request, due, call)
         message = event.message
         self._partitions.setdefault((message.topic, message.partition), deque()).append(held)
         self.held += 1
@@ -207,18 +207,18 @@ class Window:
             return None
         return request.start_ms / 1000
 
-    def began(self, held: Held) -> None:
+    def began(self, held: HeldEvent) -> None:
         """``held``'s call begins now (its task got to run after ``startable`` handed it out):
         the next paced call keeps its distance from this moment."""
         stamp = self._stamp(held.request)
         if stamp is not None:
             self._playout.began(stamp, self._wall())
 
-    def startable(self) -> list[Held]:
+    def startable(self) -> list[HeldEvent]:
         """The events whose calls start now, in order of their start times; each takes a
         slot (``running``) until ``finish``."""
         self._ready.extend(self._playout.pop_due(self._wall()))
-        started: list[Held] = []
+        started: list[HeldEvent] = []
         while self._ready and self.running < self.max_in_flight:
             held = self._ready.popleft()
             held.started = True
@@ -238,7 +238,7 @@ class Window:
         """Events held whose call has not started."""
         return len(self._playout) + len(self._ready)
 
-    def finish(self, held: Held) -> list[EventT[bytes]]:
+    def finish(self, held: HeldEvent) -> list[EventT[bytes]]:
         """End ``held``: its call ended, or it is a duplicate; returns the events now safe
         to ack, in offset order (none while an earlier event of its partition is held)."""
         if held.done or (held.call and not held.started):
@@ -336,7 +336,7 @@ class PaidApiAgent(Retrying):
         self.egress = app.topic(egress_topic, **raw)
         self.dlq_topic = dlq_topic
         self.feedback_topic = feedback_topic
-        self.sender = Sender(app)
+        self.sender = DirectSender(app)
         self.agent = app.agent(
             self.egress,
             name=name or f"fairstream-paid-api.{egress_topic}",
@@ -353,7 +353,7 @@ class PaidApiAgent(Retrying):
         # A Stream method the StreamT stubs leave out.
         await _Actor(self, cast(Any, stream).noack()).run()
 
-    def admit(self, window: Window, event: EventT[bytes]) -> Held:
+    def admit(self, window: ActorWindow, event: EventT[bytes]) -> HeldEvent:
         """Take ``event`` into ``window``: to be called, or skipped as a duplicate (a request
         id handled lately, or held and not finished)."""
         request = request_from_event(event)
@@ -365,7 +365,7 @@ class PaidApiAgent(Retrying):
         self._pending[rid] += 1
         return window.hold(event, request)
 
-    async def call(self, held: Held) -> str:
+    async def call(self, held: HeldEvent) -> str:
         """Run the calls of an admitted event; returns ``ok`` or ``dead-lettered``."""
         rid = held.request.request_id
         try:
@@ -418,11 +418,11 @@ class PaidApiAgent(Retrying):
             log.warning("dead-lettered %s as %s: %s", where(request), reason, detail)
             self.stats.dead_lettered += 1
             await self._report(
-                Report(request, Outcome.DEAD_LETTERED, ending.attempt, ending.latency)
+                OutcomeReport(request, Outcome.DEAD_LETTERED, ending.attempt, ending.latency)
             )
             return Outcome.DEAD_LETTERED.value
 
-    async def _report(self, report: Report) -> None:
+    async def _report(self, report: OutcomeReport) -> None:
         """Queue the feedback record of ``report`` (when feedback is on)."""
         if self.feedback_topic is None:
             return
@@ -450,7 +450,7 @@ class PaidApiAgent(Retrying):
 
 
 class _Actor:
-    """One actor of the agent: reads the stream (acks off), starts calls as its ``Window``
+    """One actor of the agent: reads the stream (acks off), starts calls as its ``ActorWindow``
     says, acks what the window releases; a call that fails unexpectedly (a bug, not the
     handler: its errors are the retry rule's) ends the actor with that error, its event
     unacked. Stopping (Faust cancels the actor) cancels the running calls, unacked.
@@ -460,7 +460,7 @@ class _Actor:
         self.agent = agent
         self.stream = stream
         limit = agent.max_in_flight
-        self.window = Window(limit, agent.playout_delay, agent._wall, HELD_PER_SLOT * limit)
+        self.window = ActorWindow(limit, agent.playout_delay, agent._wall, HELD_PER_SLOT * limit)
         self.wake = asyncio.Event()  # an event held or a call finished: the starter looks
         self.room = asyncio.Event()  # events acked: the reader may read on
         self.calls: set[asyncio.Task[None]] = set()
@@ -513,7 +513,7 @@ class _Actor:
         if self.reader is not None:
             self.reader.cancel()
 
-    async def _call(self, held: Held) -> None:
+    async def _call(self, held: HeldEvent) -> None:
         self.window.began(held)
         try:
             await self.agent.call(held)

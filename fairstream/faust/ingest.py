@@ -1,4 +1,4 @@
-"""``fairstream.faust.Ingest``: a Faust app writes fairstream ingest records.
+"""``fairstream.faust.IngestWriter``: a Faust app writes fairstream ingest records.
 
 The record is what ``fairstream.Producer`` writes: key = the tenant id (UTF-8), value = the
 payload bytes untouched, the caller's headers and then ``fairstream-cost`` (always),
@@ -9,10 +9,10 @@ anything is sent.
 
 Partitioning: the record goes through the app's producer with no explicit partition, so
 aiokafka's default partitioner places it: Kafka's murmur2 of the key, the partition
-``fairstream.wire.partition.partition_of`` computes and the scheduler expects. ``Ingest``
+``fairstream.wire.partition.partition_of`` computes and the scheduler expects. ``IngestWriter``
 refuses an app with another ``producer_partitioner``, and an app on Faust's confluent
 driver (it drops headers). The record goes through the app's own producer at once, outside
-Faust's transactions in either processing guarantee (``fairstream.faust._app.Sender``): an
+Faust's transactions in either processing guarantee (``fairstream.faust._app.DirectSender``): an
 agent that crashes before Faust commits its offsets submits the same request again when it
 handles the event again, so give requests a ``request_id`` (workers recognise it).
 """
@@ -25,25 +25,25 @@ from typing import Any, Unpack
 import faust
 
 from fairstream.config import DEFAULT_INGEST
-from fairstream.faust._app import Sender, check_app
+from fairstream.faust._app import DirectSender, check_app
 from fairstream.sdk.record import IngestOptions, ingest_record
 
-__all__ = ["Ingest"]
+__all__ = ["IngestWriter"]
 
 
-class Ingest:
+class IngestWriter:
     """Writes requests to the fairstream ingest topic from a Faust app.
 
-    ``Ingest(app, topic)``: the topic must exist (``fairstream topics create`` makes it).
+    ``IngestWriter(app, topic)``: the topic must exist (``fairstream topics create`` makes it).
     ``await ingest.send(tenant, payload, ...)`` queues one record and returns the future of
     its ``RecordMetadata``; ``send_and_wait`` waits for the broker's acknowledgement.
     """
 
     def __init__(self, app: faust.App, topic: str = DEFAULT_INGEST) -> None:
-        check_app(app, "fairstream.faust.Ingest")
+        check_app(app, "fairstream.faust.IngestWriter")
         self.app = app
         self.topic = topic
-        self.sender = Sender(app)
+        self.sender = DirectSender(app)
 
     async def send(
         self, tenant: str, payload: bytes, **options: Unpack[IngestOptions]

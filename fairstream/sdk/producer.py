@@ -9,7 +9,7 @@ dead-letter as invalid is refused here with a ``ValueError`` instead. Credential
 broker refuses raise ``KafkaAuthenticationError`` (with the broker's reason) from the next
 ``submit`` or ``flush``, instead of records waiting out their delivery timeout.
 
-``IngestProducer`` is what it shares with ``fairstream.aio.Producer``: the librdkafka
+``IngestProducer`` is what it shares with ``fairstream.aio.AsyncProducer``: the librdkafka
 producer with those defaults and the credentials' watch, the checked record, the count of
 deliveries and failures (``DeliveryError``), and flushing in slices.
 """
@@ -71,7 +71,7 @@ def flush_slices(timeout: float) -> Iterator[float]:
 
 
 class IngestProducer:
-    """What ``Producer`` and ``fairstream.aio.Producer`` share (see the module docstring).
+    """What ``Producer`` and ``fairstream.aio.AsyncProducer`` share (see the module docstring).
 
     ``IngestProducer(kafka, ingest_topic, on_delivery=..., **overrides)`` as documented on
     ``Producer``. ``delivered`` and ``failed`` count the delivery reports (``failed`` since

@@ -1,5 +1,5 @@
 """The ingest record every fairstream producer writes: ``fairstream.Producer``,
-``fairstream.aio.Producer`` and ``fairstream.faust.Ingest``.
+``fairstream.aio.AsyncProducer`` and ``fairstream.faust.IngestWriter``.
 
 Key = tenant id (UTF-8), value = the payload bytes untouched, then the caller's headers and
 the ``fairstream-*`` ones (``fairstream.wire.ingest_headers``). ``IngestOptions`` declares
@@ -19,7 +19,7 @@ __all__ = ["IngestOptions", "ingest_record"]
 
 
 class IngestOptions(TypedDict, total=False):
-    """The keyword arguments of a submit (``Producer.submit``, ``Ingest.send``...).
+    """The keyword arguments of a submit (``Producer.submit``, ``IngestWriter.send``...).
 
     ``cost``: a positive integer (e.g. tokens), 1 when not given; ``request_id``: the
     idempotency key (ASCII; default ``<topic>-<partition>-<offset>`` of the ingest record);

@@ -1,4 +1,4 @@
-"""fairstream.aio.Producer on an event loop against a real broker: the same records as the
+"""fairstream.aio.AsyncProducer on an event loop against a real broker: the same records as the
 blocking producer, futures of their delivery, failures raised by flush, one loop per
 producer."""
 
@@ -34,7 +34,7 @@ def test_submit_on_a_loop_writes_the_contract_record(kafka_bootstrap: str) -> No
                 await asyncio.sleep(0)
 
         tick = asyncio.create_task(ticker())
-        async with aio.Producer(
+        async with aio.AsyncProducer(
             kafka_bootstrap, topic, on_delivery=lambda e, m: reports.append(e)
         ) as producer:
             first = await producer.submit(
@@ -80,7 +80,7 @@ def test_bad_records_are_refused_before_queueing(kafka_bootstrap: str) -> None:
     create_topics(kafka_bootstrap, [topic])
 
     async def main() -> None:
-        async with aio.Producer(kafka_bootstrap, topic) as producer:
+        async with aio.AsyncProducer(kafka_bootstrap, topic) as producer:
             for tenant in ("", "x" * 256):
                 with pytest.raises(ValueError, match="tenant id must be 1 to 255 UTF-8 bytes"):
                     await producer.submit(tenant, b"x")
@@ -100,7 +100,7 @@ def test_failed_deliveries_fail_their_futures_and_flush(kafka_bootstrap: str) ->
     missing = unique("aio-missing")  # the dev broker does not auto-create topics
 
     async def main() -> None:
-        producer = aio.Producer(kafka_bootstrap, missing, **{"message.timeout.ms": 2000})
+        producer = aio.AsyncProducer(kafka_bootstrap, missing, **{"message.timeout.ms": 2000})
         one = await producer.submit("acme", b"1")
         await producer.submit("acme", b"2")  # its future is never awaited: no warning
         with pytest.raises(aio.DeliveryError, match="2 record") as info:
@@ -116,7 +116,7 @@ def test_failed_deliveries_fail_their_futures_and_flush(kafka_bootstrap: str) ->
 def test_a_producer_belongs_to_one_loop_at_a_time(kafka_bootstrap: str) -> None:
     topic = unique("aio-loops")
     create_topics(kafka_bootstrap, [topic])
-    producer = aio.Producer(kafka_bootstrap, topic)
+    producer = aio.AsyncProducer(kafka_bootstrap, topic)
     refused: list[RuntimeError] = []
 
     async def submit(value: bytes) -> None:

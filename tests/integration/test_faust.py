@@ -3,7 +3,7 @@
 ``faust -A examples.faust_app worker`` runs as a subprocess (faust-streaming from the
 ``[faust]`` extra, which ``make install`` installs) next to one ``fairstream scheduler``
 process. Prompts go to the app's own requests topic; the app's ``submit`` agent writes them
-to ingest (``fairstream.faust.Ingest``); the scheduler releases them onto egress; the app's
+to ingest (``fairstream.faust.IngestWriter``); the scheduler releases them onto egress; the app's
 paid-API agent (``fairstream.faust.PaidApiAgent``, ``processing_guarantee="exactly_once"``)
 calls the simulated API, which refuses one prompt once with a 429 and fails another every
 time (dead-lettered after three attempts); a backlogged tenant's prompts take 0.2 s each

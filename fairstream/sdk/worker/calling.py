@@ -10,8 +10,8 @@ request's deadline: then the request is to be dead-lettered as ``expired``. A ha
 raises anything else is called again after the exponential backoff, ``max_attempts`` calls
 in all; then the request is to be dead-lettered as ``handler-failed``. Every call is
 reported (``ok`` with the cost a ``Usage`` gave, ``rate-limited`` with its scope and
-Retry-After, ``failed``) as a ``Report`` through the class's own ``_report``, and so is a
-dead letter; ``Report.record`` is its feedback record.
+Retry-After, ``failed``) as an ``OutcomeReport`` through the class's own ``_report``, and so is a
+dead letter; ``OutcomeReport.record`` is its feedback record.
 
 Light on purpose (no Kafka client): the Faust agent imports it.
 """
@@ -37,11 +37,11 @@ from fairstream.wire.feedback import Outcome as Reported
 if TYPE_CHECKING:
     from fairstream.sdk.worker.metrics import WorkerMetrics
 
-__all__ = ["Call", "Calling", "Ending", "Report", "Retrying", "is_async_handler"]
+__all__ = ["Calling", "Ending", "HandlerCall", "OutcomeReport", "Retrying", "is_async_handler"]
 
 
 @dataclass(frozen=True, slots=True)
-class Report:
+class OutcomeReport:
     """What the feedback topic is told about ``request``: one call (ok, rate-limited,
     failed) or its dead letter, at ``attempt``, after a call of ``latency`` s; with the cost
     the handler reported (``Usage``), a rate limit's scope and Retry-After."""
@@ -83,7 +83,7 @@ def is_async_handler(handler: Handler) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class Call:
+class HandlerCall:
     """One call of the handler: how long it took, what it returned or raised."""
 
     latency: float
@@ -111,7 +111,7 @@ class Calling:
     # the Faust agent keeps none.
     metrics: WorkerMetrics | None = None
 
-    async def _report(self, report: Report) -> None:
+    async def _report(self, report: OutcomeReport) -> None:
         """Tell the feedback topic (when feedback is on)."""
         raise NotImplementedError
 
@@ -125,7 +125,7 @@ class Calling:
             result = await result
         return result
 
-    async def _attempt(self, request: Request) -> Call:
+    async def _attempt(self, request: Request) -> HandlerCall:
         """Call the handler with ``request`` (its ``attempt`` is the one reported), time the
         call and report it: ok (with the cost), rate-limited (scope, Retry-After), failed."""
         metrics = self.metrics
@@ -147,16 +147,16 @@ class Calling:
         if isinstance(error, RateLimited):
             if metrics is not None:
                 metrics.rate_limited.inc()
-            report = Report(request, Reported.RATE_LIMITED, attempt, latency)
+            report = OutcomeReport(request, Reported.RATE_LIMITED, attempt, latency)
             await self._report(
                 replace(report, scope=Scope(error.scope), retry_after=error.retry_after)
             )
         elif error is not None:
-            await self._report(Report(request, Reported.FAILED, attempt, latency))
+            await self._report(OutcomeReport(request, Reported.FAILED, attempt, latency))
         else:
             cost = result.cost if isinstance(result, Usage) else None
-            await self._report(Report(request, Reported.OK, attempt, latency, cost=cost))
-        return Call(latency, result, error)
+            await self._report(OutcomeReport(request, Reported.OK, attempt, latency, cost=cost))
+        return HandlerCall(latency, result, error)
 
     def _after_rate_limit(
         self, request: Request, exc: RateLimited, limited: int

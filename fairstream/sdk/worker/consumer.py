@@ -32,7 +32,7 @@ from fairstream.sdk.worker.calling import is_async_handler
 from fairstream.sdk.worker.feedback import FeedbackWriter, feedback_settings
 from fairstream.sdk.worker.handler import Handler, coordinates, request_from_message, where
 from fairstream.sdk.worker.handling import Handling
-from fairstream.sdk.worker.jobs import Job, Outcome, WorkerStats
+from fairstream.sdk.worker.jobs import Job, JobOutcome, WorkerStats
 from fairstream.sdk.worker.metrics import MetricsServer, WorkerMetrics
 from fairstream.sdk.worker.outputs import Outputs
 from fairstream.sdk.worker.pacing import Playout
@@ -207,7 +207,7 @@ class Worker(Serving, Handling):
         self._jobs: dict[tuple[str, int, int], Job] = {}
         self._outstanding = 0  # handed to the loop, outcome not back yet
         self._paused = False
-        self._completions: queue.SimpleQueue[tuple[Job, Outcome]] = queue.SimpleQueue()
+        self._completions: queue.SimpleQueue[tuple[Job, JobOutcome]] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self._running = threading.Event()
         # Event-loop state (created in run).
@@ -377,7 +377,7 @@ class Worker(Serving, Handling):
             # duplicate yet (that run may fail); the loop decides once it ended.
             job.predecessor = earlier
         elif self._recent is not None and (rid in self._recent or rid in self._in_flight_ids):
-            self._resolve(job, Outcome.DUPLICATE)
+            self._resolve(job, JobOutcome.DUPLICATE)
             return
         self._jobs[(topic, partition, offset)] = job
         self._in_flight_ids[rid] += 1
@@ -400,7 +400,7 @@ class Worker(Serving, Handling):
             block = False
             self._resolve(job, outcome)
 
-    def _resolve(self, job: Job, outcome: Outcome) -> None:
+    def _resolve(self, job: Job, outcome: JobOutcome) -> None:
         """Apply the outcome of one fetched record: counters, dedup memory, commit position.
 
         Caller: the consumer thread. Affects: stats, metrics, _jobs, the job's progress.
@@ -409,7 +409,7 @@ class Worker(Serving, Handling):
         request = job.request
         rid = request.request_id
         self.metrics.finished(request.tenant)
-        if outcome is not Outcome.DUPLICATE:
+        if outcome is not JobOutcome.DUPLICATE:
             coordinates = (request.topic, request.partition, request.offset)
             if self._jobs.get(coordinates) is job:
                 del self._jobs[coordinates]
@@ -417,21 +417,21 @@ class Worker(Serving, Handling):
             if self._in_flight_ids[rid] <= 0:
                 del self._in_flight_ids[rid]
         stats = self.stats
-        if outcome is Outcome.ABANDONED:
+        if outcome is JobOutcome.ABANDONED:
             stats.abandoned += 1
             self.metrics.abandoned.inc()
             job.progress.resolve(request.offset, done=False)
             return
-        if outcome is Outcome.DONE:
+        if outcome is JobOutcome.DONE:
             stats.processed += 1
             self.metrics.handled(request.tenant)
-        elif outcome is Outcome.DEAD_LETTERED:
+        elif outcome is JobOutcome.DEAD_LETTERED:
             stats.dead_lettered += 1
             self.metrics.dead_lettered(request.tenant, job.reason)
         else:
             stats.duplicates_skipped += 1
             self.metrics.duplicates.inc()
-            if outcome is Outcome.REPEATED:
+            if outcome is JobOutcome.REPEATED:
                 log.info("skipped %s: finished before its partition came back", where(request))
             else:
                 log.info("skipped duplicate request id %s (%s)", rid, where(request))

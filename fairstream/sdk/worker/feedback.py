@@ -14,7 +14,7 @@ from confluent_kafka import Producer as _KafkaProducer
 
 from fairstream.adapters import clients
 from fairstream.config import KafkaConnection
-from fairstream.sdk.worker.calling import Report
+from fairstream.sdk.worker.calling import OutcomeReport
 from fairstream.sdk.worker.handler import where
 from fairstream.sdk.worker.metrics import WorkerMetrics
 from fairstream.wire.feedback import FeedbackError, encode_feedback, feedback_key
@@ -115,7 +115,7 @@ class FeedbackWriter:
             self._metrics.feedback_errors.inc(left)
         self._lost_some(left, "not delivered by shutdown", force=True)
 
-    def report(self, report: Report) -> None:
+    def report(self, report: OutcomeReport) -> None:
         """Queue the feedback record of ``report``."""
         producer = self._producer
         if producer is None:

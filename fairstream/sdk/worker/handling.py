@@ -19,9 +19,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from fairstream import wire
-from fairstream.sdk.worker.calling import Ending, Report, Retrying
+from fairstream.sdk.worker.calling import Ending, OutcomeReport, Retrying
 from fairstream.sdk.worker.handler import where
-from fairstream.sdk.worker.jobs import FINISHED, Job, Outcome, WorkerStats
+from fairstream.sdk.worker.jobs import FINISHED, Job, JobOutcome, WorkerStats
 from fairstream.sdk.worker.metrics import WorkerMetrics
 from fairstream.sdk.worker.outputs import Outputs
 from fairstream.sdk.worker.pacing import Playout, start_at, timer_wait
@@ -46,7 +46,7 @@ class Handling(Retrying):
     stats: WorkerStats
     metrics: WorkerMetrics
     _outputs: Outputs
-    _completions: queue.SimpleQueue[tuple[Job, Outcome]]
+    _completions: queue.SimpleQueue[tuple[Job, JobOutcome]]
     _stopping: threading.Event
     _queues: TenantQueues[Job]
     playout_delay: float | None  # None: calls start on arrival
@@ -121,8 +121,8 @@ class Handling(Retrying):
         """End a record that never ran: left to the partition's next owner."""
         # Set on the loop like every outcome: a later run of the same record waits for
         # the outcome of this one (_process), and must not wait forever.
-        job.outcome = Outcome.ABANDONED
-        self._completions.put((job, Outcome.ABANDONED))
+        job.outcome = JobOutcome.ABANDONED
+        self._completions.put((job, JobOutcome.ABANDONED))
 
     def _purge(self, progresses: set[CommitPosition]) -> None:
         def revoked(job: Job) -> bool:
@@ -142,7 +142,7 @@ class Handling(Retrying):
         self._wakeup = asyncio.Event()
 
     async def _run_job(self, job: Job) -> None:
-        outcome = Outcome.ABANDONED  # unless _process returns
+        outcome = JobOutcome.ABANDONED  # unless _process returns
         try:
             outcome = await self._process(job)
         finally:
@@ -172,7 +172,7 @@ class Handling(Retrying):
                 await asyncio.wait_for(self._wakeup.wait(), remaining)
         return False
 
-    async def _process(self, job: Job) -> Outcome:
+    async def _process(self, job: Job) -> JobOutcome:
         earlier = job.predecessor
         if earlier is not None:
             job.predecessor = None  # no chain of finished jobs kept alive
@@ -182,9 +182,9 @@ class Handling(Retrying):
                 assert self._ended is not None
                 await self._ended.wait()
             if earlier.outcome in FINISHED:
-                return Outcome.REPEATED
+                return JobOutcome.REPEATED
         if not self._carry_on(job):
-            return Outcome.ABANDONED
+            return JobOutcome.ABANDONED
         start_ms = job.request.start_ms
         if self.playout_delay is not None and start_ms is not None:
             # The call begins now, after the loop got round to it: the next paced call keeps
@@ -192,14 +192,14 @@ class Handling(Retrying):
             self._playout.began(start_ms / 1000, self._wall())
         ending = await self._calls(job.request, lambda delay: self._pause(delay, job))
         if ending is None:
-            return Outcome.ABANDONED
+            return JobOutcome.ABANDONED
         if ending.reason is None:
-            return Outcome.DONE
+            return JobOutcome.DONE
         if not self._carry_on(job):
-            return Outcome.ABANDONED  # revoked meanwhile: the next owner tries it again
+            return JobOutcome.ABANDONED  # revoked meanwhile: the next owner tries it again
         return await self._dead_letter(job, ending)
 
-    async def _dead_letter(self, job: Job, ending: Ending) -> Outcome:
+    async def _dead_letter(self, job: Job, ending: Ending) -> JobOutcome:
         """Write the record to the dead-letter topic and wait for the broker's ack."""
         assert ending.reason is not None
         reason, detail = ending.reason, ending.detail[:MAX_DETAIL_CHARS]
@@ -211,15 +211,17 @@ class Handling(Retrying):
             if err is None:
                 log.warning("dead-lettered %s as %s: %s", where(job.request), reason, detail)
                 job.reason = reason
-                dead = Report(job.request, Reported.DEAD_LETTERED, ending.attempt, ending.latency)
+                dead = OutcomeReport(
+                    job.request, Reported.DEAD_LETTERED, ending.attempt, ending.latency
+                )
                 await self._report(dead)
-                return Outcome.DEAD_LETTERED
+                return JobOutcome.DEAD_LETTERED
             log.error("dead letter for %s not delivered: %s", where(job.request), err)
             delay = backoff_delay(tries, max(self.backoff_initial, 0.1), self.backoff_max)
             if not await self._pause(delay, job):
-                return Outcome.ABANDONED
+                return JobOutcome.ABANDONED
 
-    async def _report(self, report: Report) -> None:
+    async def _report(self, report: OutcomeReport) -> None:
         self._outputs.report(report)
 
 

@@ -1,4 +1,4 @@
-"""A fetched record's run through the worker (``Job``), how it ended (``Outcome``), and
+"""A fetched record's run through the worker (``Job``), how it ended (``JobOutcome``), and
 the worker's counters (``WorkerStats``).
 """
 
@@ -11,10 +11,10 @@ from fairstream import wire
 from fairstream.sdk.worker.handler import Request
 from fairstream.sdk.worker.tracking import CommitPosition
 
-__all__ = ["FINISHED", "Job", "Outcome", "WorkerStats"]
+__all__ = ["FINISHED", "Job", "JobOutcome", "WorkerStats"]
 
 
-class Outcome(enum.Enum):
+class JobOutcome(enum.Enum):
     """How the run of one fetched record ended, as the consumer thread applies it."""
 
     DONE = "done"  # the handler succeeded
@@ -27,7 +27,7 @@ class Outcome(enum.Enum):
 
 
 # Outcomes after which a record may be committed past and its request id counts as seen.
-FINISHED = (Outcome.DONE, Outcome.DEAD_LETTERED)
+FINISHED = (JobOutcome.DONE, JobOutcome.DEAD_LETTERED)
 
 
 @dataclass(eq=False, slots=True)
@@ -41,7 +41,7 @@ class Job:
     # The run of the same record still going on from an earlier assignment of its
     # partition, if any: this one runs after it (same tenant), and only if it did not finish.
     predecessor: Job | None = None
-    outcome: Outcome | None = None  # set by the event loop when the run ends
+    outcome: JobOutcome | None = None  # set by the event loop when the run ends
     reason: str = wire.HANDLER_FAILED  # the dead-letter reason, when dead-lettered
 
 

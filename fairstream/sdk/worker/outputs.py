@@ -16,7 +16,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message
 from confluent_kafka import Producer as _KafkaProducer
 
-from fairstream.sdk.worker.calling import Report
+from fairstream.sdk.worker.calling import OutcomeReport
 from fairstream.sdk.worker.feedback import FeedbackWriter
 from fairstream.sdk.worker.handler import RawHeaders
 
@@ -80,7 +80,7 @@ class Outputs:
             settle(exc)
         return future
 
-    def report(self, report: Report) -> None:
+    def report(self, report: OutcomeReport) -> None:
         """``FeedbackWriter.report``, when feedback is on (it never waits)."""
         if self.feedback is not None:
             self.feedback.report(report)

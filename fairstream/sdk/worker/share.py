@@ -66,7 +66,7 @@ from fairstream.adapters import clients
 from fairstream.adapters.admin import AuthWatch
 from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS, Connection, KafkaConnection
 from fairstream.errors import Error
-from fairstream.sdk.worker.calling import Calling, Report, is_async_handler
+from fairstream.sdk.worker.calling import Calling, OutcomeReport, is_async_handler
 from fairstream.sdk.worker.feedback import FeedbackWriter, feedback_settings
 from fairstream.sdk.worker.handler import (
     Handler,
@@ -83,7 +83,7 @@ from fairstream.sdk.worker.tracking import RecentIds
 from fairstream.wire.feedback import DEFAULT_FEEDBACK_TOPIC
 from fairstream.wire.feedback import Outcome as Reported
 
-__all__ = ["DEFAULT_SHARE_GROUP", "ShareGroupError", "ShareWorker", "Verdict", "deliveries"]
+__all__ = ["DEFAULT_SHARE_GROUP", "Acknowledgement", "ShareGroupError", "ShareWorker", "deliveries"]
 
 log = logging.getLogger("fairstream.worker.share")
 
@@ -97,7 +97,7 @@ class ShareGroupError(Error):
     """The share group cannot be used as fairstream needs it (broker, ACLs, its configs)."""
 
 
-class Verdict(Enum):
+class Acknowledgement(Enum):
     """What a handled record's acknowledgement says to the broker."""
 
     ACCEPT = AcknowledgeType.ACCEPT  # done (or dead-lettered): never again
@@ -286,11 +286,11 @@ class ShareWorker(Calling):
                 self._auth.check()
                 self.received += len(batch)
                 if batch:
-                    verdicts = self._wait(
+                    acks = self._wait(
                         asyncio.run_coroutine_threadsafe(self._handle_all(batch), loop)
                     )
-                    for msg, verdict in zip(batch, verdicts, strict=True):
-                        consumer.acknowledge(msg, verdict.value)
+                    for msg, ack in zip(batch, acks, strict=True):
+                        consumer.acknowledge(msg, ack.value)
                     consumer.commit_sync(30)
                 self._outputs.poll()
         finally:
@@ -303,8 +303,10 @@ class ShareWorker(Calling):
                 self._pool.shutdown(wait=False, cancel_futures=True)
                 self.running.clear()
 
-    def _wait(self, handled: concurrent.futures.Future[list[Verdict]]) -> list[Verdict]:
-        """The batch's verdicts; meanwhile this thread serves the producers' delivery
+    def _wait(
+        self, handled: concurrent.futures.Future[list[Acknowledgement]]
+    ) -> list[Acknowledgement]:
+        """The batch's acknowledgements; meanwhile this thread serves the producers' delivery
         reports, which the dead letters of the batch wait for."""
         while True:
             try:
@@ -324,11 +326,11 @@ class ShareWorker(Calling):
 
     # -- the handlers' loop ----------------------------------------------------------------
 
-    async def _handle_all(self, batch: list[Message]) -> list[Verdict]:
+    async def _handle_all(self, batch: list[Message]) -> list[Acknowledgement]:
         gate = asyncio.Semaphore(self.concurrency)
         arrived = self._wall()
 
-        async def one(msg: Message) -> Verdict:
+        async def one(msg: Message) -> Acknowledgement:
             if self.playout_delay is not None and msg.delivery_count() in (None, 1):
                 # Paced: the first delivery starts at its stamp plus the playout delay
                 # (``pacing``); a redelivery is late already.
@@ -341,14 +343,14 @@ class ShareWorker(Calling):
 
         return list(await asyncio.gather(*(one(m) for m in batch)))
 
-    async def _handle(self, msg: Message) -> Verdict:
+    async def _handle(self, msg: Message) -> Acknowledgement:
         """Call the handler for one delivery of a record: what to tell the broker."""
         delivery = msg.delivery_count() or 1
         request = replace(request_from_message(msg), attempt=delivery)
         if self._recent is not None and request.request_id in self._recent:
             self.duplicates_skipped += 1
             self.metrics.duplicates.inc()
-            return Verdict.ACCEPT
+            return Acknowledgement.ACCEPT
         assert self._loop is not None
         lock_ends = self._loop.time() + self._lock_budget
         limited = 0
@@ -360,7 +362,7 @@ class ShareWorker(Calling):
                 self.metrics.handled(request.tenant)
                 if self._recent is not None:
                     self._recent.add(request.request_id)
-                return Verdict.ACCEPT
+                return Acknowledgement.ACCEPT
             if not isinstance(exc, RateLimited):
                 log.warning(
                     "handler failed on %s (delivery %d of %d): %r",
@@ -380,7 +382,9 @@ class ShareWorker(Calling):
                 continue
             return await self._give_back(msg, request, "rate-limited", call.latency)
 
-    async def _give_back(self, msg: Message, request: Request, why: str, latency: float) -> Verdict:
+    async def _give_back(
+        self, msg: Message, request: Request, why: str, latency: float
+    ) -> Acknowledgement:
         """Release a record that did not succeed, or dead-letter it on its last delivery."""
         if request.attempt < self._deliveries:
             self.released += 1
@@ -389,13 +393,13 @@ class ShareWorker(Calling):
                 await asyncio.sleep(
                     min(backoff_delay(request.attempt, self.backoff_initial, self.backoff_max), 1)
                 )
-            return Verdict.RELEASE
+            return Acknowledgement.RELEASE
         detail = f"not handled in {request.attempt} deliveries to the share group; {why}"
         return await self._dead_letter(msg, request, wire.HANDLER_FAILED, detail, latency)
 
     async def _dead_letter(
         self, msg: Message, request: Request, reason: str, detail: str, latency: float
-    ) -> Verdict:
+    ) -> Acknowledgement:
         """Write the dead letter and wait for the broker; then reject the record. A dead
         letter not acknowledged releases it instead (a delivery is kept for that)."""
         headers = wire.dead_letter_headers(request.headers, reason, detail[:MAX_DETAIL_CHARS])
@@ -403,12 +407,12 @@ class ShareWorker(Calling):
         if err is not None:
             log.error("dead letter for %s not delivered: %s", where(request), err)
             self.released += 1
-            return Verdict.RELEASE
+            return Acknowledgement.RELEASE
         log.warning("dead-lettered %s as %s: %s", where(request), reason, detail)
         self.dead_lettered += 1
         self.metrics.dead_lettered(request.tenant, reason)
-        await self._report(Report(request, Reported.DEAD_LETTERED, request.attempt, latency))
-        return Verdict.REJECT
+        await self._report(OutcomeReport(request, Reported.DEAD_LETTERED, request.attempt, latency))
+        return Acknowledgement.REJECT
 
-    async def _report(self, report: Report) -> None:
+    async def _report(self, report: OutcomeReport) -> None:
         self._outputs.report(report)

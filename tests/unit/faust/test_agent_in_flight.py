@@ -1,7 +1,7 @@
 """The paid-API agent's many calls at once, without a broker: which calls start (slots,
 paced start times on an injected clock, start order by stamp), and which events are acked
 (only once their call ended and every earlier event of their partition was acked), first on
-``Window`` alone, then on an actor reading a stand-in for Faust's stream; and Faust's
+``ActorWindow`` alone, then on an actor reading a stand-in for Faust's stream; and Faust's
 commits across egress's transaction markers (``commit_across_markers``).
 
 The real Faust worker on a real broker is tests/integration/test_faust.py.
@@ -27,7 +27,7 @@ from intervaltree import IntervalTree
 from fairstream import Request, Usage, wire
 from fairstream.faust import PaidApiAgent
 from fairstream.faust._app import commit_across_markers
-from fairstream.faust.agent import HELD_PER_SLOT, Held, Window, request_from_event
+from fairstream.faust.agent import HELD_PER_SLOT, ActorWindow, HeldEvent, request_from_event
 from fairstream.sdk.worker.pacing import PLAYOUT_DELAY
 
 T0 = 1_700_000_000.0  # the fake wall clock's start (epoch s)
@@ -72,15 +72,15 @@ def window(
     max_in_flight: int = 8,
     delay: float | None = None,
     max_held: int = 100,
-) -> Window:
-    return Window(max_in_flight, delay, clock or Clock(), max_held)
+) -> ActorWindow:
+    return ActorWindow(max_in_flight, delay, clock or Clock(), max_held)
 
 
-def hold(w: Window, e: Event, call: bool = True) -> Held:
+def hold(w: ActorWindow, e: Event, call: bool = True) -> HeldEvent:
     return w.hold(e, request_from_event(e), call=call)
 
 
-# -- Window: acks ------------------------------------------------------------------------
+# -- ActorWindow: acks ---------------------------------------------------------------------
 
 
 def test_an_event_is_acked_only_after_every_earlier_one_of_its_partition() -> None:
@@ -126,7 +126,7 @@ def test_the_window_is_full_at_max_held_events_not_yet_acked() -> None:
     assert not w.full()
 
 
-# -- Window: slots and paced starts --------------------------------------------------------
+# -- ActorWindow: slots and paced starts ---------------------------------------------------
 
 
 def test_calls_start_while_slots_are_free_and_in_arrival_order_without_pacing() -> None:

@@ -18,7 +18,7 @@ from faust.types.tuples import Message
 
 from fairstream import RateLimited, Request, Usage, wire
 from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicy
-from fairstream.faust import Ingest, PaidApiAgent, PolicyTable, request_from_event
+from fairstream.faust import IngestWriter, PaidApiAgent, PolicyTable, request_from_event
 from fairstream.wire.feedback import Feedback, Outcome, Scope, decode_feedback
 from fairstream.wire.policy import DEFAULT_POLICY_KEY, PolicyRecord, encode_policy
 
@@ -39,7 +39,7 @@ def event(
 
 
 class Recorder:
-    """Stands in for the app's producer (``Sender``): keeps what was sent per topic and
+    """Stands in for the app's producer (``DirectSender``): keeps what was sent per topic and
     acknowledges at once."""
 
     def __init__(self) -> None:
@@ -81,7 +81,7 @@ def agent_with(handler: Any, **kwargs: Any) -> tuple[PaidApiAgent, Recorder]:
 
 def test_the_confluent_driver_is_refused_because_it_drops_headers() -> None:
     with pytest.raises(ValueError, match="drops message headers"):
-        Ingest(faust.App("x", broker="confluent://127.0.0.1:1"))
+        IngestWriter(faust.App("x", broker="confluent://127.0.0.1:1"))
     with pytest.raises(ValueError, match="confluent driver"):
         PaidApiAgent(faust.App("y", broker="confluent://127.0.0.1:1"), lambda r: None)
 
@@ -91,14 +91,14 @@ def test_a_custom_partitioner_is_refused() -> None:
         return len(key or b"") % len(partitions)
 
     with pytest.raises(ValueError, match="murmur2"):
-        Ingest(app(producer_partitioner=by_length))
+        IngestWriter(app(producer_partitioner=by_length))
 
 
 # -- ingest --------------------------------------------------------------------------------
 
 
 def test_ingest_builds_the_contract_record() -> None:
-    ingest = Ingest(app(), "fs.ingest")
+    ingest = IngestWriter(app(), "fs.ingest")
     sent = Recorder()
     ingest.sender = sent  # type: ignore[assignment]
     asyncio.run(
@@ -135,7 +135,7 @@ def test_ingest_builds_the_contract_record() -> None:
 def test_ingest_refuses_what_the_scheduler_would_dead_letter(
     tenant: str, payload: Any, kwargs: dict[str, Any], error: type[Exception]
 ) -> None:
-    ingest = Ingest(app())
+    ingest = IngestWriter(app())
     with pytest.raises(error):
         asyncio.run(ingest.send(tenant, payload, **kwargs))
 
