@@ -13,7 +13,8 @@ Where they are:
 - contracts: ``SchemaError`` (``fairstream.wire.policy``), ``FeedbackError``
   (``fairstream.wire.feedback``); the policy topic: ``PolicyStoreError``
   (``fairstream.adapters.policy_store``);
-- scheduler: ``FatalError`` and ``Aborted`` (``fairstream.scheduler.transaction``),
+- scheduler: ``FatalError`` (``fairstream.scheduler.supervise``), ``Aborted``
+  (``fairstream.scheduler.emitter.transaction``),
   ``RecoveryError`` (``fairstream.scheduler.recovery``), ``ProgressFormatError``
   (``fairstream.scheduler.progress``).
 """

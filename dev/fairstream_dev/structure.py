@@ -53,7 +53,7 @@ Structure of {{package}}/ (python -m fairstream_dev.structure)
 
 @dataclass(frozen=True)
 class Module:
-    name: str  # dotted: fairstream.scheduler.emit; a package is its __init__.py
+    name: str  # dotted: fairstream.scheduler.emitter.loop; a package is its __init__.py
     path: Path
     is_package: bool
 

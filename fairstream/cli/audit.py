@@ -55,7 +55,7 @@ from fairstream.analysis.stats import (
 from fairstream.analysis.verdict import Verdict, judge
 from fairstream.cli.weights import parse_weights
 from fairstream.config import KafkaConnection, Settings, Topics, kafka_options, option_of
-from fairstream.scheduler.tenant_groups import by_separator
+from fairstream.scheduler.policies.tenant_groups import by_separator
 
 UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 

@@ -35,7 +35,7 @@ from fairstream.analysis.stats import FairShareTracker, jain_index, percentile
 from fairstream.cli.weights import parse_weights
 from fairstream.core import FairScheduler, GroupScheduler, ManualClock, TenantPolicy
 from fairstream.core.emission import EmissionRule, Expire, Wait
-from fairstream.scheduler.tenant_groups import by_separator
+from fairstream.scheduler.policies.tenant_groups import by_separator
 
 __all__ = ["Arrival", "Departure", "parse_trace", "replay", "simulate"]
 

@@ -3,9 +3,10 @@ size the progress topic is made for.
 
 - progress: the compacted topic of progress records, co-partitioned with the ingest topic;
 - holding: the topic parked records wait in, co-partitioned with the ingest topic;
-- coordination: the instances' reports of their demand (``fairstream.scheduler.group``).
+- coordination: the instances' reports of their demand
+  (``fairstream.scheduler.coordination.shares``).
 
-Callers: the scheduler (``scheduler.recovery``, ``scheduler.emit``, ``scheduler.group``,
+Callers: the scheduler (``scheduler.recovery``, ``scheduler.emitter``, ``scheduler.coordination``,
 ``scheduler.progress``), ``adapters.admin`` (which creates and checks them) and
 ``fairstream topics``.
 """

@@ -334,7 +334,7 @@ class Metrics:
         )
 
     def _group(self, r: CollectorRegistry) -> None:
-        """The group-wide shares (``fairstream.scheduler.group``)."""
+        """The group-wide shares (``fairstream.scheduler.coordination.shares``)."""
         self.group_instances = Gauge(
             "fairstream_group_instances",
             "Instances counted in this instance's share (fresh coordinated reports, its own "
@@ -375,7 +375,7 @@ class Metrics:
         )
 
     def _feedback(self, r: CollectorRegistry) -> None:
-        """The paid API's feedback (``fairstream.scheduler.feedback``) and the rate it
+        """The paid API's feedback (``fairstream.scheduler.feedback.reader``) and the rate it
         adapts."""
         self.adaptive_rate = Gauge(
             "fairstream_adaptive_rate",
@@ -421,7 +421,7 @@ class Metrics:
         self.ready = Gauge("fairstream_ready", "1 when recovered and emitting.", registry=r)
 
     def _policies(self, r: CollectorRegistry) -> None:
-        """The policy topic (``fairstream.scheduler.policies``)."""
+        """The policy topic (``fairstream.scheduler.policies.reader``)."""
         self.policy_updates = Counter(
             "fairstream_policy_updates", "Policy-topic records applied.", registry=r
         )
@@ -432,7 +432,7 @@ class Metrics:
         )
 
     def _fairness(self, r: CollectorRegistry) -> None:
-        """The fairness audit (``fairstream.scheduler.audit``), one value per closed
+        """The fairness audit (``fairstream.scheduler.audit.auditor``), one value per closed
         window."""
         self.fairness_jain = Gauge(
             "fairstream_fairness_jain_index",
@@ -458,7 +458,7 @@ class Metrics:
 
     def _demotion(self, r: CollectorRegistry) -> None:
         """Automatic demotion (``--demote-share``, ``--demote-backlog``;
-        ``fairstream.scheduler.demotions``), in the manner of SQS fair queues."""
+        ``fairstream.scheduler.emitter.demotions``), in the manner of SQS fair queues."""
         self.noisy_tenants = Gauge(
             "fairstream_noisy_tenants", "Tenants demoted one class now as noisy.", registry=r
         )

@@ -3,7 +3,7 @@ and what is wrong with it now (``Conditions``: readiness reasons any thread can 
 
 Bounded: the last ``DWELL_SAMPLES`` dwell times of the ``DWELL_TENANTS`` latest emitters.
 Caller: the emitter thread (the only writer); read for ``/tenants`` and by the audit thread
-(``fairstream.scheduler.audit``) through the same thread (``Handoff.call``). Everything here
+(``fairstream.scheduler.audit.auditor``) through the same thread (``Handoff.call``). Everything here
 is derived when it is read, never per record: ``committed`` runs once per committed
 transaction, the rest when ``/tenants`` or the auditor asks.
 """

@@ -38,7 +38,7 @@ def _int(value: str | None) -> int | None:
 
 def inspect_topics(settings: Settings) -> tuple[int, Any, int | None]:
     """The ingest topic's partitions, the record size limits, and its retention.ms."""
-    from fairstream.scheduler.emit import Limits
+    from fairstream.scheduler.emitter.loop import Limits
 
     admin = admin_client(settings.kafka)
     topics = settings.topics
@@ -117,7 +117,7 @@ def _port_in_use(settings: Settings, exc: OSError) -> str:
 def run(settings: Settings) -> int:
     """Run until SIGTERM or SIGINT (exit 0) or a fatal error (exit 1)."""
     from fairstream.scheduler.service import SchedulerService
-    from fairstream.scheduler.web import start_web
+    from fairstream.scheduler.web.server import start_web
 
     logging.basicConfig(
         level=settings.log_level.upper(),

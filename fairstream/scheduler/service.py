@@ -85,14 +85,13 @@ from typing import Any
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic, progress_topic
 from fairstream.core import ConcurrencyLimit, MonotonicClock, RecordClock
-from fairstream.scheduler.audit import CHART_TENANTS, Auditor
-from fairstream.scheduler.egress_lag import EgressLagReader
-from fairstream.scheduler.emit import Emitter, Limits
-from fairstream.scheduler.feedback import FeedbackReader
-from fairstream.scheduler.group import Coordination, GroupShares
+from fairstream.scheduler.audit.auditor import CHART_TENANTS, Auditor
+from fairstream.scheduler.coordination.shares import Coordination, GroupShares
+from fairstream.scheduler.emitter.loop import Emitter, Limits
+from fairstream.scheduler.feedback.egress_lag import EgressLagReader
+from fairstream.scheduler.feedback.reader import FeedbackReader
 from fairstream.scheduler.handoff import Handoff
-from fairstream.scheduler.held import HeldReader, held_patience
-from fairstream.scheduler.ingest import Ingest
+from fairstream.scheduler.ingest.member import Ingest
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import (
     NO_SCRAPE,
@@ -102,12 +101,13 @@ from fairstream.scheduler.observe import (
     Scrape,
     add_shares,
 )
-from fairstream.scheduler.policies import PolicyReader
+from fairstream.scheduler.policies.reader import PolicyReader
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.recovery import Recovery
+from fairstream.scheduler.retention.held import HeldReader, held_patience
+from fairstream.scheduler.retention.trim import Trimmer
 from fairstream.scheduler.supervise import Supervisor
 from fairstream.scheduler.tenant_tree import TenantGroupCollector, add_tree, group_series
-from fairstream.scheduler.trim import Trimmer
 
 log = logging.getLogger("fairstream.scheduler")
 

@@ -31,10 +31,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from fairstream.errors import Error
 from fairstream.scheduler import faults
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Conditions
-from fairstream.scheduler.transaction import FatalError
 
 log = logging.getLogger("fairstream.scheduler")
 
@@ -42,6 +42,15 @@ BACKOFF = 1.0  # seconds before the first restart
 MAX_BACKOFF = 30.0
 HEALTHY_RUN = 60.0  # seconds a run must last to clear the failure count
 MAX_RESTARTS = 5  # failures in a row before the instance gives up (fatal)
+
+
+class FatalError(Error):
+    """The instance cannot go on (fenced by a newer instance, a broken producer).
+    ``fenced``: another producer with this transactional id took over."""
+
+    def __init__(self, message: str, *, fenced: bool = False) -> None:
+        super().__init__(message)
+        self.fenced = fenced
 
 
 class Supervisor:

@@ -7,9 +7,10 @@ import pytest
 import fairstream
 from fairstream.adapters.admin import KafkaAuthenticationError, TopicError
 from fairstream.adapters.policy_store import PolicyStoreError
+from fairstream.scheduler.emitter.transaction import Aborted
 from fairstream.scheduler.progress import ProgressFormatError
 from fairstream.scheduler.recovery import RecoveryError
-from fairstream.scheduler.transaction import Aborted, FatalError
+from fairstream.scheduler.supervise import FatalError
 from fairstream.sdk.producer import DeliveryError
 from fairstream.sdk.worker.handler import RateLimited
 from fairstream.sdk.worker.metrics import MetricsPortError

@@ -52,7 +52,42 @@ def test_no_module_imports_the_emitter_back_not_even_for_types() -> None:
     )
 
 
-EMITTER = "fairstream.scheduler.emit"
+EMITTER = "fairstream.scheduler.emitter.loop"
+SCHEDULER = structure.PACKAGE / "scheduler"
+# The rooms (one sub-package per thread) a room may import besides the floor, the
+# scheduler's shared modules: the emitter applies the policies' rules.
+ROOM_IMPORTS = {"emitter": {"policies"}}
+# The floor modules that start the threads, and so import the rooms.
+PROCESS = {"fairstream.scheduler.service", "fairstream.scheduler.run"}
+
+
+def room_of(module: str) -> str | None:
+    """The scheduler room ``module`` is in; "" for the floor; None outside the scheduler."""
+    parts = module.split(".")
+    if parts[:2] != ["fairstream", "scheduler"]:
+        return None
+    if len(parts) > 3 and (SCHEDULER / parts[2]).is_dir():
+        return parts[2]
+    return ""
+
+
+def test_the_scheduler_rooms_import_only_the_floor_and_downward() -> None:
+    """Each thread's room imports the floor (and the emitter the policies); the floor
+    imports no room, except the process that starts the threads (and ``web``, which serves
+    the process, is imported by ``run`` alone)."""
+    found = structure.modules(structure.PACKAGE)
+    wrong = []
+    for edge in structure.imports(found):
+        source, target = room_of(edge.source), room_of(edge.target)
+        if source is None or target is None or target in (source, ""):
+            continue
+        if source == "":
+            allowed = edge.source in PROCESS and (target != "web" or edge.source.endswith("run"))
+        else:
+            allowed = target in ROOM_IMPORTS.get(source, set())
+        if not allowed:
+            wrong.append(f"{edge.source} -> {edge.target} (line {edge.line})")
+    assert wrong == [], "imports across the scheduler's rooms:\n" + "\n".join(wrong)
 
 
 def package(root: Path, files: dict[str, str]) -> Path:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fairstream.analysis.levels import GROUP_MARK, level_table, level_windows
-from fairstream.scheduler.tenant_groups import by_separator
+from fairstream.scheduler.policies.tenant_groups import by_separator
 
 T0 = 1_700_000_000.0
 RATE = 100.0  # records/s

@@ -13,14 +13,14 @@ from confluent_kafka import Message
 from fairstream.config import Settings
 from fairstream.core import FairScheduler, ManualClock, TenantPolicy
 from fairstream.core.emission import EmissionRule
-from fairstream.scheduler.backlog import Backlog
-from fairstream.scheduler.checkpoint import Checkpoint
-from fairstream.scheduler.egress import Limits
+from fairstream.scheduler.emitter.backlog import Backlog
+from fairstream.scheduler.emitter.checkpoint import Checkpoint
+from fairstream.scheduler.emitter.egress import Limits
+from fairstream.scheduler.emitter.send import Sender
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.records import Parsed
-from fairstream.scheduler.send import Sender
 from tests.unit.scheduler.test_emit_rule import Txn
 
 

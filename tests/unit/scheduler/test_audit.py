@@ -1,4 +1,5 @@
-"""The instance's fairness audit (fairstream.scheduler.audit), fed probes on a manual clock."""
+"""The instance's fairness audit (``fairstream.scheduler.audit.auditor``), fed probes on a
+manual clock."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from prometheus_client import generate_latest
 
 from fairstream.adapters.tenant_series import OTHER
 from fairstream.core import ManualClock
-from fairstream.scheduler.audit import CHART_TENANTS, Auditor
+from fairstream.scheduler.audit.auditor import CHART_TENANTS, Auditor
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Probe, TenantLoad
 

@@ -4,8 +4,8 @@ bytes it holds, and the dead letters it makes and sends. A ManualClock, no broke
 from __future__ import annotations
 
 from fairstream import wire
-from fairstream.scheduler.egress import footprint
-from fairstream.scheduler.fetch import Gone
+from fairstream.scheduler.emitter.egress import footprint
+from fairstream.scheduler.emitter.fetch import Gone
 from tests.unit.scheduler.parts import build, message, record
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from fairstream.config import Settings
 from fairstream.core import ConcurrencyLimit, ManualClock
-from fairstream.scheduler.feedback import FeedbackReader
+from fairstream.scheduler.feedback.reader import FeedbackReader
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.messages import ConcurrencyChange, FeedbackBatch
 from fairstream.scheduler.metrics import Metrics

@@ -7,15 +7,15 @@ import re
 import tomllib
 from pathlib import Path
 
-from fairstream.scheduler.web import CONSOLE_FILES, CONSOLE_HEADERS, console_file
+from fairstream.scheduler.web.server import CONSOLE_FILES, CONSOLE_HEADERS, console_file
 
 ROOT = Path(__file__).resolve().parents[3]
-CONSOLE = ROOT / "fairstream" / "scheduler" / "console"
+CONSOLE = ROOT / "fairstream" / "scheduler" / "web" / "console"
 
 
 def test_every_console_file_is_package_data_and_served():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    globs = pyproject["tool"]["setuptools"]["package-data"]["fairstream.scheduler"]
+    globs = pyproject["tool"]["setuptools"]["package-data"]["fairstream.scheduler.web"]
     files = sorted(p.name for p in CONSOLE.iterdir())
     assert files == sorted(CONSOLE_FILES)
     for name in files:

@@ -12,11 +12,11 @@ import pytest
 from fairstream.config import Settings, SettingsError
 from fairstream.core import TenantPolicy
 from fairstream.core.demotion import Change
-from fairstream.scheduler.demotions import REVIEW_EVERY, demotion_policy
-from fairstream.scheduler.egress import footprint
-from fairstream.scheduler.emit import Emitter
+from fairstream.scheduler.emitter.demotions import REVIEW_EVERY, demotion_policy
+from fairstream.scheduler.emitter.egress import footprint
+from fairstream.scheduler.emitter.loop import Emitter
 from fairstream.scheduler.metrics import Metrics
-from fairstream.scheduler.policies import DefaultPolicy, Policies, SetPolicy
+from fairstream.scheduler.policies.reader import DefaultPolicy, Policies, SetPolicy
 from fairstream.scheduler.records import Parsed
 from fairstream.wire.policy import DEFAULT_POLICY_KEY
 from tests.unit.scheduler.test_emit_rule import make, message

@@ -9,7 +9,7 @@ import pytest
 
 from fairstream.config import Settings
 from fairstream.config.setting import SettingsError
-from fairstream.scheduler.emit import Emitter
+from fairstream.scheduler.emitter.loop import Emitter
 from fairstream.scheduler.messages import FeedbackBatch
 from tests.unit.scheduler.test_emit_rule import make
 

@@ -13,7 +13,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from fairstream.config import Settings
 from fairstream.core import ManualClock
-from fairstream.scheduler.egress_lag import MARGIN, STALE, EgressLagReader
+from fairstream.scheduler.feedback.egress_lag import MARGIN, STALE, EgressLagReader
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.messages import ConcurrencyChange, LagChange
 from fairstream.scheduler.metrics import Metrics

@@ -11,9 +11,9 @@ from confluent_kafka import Message
 from fairstream import wire
 from fairstream.config import Settings
 from fairstream.core import ManualClock
-from fairstream.scheduler import send, transaction
-from fairstream.scheduler.egress import Limits, Stamper, dead_letter, footprint
-from fairstream.scheduler.emit import Emitter, Phase
+from fairstream.scheduler.emitter import send, transaction
+from fairstream.scheduler.emitter.egress import Limits, Stamper, dead_letter, footprint
+from fairstream.scheduler.emitter.loop import Emitter, Phase
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.messages import Assign, Revoke
 from fairstream.scheduler.metrics import Metrics
@@ -442,7 +442,7 @@ class Readback:
 
 
 def test_a_payload_not_readable_now_waits_in_order_and_is_never_lost(make):
-    from fairstream.scheduler.fetch import Gone
+    from fairstream.scheduler.emitter.fetch import Gone
 
     fetcher = Readback()
     emitter = make(fetcher=lambda *config: fetcher)

@@ -8,7 +8,7 @@ import pytest
 
 from fairstream.core import ManualClock
 from fairstream.core.clock import EPOCH_MS
-from fairstream.scheduler.feedback import FeedbackReader
+from fairstream.scheduler.feedback.reader import FeedbackReader
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.messages import AdaptiveChange, FeedbackBatch
 from fairstream.scheduler.metrics import Metrics

@@ -15,9 +15,9 @@ import pytest
 
 from fairstream.core import ManualClock
 from fairstream.core.shares import ClassDemand
-from fairstream.scheduler.fence import Fencer, fence_in_background
-from fairstream.scheduler.group import HEARTBEAT, GroupShares
-from fairstream.scheduler.groupview import SILENCE, GroupView, Report
+from fairstream.scheduler.coordination.fence import Fencer, fence_in_background
+from fairstream.scheduler.coordination.shares import HEARTBEAT, GroupShares
+from fairstream.scheduler.coordination.view import SILENCE, GroupView, Report
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.messages import InstanceDemand
 from fairstream.scheduler.metrics import Metrics

@@ -9,8 +9,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from fairstream.core import ManualClock
-from fairstream.scheduler import fetch
-from fairstream.scheduler.fetch import Gone, PayloadFetcher
+from fairstream.scheduler.emitter import fetch
+from fairstream.scheduler.emitter.fetch import Gone, PayloadFetcher
 
 
 class Watermarks:

@@ -11,13 +11,17 @@ import pytest
 
 from fairstream.core import GroupScheduler, ManualClock, TenantPolicy
 from fairstream.core.shares import WHOLE, ClassDemand, GroupDemand, GroupParts, flatten
-from fairstream.scheduler.emit import Emitter
-from fairstream.scheduler.group import GroupShares
-from fairstream.scheduler.groupview import RAISE_DELAY, VERSION, GroupView, Report
+from fairstream.scheduler.coordination.shares import GroupShares
+from fairstream.scheduler.coordination.view import RAISE_DELAY, VERSION, GroupView, Report
+from fairstream.scheduler.emitter.loop import Emitter
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.messages import AdaptiveChange, InstanceDemand, ShareChange
 from fairstream.scheduler.metrics import Metrics
-from fairstream.scheduler.tenant_groups import GroupDefaultPolicy, SetGroupPolicy, TenantGroups
+from fairstream.scheduler.policies.tenant_groups import (
+    GroupDefaultPolicy,
+    SetGroupPolicy,
+    TenantGroups,
+)
 from fairstream.wire.policy import PolicyRecord, group_policy_key
 from tests.unit.scheduler.test_emit_rule import make, push
 from tests.unit.scheduler.test_group_view import Log, decide_all

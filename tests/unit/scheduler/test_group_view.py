@@ -15,8 +15,8 @@ import pytest
 
 from fairstream.core import ManualClock
 from fairstream.core.shares import ClassDemand
-from fairstream.scheduler.group import RENEW_EVERY, THREAD_LEASE, GroupShares
-from fairstream.scheduler.groupview import (
+from fairstream.scheduler.coordination.shares import RENEW_EVERY, THREAD_LEASE, GroupShares
+from fairstream.scheduler.coordination.view import (
     DELIVERY_TIMEOUT,
     LEASE,
     RAISE_DELAY,

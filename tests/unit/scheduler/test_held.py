@@ -13,9 +13,9 @@ from typing import Any
 from confluent_kafka import IsolationLevel, TopicPartition
 
 from fairstream.core import ManualClock
-from fairstream.scheduler.held import HeldReader, HeldWatch, held_patience
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Conditions
+from fairstream.scheduler.retention.held import HeldReader, HeldWatch, held_patience
 
 E0, E1 = ("egress", 0), ("egress", 1)
 

@@ -1,4 +1,4 @@
-"""Parking (fairstream/scheduler/holding.py) on an emitter with a producer that sends
+"""Parking (fairstream/scheduler/emitter/holding.py) on an emitter with a producer that sends
 nowhere: a paused tenant interleaved with a busy one is moved to the holding log, the
 busy one's mark moves on, and the parked records come back in order."""
 
@@ -13,8 +13,8 @@ from fairstream import wire
 from fairstream.config import Settings
 from fairstream.core import ManualClock, TenantPolicy
 from fairstream.scheduler import progress
-from fairstream.scheduler.egress import Limits
-from fairstream.scheduler.emit import Emitter, Phase
+from fairstream.scheduler.emitter.egress import Limits
+from fairstream.scheduler.emitter.loop import Emitter, Phase
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress

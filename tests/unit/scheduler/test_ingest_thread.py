@@ -1,4 +1,4 @@
-"""The ingest thread's parse (``fairstream.scheduler.ingest``): one reader's slice goes into
+"""The ingest thread's parse (``fairstream.scheduler.ingest.member``): one reader's slice goes into
 its partition's handoff queue as ``Parsed`` tuples, end-of-partition events as controls."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from confluent_kafka import KafkaError, Message
 from fairstream import wire
 from fairstream.config import Settings
 from fairstream.config.kafka import KafkaConnection
-from fairstream.scheduler import ingest as ingest_module
 from fairstream.scheduler.handoff import Handoff
-from fairstream.scheduler.ingest import Ingest
+from fairstream.scheduler.ingest import member as ingest_module
+from fairstream.scheduler.ingest.member import Ingest
 from fairstream.scheduler.messages import Heard
 from fairstream.scheduler.recovery import Recovery
 

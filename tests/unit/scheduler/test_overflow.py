@@ -5,8 +5,8 @@ from __future__ import annotations
 from confluent_kafka import Message
 
 from fairstream import wire
-from fairstream.scheduler.backlog import Overflow, _held
-from fairstream.scheduler.egress import FOOTPRINT, dead_letter
+from fairstream.scheduler.emitter.backlog import Overflow, _held
+from fairstream.scheduler.emitter.egress import FOOTPRINT, dead_letter
 from fairstream.scheduler.records import Letter, Parsed
 from fairstream.wire.dead_letter import dead_letter_headers
 

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from fairstream.core import ManualClock
-from fairstream.scheduler.transaction import RENEW_EVERY, FatalError, Renewal
+from fairstream.scheduler.emitter.transaction import RENEW_EVERY, Renewal
+from fairstream.scheduler.supervise import FatalError
 
 
 class Made:

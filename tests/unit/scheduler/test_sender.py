@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fairstream import wire
-from fairstream.scheduler.send import STALE_MS
+from fairstream.scheduler.emitter.send import STALE_MS
 from tests.unit.scheduler.parts import Parts, build, message, record
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from fairstream.core.spread import SLACK
-from fairstream.scheduler.send import PRUNE_EVERY, SPREAD_RETRY, home_partition
+from fairstream.scheduler.emitter.send import PRUNE_EVERY, SPREAD_RETRY, home_partition
 from fairstream.wire.partition import partition_of
 from tests.unit.scheduler.parts import Parts, build, record
 from tests.unit.scheduler.test_emit_rule import Txn

@@ -9,8 +9,7 @@ import pytest
 
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Condition, Conditions
-from fairstream.scheduler.supervise import Supervisor
-from fairstream.scheduler.transaction import FatalError
+from fairstream.scheduler.supervise import FatalError, Supervisor
 
 
 def _value(metrics: Metrics, name: str, thread: str) -> float | None:

@@ -8,16 +8,16 @@ from collections import Counter
 
 from fairstream import wire
 from fairstream.core import FairScheduler, GroupScheduler, TenantPolicy
-from fairstream.scheduler.emit import Emitter
+from fairstream.scheduler.emitter.loop import Emitter
 from fairstream.scheduler.messages import PolicyChange
-from fairstream.scheduler.records import Parsed
-from fairstream.scheduler.tenant_groups import (
+from fairstream.scheduler.policies.tenant_groups import (
     SetGroup,
     SetGroupPolicy,
     TenantGroups,
     UseGroups,
     by_separator,
 )
+from fairstream.scheduler.records import Parsed
 from fairstream.wire.policy import PolicyRecord, encode_policy, group_policy_key
 from tests.unit.scheduler.parts import Parts, build, record
 from tests.unit.scheduler.test_emit_rule import make, push, sent

@@ -94,7 +94,7 @@ def test_shares_states_and_entitlements_are_added_to_the_rows():
 
 def test_with_tenant_groups_each_row_says_its_group():
     from fairstream.core import GroupScheduler
-    from fairstream.scheduler.tenant_groups import by_separator
+    from fairstream.scheduler.policies.tenant_groups import by_separator
 
     clock = ManualClock()
     flat: FairScheduler[int] = FairScheduler(clock)

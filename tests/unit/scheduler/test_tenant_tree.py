@@ -12,7 +12,7 @@ from fairstream.adapters.tenant_series import OTHER
 from fairstream.core import FairScheduler, GroupScheduler, ManualClock, TenantPolicy
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed, add_shares
-from fairstream.scheduler.tenant_groups import by_separator
+from fairstream.scheduler.policies.tenant_groups import by_separator
 from fairstream.scheduler.tenant_tree import TenantGroupCollector, add_tree, group_series
 
 

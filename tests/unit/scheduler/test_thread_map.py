@@ -12,7 +12,7 @@ import pytest
 from fairstream.config import Settings
 from fairstream.config.kafka import KafkaConnection
 from fairstream.scheduler import service as service_module
-from fairstream.scheduler.emit import Limits
+from fairstream.scheduler.emitter.loop import Limits
 from fairstream.scheduler.service import SchedulerService
 
 NOWHERE = "127.0.0.1:1"

@@ -1,5 +1,5 @@
 """``BrokerCalls``: a producer's librdkafka calls run on a thread of its own, each with a
-deadline and work for the caller meanwhile (``fairstream.scheduler.transaction``)."""
+deadline and work for the caller meanwhile (``fairstream.scheduler.emitter.transaction``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from fairstream.scheduler.transaction import BrokerCalls, FatalError, Transaction
+from fairstream.scheduler.emitter.transaction import BrokerCalls, Transaction
+from fairstream.scheduler.supervise import FatalError
 
 
 def test_meanwhile_runs_until_the_call_returns_or_it_has_nothing_to_do() -> None:

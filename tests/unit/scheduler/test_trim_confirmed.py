@@ -4,7 +4,7 @@ then skipped, and its offsets (and egress records) were aborted with the next tr
 
 from __future__ import annotations
 
-from fairstream.scheduler.trim import Committed, Seasoned, confirmed, limits, token_seq
+from fairstream.scheduler.retention.trim import Committed, Seasoned, confirmed, limits, token_seq
 
 PREFIX = "app-x-sched:1a2b3c4d"
 

@@ -1,9 +1,10 @@
-"""``Seasoned`` (``fairstream.scheduler.trim``): a committed mark is trimmed to once it has
-stood ``lag`` seconds without a rewind; a rewind forgets the marks that had not ripened."""
+"""``Seasoned`` (``fairstream.scheduler.retention.trim``): a committed mark is trimmed to
+once it has stood ``lag`` seconds without a rewind; a rewind forgets the marks that had not
+ripened."""
 
 from __future__ import annotations
 
-from fairstream.scheduler.trim import Seasoned
+from fairstream.scheduler.retention.trim import Seasoned
 
 
 def test_a_mark_ripens_after_the_lag() -> None:

@@ -47,15 +47,15 @@ from fairstream.config import Settings
 from fairstream.core import Pick, RecordClock
 from fairstream.core.emission import EmissionRule, Expire, Wait
 from fairstream.core.spread import EgressSpread
-from fairstream.scheduler.backlog import Backlog
-from fairstream.scheduler.checkpoint import Checkpoint
-from fairstream.scheduler.egress import FOOTPRINT, Stamper, footprint
-from fairstream.scheduler.fetch import Gone, PayloadFetcher
+from fairstream.scheduler.emitter.backlog import Backlog
+from fairstream.scheduler.emitter.checkpoint import Checkpoint
+from fairstream.scheduler.emitter.egress import FOOTPRINT, Stamper, footprint
+from fairstream.scheduler.emitter.fetch import Gone, PayloadFetcher
+from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.records import Parsed, Prepared, new
-from fairstream.scheduler.transaction import Transaction
 from fairstream.wire.dead_letter import HeaderList, expired_detail, lost_detail
 from fairstream.wire.partition import partition_of_key
 

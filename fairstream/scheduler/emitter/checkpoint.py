@@ -18,11 +18,11 @@ from __future__ import annotations
 from confluent_kafka import TopicPartition
 
 from fairstream.scheduler import progress as progress_codec
+from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress, Snapshot
 from fairstream.scheduler.recovery import holding_id
-from fairstream.scheduler.transaction import Transaction
 
 __all__ = ["Changed", "Checkpoint"]
 

@@ -62,13 +62,13 @@ from fairstream import wire
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic
 from fairstream.core.emission import EmissionRule
-from fairstream.scheduler.egress import message_headers
-from fairstream.scheduler.fetch import Gone, PayloadFetcher
+from fairstream.scheduler.emitter.egress import message_headers
+from fairstream.scheduler.emitter.fetch import Gone, PayloadFetcher
+from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
 from fairstream.scheduler.records import Parsed
 from fairstream.scheduler.recovery import holding_id
-from fairstream.scheduler.transaction import Transaction
 from fairstream.wire.dead_letter import lost_detail
 
 __all__ = ["Owner", "Parking"]

@@ -25,6 +25,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from fairstream.adapters.clients import producer_config
 from fairstream.errors import Error
+from fairstream.scheduler.supervise import FatalError
 
 log = logging.getLogger("fairstream.transaction")
 
@@ -53,15 +54,6 @@ _GENERATION_GONE = frozenset(
         KafkaError.REBALANCE_IN_PROGRESS,
     }
 )
-
-
-class FatalError(Error):
-    """The instance cannot go on (fenced by a newer instance, a broken producer).
-    ``fenced``: another producer with this transactional id took over."""
-
-    def __init__(self, message: str, *, fenced: bool = False) -> None:
-        super().__init__(message)
-        self.fenced = fenced
 
 
 def transaction_config(librdkafka: dict[str, Any], largest: int) -> dict[str, Any]:

@@ -50,11 +50,19 @@ from fairstream.config.topics import holding_topic, progress_topic
 from fairstream.core import Core, RecordClock, TenantPolicy
 from fairstream.core.shares import backlogged_demand
 from fairstream.scheduler import faults
-from fairstream.scheduler.backlog import Backlog
-from fairstream.scheduler.checkpoint import Checkpoint
-from fairstream.scheduler.demotions import Demotions, mark_demoted, with_demotion
-from fairstream.scheduler.egress import Limits
-from fairstream.scheduler.fetch import PayloadFetcher
+from fairstream.scheduler.emitter.backlog import Backlog
+from fairstream.scheduler.emitter.checkpoint import Checkpoint
+from fairstream.scheduler.emitter.demotions import Demotions, mark_demoted, with_demotion
+from fairstream.scheduler.emitter.egress import Limits
+from fairstream.scheduler.emitter.fetch import PayloadFetcher
+from fairstream.scheduler.emitter.pacing import Pacing, new_rule
+from fairstream.scheduler.emitter.send import Sender
+from fairstream.scheduler.emitter.transaction import (
+    Aborted,
+    Renewal,
+    Transaction,
+    transaction_config,
+)
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.messages import (
     AdaptiveChange,
@@ -72,23 +80,15 @@ from fairstream.scheduler.messages import (
 )
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed, Scrape
-from fairstream.scheduler.pacing import Pacing, new_rule
-from fairstream.scheduler.policies import DefaultPolicy, Policies, PolicyAction, SetPolicy
+from fairstream.scheduler.policies.reader import DefaultPolicy, Policies, PolicyAction, SetPolicy
+from fairstream.scheduler.policies.tenant_groups import GROUP_ACTIONS, act
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.records import Parsed
 from fairstream.scheduler.recovery import holding_id
-from fairstream.scheduler.send import Sender
-from fairstream.scheduler.tenant_groups import GROUP_ACTIONS, act
-from fairstream.scheduler.transaction import (
-    Aborted,
-    FatalError,
-    Renewal,
-    Transaction,
-    transaction_config,
-)
+from fairstream.scheduler.supervise import FatalError
 
-__all__ = ["Emitter", "Limits"]  # Limits: fairstream.scheduler.egress's
+__all__ = ["Emitter", "Limits"]  # Limits: fairstream.scheduler.emitter.egress's
 
 log = logging.getLogger("fairstream.emitter")
 

@@ -37,7 +37,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from fairstream.adapters.clients import producer_config
-from fairstream.scheduler.groupview import Report
+from fairstream.scheduler.coordination.view import Report
 
 __all__ = ["FENCE_TIMEOUT", "Fencer", "fence", "fence_in_background"]
 

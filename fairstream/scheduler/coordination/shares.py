@@ -101,8 +101,8 @@ from fairstream.adapters.clients import assigned_consumer_config, producer_confi
 from fairstream.config.topics import coordination_topic
 from fairstream.core import MonotonicClock, RecordClock
 from fairstream.core.shares import ClassDemand, Demand, instance_rate
-from fairstream.scheduler.fence import Fencer, fence_in_background
-from fairstream.scheduler.groupview import (
+from fairstream.scheduler.coordination.fence import Fencer, fence_in_background
+from fairstream.scheduler.coordination.view import (
     DELIVERY_TIMEOUT,
     FLOOR,
     STARTING,

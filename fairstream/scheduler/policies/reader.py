@@ -27,7 +27,7 @@ from fairstream.scheduler.consumers import assign_when_present
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.messages import PolicyChange
 from fairstream.scheduler.metrics import Metrics
-from fairstream.scheduler.tenant_groups import GroupAction, TenantGroups
+from fairstream.scheduler.policies.tenant_groups import GroupAction, TenantGroups
 from fairstream.wire.policy import (
     DEFAULT_POLICY_KEY,
     PolicyRecord,

@@ -39,8 +39,8 @@ from fairstream import wire
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic
 from fairstream.scheduler.handoff import HIGH_WATER, Handoff
+from fairstream.scheduler.ingest.readers import Readers, reader_config
 from fairstream.scheduler.messages import Assign, Heard, Revoke, Stop
-from fairstream.scheduler.readers import Readers, reader_config
 from fairstream.scheduler.records import Parsed, new
 from fairstream.scheduler.recovery import Recovery, holding_id
 

@@ -42,7 +42,7 @@ CONSOLE_HEADERS = {
 
 def console_file(name: str) -> bytes:
     """One of the console's files, from the installed package."""
-    return (resources.files("fairstream.scheduler") / "console" / name).read_bytes()
+    return (resources.files("fairstream.scheduler.web") / "console" / name).read_bytes()
 
 
 def _console_routes(app: web.Application) -> None:

@@ -35,15 +35,15 @@ from fairstream.config import Settings
 from fairstream.config.topics import holding_topic
 from fairstream.core import Core, RecordClock
 from fairstream.core.emission import EmissionRule
-from fairstream.scheduler.checkpoint import Checkpoint
-from fairstream.scheduler.egress import FOOTPRINT, dead_letter, footprint
-from fairstream.scheduler.fetch import Gone, PayloadFetcher
-from fairstream.scheduler.holding import Parking
+from fairstream.scheduler.emitter.checkpoint import Checkpoint
+from fairstream.scheduler.emitter.egress import FOOTPRINT, dead_letter, footprint
+from fairstream.scheduler.emitter.fetch import Gone, PayloadFetcher
+from fairstream.scheduler.emitter.holding import Parking
+from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.metrics import Metrics
+from fairstream.scheduler.policies.tenant_groups import GroupRoom
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.records import Letter, Parsed, new
-from fairstream.scheduler.tenant_groups import GroupRoom
-from fairstream.scheduler.transaction import Transaction
 from fairstream.wire.dead_letter import (
     RECORD_OVERHEAD,
     expired_detail,

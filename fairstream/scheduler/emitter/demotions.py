@@ -33,7 +33,7 @@ from fairstream.core import Clock, Core
 from fairstream.core.demotion import Change, Demotion, DemotionPolicy
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Scrape
-from fairstream.scheduler.policies import Policies, PolicyAction
+from fairstream.scheduler.policies.reader import Policies, PolicyAction
 
 __all__ = [
     "REVIEW_EVERY",

@@ -44,8 +44,8 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from fairstream.scheduler.consumers import LazyConsumer
-from fairstream.scheduler.held import HeldReader
 from fairstream.scheduler.metrics import Metrics
+from fairstream.scheduler.retention.held import HeldReader
 
 log = logging.getLogger("fairstream.trim")
 
