@@ -11,12 +11,10 @@ import pytest
 
 from fairstream.core import GroupScheduler, ManualClock, TenantPolicy
 from fairstream.core.shares import WHOLE, ClassDemand, GroupDemand, GroupParts, flatten
-from fairstream.scheduler.coordination.shares import GroupShares
 from fairstream.scheduler.coordination.view import RAISE_DELAY, VERSION, GroupView, Report
 from fairstream.scheduler.emitter.loop import Emitter
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.messages import AdaptiveChange, InstanceDemand, ShareChange
-from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.policies.tenant_groups import (
     GroupDefaultPolicy,
     SetGroupPolicy,
@@ -24,7 +22,7 @@ from fairstream.scheduler.policies.tenant_groups import (
 )
 from fairstream.wire.policy import PolicyRecord, group_policy_key
 from tests.unit.scheduler.test_emit_rule import make, push
-from tests.unit.scheduler.test_group_view import Log, decide_all
+from tests.unit.scheduler.test_group_view import Log, decide_all, group_shares
 from tests.unit.scheduler.test_tenant_groups import policy
 
 __all__ = ["make"]  # the fixture
@@ -196,16 +194,8 @@ def test_set_parts_says_only_what_changed_and_a_rewind_keeps_the_parts() -> None
 def test_the_group_thread_hands_the_parts_over_and_counts_a_group_once() -> None:
     clock, log = ManualClock(50.0), Log()
     handoff = Handoff()
-    shares = GroupShares(
-        {"bootstrap.servers": "127.0.0.1:9"},  # never polled here
-        "app",
-        "a",
-        RATE,
-        handoff,
-        Metrics(),
-        demand=lambda: InstanceDemand(in_group("G", None), (0,)),
-        partitions=2,
-        clock=clock,
+    shares = group_shares(
+        handoff, lambda: InstanceDemand(in_group("G", None), (0,)), partitions=2, clock=clock
     )
     b = GroupView("b", 2, clock)
     try:

@@ -240,20 +240,30 @@ def test_a_report_says_when_it_was_sent_by_the_views_own_clock() -> None:
     assert view.report(BUSY, (0,)).sent_ms == clock.epoch_ms()  # for people: one clock
 
 
-def test_the_emitters_lease_is_a_time_on_the_clock_the_group_thread_is_given() -> None:
-    clock = ManualClock(50.0)
-    handoff = Handoff()
-    shares = GroupShares(
-        {"bootstrap.servers": "127.0.0.1:9"},  # never polled here
+def group_shares(
+    handoff: Handoff,
+    demand: Callable[[], InstanceDemand],
+    partitions: int = 1,
+    clock: ManualClock | None = None,
+) -> GroupShares:
+    """A group thread's part whose clients are made, never polled."""
+    return GroupShares(
+        {"bootstrap.servers": "127.0.0.1:9"},
         "app",
         "a",
         RATE,
         handoff,
         Metrics(),
-        demand=lambda: InstanceDemand(BUSY, (0,)),
-        partitions=1,
-        clock=clock,
+        demand=demand,
+        partitions=partitions,
+        clock=clock or ManualClock(0.0),
     )
+
+
+def test_the_emitters_lease_is_a_time_on_the_clock_the_group_thread_is_given() -> None:
+    clock = ManualClock(50.0)
+    handoff = Handoff()
+    shares = group_shares(handoff, lambda: InstanceDemand(BUSY, (0,)), clock=clock)
     try:
         shares._apply(BUSY, (0,))
         clock.advance(RENEW_EVERY)
@@ -269,17 +279,7 @@ def test_the_group_rate_follows_the_adapted_fraction_read_with_the_demand() -> N
     reads it back with the demand (no thread sets another's attribute)."""
     handoff = Handoff()
     answers = [InstanceDemand(BUSY, (0,), 0.5), InstanceDemand({}, (0, 1), 0.75)]
-    shares = GroupShares(
-        {"bootstrap.servers": "127.0.0.1:9"},  # never polled here
-        "app",
-        "a",
-        RATE,
-        handoff,
-        Metrics(),
-        demand=lambda: answers.pop(0),
-        partitions=2,
-        clock=ManualClock(0.0),
-    )
+    shares = group_shares(handoff, lambda: answers.pop(0), partitions=2)
 
     def emitter() -> None:  # answers the group thread's calls, as the emitter's loop does
         for _ in range(2):
@@ -303,19 +303,7 @@ def test_the_group_rate_follows_the_adapted_fraction_read_with_the_demand() -> N
 
 
 def test_a_busy_emitter_leaves_the_last_demand_and_rate_standing() -> None:
-    handoff = Handoff()
-    shares = GroupShares(
-        {"bootstrap.servers": "127.0.0.1:9"},  # never polled here
-        "app",
-        "a",
-        RATE,
-        handoff,
-        Metrics(),
-        demand=lambda: InstanceDemand({}, (), 0.1),
-        partitions=1,
-        clock=ManualClock(0.0),
-    )
-    shares.handoff = _Unanswered()
+    shares = group_shares(_Unanswered(), lambda: InstanceDemand({}, (), 0.1))
     try:
         assert shares._read_demand(BUSY, (0,)) == (BUSY, (0,))
         assert shares.rate == RATE
