@@ -58,7 +58,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 from benchmarks.soak_load import (
@@ -109,20 +116,34 @@ def order_violations(sequences: Iterable[tuple[str, int]]) -> int:
     return violations
 
 
-def ingest_left(d: Deployment) -> dict[int, int]:
-    """Per ingest partition, records at or above the group's committed mark (unsettled)."""
+def ingest_left(d: Deployment, patience: float = 120.0) -> dict[int, int]:
+    """Per ingest partition, records at or above the group's committed mark (unsettled).
+    Asked again for up to ``patience`` seconds while the broker answers with a retriable
+    error: after the soak's broker faults the group coordinator can take a while to load
+    (a committed-offsets request timed out once at 30 s)."""
+    deadline = time.monotonic() + patience
     consumer = Consumer(
         {"bootstrap.servers": d.bootstrap, "group.id": d.app_id, "enable.auto.commit": False}
     )
     try:
         wanted = [TopicPartition(d.topics.ingest, p) for p in range(PARTITIONS)]
-        left = {}
-        for tp in consumer.committed(wanted, timeout=30):
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(d.topics.ingest, tp.partition), timeout=30, cached=False
-            )
-            left[tp.partition] = high - max(tp.offset, low)
-        return left
+        while True:
+            try:
+                left = {}
+                for tp in consumer.committed(wanted, timeout=30):
+                    low, high = consumer.get_watermark_offsets(
+                        TopicPartition(d.topics.ingest, tp.partition), timeout=30, cached=False
+                    )
+                    left[tp.partition] = high - max(tp.offset, low)
+                return left
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                retriable = isinstance(err, KafkaError) and (
+                    err.retriable() or err.code() == KafkaError._TIMED_OUT
+                )
+                if not retriable or time.monotonic() >= deadline:
+                    raise
+                print(f"reading the committed marks: {exc}; asking again", flush=True)
     finally:
         consumer.close()
 

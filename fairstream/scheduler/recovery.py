@@ -42,6 +42,40 @@ class RecoveryError(Error):
     """The committed progress could not be read within the deadline."""
 
 
+def watermarks(consumer: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, int]:
+    """``tp``'s low and high watermarks, asked again while the broker answers with a
+    retriable error (a topic just created has no leader yet: NOT_LEADER_FOR_PARTITION) until
+    ``deadline`` (monotonic), then ``RecoveryError``."""
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+            return int(low), int(high)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            retriable = isinstance(err, KafkaError) and (
+                err.retriable() or err.code() in _NO_LEADER_YET
+            )
+            if not retriable or time.monotonic() >= deadline:
+                raise RecoveryError(
+                    f"cannot read the offsets of {tp.topic} [{tp.partition}]: {exc}"
+                ) from exc
+            log.info("waiting for %s [%d]: %s", tp.topic, tp.partition, exc)
+            time.sleep(0.2)
+
+
+# What a partition without an elected leader answers (a topic just created, a broker
+# restarting): it passes.
+_NO_LEADER_YET = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
+
+
 def holding_id(partition: int) -> int:
     """The key under which the holding log of ingest ``partition`` is tracked (progress,
     handoff queue, reader): ``~partition``, negative, so it never clashes with a partition,
@@ -85,8 +119,8 @@ class Recovery:
         lost = 0
         for partition in partitions:
             mark, token = marks[partition]
-            low, _high = consumer.get_watermark_offsets(
-                TopicPartition(self.ingest_topic, partition), timeout=30, cached=False
+            low, _high = watermarks(
+                consumer, TopicPartition(self.ingest_topic, partition), deadline
             )
             if mark is None:
                 mark = low  # never committed: everything still in the log is unsettled
@@ -99,15 +133,17 @@ class Recovery:
                 ranges = [(max(s, low), e) for s, e in ranges if e > low]
                 mark = low
             recovered[partition] = PartitionProgress(mark, ranges)
-            recovered[holding_id(partition)] = self._holding(consumer, partition, snapshot)
+            recovered[holding_id(partition)] = self._holding(
+                consumer, partition, snapshot, deadline
+            )
         return recovered, lost
 
-    def _holding(self, consumer: Consumer, partition: int, snapshot: Snapshot) -> HoldingProgress:
+    def _holding(
+        self, consumer: Consumer, partition: int, snapshot: Snapshot, deadline: float
+    ) -> HoldingProgress:
         """The holding log's progress: its mark, settled ranges and parked counts as the
         snapshot has them (from the log's start when there is none)."""
-        low, _high = consumer.get_watermark_offsets(
-            TopicPartition(self.holding, partition), timeout=30, cached=False
-        )
+        low, _high = watermarks(consumer, TopicPartition(self.holding, partition), deadline)
         mark, ranges = snapshot.hold_lwm, snapshot.hold_ranges
         if low > mark:
             if snapshot.parked:  # records parked and never settled were deleted
@@ -186,7 +222,7 @@ class Recovery:
         complete snapshot of any token. Reads back from the end in growing windows."""
         reader = self._progress_reader()
         tp = TopicPartition(self.topic, partition)
-        low, high = reader.get_watermark_offsets(tp, timeout=30, cached=False)
+        low, high = watermarks(reader, tp, deadline)
         window = 64
         while True:
             start = max(low, high - window)

@@ -43,6 +43,7 @@ from fairstream.scheduler.ingest.readers import Readers, reader_config
 from fairstream.scheduler.messages import Assign, Heard, Revoke, Stop
 from fairstream.scheduler.records import Parsed, new
 from fairstream.scheduler.recovery import Recovery, holding_id
+from fairstream.scheduler.supervise import FatalError
 
 log = logging.getLogger("fairstream.ingest")
 
@@ -94,6 +95,11 @@ class Ingest:
         self._stopping = threading.Event()
         self._rewind = threading.Event()
         self._rejoined_at = -REJOIN_EVERY  # when a fenced group consumer was last replaced
+        # What a rebalance callback raised, raised again by the thread once consume()
+        # returns: an exception raised inside librdkafka's callback came out of consume()
+        # as a bare KafkaError object that no ``except`` clause matched, so the thread died
+        # past its supervisor.
+        self._callback_failed: tuple[str, Exception] | None = None
         self._tenants: dict[bytes, str] = {}
         self.readers = Readers(
             reader_config(consumer_config(settings), settings.app_id),
@@ -123,10 +129,34 @@ class Ingest:
     def _subscribe(self) -> None:
         self.consumer.subscribe(
             [self.topic],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
+            on_assign=self._guarded("assigning", self._on_assign),
+            on_revoke=self._guarded("revoking", self._on_revoke),
+            on_lost=self._guarded("losing", self._on_lost),
         )
+
+    def _guarded(
+        self, doing: str, callback: Callable[[Consumer, list[TopicPartition]], None]
+    ) -> Callable[[Consumer, list[TopicPartition]], None]:
+        """``callback`` for librdkafka: what it raises is kept for ``_raise_callback_failure``
+        instead of crossing the C library."""
+
+        def run(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            try:
+                callback(consumer, partitions)
+            except Exception as exc:
+                parts = sorted(tp.partition for tp in partitions)
+                log.exception("%s ingest partitions %s failed", doing, parts)
+                if self._callback_failed is None:
+                    self._callback_failed = (f"{doing} ingest partitions {parts}", exc)
+
+        return run
+
+    def _raise_callback_failure(self) -> None:
+        """A rebalance callback failed: the instance cannot own its partitions as recovered
+        (fatal: the supervisor ends the instance, which says why)."""
+        if self._callback_failed is not None:
+            doing, exc = self._callback_failed
+            raise FatalError(f"{doing} failed: {type(exc).__name__}: {exc}") from exc
 
     def _run(self) -> None:
         self._subscribe()
@@ -145,6 +175,7 @@ class Ingest:
                 err = event.error()
                 if err is not None and err.code() != KafkaError._PARTITION_EOF:
                     self._group_error(err)
+            self._raise_callback_failure()
             full = {
                 key
                 for p in self.assigned

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, Message, TopicPartition
 
 from fairstream import wire
 from fairstream.config import Settings
@@ -15,7 +15,8 @@ from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest import member as ingest_module
 from fairstream.scheduler.ingest.member import Ingest
 from fairstream.scheduler.messages import Heard
-from fairstream.scheduler.recovery import Recovery
+from fairstream.scheduler.recovery import Recovery, RecoveryError
+from fairstream.scheduler.supervise import FatalError
 
 NOWHERE = "127.0.0.1:1"  # nothing is read: the consumers are made, never polled
 
@@ -132,4 +133,38 @@ def test_another_fatal_error_of_the_group_consumer_ends_the_thread(monkeypatch) 
             ing._run()
         assert Fenced.made == 0
     finally:
+        ing.readers.close_all()
+
+
+def test_a_failing_rebalance_callback_ends_the_thread_with_its_reason() -> None:
+    """What a callback raises never crosses librdkafka (it came out of consume() as an
+    object no ``except`` matched): it is kept, then raised as fatal by the thread."""
+    ing = ingest()
+
+    def recover(*_: Any) -> None:
+        raise RecoveryError("cannot read the offsets of ingest [2]: not leader")
+
+    try:
+        guarded = ing._guarded("assigning", lambda consumer, parts: recover())
+        guarded(ing.consumer, [TopicPartition("ingest", 2)])  # returns: nothing escapes
+        guarded(ing.consumer, [TopicPartition("ingest", 3)])  # the first failure is kept
+        with pytest.raises(FatalError, match=r"assigning ingest partitions \[2\] failed: Recov"):
+            ing._raise_callback_failure()
+    finally:
+        ing.consumer.close()
+        ing.readers.close_all()
+
+
+def test_callbacks_that_succeed_leave_the_thread_running() -> None:
+    ing = ingest()
+    seen: list[list[int]] = []
+    try:
+        guarded = ing._guarded(
+            "revoking", lambda c, parts: seen.append([p.partition for p in parts])
+        )
+        guarded(ing.consumer, [TopicPartition("ingest", 1)])
+        ing._raise_callback_failure()
+        assert seen == [[1]]
+    finally:
+        ing.consumer.close()
         ing.readers.close_all()
