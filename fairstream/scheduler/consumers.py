@@ -1,9 +1,10 @@
 """The scheduler's consumers of partitions assigned by hand, outside any group: opened when
 first needed, closed with their owner; and the wait for a topic that may not exist yet.
 
-- ``LazyConsumer``: the payload fetcher's reader (``fetch``), the recovery's progress reader
-  (``recovery``), the trimmer's watcher and its reader of the group's offsets (``trim``) and
-  the feedback reader's consumer (``feedback``) are each one consumer, made from
+- ``LazyConsumer``: the payload fetcher's reader (``emitter.fetch``), the recovery's
+  progress reader (``recovery``), the trimmer's watcher and its reader of the group's offsets
+  (``retention.trim``) and the feedback reader's consumer (``feedback.reader``) are each one
+  consumer, made from
   ``assigned_consumer_config`` on first use and closed when their owner stops (a restarted
   run opens a new one).
 - ``assign_when_present``: the feedback and policy readers follow every partition of their

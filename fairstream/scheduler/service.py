@@ -71,7 +71,8 @@ else ``<app-id>-<uuid>`` with the uuid kept in ``--data-dir``, which one process
 holds (``datadir``). A restart with the same identity fences its previous run at once
 (``init_transactions`` aborts what it left open); a new identity waits until the broker
 aborts the orphan (``--transaction-timeout``), unless a peer fences it first: the instance
-that takes over a dead peer's partitions does (``group``, "Death"; ``fence``).
+that takes over a dead peer's partitions does (``coordination.shares``, "Death";
+``coordination.fence``).
 """
 
 from __future__ import annotations

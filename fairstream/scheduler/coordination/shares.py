@@ -9,7 +9,7 @@ core's group policies to them. The parts follow the rate's rules below: lower at
 raise late; in the safe share, every group's cap times the partitions owned over all.
 The group rate (``--rate``, ``R`` below, over ``P`` ingest partitions) is a hard ceiling:
 the instances' rates must never add up to more than ``R`` (plus the burst the token buckets
-allow). Everything below is decided by ``GroupView`` (``groupview``: pure, an
+allow). Everything below is decided by ``GroupView`` (``coordination.view``: pure, an
 injected clock); ``GroupShares``, here, is the Kafka adapter around it.
 
 No wall clock. Hosts' wall clocks disagree (an instance 1.3 s behind looked dead to the

@@ -2,8 +2,8 @@
 is fed what was sent, acknowledged and read, and reads an injected clock), with the reports
 it exchanges (``Report``) and what it says of itself (``Coordination``).
 
-The protocol, and why it needs no two hosts' clocks to agree, is ``group``'s docstring;
-``group.GroupShares`` is the Kafka adapter around this view.
+The protocol, and why it needs no two hosts' clocks to agree, is ``coordination.shares``'s
+docstring; ``shares.GroupShares`` is the Kafka adapter around this view.
 
 A report is JSON (``VERSION`` 3). ``demand`` is, as in version 2, every backlogged tenant by
 its own class, one level (``shares.flatten``): what an instance of a release before tenant

@@ -34,7 +34,7 @@ How (the emitter thread, which owns the core, the progress and the transaction):
   (``HoldingProgress.settle``); at zero the tenant's records go straight again.
 - The holding log is read back continuously, like the ingest log: its records join the
   core (admission, expiry and purges apply then) and go to egress when their turn comes.
-  It is trimmed below its own mark (``trim``).
+  It is trimmed below its own mark (``retention.trim``).
 - The progress snapshot of each partition (``progress.Snapshot``) carries both marks, both
   sets of ranges and the parked counts, committed with the egress records and offsets they
   describe: after a crash, recovery resumes both logs where the last transaction left them.

@@ -17,7 +17,7 @@ transactional producer, so none of them needs a lock. Its loop:
    A member fenced out of its generation cannot commit, so a zombie adds nothing. The
    metadata is the one the last ``Assign`` or ``Revoke`` carried, never one read at commit
    time (that could be a newer generation's, in which the partitions are another member's;
-   see ``ingest``). While the broker commits, the next records are picked and stamped
+   see ``ingest.member``). While the broker commits, the next records are picked and stamped
    (``Sender.prepare``).
 
 An aborted transaction (a failed send, a lost generation) leaves the instance's state ahead

@@ -1,13 +1,13 @@
 """What the emission rule is told from outside the emitter's data path.
 
 This instance's share of the group's rate (``--share-by demand``: the fraction the group
-thread computed, ``group``; ``--share-by partitions``: the ingest partitions owned, times
-the adapted rate, ``feedback``) and of its concurrency limit (always by partitions owned),
-and what the paid API reported back: measured costs charged, tenants paused by their own
-quota, concurrency slots settled or renewed, the concurrency limit found from the feedback
-(without ``--max-concurrency``) and the start-up window before it, and the egress group's
-lag and its bound
-(``--egress-group``: ``egress_lag``). The rule retunes its buckets; the gauges follow.
+thread computed, ``coordination.shares``; ``--share-by partitions``: the ingest partitions
+owned, times the adapted rate, ``feedback.reader``) and of its concurrency limit (always by
+partitions owned), and what the paid API reported back: measured costs charged, tenants
+paused by their own quota, concurrency slots settled or renewed, the concurrency limit found
+from the feedback (without ``--max-concurrency``) and the start-up window before it, and the
+egress group's lag and its bound (``--egress-group``: ``feedback.egress_lag``). The rule retunes
+its buckets; the gauges follow.
 
 Caller: the emitter thread (``Emitter``), which applies the group's, the feedback reader's
 and the adaptive rate's hand-overs here, in mailbox order.
@@ -57,7 +57,7 @@ class Pacing:
         self.fraction: float | None = None
         if self.group_shares:
             rule.lease(0.0)  # nothing goes before the group thread sets a share
-        # Feedback from the paid API (``feedback``): the adapted rate as a fraction of
+        # Feedback from the paid API (``feedback.reader``): the adapted rate as a fraction of
         # --rate, applied here when the group does not share by demand.
         self.adaptive = 1.0
         # An explicit --max-concurrency is kept: a limit found from the feedback never

@@ -12,7 +12,7 @@ skipped: bad feedback never stops anything.
 - api-scope outcomes drive this instance's ``AdaptiveRate`` (``fairstream.core.adaptive``):
   the group rate comes down on 429s, holds while a Retry-After runs, climbs back while the
   feedback is clean, between ``--min-rate`` and ``--rate``. The rate reaches the group
-  shares (``group``) or, alone, the emitter's buckets; a hold stops all egress.
+  shares (``coordination.shares``) or, alone, the emitter's buckets; a hold stops all egress.
 - tenant-scope rate limits pause that tenant alone (on the instance that owns it).
 - a final outcome (ok, dead-lettered) frees the request's concurrency slot, an
   intermediate one (a failed attempt, a 429) renews its lease (``fairstream.core.inflight``),
