@@ -87,7 +87,7 @@ from fairstream.config import Settings
 from fairstream.config.topics import holding_topic, progress_topic
 from fairstream.core import ConcurrencyLimit, MonotonicClock, RecordClock
 from fairstream.scheduler.audit.auditor import CHART_TENANTS, Auditor
-from fairstream.scheduler.coordination.shares import Coordination, GroupShares
+from fairstream.scheduler.coordination.shares import Coordination, DemandExchange
 from fairstream.scheduler.emitter.loop import Emitter, Limits
 from fairstream.scheduler.feedback.egress_lag import EgressLagReader
 from fairstream.scheduler.feedback.reader import FeedbackReader
@@ -230,13 +230,13 @@ class SchedulerService:
         self._scrape: tuple[Scrape, float] = (NO_SCRAPE, self.clock.now())
         self._watch()
 
-    def _group_shares(self, librdkafka: dict[str, Any], partitions: int) -> GroupShares | None:
+    def _group_shares(self, librdkafka: dict[str, Any], partitions: int) -> DemandExchange | None:
         """The group thread's part, with shares by demand and a rate to share."""
         settings = self.settings
         group_rate = settings.rate if settings.rate is not None else settings.cost_rate
         if not self.emitter.group_shares or group_rate is None:
             return None
-        return GroupShares(
+        return DemandExchange(
             librdkafka,
             settings.app_id,
             transactional_id(settings),

@@ -7,7 +7,7 @@ survivor's records on those partitions wait behind it, and their workers starve.
 that registers the dead instance's transactional id (``init_transactions``) bumps its epoch
 and makes the broker abort what it left open at once, as a restart of that instance does.
 
-Whom to fence (``Fencer``, pure): a peer that is silent (``GroupView.silent``: it wrote no
+Whom to fence (``Fencer``, pure): a peer that is silent (``PeerView.silent``: it wrote no
 report for ``SILENCE`` while this instance read the log) and one of whose last reported
 ingest partitions this instance now owns. A partition moves only once its owner revoked it
 or left the group (its session timed out): a live peer that merely rebalanced keeps
@@ -24,7 +24,7 @@ on the broker; the group thread renews the emitter's lease and must not wait), w
 ``FENCE_TIMEOUT``. A failure is logged and counted (``fairstream_group_fences{outcome}``),
 never fatal: the broker still aborts the transaction at its timeout.
 
-Caller: ``GroupShares`` (the group thread).
+Caller: ``DemandExchange`` (the group thread).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ core's group policies to them. The parts follow the rate's rules below: lower at
 raise late; in the safe share, every group's cap times the partitions owned over all.
 The group rate (``--rate``, ``R`` below, over ``P`` ingest partitions) is a hard ceiling:
 the instances' rates must never add up to more than ``R`` (plus the burst the token buckets
-allow). Everything below is decided by ``GroupView`` (``coordination.view``: pure, an
-injected clock); ``GroupShares``, here, is the Kafka adapter around it.
+allow). Everything below is decided by ``PeerView`` (``coordination.view``: pure, an
+injected clock); ``DemandExchange``, here, is the Kafka adapter around it.
 
 No wall clock. Hosts' wall clocks disagree (an instance 1.3 s behind looked dead to the
 others, who took the whole rate while it kept its share: twice the group rate). Every age
@@ -77,7 +77,7 @@ What the bound rests on: the instances read the coordination topic within ``RAIS
 each other, and the token buckets' burst absorbs what a disagreement in that window lets
 through. Nothing rests on two hosts' clocks agreeing.
 
-Caller: ``SchedulerService`` runs ``GroupShares.run`` on a thread. Affects: the coordination
+Caller: ``SchedulerService`` runs ``DemandExchange.run`` on a thread. Affects: the coordination
 topic; the emitter's rate (through a ``ShareChange`` handed over).
 """
 
@@ -107,7 +107,7 @@ from fairstream.scheduler.coordination.view import (
     FLOOR,
     STARTING,
     Coordination,
-    GroupView,
+    PeerView,
     Report,
     ShareDecision,
 )
@@ -115,7 +115,7 @@ from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.messages import InstanceDemand, ShareChange
 from fairstream.scheduler.metrics import Metrics
 
-__all__ = ["Coordination", "GroupShares", "ShareChange"]
+__all__ = ["Coordination", "DemandExchange", "ShareChange"]
 
 log = logging.getLogger("fairstream.group")
 
@@ -126,7 +126,7 @@ THREAD_LEASE = 1.0  # the emitter stops this long after the group thread stops r
 RENEW_EVERY = 0.25  # seconds between two renewals of that lease
 
 
-class GroupShares:
+class DemandExchange:
     """Publishes this instance's demand, reads the others', sets this instance's rate."""
 
     def __init__(
@@ -157,7 +157,7 @@ class GroupShares:
         self.metrics = metrics
         self._demand = demand  # () -> InstanceDemand, run on the emitter thread
         self.clock = clock or MonotonicClock()
-        self.view = GroupView(instance, partitions, self.clock, transactional_id=transactional_id)
+        self.view = PeerView(instance, partitions, self.clock, transactional_id=transactional_id)
         self._config = config
         self._fencer = Fencer(transactional_id)
         self._stopping = threading.Event()

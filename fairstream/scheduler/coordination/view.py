@@ -1,9 +1,9 @@
-"""What this instance knows of the group, and the rate it may take: ``GroupView``, pure (it
+"""What this instance knows of the group, and the rate it may take: ``PeerView``, pure (it
 is fed what was sent, acknowledged and read, and reads an injected clock), with the reports
 it exchanges (``Report``) and what it says of itself (``Coordination``).
 
 The protocol, and why it needs no two hosts' clocks to agree, is ``coordination.shares``'s
-docstring; ``shares.GroupShares`` is the Kafka adapter around this view.
+docstring; ``shares.DemandExchange`` is the Kafka adapter around this view.
 
 A report is JSON (``VERSION`` 3). ``demand`` is, as in version 2, every backlogged tenant by
 its own class, one level (``shares.flatten``): what an instance of a release before tenant
@@ -52,7 +52,7 @@ __all__ = [
     "STARTING",
     "VERSION",
     "Coordination",
-    "GroupView",
+    "PeerView",
     "Report",
     "ShareDecision",
 ]
@@ -185,7 +185,7 @@ STARTING = Coordination(False, "starting: no report of this instance read back y
 
 @dataclass(frozen=True)
 class ShareDecision:
-    """This instance's share of the group rate, as ``GroupView.decide`` found it now."""
+    """This instance's share of the group rate, as ``PeerView.decide`` found it now."""
 
     rate: float  # records/s (or cost units/s) this instance may take now
     coordinated: bool
@@ -194,11 +194,12 @@ class ShareDecision:
     parts: GroupParts = WHOLE  # of each tenant group's weight and rate cap, taken now
 
 
-class GroupView:
-    """What this instance knows of the group, and the rate it may take. Pure: the caller
+class PeerView:
+    """What this instance knows of its peers (the instances of its consumer group), and the
+    rate it may take. Pure: the caller
     feeds it what was sent, acknowledged and read; every age is a duration on ``clock``'s
     ``now`` (a report's ``sent_ms``, for people only, is its ``epoch_ms``).
-    Caller: ``GroupShares`` (one thread)."""
+    Caller: ``DemandExchange`` (one thread)."""
 
     def __init__(
         self,

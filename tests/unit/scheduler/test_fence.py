@@ -1,4 +1,4 @@
-"""Fencing a dead peer's transactional id: who is silent (``GroupView.silent``, facts of the
+"""Fencing a dead peer's transactional id: who is silent (``PeerView.silent``, facts of the
 coordination log), whom to fence (``Fencer``) and how its outcome is counted.
 
 A list stands for the coordination topic's one partition, each view reading it in order;
@@ -16,8 +16,8 @@ import pytest
 from fairstream.core import ManualClock
 from fairstream.core.shares import ClassDemand
 from fairstream.scheduler.coordination.fence import Fencer, fence_in_background
-from fairstream.scheduler.coordination.shares import HEARTBEAT, GroupShares
-from fairstream.scheduler.coordination.view import SILENCE, GroupView, Report
+from fairstream.scheduler.coordination.shares import HEARTBEAT, DemandExchange
+from fairstream.scheduler.coordination.view import SILENCE, PeerView, Report
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.messages import InstanceDemand
 from fairstream.scheduler.metrics import Metrics
@@ -30,23 +30,23 @@ class Log:
         self.records: list[tuple[str, bytes | None]] = []
         self.positions: dict[str, int] = {}
 
-    def publish(self, view: GroupView, parts: tuple[int, ...]) -> Report:
+    def publish(self, view: PeerView, parts: tuple[int, ...]) -> Report:
         report = view.report(BUSY, parts)
         self.records.append((view.instance, report.encode()))
         view.acked(report.seq)
         return report
 
-    def read(self, view: GroupView) -> None:
+    def read(self, view: PeerView) -> None:
         for key, value in self.records[self.positions.get(view.instance, 0) :]:
             view.received(key, value)
         self.positions[view.instance] = len(self.records)
 
 
-def views(clock: ManualClock) -> tuple[Log, GroupView, GroupView]:
+def views(clock: ManualClock) -> tuple[Log, PeerView, PeerView]:
     """a (partitions 0, 1) and b (2, 3), each having read the other after an echo."""
     log = Log()
-    a = GroupView("app-a", 4, clock, transactional_id="app-a")
-    b = GroupView("app-b", 4, clock, transactional_id="app-b")
+    a = PeerView("app-a", 4, clock, transactional_id="app-a")
+    b = PeerView("app-b", 4, clock, transactional_id="app-b")
     for _ in range(2):
         log.publish(a, (0, 1))
         log.publish(b, (2, 3))
@@ -55,7 +55,7 @@ def views(clock: ManualClock) -> tuple[Log, GroupView, GroupView]:
     return log, a, b
 
 
-def quiet_for(clock: ManualClock, log: Log, view: GroupView, seconds: float) -> None:
+def quiet_for(clock: ManualClock, log: Log, view: PeerView, seconds: float) -> None:
     """``view`` alone publishes and reads itself back, every half second, for ``seconds``."""
     elapsed = 0.0
     while elapsed < seconds:
@@ -108,7 +108,7 @@ def test_reports_read_before_the_first_echo_and_tombstones_are_not_silence() -> 
     log = Log()
     # An old report of an instance long gone, in the log when a starts.
     log.records.append(("app-old", report("app-old", (0,)).encode()))
-    a = GroupView("app-a", 4, clock, transactional_id="app-a")
+    a = PeerView("app-a", 4, clock, transactional_id="app-a")
     log.publish(a, (0, 1))
     log.read(a)
     # An instance heard after a's echo that left (SIGTERM): it settled what it had open.
@@ -149,7 +149,7 @@ def test_never_its_own_id_nor_a_peer_that_names_none() -> None:
 @pytest.mark.parametrize("fails", [False, True])
 def test_a_fence_runs_on_its_own_thread_and_its_outcome_is_counted(fails: bool) -> None:
     metrics = Metrics()
-    shares = GroupShares(
+    shares = DemandExchange(
         {"bootstrap.servers": "127.0.0.1:9"},  # never polled here
         "app",
         "app-a",

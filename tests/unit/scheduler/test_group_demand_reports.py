@@ -11,7 +11,7 @@ import pytest
 
 from fairstream.core import GroupScheduler, ManualClock, TenantPolicy
 from fairstream.core.shares import WHOLE, ClassDemand, GroupDemand, GroupParts, flatten
-from fairstream.scheduler.coordination.view import RAISE_DELAY, VERSION, GroupView, Report
+from fairstream.scheduler.coordination.view import RAISE_DELAY, VERSION, PeerView, Report
 from fairstream.scheduler.emitter.loop import Emitter
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.messages import AdaptiveChange, InstanceDemand, ShareChange
@@ -100,7 +100,7 @@ def test_a_malformed_group_is_not_a_report(levels: dict[str, Any]) -> None:
 
 def test_two_instances_split_a_groups_cap_and_a_raise_waits() -> None:
     clock, log = ManualClock(), Log()
-    a, b = GroupView("a", 4, clock), GroupView("b", 4, clock)
+    a, b = PeerView("a", 4, clock), PeerView("b", 4, clock)
     a_demand = {0: ClassDemand(1.0, (), in_group("G", 40)[0].groups)}  # G's member and t
     got = decide_all(clock, log, {a: (a_demand, (0, 1)), b: (in_group("G", 40), (2, 3))})
     assert got["a"].rate == pytest.approx(80)
@@ -119,7 +119,7 @@ def test_two_instances_split_a_groups_cap_and_a_raise_waits() -> None:
 
 def test_a_peer_of_the_release_before_shares_one_level_and_every_cap_whole() -> None:
     clock, log = ManualClock(), Log()
-    a = GroupView("a", 4, clock)
+    a = PeerView("a", 4, clock)
     demand = {0: ClassDemand(0, (), (GroupDemand("G", 1, None, {0: ClassDemand(3.0)}),))}
     for _ in range(3):
         log.publish(a, demand, (1, 3))
@@ -136,7 +136,7 @@ def test_a_peer_of_the_release_before_shares_one_level_and_every_cap_whole() -> 
 
 def test_the_safe_share_takes_each_groups_cap_by_partitions_owned() -> None:
     clock = ManualClock()
-    view = GroupView("a", 4, clock)
+    view = PeerView("a", 4, clock)
     view.decide(in_group("G", 40), (0,), RATE)
     clock.advance(RAISE_DELAY)
     decision = view.decide(in_group("G", 40), (0,), RATE)
@@ -197,7 +197,7 @@ def test_the_group_thread_hands_the_parts_over_and_counts_a_group_once() -> None
     shares = group_shares(
         handoff, lambda: InstanceDemand(in_group("G", None), (0,)), partitions=2, clock=clock
     )
-    b = GroupView("b", 2, clock)
+    b = PeerView("b", 2, clock)
     try:
         for _ in range(3):
             log.publish(shares.view, in_group("G", None), (0,))

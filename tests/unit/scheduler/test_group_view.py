@@ -1,4 +1,4 @@
-"""GroupView: the group rate split without wall clocks, and the safe share.
+"""PeerView: the group rate split without wall clocks, and the safe share.
 
 A list stands for the coordination topic's one partition: each view reads it in order from
 its own position, as the group thread's consumer does. Time is a ManualClock shared by the
@@ -15,13 +15,13 @@ import pytest
 
 from fairstream.core import ManualClock
 from fairstream.core.shares import ClassDemand
-from fairstream.scheduler.coordination.shares import RENEW_EVERY, THREAD_LEASE, GroupShares
+from fairstream.scheduler.coordination.shares import RENEW_EVERY, THREAD_LEASE, DemandExchange
 from fairstream.scheduler.coordination.view import (
     DELIVERY_TIMEOUT,
     LEASE,
     RAISE_DELAY,
     STALE,
-    GroupView,
+    PeerView,
     Report,
 )
 from fairstream.scheduler.handoff import Handoff
@@ -39,14 +39,14 @@ class Log:
         self.positions: dict[str, int] = {}
 
     def publish(
-        self, view: GroupView, demand: dict[int, ClassDemand], parts: tuple[int, ...]
+        self, view: PeerView, demand: dict[int, ClassDemand], parts: tuple[int, ...]
     ) -> Report:
         report = view.report(demand, parts)
         self.records.append((view.instance, report.encode()))
         view.acked(report.seq)
         return report
 
-    def read(self, view: GroupView) -> None:
+    def read(self, view: PeerView) -> None:
         start = self.positions.get(view.instance, 0)
         for key, value in self.records[start:]:
             view.received(key, value)
@@ -54,7 +54,7 @@ class Log:
 
 
 def decide_all(
-    clock: ManualClock, log: Log, views: dict[GroupView, Any], rounds: int = 4
+    clock: ManualClock, log: Log, views: dict[PeerView, Any], rounds: int = 4
 ) -> dict[str, Any]:
     """Rounds of publish, read, decide (past the raise delay): each view's last decision."""
     out: dict[str, Any] = {}
@@ -74,7 +74,7 @@ def decide_all(
 def settle(
     clock: ManualClock,
     log: Log,
-    views: dict[GroupView, tuple[dict[int, ClassDemand], tuple[int, ...]]],
+    views: dict[PeerView, tuple[dict[int, ClassDemand], tuple[int, ...]]],
     rounds: int = 4,
 ) -> dict[str, float]:
     """Rounds of publish, read, decide (each past the raise delay); the last rates."""
@@ -83,7 +83,7 @@ def settle(
 
 def test_alone_it_starts_at_its_safe_share_and_then_coordinates() -> None:
     clock = ManualClock(1000.0)
-    view = GroupView("a", 4, clock)
+    view = PeerView("a", 4, clock)
     assert not view.coordinated()
     assert view.reason() == "starting: no report of this instance read back yet"
     first = view.decide(BUSY, (0, 1), RATE)
@@ -100,7 +100,7 @@ def test_alone_it_starts_at_its_safe_share_and_then_coordinates() -> None:
 def test_a_peers_wall_clock_plays_no_part() -> None:
     clock = ManualClock(50.0)
     log = Log()
-    a, b = GroupView("a", 4, clock), GroupView("b", 4, clock)
+    a, b = PeerView("a", 4, clock), PeerView("b", 4, clock)
     settle(clock, log, {a: (BUSY, (0, 1)), b: (BUSY, (2, 3))})
     # b's host clock is a day behind: its reports' sent_ms say so; nobody looks.
     late = Report("b", 1, (2, 3), BUSY, True, b.run, 999)
@@ -117,7 +117,7 @@ def test_a_peers_wall_clock_plays_no_part() -> None:
 def test_a_reader_that_fell_behind_counts_no_old_report() -> None:
     clock = ManualClock()
     log = Log()
-    a, b = GroupView("a", 2, clock), GroupView("b", 2, clock)
+    a, b = PeerView("a", 2, clock), PeerView("b", 2, clock)
     settle(clock, log, {a: (BUSY, (0,)), b: (BUSY, (1,))})
     log.publish(b, BUSY, (1,))  # b's last report, then b goes silent
     clock.advance(STALE + 1)
@@ -128,7 +128,7 @@ def test_a_reader_that_fell_behind_counts_no_old_report() -> None:
 def test_an_unwritable_topic_leaves_the_safe_share_not_silence() -> None:
     clock = ManualClock()
     log = Log()
-    a, b = GroupView("a", 4, clock), GroupView("b", 4, clock)
+    a, b = PeerView("a", 4, clock), PeerView("b", 4, clock)
     # a has one busy tenant, b has three: a's demand share (1/4) is below its partition share.
     b_busy = {0: ClassDemand(3.0)}
     rates = settle(clock, log, {a: (BUSY, (0, 1)), b: (b_busy, (2, 3))})
@@ -160,7 +160,7 @@ def test_an_unwritable_topic_leaves_the_safe_share_not_silence() -> None:
 def test_an_instance_that_reads_nothing_says_so_and_peers_reserve_its_partitions() -> None:
     clock = ManualClock()
     log = Log()
-    a, b = GroupView("a", 3, clock), GroupView("b", 3, clock)
+    a, b = PeerView("a", 3, clock), PeerView("b", 3, clock)
     settle(clock, log, {b: (BUSY, (1, 2))})
     a.read_failed("Broker: Topic authorization failed")
     for _ in range(5):
@@ -180,7 +180,7 @@ def test_an_instance_that_reads_nothing_says_so_and_peers_reserve_its_partitions
 def test_partitions_no_report_lists_are_reserved() -> None:
     clock = ManualClock()
     log = Log()
-    a = GroupView("a", 4, clock)
+    a = PeerView("a", 4, clock)
     rates = settle(clock, log, {a: (BUSY, (0, 1, 2))})
     assert rates["a"] == pytest.approx(3 * RATE / 4)  # partition 3's owner is unknown
 
@@ -188,7 +188,7 @@ def test_partitions_no_report_lists_are_reserved() -> None:
 def test_a_killed_peers_share_is_not_taken_before_its_partitions_move() -> None:
     clock = ManualClock()
     log = Log()
-    a, b = GroupView("a", 2, clock), GroupView("b", 2, clock)
+    a, b = PeerView("a", 2, clock), PeerView("b", 2, clock)
     settle(clock, log, {a: (BUSY, (0,)), b: (BUSY, (1,))})
     rates = settle(clock, log, {a: (BUSY, (0,))}, rounds=int(STALE / RAISE_DELAY) + 2)
     assert "b" not in a.live()
@@ -200,7 +200,7 @@ def test_a_killed_peers_share_is_not_taken_before_its_partitions_move() -> None:
 def test_rejoining_waits_for_a_coordinated_report_to_come_back() -> None:
     clock = ManualClock()
     log = Log()
-    a = GroupView("a", 1, clock)
+    a = PeerView("a", 1, clock)
     report = log.publish(a, BUSY, (0,))
     assert not report.coordinated  # sent before anything was read back
     log.read(a)
@@ -215,9 +215,9 @@ def test_rejoining_waits_for_a_coordinated_report_to_come_back() -> None:
 def test_an_earlier_run_of_this_instance_is_no_peer_and_no_echo() -> None:
     clock = ManualClock()
     log = Log()
-    old = GroupView("a", 1, clock, run="old")
+    old = PeerView("a", 1, clock, run="old")
     log.publish(old, BUSY, (0,))
-    new = GroupView("a", 1, clock, run="new")
+    new = PeerView("a", 1, clock, run="new")
     new.report(BUSY, (0,))  # seq 1, as old's was
     log.read(new)
     assert not new.reads()
@@ -226,7 +226,7 @@ def test_an_earlier_run_of_this_instance_is_no_peer_and_no_echo() -> None:
 
 def test_reports_never_read_back_are_not_kept_forever() -> None:
     clock = ManualClock()
-    view = GroupView("a", 1, clock)
+    view = PeerView("a", 1, clock)
     for _ in range(10_000):
         view.failed(view.report(BUSY, (0,)).seq, "Broker: Message size too large")
         clock.advance(0.5)
@@ -235,7 +235,7 @@ def test_reports_never_read_back_are_not_kept_forever() -> None:
 
 def test_a_report_says_when_it_was_sent_by_the_views_own_clock() -> None:
     clock = ManualClock(5.0)
-    view = GroupView("a", 1, clock)
+    view = PeerView("a", 1, clock)
     clock.advance(1.5)
     assert view.report(BUSY, (0,)).sent_ms == clock.epoch_ms()  # for people: one clock
 
@@ -245,9 +245,9 @@ def group_shares(
     demand: Callable[[], InstanceDemand],
     partitions: int = 1,
     clock: ManualClock | None = None,
-) -> GroupShares:
+) -> DemandExchange:
     """A group thread's part whose clients are made, never polled."""
-    return GroupShares(
+    return DemandExchange(
         {"bootstrap.servers": "127.0.0.1:9"},
         "app",
         "a",
