@@ -196,9 +196,9 @@ class ShareDecision:
 
 class PeerView:
     """What this instance knows of its peers (the instances of its consumer group), and the
-    rate it may take. Pure: the caller
-    feeds it what was sent, acknowledged and read; every age is a duration on ``clock``'s
-    ``now`` (a report's ``sent_ms``, for people only, is its ``epoch_ms``).
+    rate it may take. Pure: the caller feeds it what was sent, acknowledged and read; every
+    age is a duration on ``clock``'s ``now`` (a report's ``sent_ms``, for people only, is its
+    ``epoch_ms``).
     Caller: ``DemandExchange`` (one thread)."""
 
     def __init__(
