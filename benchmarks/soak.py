@@ -144,6 +144,7 @@ def ingest_left(d: Deployment, patience: float = 120.0) -> dict[int, int]:
                 if not retriable or time.monotonic() >= deadline:
                     raise
                 print(f"reading the committed marks: {exc}; asking again", flush=True)
+                time.sleep(0.5)  # an answer that comes at once (a coordinator loading) waits
     finally:
         consumer.close()
 
