@@ -9,8 +9,7 @@ in the loop's default executor) and:
 - returns None or a ``Usage``: outcome ``ok``, with the measured cost;
 - raises ``RateLimited``: reported at once (scope, Retry-After) and called again after the
   Retry-After or the backoff, without using up an attempt; dead-lettered as ``expired``
-  when the next try would come after the request's deadline; at API scope, its
-  Retry-After holds every call of the agent until it has passed (``Calling._api_wait``);
+  when the next try would come after the request's deadline;
 - raises anything else: reported as ``failed``, retried with exponential backoff up to
   ``max_attempts``, then dead-lettered as ``handler-failed``.
 

@@ -43,11 +43,7 @@ Guarantees:
   deadline (``fairstream-deadline-ms``) allows; a retry that would come after the deadline
   dead-letters the record as ``expired`` instead. As for failures, with ``"start"`` only
   the refused record waits (in its slot); the tenant's other records are called meanwhile
-  and are told to wait by the API, each on its own, if the limit still holds. A
-  ``RateLimited`` at API scope (the default) with a ``retry_after`` holds every call of the
-  worker until it has passed, for up to a second (``API_GATE_MAX``): the API said none
-  would go through before then. A record whose deadline would pass meanwhile is
-  dead-lettered as ``expired``.
+  and are told to wait by the API, each on its own, if the limit still holds.
 - feedback (``feedback_topic``, default ``fairstream.feedback``; None turns it off): one
   record per settled request (ok, dead-lettered) and one per rate-limited or failed call,
   with the cost the handler reported (``Usage``), written without waiting (best effort: a

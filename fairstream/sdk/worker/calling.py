@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import math
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -38,18 +37,7 @@ from fairstream.wire.feedback import Outcome as Reported
 if TYPE_CHECKING:
     from fairstream.sdk.worker.metrics import WorkerMetrics
 
-__all__ = [
-    "API_GATE_MAX",
-    "Calling",
-    "Ending",
-    "HandlerCall",
-    "OutcomeReport",
-    "Retrying",
-    "is_async_handler",
-]
-
-# The longest a Retry-After at API scope holds the worker's other calls (``Calling``).
-API_GATE_MAX = 1.0
+__all__ = ["Calling", "Ending", "HandlerCall", "OutcomeReport", "Retrying", "is_async_handler"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,36 +110,6 @@ class Calling:
     # The workers' Prometheus metrics (calls running, their seconds, rate limits, retries);
     # the Faust agent keeps none.
     metrics: WorkerMetrics | None = None
-    # The API's gate: a 429 at API scope with a Retry-After says that no call goes through
-    # before then (the API's bucket is empty), so no call of this worker starts before
-    # then, its other requests' included (``_api_wait``). Each call started meanwhile would
-    # only be refused and retried: behind a hidden capacity with half a second of burst,
-    # a simulated loop saw 11% of calls refused without the gate and 1-2% with it.
-    # At most ``API_GATE_MAX`` s: the gate covers the API's bucket refilling, not a long
-    # Retry-After, which the scheduler holds egress for; past it, each request waiting
-    # learns on its own call. A monotonic clock; a test gives its own.
-    _clock: Callable[[], float] = time.monotonic
-    _api_open_at: float = -math.inf
-
-    def _api_wait(self) -> float:
-        """Seconds until the API said calls may go through again; 0.0 when they may now."""
-        return max(0.0, self._api_open_at - self._clock())
-
-    def _api_said_wait(self, exc: RateLimited) -> None:
-        """A call was refused: at API scope with a Retry-After, close the gate that long."""
-        if exc.scope == "api" and exc.retry_after:
-            hold = min(exc.retry_after, API_GATE_MAX)
-            self._api_open_at = max(self._api_open_at, self._clock() + hold)
-
-    def _expired_waiting(self, request: Request, wait: float) -> str | None:
-        """The dead letter's sentence when waiting ``wait`` s for the API's gate would
-        take ``request`` past its deadline, else None."""
-        if not expires_before(request.deadline_ms, time.time() * 1000, wait):
-            return None
-        return (
-            f"the API asked for {wait:g} s more without calls (Retry-After); the call would "
-            f"come after the deadline ({wire.DEADLINE_MS} {request.deadline_ms})"
-        )
 
     async def _report(self, report: OutcomeReport) -> None:
         """Tell the feedback topic (when feedback is on)."""
@@ -187,7 +145,6 @@ class Calling:
                 metrics.handler_seconds.observe(latency)
         attempt = request.attempt
         if isinstance(error, RateLimited):
-            self._api_said_wait(error)
             if metrics is not None:
                 metrics.rate_limited.inc()
             report = OutcomeReport(request, Reported.RATE_LIMITED, attempt, latency)
@@ -253,14 +210,6 @@ class Retrying(Calling):
         attempt = 1
         limited = 0  # rate-limited calls in a row
         while True:
-            wait = self._api_wait()
-            if wait > 0:
-                expired = self._expired_waiting(request, wait)
-                if expired is not None:
-                    return Ending(attempt, 0.0, wire.EXPIRED, expired)
-                if not await pause(wait):
-                    return None
-                continue  # another refusal may have closed the gate again meanwhile
             call = await self._attempt(replace(request, attempt=attempt))
             exc = call.error
             if exc is None:

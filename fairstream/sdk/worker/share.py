@@ -24,8 +24,7 @@ classic ``Worker`` starts them in egress order). Everything else keeps its contr
 - **Rate limits.** A 429 (``RateLimited``) waits out its Retry-After in place while the
   record's lock allows (``lock_budget``, two thirds of ``share.record.lock.duration.ms``),
   then calls again; a longer wait releases the record. A rate limit does not use up an
-  attempt in place, but a release is a delivery. A Retry-After at API scope holds every
-  call of the worker until it has passed, as ``Worker`` does.
+  attempt in place, but a release is a delivery.
 - **Kill -9.** The records a dead member held come back when their locks expire (30 s by
   default), to the other members: at-least-once, recognisable by request id; a worker skips
   request ids it handled recently (``dedup_window``).
@@ -356,16 +355,6 @@ class ShareWorker(Calling):
         lock_ends = self._loop.time() + self._lock_budget
         limited = 0
         while True:
-            wait = self._api_wait()
-            if wait > 0:
-                # The API said no call goes through before then (``Calling._api_wait``).
-                expired = self._expired_waiting(request, wait)
-                if expired is not None:
-                    return await self._dead_letter(msg, request, wire.EXPIRED, expired, 0.0)
-                if self._loop.time() + wait < lock_ends and not self._stopping.is_set():
-                    await asyncio.sleep(wait)  # within the record's lock: wait in place
-                    continue
-                # Past the lock: call now rather than spend a delivery on a short gate.
             call = await self._attempt(request)
             exc = call.error
             if exc is None:
