@@ -13,8 +13,10 @@ line, against Kafka's own exactly-once floor, measured in the same run on the re
 Both get the same idle load: one record every ``GAP`` s (50 ms), round robin over 8 tenants,
 for S seconds (20; ``--quick`` 10), its send time in its payload; each is fed after the other
 has drained. Prints p50/p99/max of send -> visible (floor) and send -> handler start
-(fairstream), and the target: fairstream's p99 at most twice the floor's p99 plus the playout
-delay. Asserts nothing.
+(fairstream), the latter split at the record's release (``fairstream-scheduled-ms``): send ->
+release is the scheduler's part, release -> start egress's and the worker's; and the
+target: fairstream's p99 at most twice the floor's p99 plus the playout delay. Asserts
+nothing.
 
     .venv/bin/python -m benchmarks.api_latency [--bootstrap HOST:PORT] [--quick] [--json PATH]
 """
@@ -198,12 +200,18 @@ def run_fairstream(
 ) -> dict[str, Any]:
     d, feedback = deployment_with_feedback(bootstrap, "apilatency", cleanup)
     started: list[tuple[float, float]] = []
+    # (sent, released, started): released is the record's fairstream-scheduled-ms, the
+    # moment the scheduler let it go (its start stamp when paced), so the wait splits into
+    # the scheduler's part (ingest, index, release) and egress's (commit, fetch, playout).
+    stages: list[tuple[float, float, float]] = []
 
     async def handler(request: Request) -> None:
         now = time.time()
         sent = _sent(request.payload)
         if sent is not None:
             started.append((sent, now))
+            if request.scheduled_ms is not None:
+                stages.append((sent, request.scheduled_ms / 1000, now))
 
     with worker_pool(d, feedback, handler, 1, 8, {}):
         start_scheduler(
@@ -216,6 +224,8 @@ def run_fairstream(
         "rate": RATE,
         "playout_delay_s": PLAYOUT_DELAY,
         "latency": stats([at - sent_at for sent_at, at in started]),
+        "send_to_release": stats([released - sent_at for sent_at, released, _ in stages]),
+        "release_to_start": stats([at - released for _, released, at in stages]),
     }
 
 
@@ -259,6 +269,11 @@ def report(result: dict[str, Any]) -> list[str]:
             f"  {name:10} | p50 {lat.get('p50_s', float('nan')):.3f} s | p99 "
             f"{lat.get('p99_s', float('nan')):.3f} s | max {lat.get('max_s', float('nan')):.3f} s"
         )
+    for stage in ("send_to_release", "release_to_start"):
+        lat = result["fairstream"].get(stage) or {}
+        p50, p99, top = (lat.get(k, float("nan")) for k in ("p50_s", "p99_s", "max_s"))
+        name = stage.replace("_", " ")
+        lines.append(f"    {name:18} | p50 {p50:.3f} s | p99 {p99:.3f} s | max {top:.3f} s")
     for row in targets({"api_latency": result}):
         lines.append(f"  {row[0]}: {row[1]} ({'met' if row[2] else 'MISSED'})")
     return lines
