@@ -11,8 +11,9 @@ line, against Kafka's own exactly-once floor, measured in the same run on the re
   playout delay, whose async handler notes the time on its first line.
 
 Both get the same idle load: one record every ``GAP`` s (50 ms), round robin over 8 tenants,
-for S seconds (20; ``--quick`` 10), its send time in its payload; each is fed after the other
-has drained. Prints p50/p99/max of send -> visible (floor) and send -> handler start
+for S seconds (20; ``--quick`` 10) after a first second that is the start, not idle (``WARMUP``;
+its worst is printed apart), its send time in its payload; each is fed after the other has
+drained. Prints p50/p99/max of send -> visible (floor) and send -> handler start
 (fairstream), the latter split at the record's release (``fairstream-scheduled-ms``): send ->
 release is the scheduler's part, release -> start egress's and the worker's; and the
 target: fairstream's p99 at most twice the floor's p99 plus the playout delay. Asserts
@@ -55,6 +56,11 @@ GAP = 0.05  # seconds between two records: idle, nothing queues
 TENANTS = [f"idle-{i}" for i in range(8)]
 RATE = 100  # the scheduler's --rate: well above the load, so records only carry stamps
 TARGET_FACTOR = 2.0
+# The records sent in the first second are the start, not idle: a fresh scheduler emits at
+# its share only once its group thread has read its partitions and waited the raise delay
+# (``coordination.view.RAISE_DELAY``: a raise never lands before a peer's cut), so the
+# first records after /readyz wait up to half a second. Their worst is printed apart.
+WARMUP = 1.0
 
 log = logger("api_latency")
 
@@ -183,7 +189,8 @@ def run_floor(bootstrap: str, seconds: float, cleanup: list[Callable[[], None]])
     visible.start()
     try:
         wait_until(lambda: loop.ready.is_set() or loop.error, 60, "the loop's assignment")
-        sent = _feed(bootstrap, source, seconds)
+        began = time.time()
+        sent = _feed(bootstrap, source, seconds + WARMUP)
         wait_until(lambda: len(visible.seen) >= sent or loop.error, 60, f"{sent} records through")
     finally:
         loop.stopping.set()
@@ -192,7 +199,17 @@ def run_floor(bootstrap: str, seconds: float, cleanup: list[Callable[[], None]])
         visible.join(30)
     if loop.error is not None:
         raise loop.error
-    return {"records": sent, "latency": stats([seen - at for at, seen in visible.seen])}
+    return {"records": sent, **_idle_and_start(began, visible.seen)}
+
+
+def _idle_and_start(began: float, waits: list[tuple[float, float]]) -> dict[str, Any]:
+    """(sent, reached) pairs split at ``WARMUP`` s after ``began``: the idle latency's
+    figures over the later ones, and the worst of the start's."""
+    start = [end - at for at, end in waits if at < began + WARMUP]
+    return {
+        "latency": stats([end - at for at, end in waits if at >= began + WARMUP]),
+        "start_max_s": round(max(start), 3) if start else None,
+    }
 
 
 def run_fairstream(
@@ -217,15 +234,17 @@ def run_fairstream(
         start_scheduler(
             d, workdir, "api-latency", ["--rate", str(RATE), "--feedback-topic", feedback], cleanup
         ).wait_ready()
-        sent = _feed(bootstrap, d.topics.ingest, seconds)
+        began = time.time()
+        sent = _feed(bootstrap, d.topics.ingest, seconds + WARMUP)
         wait_until(lambda: len(started) >= sent, 60, f"{sent} calls started")
+    idle = [stage for stage in stages if stage[0] >= began + WARMUP]
     return {
         "records": sent,
         "rate": RATE,
         "playout_delay_s": PLAYOUT_DELAY,
-        "latency": stats([at - sent_at for sent_at, at in started]),
-        "send_to_release": stats([released - sent_at for sent_at, released, _ in stages]),
-        "release_to_start": stats([at - released for _, released, at in stages]),
+        **_idle_and_start(began, started),
+        "send_to_release": stats([released - sent_at for sent_at, released, _ in idle]),
+        "release_to_start": stats([at - released for _, released, at in idle]),
     }
 
 
@@ -274,6 +293,10 @@ def report(result: dict[str, Any]) -> list[str]:
         p50, p99, top = (lat.get(k, float("nan")) for k in ("p50_s", "p99_s", "max_s"))
         name = stage.replace("_", " ")
         lines.append(f"    {name:18} | p50 {p50:.3f} s | p99 {p99:.3f} s | max {top:.3f} s")
+    starts = ", ".join(
+        f"{name} {result[name].get('start_max_s')} s" for name in ("floor", "fairstream")
+    )
+    lines.append(f"  the first {WARMUP:g} s after ready (not idle), worst: {starts}")
     for row in targets({"api_latency": result}):
         lines.append(f"  {row[0]}: {row[1]} ({'met' if row[2] else 'MISSED'})")
     return lines
