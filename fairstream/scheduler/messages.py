@@ -146,12 +146,15 @@ class ShareChange:
     thread's clock, the emitter's): the group thread renews that lease while it runs,
     whatever the coordination's state. ``parts``: this instance's part of each tenant
     group's weight and rate cap (``shares.GroupParts``; the emitter gives them to its core
-    through ``TenantGroups.set_parts``)."""
+    through ``TenantGroups.set_parts``). ``factor``: the adapted rate's fraction of --rate
+    the share was computed with (``InstanceDemand.rate_factor``), so that a cut the feedback
+    makes later applies to it at once (``Pacing.apply``)."""
 
     rate: float
     fraction: float
     lease_until: float
     parts: GroupParts = WHOLE
+    factor: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -298,12 +298,13 @@ class DemandExchange:
         decision = view.decide(demand, partitions, self.rate)
         now = self.clock.now()  # the emitter's too, for its lease
         fraction = decision.rate / self.ceiling if self.ceiling else 0.0
-        change = ShareChange(decision.rate, fraction, now + THREAD_LEASE, decision.parts)
+        factor = self.rate / self.ceiling if self.ceiling else 1.0
+        change = ShareChange(decision.rate, fraction, now + THREAD_LEASE, decision.parts, factor)
         applied = self._applied
         if (
             applied is None
-            or (change.rate, change.fraction, change.parts)
-            != (applied.rate, applied.fraction, applied.parts)
+            or (change.rate, change.fraction, change.parts, change.factor)
+            != (applied.rate, applied.fraction, applied.parts, applied.factor)
             or now - self._renewed >= RENEW_EVERY
         ):
             self._applied = change

@@ -55,6 +55,7 @@ class Pacing:
             settings.rate is not None or settings.cost_rate is not None
         )
         self.fraction: float | None = None
+        self._share_factor = 1.0  # the adapted fraction ``fraction`` was computed with
         if self.group_shares:
             rule.lease(0.0)  # nothing goes before the group thread sets a share
         # Feedback from the paid API (``feedback.reader``): the adapted rate as a fraction of
@@ -95,8 +96,16 @@ class Pacing:
         by demand, the fraction the group thread computed; with ``--share-by partitions``,
         in proportion to the partitions owned, times the adapted rate."""
         by_partitions = owned / self.partitions if self.partitions else 0.0
-        # The group's fractions include the adapted rate already.
-        share = (self.fraction or 0.0) if self.group_shares else by_partitions * self.adaptive
+        if self.group_shares:
+            # The group's fraction includes the adapted rate it read with this instance's
+            # demand (every DEMAND_EVERY). A cut since then applies here at once: 0.2 s
+            # late, it let a probe's overshoot reach the API that much longer (a hidden
+            # capacity's window went from 2-3% of calls refused to 6%). A raise waits for
+            # the group's next share, which raises no sooner than a peer's cut.
+            cut = min(1.0, self.adaptive / self._share_factor) if self._share_factor > 0 else 1.0
+            share = (self.fraction or 0.0) * cut
+        else:
+            share = by_partitions * self.adaptive
         self.rule.set_share(share)
         # Concurrency is split by owned partitions (``--share-by partitions``' split of the
         # rate), whatever --share-by says: the parts cannot add up to more than the limit,
@@ -111,8 +120,7 @@ class Pacing:
         """The feedback reader adapted the rate (and may hold emission for a Retry-After)."""
         self.adaptive = change.factor
         self.rule.hold(change.hold_until)
-        if not self.group_shares:
-            self.apply(owned)
+        self.apply(owned)
 
     def limited(self, change: ConcurrencyChange) -> None:
         """The feedback reader found the group's concurrency limit (None: unlimited)."""
@@ -180,6 +188,7 @@ class Pacing:
     def shared(self, change: ShareChange, owned: int) -> None:
         """The group thread computed this instance's share, leased until a time."""
         self.fraction = change.fraction
+        self._share_factor = change.factor
         self.rule.lease(change.lease_until)
         self.apply(owned)
 

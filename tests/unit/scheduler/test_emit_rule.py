@@ -93,7 +93,7 @@ def make():
     def make(fetcher: Any = Fetcher, **settings: Any) -> Emitter:
         emitter = Emitter(
             # No feedback unless asked for: no workers report here (the start-up window).
-            Settings(share_by="partitions", **{"feedback_topic": "", **settings}),
+            Settings(**{"share_by": "partitions", "feedback_topic": "", **settings}),
             4,  # partitions; two of them owned: half the group's rate
             Handoff(),
             Metrics(),

@@ -227,3 +227,26 @@ def test_the_demand_carries_the_adapted_fraction_the_feedback_thread_handed_over
     assert emitter.demand().rate_factor == 1.0
     emitter._control(AdaptiveChange(0.4, 0.0))
     assert emitter.demand().rate_factor == pytest.approx(0.4)
+
+
+def test_a_cut_of_the_adapted_rate_applies_at_once_and_a_raise_waits_for_the_group(
+    make,
+) -> None:
+    """Under group shares, the share the group thread computed carries the adapted fraction
+    it read; a cut the feedback makes later lowers it at once, without waiting for the
+    group's next read of the demand; a raise waits for the group's next share."""
+    emitter: Emitter = make(share_by="demand", rate=200.0)
+
+    def share() -> float | None:
+        return emitter.metrics.registry.get_sample_value("fairstream_group_rate_share")
+
+    emitter._control(ShareChange(100.0, 0.5, 1e9, WHOLE, 1.0))
+    assert share() == pytest.approx(0.5)
+    emitter._control(AdaptiveChange(0.4, 0.0))  # the API pushed back: 0.4 of --rate
+    assert share() == pytest.approx(0.2)
+    emitter._control(ShareChange(40.0, 0.2, 1e9, WHOLE, 0.4))  # the group caught up
+    assert share() == pytest.approx(0.2)
+    emitter._control(AdaptiveChange(0.8, 0.0))  # back up: the group's next share says
+    assert share() == pytest.approx(0.2)
+    emitter._control(ShareChange(80.0, 0.4, 1e9, WHOLE, 0.8))
+    assert share() == pytest.approx(0.4)
