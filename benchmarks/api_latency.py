@@ -202,12 +202,18 @@ def run_floor(bootstrap: str, seconds: float, cleanup: list[Callable[[], None]])
     return {"records": sent, **_idle_and_start(began, visible.seen)}
 
 
+def _idle(began: float, sent: float) -> bool:
+    """Whether a record sent at ``sent`` was sent idle: ``WARMUP`` s or more after the
+    feed ``began``, not at the start."""
+    return sent >= began + WARMUP
+
+
 def _idle_and_start(began: float, waits: list[tuple[float, float]]) -> dict[str, Any]:
-    """(sent, reached) pairs split at ``WARMUP`` s after ``began``: the idle latency's
-    figures over the later ones, and the worst of the start's."""
-    start = [end - at for at, end in waits if at < began + WARMUP]
+    """(sent, reached) pairs split by ``_idle``: the idle latency's figures over the idle
+    ones, and the worst of the start's."""
+    start = [end - at for at, end in waits if not _idle(began, at)]
     return {
-        "latency": stats([end - at for at, end in waits if at >= began + WARMUP]),
+        "latency": stats([end - at for at, end in waits if _idle(began, at)]),
         "start_max_s": round(max(start), 3) if start else None,
     }
 
@@ -237,7 +243,7 @@ def run_fairstream(
         began = time.time()
         sent = _feed(bootstrap, d.topics.ingest, seconds + WARMUP)
         wait_until(lambda: len(started) >= sent, 60, f"{sent} calls started")
-    idle = [stage for stage in stages if stage[0] >= began + WARMUP]
+    idle = [stage for stage in stages if _idle(began, stage[0])]
     return {
         "records": sent,
         "rate": RATE,
