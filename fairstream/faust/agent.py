@@ -207,12 +207,12 @@ class ActorWindow:
             return None
         return request.start_ms / 1000
 
-    def began(self, held: HeldEvent) -> None:
+    def began(self, held: HeldEvent) -> bool:
         """``held``'s call begins now (its task got to run after ``startable`` handed it out):
-        the next paced call keeps its distance from this moment."""
+        the next paced call keeps its distance from this moment. True when the next one is
+        due now (it catches up, ``Playout.began``): the caller looks again at once."""
         stamp = self._stamp(held.request)
-        if stamp is not None:
-            self._playout.began(stamp, self._wall())
+        return stamp is not None and self._playout.began(stamp, self._wall())
 
     def startable(self) -> list[HeldEvent]:
         """The events whose calls start now, in order of their start times; each takes a
@@ -514,7 +514,8 @@ class _Actor:
             self.reader.cancel()
 
     async def _call(self, held: HeldEvent) -> None:
-        self.window.began(held)
+        if self.window.began(held):
+            self.wake.set()  # a catch-up: the starter hands it out at once
         try:
             await self.agent.call(held)
         except Exception as exc:

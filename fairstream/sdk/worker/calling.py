@@ -115,8 +115,13 @@ class Calling:
         """Tell the feedback topic (when feedback is on)."""
         raise NotImplementedError
 
+    def _starting(self, request: Request) -> None:
+        """The handler is called for ``request`` right after this returns (a hook: the
+        ``Worker`` paces its next start from this moment)."""
+
     async def _call(self, request: Request) -> Any:
         """Call the handler once; return what it returned (a ``Usage``, or anything)."""
+        self._starting(request)
         if self._is_async:
             return await self.handler(request)
         loop = asyncio.get_running_loop()

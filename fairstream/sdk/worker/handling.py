@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from fairstream import wire
 from fairstream.sdk.worker.calling import Ending, OutcomeReport, Retrying
-from fairstream.sdk.worker.handler import where
+from fairstream.sdk.worker.handler import Request, where
 from fairstream.sdk.worker.jobs import FINISHED, Job, JobOutcome, WorkerStats
 from fairstream.sdk.worker.metrics import WorkerMetrics
 from fairstream.sdk.worker.outputs import Outputs
@@ -156,6 +156,17 @@ class Handling(Retrying):
             self._ended = asyncio.Event()
         self._pump()
 
+    def _starting(self, request: Request) -> None:
+        start_ms = request.start_ms
+        if request.attempt == 1 and self.playout_delay is not None and start_ms is not None:
+            # The call begins now, after the loop got round to it: the next paced call keeps
+            # its distance from this moment, the closest to the handler's first line, not
+            # from the record's leaving the playout (a strict bucket of one refuses a call
+            # started a tenth of a millisecond early, and the steps between varied by that).
+            now = self._wall()
+            if self._playout.began(start_ms / 1000, now):
+                self._release_due(now)  # a catch-up: at once, back to back with this call
+
     def _carry_on(self, job: Job) -> bool:
         return job.progress.live and not self._stopping.is_set()
 
@@ -185,11 +196,6 @@ class Handling(Retrying):
                 return JobOutcome.REPEATED
         if not self._carry_on(job):
             return JobOutcome.ABANDONED
-        start_ms = job.request.start_ms
-        if self.playout_delay is not None and start_ms is not None:
-            # The call begins now, after the loop got round to it: the next paced call keeps
-            # its distance from this moment, not from the record's leaving the playout.
-            self._playout.began(start_ms / 1000, self._wall())
         ending = await self._calls(job.request, lambda delay: self._pause(delay, job))
         if ending is None:
             return JobOutcome.ABANDONED

@@ -192,3 +192,29 @@ def test_a_timer_is_set_early_by_its_grain_and_never_for_less_than_nothing() -> 
     assert timer_wait(0.02) == pytest.approx(0.02 - TIMER_GRAIN)
     assert timer_wait(TIMER_GRAIN / 2) == 0.0
     assert timer_wait(-1.0) == 0.0
+
+
+def test_a_began_that_pushes_the_next_past_the_slack_makes_it_due_at_once() -> None:
+    # 50/s, a bucket of one: stamps 20 ms apart, the slack two gaps (40 ms).
+    playout: Playout[str] = Playout()
+    playout.push(10.100, "a", 10.000)
+    playout.push(10.120, "b", 10.020)
+    assert playout.pop_due(10.1395) == ["a"]  # 39.5 ms late: "b" is kept 20 ms after it
+    assert playout.next_due() == pytest.approx(10.1595)
+    # The call began 1 ms later: "b" would be held past the slack. It catches up now, back
+    # to back with "a", shedding a whole gap; its moment (10.12) has passed.
+    assert playout.began(10.000, 10.1405) is True
+    assert playout.next_due() == pytest.approx(10.120)
+    assert playout.pop_due(10.1406) == ["b"]
+
+
+def test_a_began_that_leaves_the_next_within_the_slack_or_already_due_says_so() -> None:
+    playout: Playout[str] = Playout()
+    playout.push(10.100, "a", 10.000)
+    playout.push(10.120, "b", 10.020)
+    assert playout.pop_due(10.101) == ["a"]
+    assert playout.began(10.000, 10.1012) is False  # "b" kept at 10.1212: not due yet
+    assert playout.next_due() == pytest.approx(10.1212)
+    # Nothing waits: nothing to hand out.
+    assert playout.pop_due(10.2) == ["b"]
+    assert playout.began(10.020, 10.2001) is False
