@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import bisect
+import json
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -133,3 +134,64 @@ def test_a_strict_api_refuses_none_of_the_workers_paced_calls(
         assert start is not None
         stamps[tenant].append(start)
     assert all(s == sorted(s) for s in stamps.values())
+
+
+def owned_partitions(proc: SchedulerProcess) -> list[int]:
+    status, body = proc.get("/tenants")
+    return list(json.loads(body)["partitions"]) if status == 200 else []
+
+
+def test_two_instances_keep_the_group_rate_at_the_call_start(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The group's --rate and --burst hold where the API is with two instances, each pacing
+    its share on its own schedule: the merged calls conform to one strict bucket."""
+    rate, burst, calls, partitions = 200, 10, 800, 4
+    deployment = Deployment(kafka_bootstrap, partitions=partitions).create()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    for i in range(4000):  # a backlog on every partition that outlasts the count
+        producer.produce(deployment.topics.ingest, b"r-%d" % i, b"tenant-%d" % (i % 8))
+    assert producer.flush(30) == 0
+    started: list[float] = []
+
+    async def api(request: Request) -> None:
+        started.append(time.time())
+
+    worker = Worker(
+        api,
+        bootstrap=kafka_bootstrap,
+        egress_topic=deployment.topics.egress,
+        dlq_topic=deployment.topics.dlq,
+        group_id=unique("paced-group"),
+        concurrency=8,
+        feedback_topic=None,
+        playout_delay=PLAYOUT_DELAY,
+    )
+    args = ("--rate", str(rate), "--burst", str(burst), "--session-timeout", "6")
+    procs = [SchedulerProcess(deployment, tmp_path, *args, name=f"s{i}").start() for i in range(2)]
+    try:
+        with running(worker):
+            for proc in procs:
+                proc.wait_ready()
+
+            def split() -> bool:
+                owned = [owned_partitions(p) for p in procs]
+                return all(owned) and sum(len(o) for o in owned) == partitions
+
+            wait_until(split, 60, "both instances own ingest partitions", interval=0.5)
+            # Counted from a second after the split: each instance has its share by then.
+            begin = time.time() + 1.0
+            wait_until(
+                lambda: sum(at >= begin for at in started) >= calls,
+                90,
+                lambda: f"{calls} calls after the split (have {len(started)})",
+            )
+    finally:
+        for proc in procs:
+            proc.terminate()
+    counted = sorted(at for at in started if at >= begin)[:calls]
+    refused = strictly_refused(counted, rate, burst)
+    per_s = (len(counted) - 1) / (counted[-1] - counted[0])
+    print(f"two instances: {per_s:.1f} calls/s, {refused} of {calls} refused ({rate}/s, {burst})")
+    assert refused <= calls // 100
+    assert per_s >= 0.9 * rate  # the whole group rate, with a backlog on both
