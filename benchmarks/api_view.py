@@ -25,6 +25,10 @@ own shared by the workers and the scheduler:
   each for 40 s (``--quick``: 3,000 and 20 s).
 - ``queueing-api``: an API with 8 slots of 0.5 s each; calls beyond 8 wait in the API's own
   FIFO (inside the handler); 2 Workers x concurrency 64; ``--rate 100``; same tenants.
+- ``plain-consumers``: ``slow-workers`` with 2 plain confluent-kafka consumers instead of
+  Workers: each takes one record at a time and commits its offset after the call, and
+  sends no feedback; the scheduler gets ``--egress-group`` (their group), the one option a
+  deployment of such consumers needs.
 
 For the last two, over the window of quiet traffic: the quiet tenants' wait from their
 producer's send time (written in the payload) to the moment the API takes the call (the
@@ -41,7 +45,7 @@ says the Worker does not have it. Prints numbers and the targets beside them, as
 nothing. Measured on the machine it runs on, with whatever else runs there.
 
     .venv/bin/python -m benchmarks.api_view [--bootstrap HOST:PORT] [--quick]
-        [--scenario strict,slow-workers,queueing-api] [--rate R --burst B]
+        [--scenario strict,slow-workers,queueing-api,plain-consumers] [--rate R --burst B]
         [--playout-delay SECONDS|off] [--scheduler-args "OPTIONS"] [--json PATH]
 """
 
@@ -66,7 +70,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from benchmarks.common import (
     Broker,
@@ -94,7 +98,7 @@ STRICT_TENANTS = 100
 QUIET_RATE = 100.0  # the scheduler's --rate in slow-workers and queueing-api
 QUIET_TENANTS = 8
 NOISY = "noisy"
-SCENARIOS = ("strict", "slow-workers", "queueing-api")
+SCENARIOS = ("strict", "slow-workers", "queueing-api", "plain-consumers")
 STAMP_TOLERANCE = 1e-6  # s: the at-stamp figures' allowance for float epoch seconds
 TARGET_REFUSED = 0.01
 TARGET_ACCEPTED = 0.97
@@ -110,6 +114,7 @@ class QuietSetUp:
     concurrency: int
     call_s: float
     slots: int | None  # the API's own slots (queueing-api); None: no queue, the workers bind
+    plain: bool = False  # plain confluent-kafka consumers (no feedback), not Workers
 
     @property
     def capacity(self) -> int:
@@ -120,6 +125,7 @@ class QuietSetUp:
 QUIET_SETUPS = {
     "slow-workers": QuietSetUp(workers=2, concurrency=1, call_s=0.1, slots=None),
     "queueing-api": QuietSetUp(workers=2, concurrency=64, call_s=0.5, slots=8),
+    "plain-consumers": QuietSetUp(workers=2, concurrency=1, call_s=0.1, slots=None, plain=True),
 }
 
 log = logger("api_view")
@@ -478,9 +484,84 @@ class QuietApi:
             if self.slots is not None:
                 self.slots.release()
 
+    def call(self, tenant: str, payload: bytes) -> None:
+        """The same call from a plain consumer's thread (no API queue: ``slots`` None)."""
+        call = Taken(tenant, _sent(payload), time.time())
+        with self._lock:
+            self.calls.append(call)
+        time.sleep(self.call_s)  # the remote call
+        call.ended = time.time()
+
     def snapshot(self) -> list[Taken]:
         with self._lock:
             return list(self.calls)
+
+
+@contextlib.contextmanager
+def plain_pool(d: Deployment, api: QuietApi, count: int, group: str) -> Iterator[None]:
+    """``count`` plain confluent-kafka consumers of ``group`` on threads, owning every
+    egress partition when this yields: each takes one record at a time, calls the API and
+    commits the record's offset after the call, and sends no feedback (the scheduler learns
+    their pace from the group's committed offsets: ``--egress-group``)."""
+    stop = threading.Event()
+    errors: list[str] = []
+    owned: dict[int, int] = {}
+
+    def run(index: int) -> None:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": d.bootstrap,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+
+        def assigned(_c: Consumer, parts: list[TopicPartition]) -> None:
+            owned[index] = owned.get(index, 0) + len(parts)
+
+        def revoked(_c: Consumer, parts: list[TopicPartition]) -> None:
+            owned[index] = owned.get(index, 0) - len(parts)
+
+        consumer.subscribe([d.topics.egress], on_assign=assigned, on_revoke=revoked)
+        try:
+            while not stop.is_set():
+                msg = consumer.poll(0.1)
+                if msg is None:
+                    continue
+                if msg.error() is not None:
+                    if msg.error().code() != KafkaError._PARTITION_EOF:
+                        errors.append(msg.error().str())
+                    continue
+                api.call((msg.key() or b"").decode(), msg.value() or b"")
+                consumer.commit(message=msg, asynchronous=False)
+        except Exception as exc:
+            errors.append(repr(exc))
+        finally:
+            consumer.close()
+
+    threads = [
+        threading.Thread(target=run, args=(i,), daemon=True, name=f"plain-{i}")
+        for i in range(count)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_until(
+            lambda: sum(owned.values()) == d.partitions or bool(errors),
+            90,
+            "the plain consumers own every egress partition",
+        )
+        if errors:
+            raise RuntimeError(f"a plain consumer failed: {errors[0]}")
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+    if errors:
+        raise RuntimeError(f"a plain consumer failed: {errors[0]}")
 
 
 def _sent(payload: bytes) -> float | None:
@@ -594,14 +675,24 @@ def run_quiet(
     api = QuietApi(set_up.call_s, None if set_up.slots is None else SlotQueue(set_up.slots))
     seconds: float = sizes["quiet_s"]
     sent: list[float] = []
-    with worker_pool(d, feedback, api.handle, set_up.workers, set_up.concurrency, options):
+    group = unique(f"api-view-{scenario}")
+    pool: contextlib.AbstractContextManager[Any] = (
+        plain_pool(d, api, set_up.workers, group)
+        if set_up.plain
+        else worker_pool(d, feedback, api.handle, set_up.workers, set_up.concurrency, options)
+    )
+    # Plain consumers report nothing: the scheduler reads their group's committed offsets.
+    credit = ["--egress-group", group] if set_up.plain else []
+    if set_up.plain:
+        used = "none (plain consumers call on arrival)"
+    with pool:
         egress = EgressWatch(bootstrap, d.topics.egress)
         cleanup.append(egress.close)
         scheduler = start_scheduler(
             d,
             workdir,
             scenario,
-            ["--rate", f"{QUIET_RATE:g}", "--feedback-topic", feedback, *scheduler_args],
+            ["--rate", f"{QUIET_RATE:g}", "--feedback-topic", feedback, *credit, *scheduler_args],
             cleanup,
         )
         scheduler.wait_ready(timeout=120)
@@ -636,6 +727,7 @@ def run_quiet(
     result = {
         "scenario": scenario,
         "rate": QUIET_RATE,
+        "consumers": "plain, --egress-group" if set_up.plain else "Worker",
         "workers": set_up.workers,
         "concurrency": set_up.concurrency,
         "call_s": set_up.call_s,
@@ -749,7 +841,7 @@ def report(result: dict[str, Any]) -> list[str]:
         target = run["call_s"] + TARGET_EXTRA_WAIT_S
         slots = f"{run['api_slots']} API slots" if run["api_slots"] else "no API queue"
         lines += [
-            f"{key}: --rate {run['rate']:g}; {run['workers']} Workers x concurrency "
+            f"{key}: --rate {run['rate']:g}; {run['workers']} {who(run)} x concurrency "
             f"{run['concurrency']} x {run['call_s']:g} s calls, {slots}; {run['noisy_records']:,}"
             f" noisy records, {run['quiet_sent']} quiet requests ({run['quiet_tenants']} tenants)"
             f" over {run['window_s']:g} s; playout delay {run['playout_delay']}"
@@ -768,6 +860,13 @@ def report(result: dict[str, Any]) -> list[str]:
             f"{run['downstream_at_end']:,}",
         ]
     return lines
+
+
+def who(run: dict[str, Any]) -> str:
+    """The consumers a quiet run had, as words."""
+    if run.get("consumers", "Worker") == "Worker":
+        return "Workers"
+    return "plain consumers (--egress-group, no feedback)"
 
 
 def _rows(rate: float | None, burst: float | None) -> tuple[tuple[float, float], ...]:
