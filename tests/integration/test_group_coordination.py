@@ -41,6 +41,7 @@ from tests.integration.test_group_shares import (
     rate_of,
     settled_window,
     stop_all,
+    wait_for_split,
 )
 
 pytestmark = pytest.mark.integration
@@ -70,12 +71,7 @@ def start(
     ]
     for proc in procs:
         proc.wait_ready()
-
-    def split() -> bool:
-        owned = [owned_partitions(p) for p in procs]
-        return all(owned) and sum(len(o) for o in owned) == deployment.partitions
-
-    wait_until(split, 60, "every instance owns ingest partitions", interval=0.5)
+    wait_for_split(procs, deployment.partitions)
     return procs
 
 

@@ -48,18 +48,24 @@ def start_group(
     ]
     for proc in procs:
         proc.wait_ready()
-
-    def split() -> bool:
-        owned = [owned_partitions(p) for p in procs]
-        return all(owned) and sum(len(o) for o in owned) == partitions
-
-    wait_until(split, 60, "every instance owns ingest partitions", interval=0.5)
+    wait_for_split(procs, partitions)
     return deployment, procs
 
 
 def owned_partitions(proc: SchedulerProcess) -> list[int]:
     status, body = proc.get("/tenants")
     return list(json.loads(body)["partitions"]) if status == 200 else []
+
+
+def wait_for_split(procs: list[SchedulerProcess], partitions: int) -> None:
+    """Until every instance owns ingest partitions and together they own all
+    ``partitions``."""
+
+    def split() -> bool:
+        owned = [owned_partitions(p) for p in procs]
+        return all(owned) and sum(len(o) for o in owned) == partitions
+
+    wait_until(split, 60, "every instance owns ingest partitions", interval=0.5)
 
 
 def backlog(bootstrap: str, topic: str, placement: dict[bytes, int], per_tenant: int) -> None:

@@ -14,9 +14,9 @@
 from __future__ import annotations
 
 import bisect
-import json
 import time
 from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from fairstream import Request, Worker, wire
 from fairstream.sdk.worker.pacing import PLAYOUT_DELAY
 from fairstream_dev.harness.kafka import unique, wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
+from tests.integration.test_group_shares import wait_for_split
 from tests.integration.workers import running
 
 pytestmark = pytest.mark.integration
@@ -72,6 +73,21 @@ def test_egress_stamps_keep_rate_times_window_plus_burst(
         assert worst <= bound, window_ms
 
 
+def paced_worker(deployment: Deployment, api: Callable[[Request], Awaitable[None]]) -> Worker:
+    """A Worker of a group of its own on ``deployment``'s egress, 8 calls at once, starting
+    each at its stamp plus the default playout delay; no feedback."""
+    return Worker(
+        api,
+        bootstrap=deployment.bootstrap,
+        egress_topic=deployment.topics.egress,
+        dlq_topic=deployment.topics.dlq,
+        group_id=unique("paced"),
+        concurrency=8,
+        feedback_topic=None,
+        playout_delay=PLAYOUT_DELAY,
+    )
+
+
 def strictly_refused(starts: list[float], rate: float, burst: float) -> int:
     """How many of the calls started at ``starts`` a strict API would refuse: a token bucket
     of ``rate`` per second holding ``burst``, full at the first call; a call needs a whole
@@ -101,16 +117,7 @@ def test_a_strict_api_refuses_none_of_the_workers_paced_calls(
     async def api(request: Request) -> None:
         started.append((time.time(), request.tenant, request.start_ms))
 
-    worker = Worker(
-        api,
-        bootstrap=kafka_bootstrap,
-        egress_topic=deployment.topics.egress,
-        dlq_topic=deployment.topics.dlq,
-        group_id=unique("paced"),
-        concurrency=8,
-        feedback_topic=None,
-        playout_delay=PLAYOUT_DELAY,
-    )
+    worker = paced_worker(deployment, api)
     scheduler = SchedulerProcess(
         deployment, tmp_path, "--rate", str(rate), "--burst", str(burst)
     ).start()
@@ -136,11 +143,6 @@ def test_a_strict_api_refuses_none_of_the_workers_paced_calls(
     assert all(s == sorted(s) for s in stamps.values())
 
 
-def owned_partitions(proc: SchedulerProcess) -> list[int]:
-    status, body = proc.get("/tenants")
-    return list(json.loads(body)["partitions"]) if status == 200 else []
-
-
 def test_two_instances_keep_the_group_rate_at_the_call_start(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -157,28 +159,14 @@ def test_two_instances_keep_the_group_rate_at_the_call_start(
     async def api(request: Request) -> None:
         started.append(time.time())
 
-    worker = Worker(
-        api,
-        bootstrap=kafka_bootstrap,
-        egress_topic=deployment.topics.egress,
-        dlq_topic=deployment.topics.dlq,
-        group_id=unique("paced-group"),
-        concurrency=8,
-        feedback_topic=None,
-        playout_delay=PLAYOUT_DELAY,
-    )
+    worker = paced_worker(deployment, api)
     args = ("--rate", str(rate), "--burst", str(burst), "--session-timeout", "6")
     procs = [SchedulerProcess(deployment, tmp_path, *args, name=f"s{i}").start() for i in range(2)]
     try:
         with running(worker):
             for proc in procs:
                 proc.wait_ready()
-
-            def split() -> bool:
-                owned = [owned_partitions(p) for p in procs]
-                return all(owned) and sum(len(o) for o in owned) == partitions
-
-            wait_until(split, 60, "both instances own ingest partitions", interval=0.5)
+            wait_for_split(procs, partitions)
             # Counted from a second after the split: each instance has its share by then.
             begin = time.time() + 1.0
             wait_until(
