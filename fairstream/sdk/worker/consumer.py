@@ -341,6 +341,7 @@ class Worker(Serving, Handling):
             messages = consumer.consume(num_messages=500, timeout=0)
             if not messages:
                 messages = consumer.consume(num_messages=1, timeout=0.1)
+            jobs: list[Job] = []
             for msg in messages:
                 err = msg.error()
                 if err is not None:
@@ -350,22 +351,33 @@ class Worker(Serving, Handling):
                         raise KafkaException(err)
                     log.warning("consumer error: %s", err)
                     continue
-                self._dispatch(msg)
+                job = self._dispatch(msg)
+                if job is not None:
+                    jobs.append(job)
+            if jobs:
+                # One hand-over per batch: the loop takes in every record of it before it
+                # starts any, so records that arrived late together start in the order of
+                # their stamps, whatever partition each came from (one at a time, a late
+                # record on one partition started before an earlier-stamped one of the same
+                # tenant on another partition of the same fetch was taken in).
+                assert self._loop is not None
+                self._loop.call_soon_threadsafe(self._enqueue, jobs)
             self._auth.check()  # librdkafka retries a refused login forever: fail now
             if time.monotonic() >= next_commit:
                 self._serve()
                 self._commit(consumer, list(self._progress), asynchronous=True)
                 next_commit = time.monotonic() + self.commit_interval
 
-    def _dispatch(self, msg: Message) -> None:
-        """Hand one record to the loop, or resolve it at once as a duplicate."""
+    def _dispatch(self, msg: Message) -> Job | None:
+        """The job of one record, for the loop; None for a record resolved at once (a
+        duplicate) or not this worker's."""
         topic, partition, offset = coordinates(msg)
         progress = self._progress.get((topic, partition))
         if progress is None:
             log.debug("record from unassigned partition %s[%d] ignored", topic, partition)
-            return
+            return None
         if not progress.add(offset):
-            return  # fetched again after a pause/resume: already handed out
+            return None  # fetched again after a pause/resume: already handed out
         request = request_from_message(msg)
         job = Job(request, msg.key(), msg.value(), progress)
         rid = request.request_id
@@ -378,11 +390,10 @@ class Worker(Serving, Handling):
             job.predecessor = earlier
         elif self._recent is not None and (rid in self._recent or rid in self._in_flight_ids):
             self._resolve(job, JobOutcome.DUPLICATE)
-            return
+            return None
         self._jobs[(topic, partition, offset)] = job
         self._in_flight_ids[rid] += 1
-        assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._enqueue, job)
+        return job
 
     def _serve(self, timeout: float = 0.0) -> None:
         """Serve dead-letter delivery reports and apply the outcomes the loop sent back;

@@ -4,8 +4,9 @@ limits (the rule is ``calling.Retrying``'s), write dead letters, report outcomes
 ``Handling`` is a part of ``Worker`` (its base class), split out by job: the methods here
 run on the worker's event loop (``Worker.run`` starts it on a thread of its own) and share
 the state the annotations below name, which ``Worker.__init__`` and ``run`` set up. Records
-come in through ``_enqueue`` (from the consumer thread, by ``call_soon_threadsafe``);
-outcomes go back through ``_completions``, which the consumer thread drains.
+come in through ``_enqueue``, a fetched batch at a time (from the consumer thread, by
+``call_soon_threadsafe``); outcomes go back through ``_completions``, which the consumer
+thread drains.
 """
 
 from __future__ import annotations
@@ -59,23 +60,27 @@ class Handling(Retrying):
     _ended: asyncio.Event | None  # set (and replaced) whenever a run ends
     _pool: ThreadPoolExecutor | None
 
-    def _enqueue(self, job: Job) -> None:
-        if not self._carry_on(job):  # revoked or stopping since it was dispatched
-            self._abandon(job)
-            return
+    def _enqueue(self, jobs: list[Job]) -> None:
+        """Take in a batch of fetched records (in fetch order): queue them, or hold them
+        until their start time; then start what may start."""
         delay = self.playout_delay
-        if delay is None:
-            self._queues.push(job.request.tenant, job)
-            self._pump()
-            return
-        # Held apart from the tenant queues, so that it keeps no concurrency slot while
-        # it waits, and enters them in the order of its start time: a record arriving late
-        # goes after those due before it that still wait for the timer.
         now = self._wall()
-        start_ms = job.request.start_ms
-        due = start_at(start_ms, now, delay)
-        self._playout.push(due, job, None if start_ms is None else start_ms / 1000)
-        self._release_due(now)
+        for job in jobs:
+            if not self._carry_on(job):  # revoked or stopping since it was dispatched
+                self._abandon(job)
+            elif delay is None:
+                self._queues.push(job.request.tenant, job)
+            else:
+                # Held apart from the tenant queues, so that it keeps no concurrency slot
+                # while it waits, and enters them in the order of its start time: a record
+                # arriving late goes after those due before it that still wait.
+                start_ms = job.request.start_ms
+                due = start_at(start_ms, now, delay)
+                self._playout.push(due, job, None if start_ms is None else start_ms / 1000)
+        if delay is None:
+            self._pump()
+        else:
+            self._release_due(now)
 
     def _arm_playout(self, after: float) -> None:
         """Wake the loop in ``after`` s, unless it is woken earlier already."""
