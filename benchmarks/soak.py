@@ -226,7 +226,11 @@ class Soak:
         self, deployment: Deployment, name: str, *, static: bool
     ) -> Callable[[int], Process]:
         """Starts of one scheduler: the same name, data dir and log every time."""
-        args = ["--rate", f"{self.options.scheduler_rate:g}"]
+        # Keyed egress (not the rate's default, spreading): the soak checks each tenant's
+        # order on egress and in the order the API finished its calls (the workers run
+        # ``--ordering completion`` through failures and retries), which only one partition
+        # per tenant keeps. Spread records keep start order (test_egress_spread.py).
+        args = ["--rate", f"{self.options.scheduler_rate:g}", "--egress-spread", "key"]
         if static:
             args += ["--group-instance-id", name]
 

@@ -130,7 +130,7 @@ class Settings:
         "above the API's slowest call plus the worker's retries.",
     )
     egress_spread: str = setting(
-        "key",
+        "backlogged",
         choices=("key", "backlogged"),
         help="Which egress partition a record goes to. backlogged: a record of a tenant with "
         "other records waiting or not yet settled goes to the partition with the fewest "

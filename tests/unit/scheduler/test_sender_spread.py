@@ -65,7 +65,7 @@ def fill_noisy_and_quiet(parts: Parts, noisy: int) -> None:
 
 
 def test_under_a_rate_a_backlogged_tenant_spreads_and_a_quiet_one_keeps_its_partition() -> None:
-    parts = build(rate=100, egress_spread="backlogged")
+    parts = build(rate=100)  # the default: spread
     txn = SpreadTxn()
     fill_noisy_and_quiet(parts, 40)
     placed = emit_all(parts, txn, 41)
@@ -89,7 +89,6 @@ def test_the_last_record_of_a_backlog_with_none_outstanding_goes_home() -> None:
 @pytest.mark.parametrize(
     "settings",
     [
-        {"rate": 100},  # the default: by key
         {"rate": 100, "egress_spread": "key"},
         {"egress_spread": "backlogged"},  # no rate: no start stamps to keep the order by
     ],
