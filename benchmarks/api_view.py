@@ -29,8 +29,12 @@ own shared by the workers and the scheduler:
   Workers: each takes one record at a time and commits its offset after the call, and
   sends no feedback; the scheduler gets ``--egress-group`` (their group), the one option a
   deployment of such consumers needs.
+- ``faust-agents``: ``slow-workers`` with 2 real Faust workers (``faust -A
+  benchmarks.faust_quiet_app worker``, processes of one app id) instead of Workers: each
+  runs ``fairstream.faust.PaidApiAgent`` with ``max_in_flight=1`` and its default playout
+  delay and feedback, the 0.1 s call inside its handler.
 
-For the last two, over the window of quiet traffic: the quiet tenants' wait from their
+For all but ``strict``, over the window of quiet traffic: the quiet tenants' wait from their
 producer's send time (written in the payload) to the moment the API takes the call (the
 handler's start; for ``queueing-api`` the moment a slot takes it), p50/p99/max and p99 less
 the call time; the quiet requests not taken by the end of the window plus the target's
@@ -45,7 +49,8 @@ says the Worker does not have it. Prints numbers and the targets beside them, as
 nothing. Measured on the machine it runs on, with whatever else runs there.
 
     .venv/bin/python -m benchmarks.api_view [--bootstrap HOST:PORT] [--quick]
-        [--scenario strict,slow-workers,queueing-api,plain-consumers] [--rate R --burst B]
+        [--scenario strict,slow-workers,queueing-api,plain-consumers,faust-agents]
+        [--rate R --burst B]
         [--playout-delay SECONDS|off] [--scheduler-args "OPTIONS"] [--json PATH]
 """
 
@@ -61,6 +66,9 @@ import itertools
 import json
 import os
 import shlex
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -68,9 +76,10 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from benchmarks.common import (
     Broker,
@@ -98,7 +107,7 @@ STRICT_TENANTS = 100
 QUIET_RATE = 100.0  # the scheduler's --rate in slow-workers and queueing-api
 QUIET_TENANTS = 8
 NOISY = "noisy"
-SCENARIOS = ("strict", "slow-workers", "queueing-api", "plain-consumers")
+SCENARIOS = ("strict", "slow-workers", "queueing-api", "plain-consumers", "faust-agents")
 STAMP_TOLERANCE = 1e-6  # s: the at-stamp figures' allowance for float epoch seconds
 TARGET_REFUSED = 0.01
 TARGET_ACCEPTED = 0.97
@@ -115,6 +124,7 @@ class QuietSetUp:
     call_s: float
     slots: int | None  # the API's own slots (queueing-api); None: no queue, the workers bind
     plain: bool = False  # plain confluent-kafka consumers (no feedback), not Workers
+    faust: bool = False  # Faust workers running PaidApiAgent (processes), not Workers
 
     @property
     def capacity(self) -> int:
@@ -126,6 +136,7 @@ QUIET_SETUPS = {
     "slow-workers": QuietSetUp(workers=2, concurrency=1, call_s=0.1, slots=None),
     "queueing-api": QuietSetUp(workers=2, concurrency=64, call_s=0.5, slots=8),
     "plain-consumers": QuietSetUp(workers=2, concurrency=1, call_s=0.1, slots=None, plain=True),
+    "faust-agents": QuietSetUp(workers=2, concurrency=1, call_s=0.1, slots=None, faust=True),
 }
 
 log = logger("api_view")
@@ -548,10 +559,16 @@ def plain_pool(d: Deployment, api: QuietApi, count: int, group: str) -> Iterator
     for thread in threads:
         thread.start()
     try:
-        wait_until(
-            lambda: sum(owned.values()) == d.partitions or bool(errors),
+        wait_until(  # each owning some: the first to join owns all until the others join
+            lambda: (
+                (
+                    sum(owned.values()) == d.partitions
+                    and all(owned.get(i, 0) > 0 for i in range(min(count, d.partitions)))
+                )
+                or bool(errors)
+            ),
             90,
-            "the plain consumers own every egress partition",
+            "the plain consumers share every egress partition",
         )
         if errors:
             raise RuntimeError(f"a plain consumer failed: {errors[0]}")
@@ -562,6 +579,95 @@ def plain_pool(d: Deployment, api: QuietApi, count: int, group: str) -> Iterator
             thread.join(30)
     if errors:
         raise RuntimeError(f"a plain consumer failed: {errors[0]}")
+
+
+FAUST_WORKER = (sys.executable, "-m", "faust", "-A", "benchmarks.faust_quiet_app", "worker")
+
+
+@contextlib.contextmanager
+def faust_pool(
+    d: Deployment, feedback: str, set_up: QuietSetUp, workdir: Path
+) -> Iterator[Callable[[], list[Taken]]]:
+    """``set_up.workers`` Faust workers (``benchmarks.faust_quiet_app``, one app id: one
+    consumer group) as processes, each member of the group with some egress partitions
+    when this yields a function that reads the calls they logged so far; stopped when the
+    block ends. A call's end is its start plus the call time (the handler sleeps it)."""
+    app_id = unique("api-view-faust")
+    logs = [workdir / f"{app_id}-{i}.calls" for i in range(set_up.workers)]
+    procs: list[subprocess.Popen[bytes]] = []
+    outputs = [workdir / f"{app_id}-{i}.log" for i in range(set_up.workers)]
+    for i in range(set_up.workers):
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "KAFKA_BOOTSTRAP_SERVERS": d.bootstrap,
+            "FAIRSTREAM_EGRESS_TOPIC": d.topics.egress,
+            "FAIRSTREAM_DLQ_TOPIC": d.topics.dlq,
+            "FAIRSTREAM_FEEDBACK_TOPIC": feedback,
+            "BENCH_APP_ID": app_id,
+            "BENCH_DATADIR": str(workdir / f"{app_id}-{i}.data"),
+            "BENCH_CALLS_LOG": str(logs[i]),
+            "BENCH_CALL_S": f"{set_up.call_s:g}",
+            "BENCH_MAX_IN_FLIGHT": str(set_up.concurrency),
+        }
+        procs.append(
+            subprocess.Popen(
+                [*FAUST_WORKER, "--without-web", "-l", "warn"],
+                cwd=Path(__file__).resolve().parent.parent,
+                stdout=outputs[i].open("ab"),
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        )
+
+    def alive() -> None:
+        for proc, out in zip(procs, outputs, strict=True):
+            if proc.poll() is not None:
+                tail = "\n".join(out.read_text(errors="replace").splitlines()[-20:])
+                raise RuntimeError(f"a Faust worker exited {proc.returncode}:\n{tail}")
+
+    admin = AdminClient({"bootstrap.servers": d.bootstrap})
+
+    def shared() -> bool:
+        alive()
+        try:
+            group = admin.describe_consumer_groups([app_id])[app_id].result(10)
+        except KafkaException:
+            return False  # not there yet
+        owned = [
+            sum(1 for tp in m.assignment.topic_partitions if tp.topic == d.topics.egress)
+            for m in group.members
+        ]
+        return len(owned) == set_up.workers and all(owned) and sum(owned) == d.partitions
+
+    def calls() -> list[Taken]:
+        taken: list[Taken] = []
+        for path in logs:
+            if not path.exists():
+                continue
+            for line in path.read_text().splitlines():
+                at, tenant, sent = line.split()
+                start = float(at)
+                taken.append(
+                    Taken(
+                        tenant, None if sent == "-" else float(sent), start, start + set_up.call_s
+                    )
+                )
+        return sorted(taken, key=lambda c: c.taken)
+
+    try:
+        wait_until(shared, 120, "the Faust workers share every egress partition", interval=0.5)
+        yield calls
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def _sent(payload: bytes) -> float | None:
@@ -676,16 +782,24 @@ def run_quiet(
     seconds: float = sizes["quiet_s"]
     sent: list[float] = []
     group = unique(f"api-view-{scenario}")
-    pool: contextlib.AbstractContextManager[Any] = (
-        plain_pool(d, api, set_up.workers, group)
-        if set_up.plain
-        else worker_pool(d, feedback, api.handle, set_up.workers, set_up.concurrency, options)
-    )
+    pool: contextlib.AbstractContextManager[Any]
+    if set_up.plain:
+        pool = plain_pool(d, api, set_up.workers, group)
+    elif set_up.faust:
+        pool = faust_pool(d, feedback, set_up, workdir)
+    else:
+        pool = worker_pool(d, feedback, api.handle, set_up.workers, set_up.concurrency, options)
     # Plain consumers report nothing: the scheduler reads their group's committed offsets.
     credit = ["--egress-group", group] if set_up.plain else []
     if set_up.plain:
         used = "none (plain consumers call on arrival)"
-    with pool:
+    elif set_up.faust:
+        used = "the Faust agent's default"
+    with pool as running:
+        # The Faust workers log their calls in files of their own; the others call ``api``.
+        taken: Callable[[], list[Taken]] = (
+            cast(Callable[[], list[Taken]], running) if set_up.faust else api.snapshot
+        )
         egress = EgressWatch(bootstrap, d.topics.egress)
         cleanup.append(egress.close)
         scheduler = start_scheduler(
@@ -714,20 +828,22 @@ def run_quiet(
                 if time.time() < end:
                     return False
                 # Distinct requests: a record redelivered at a rebalance is called twice.
-                taken = {c.sent for c in api.snapshot() if c.sent is not None}
-                return len(taken) >= len(sent)
+                served = {c.sent for c in taken() if c.sent is not None}
+                return len(served) >= len(sent)
 
             with contextlib.suppress(AssertionError):  # the deadline passed: say who waits
                 wait_until(drained, deadline - time.time(), "quiet drained", interval=0.2)
         finally:
             stop.set()
             quiet.join(15)
-        calls = api.snapshot()
+        calls = taken()
         scheduled = list(egress.scheduled)
     result = {
         "scenario": scenario,
         "rate": QUIET_RATE,
-        "consumers": "plain, --egress-group" if set_up.plain else "Worker",
+        "consumers": (
+            "plain, --egress-group" if set_up.plain else "Faust" if set_up.faust else "Worker"
+        ),
         "workers": set_up.workers,
         "concurrency": set_up.concurrency,
         "call_s": set_up.call_s,
@@ -864,8 +980,11 @@ def report(result: dict[str, Any]) -> list[str]:
 
 def who(run: dict[str, Any]) -> str:
     """The consumers a quiet run had, as words."""
-    if run.get("consumers", "Worker") == "Worker":
+    consumers = run.get("consumers", "Worker")
+    if consumers == "Worker":
         return "Workers"
+    if consumers == "Faust":
+        return "Faust workers (PaidApiAgent, max_in_flight)"
     return "plain consumers (--egress-group, no feedback)"
 
 

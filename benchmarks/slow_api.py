@@ -198,9 +198,11 @@ def _workers(
 
 @contextlib.contextmanager
 def running_workers(pool: list[Worker], partitions: int) -> Iterator[list[Worker]]:
-    """Run ``pool`` (Workers of one group) on threads; yields once they own all
-    ``partitions`` egress partitions, stops them and joins their threads when the block
-    ends. A worker that failed fails the block."""
+    """Run ``pool`` (Workers of one group) on threads; yields once they share all
+    ``partitions`` egress partitions, each owning some (the first to join owns them all
+    until the others' join moves some, a rebalance the measurement must not hold), stops
+    them and joins their threads when the block ends. A worker that failed fails the
+    block."""
     errors: list[BaseException] = []
     threads = [
         threading.Thread(target=_run_worker, args=(w, errors), daemon=True, name=f"worker-{i}")
@@ -210,9 +212,15 @@ def running_workers(pool: list[Worker], partitions: int) -> Iterator[list[Worker
         for thread in threads:
             thread.start()
         wait_until(
-            lambda: sum(len(w.assignment) for w in pool) == partitions or errors,
+            lambda: (
+                (
+                    sum(len(w.assignment) for w in pool) == partitions
+                    and all(w.assignment for w in pool[:partitions])
+                )
+                or errors
+            ),
             90,
-            "the workers own every egress partition",
+            "the workers share every egress partition",
         )
         if errors:
             raise RuntimeError(f"a worker failed: {errors[0]!r}")
