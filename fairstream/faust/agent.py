@@ -102,6 +102,11 @@ MAX_DETAIL_CHARS = 2000
 # the agent's memory and how far the events read run ahead of the commit point.
 HELD_PER_SLOT = 32
 
+# Turns of the loop the starter gives the reader at most, each time it looks, to take in
+# what Faust has buffered (``_Actor._drained``): a reader that takes events in on every
+# turn (a fast stream) cannot hold the calls back for longer.
+DRAIN_TURNS = 256
+
 
 def request_from_event(event: EventT[bytes], attempt: int = 1) -> Request:
     """The handler's view of one egress event (missing headers get the defaults).
@@ -464,6 +469,7 @@ class _Actor:
         self.wake = asyncio.Event()  # an event held or a call finished: the starter looks
         self.room = asyncio.Event()  # events acked: the reader may read on
         self.calls: set[asyncio.Task[None]] = set()
+        self.read = 0  # events taken in so far (``_drained``)
         self.failure: BaseException | None = None
         self.reader: asyncio.Task[Any] | None = None
 
@@ -477,6 +483,7 @@ class _Actor:
                     self.room.clear()
                     await self.room.wait()
                 held = self.agent.admit(self.window, event)
+                self.read += 1
                 if not held.call:
                     await self._ack(self.window.finish(held))
                 self.wake.set()
@@ -493,6 +500,7 @@ class _Actor:
     async def _start_calls(self) -> None:
         window = self.window
         while True:
+            await self._drained()
             self.wake.clear()  # only this task clears it: no wake-up is lost
             for held in window.startable():
                 task = asyncio.create_task(self._call(held))
@@ -502,6 +510,19 @@ class _Actor:
             timeout = None if due is None else timer_wait(due - self.agent._wall())
             with contextlib.suppress(TimeoutError):  # then the next start time has come
                 await asyncio.wait_for(self.wake.wait(), timeout)
+
+    async def _drained(self) -> None:
+        """Wait while the reader takes in what Faust has buffered: Faust hands events over
+        one per turn of the loop, and a starter that ran between them started a late
+        record before an earlier-stamped one of the same tenant, read next from another
+        partition, was held (a record past its moment is due at once). So late records
+        read together start in the order of their stamps. Ends at the first turn that
+        took nothing in (the reader waits for Faust, or for room), ``DRAIN_TURNS`` at most."""
+        for _ in range(DRAIN_TURNS):
+            read = self.read
+            await asyncio.sleep(0)
+            if self.read == read:
+                return
 
     def _ended(self, starter: asyncio.Task[None]) -> None:
         """The starter never ends on its own: if it failed, end the actor with its error."""

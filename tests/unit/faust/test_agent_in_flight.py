@@ -215,6 +215,7 @@ class Stream:
 
     async def events(self) -> AsyncIterator[Event]:
         while True:
+            await asyncio.sleep(0)  # as Faust's stream does before each event
             yield await self.incoming.get()
 
     async def ack(self, e: Event) -> bool:
@@ -378,6 +379,36 @@ def test_a_call_waiting_for_its_start_time_leaves_its_slot_to_a_later_record() -
             await actor
 
     run(scenario)
+
+
+def test_late_events_read_together_start_in_stamp_order_across_partitions() -> None:
+    # One tenant's records spread over three partitions, all past their moment (a slow
+    # commit), read partition by partition: Faust hands them over one per turn of the loop,
+    # and a starter that ran between them started each on its own, out of stamp order.
+    handler = Gated()
+    clock = Clock(T0 + 10)
+    agent = agent_for(handler, max_in_flight=1, playout_delay=0.1, wall_clock=clock)
+    stream = Stream()
+    stamp = int(T0 * 1000)
+    stamps = {0: [1, 4], 1: [2, 5], 2: [3, 6]}
+
+    async def scenario() -> None:
+        actor = asyncio.create_task(agent._consume(stream))  # type: ignore[arg-type]
+        for p, part_stamps in stamps.items():
+            for o, s in enumerate(part_stamps):
+                stream.incoming.put_nowait(
+                    event(o, partition=p, request_id=f"s{s}", start_ms=stamp + s)
+                )
+        for s in range(1, 7):
+            await until(lambda s=s: f"s{s}" in handler.started, f"s{s} started")
+            handler.gate(f"s{s}").set()
+        await until(lambda: len(stream.acked) == 6, "every event acked")
+        actor.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await actor
+
+    run(scenario)
+    assert handler.started == [f"s{s}" for s in range(1, 7)]
 
 
 def test_a_dead_lettered_event_is_acked_and_an_agent_failure_leaves_its_event_unacked() -> None:
