@@ -68,7 +68,6 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -85,12 +84,16 @@ from benchmarks.common import (
     Broker,
     Row,
     delete_all,
+    exited,
     failed_row,
+    faust_worker,
     get,
     keys_for,
     logger,
+    partitions_shared,
     prefill,
     start_scheduler,
+    stop_process,
 )
 from benchmarks.slow_api import EgressWatch, running_workers
 from fairstream import Request, Worker
@@ -559,12 +562,9 @@ def plain_pool(d: Deployment, api: QuietApi, count: int, group: str) -> Iterator
     for thread in threads:
         thread.start()
     try:
-        wait_until(  # each owning some: the first to join owns all until the others join
+        wait_until(
             lambda: (
-                (
-                    sum(owned.values()) == d.partitions
-                    and all(owned.get(i, 0) > 0 for i in range(min(count, d.partitions)))
-                )
+                partitions_shared([owned.get(i, 0) for i in range(count)], d.partitions)
                 or bool(errors)
             ),
             90,
@@ -581,50 +581,22 @@ def plain_pool(d: Deployment, api: QuietApi, count: int, group: str) -> Iterator
         raise RuntimeError(f"a plain consumer failed: {errors[0]}")
 
 
-FAUST_WORKER = (sys.executable, "-m", "faust", "-A", "benchmarks.faust_quiet_app", "worker")
-
-
 @contextlib.contextmanager
 def faust_pool(
     d: Deployment, feedback: str, set_up: QuietSetUp, workdir: Path
 ) -> Iterator[Callable[[], list[Taken]]]:
     """``set_up.workers`` Faust workers (``benchmarks.faust_quiet_app``, one app id: one
-    consumer group) as processes, each member of the group with some egress partitions
+    consumer group) as processes, sharing the egress partitions (``partitions_shared``)
     when this yields a function that reads the calls they logged so far; stopped when the
     block ends. A call's end is its start plus the call time (the handler sleeps it)."""
     app_id = unique("api-view-faust")
     logs = [workdir / f"{app_id}-{i}.calls" for i in range(set_up.workers)]
-    procs: list[subprocess.Popen[bytes]] = []
     outputs = [workdir / f"{app_id}-{i}.log" for i in range(set_up.workers)]
-    for i in range(set_up.workers):
-        env = {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            "KAFKA_BOOTSTRAP_SERVERS": d.bootstrap,
-            "FAIRSTREAM_EGRESS_TOPIC": d.topics.egress,
-            "FAIRSTREAM_DLQ_TOPIC": d.topics.dlq,
-            "FAIRSTREAM_FEEDBACK_TOPIC": feedback,
-            "BENCH_APP_ID": app_id,
-            "BENCH_DATADIR": str(workdir / f"{app_id}-{i}.data"),
-            "BENCH_CALLS_LOG": str(logs[i]),
-            "BENCH_CALL_S": f"{set_up.call_s:g}",
-            "BENCH_MAX_IN_FLIGHT": str(set_up.concurrency),
-        }
-        procs.append(
-            subprocess.Popen(
-                [*FAUST_WORKER, "--without-web", "-l", "warn"],
-                cwd=Path(__file__).resolve().parent.parent,
-                stdout=outputs[i].open("ab"),
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-        )
+    procs: list[subprocess.Popen[bytes]] = []
 
     def alive() -> None:
         for proc, out in zip(procs, outputs, strict=True):
-            if proc.poll() is not None:
-                tail = "\n".join(out.read_text(errors="replace").splitlines()[-20:])
-                raise RuntimeError(f"a Faust worker exited {proc.returncode}:\n{tail}")
+            exited(proc, out, "a Faust worker")
 
     admin = AdminClient({"bootstrap.servers": d.bootstrap})
 
@@ -638,7 +610,7 @@ def faust_pool(
             sum(1 for tp in m.assignment.topic_partitions if tp.topic == d.topics.egress)
             for m in group.members
         ]
-        return len(owned) == set_up.workers and all(owned) and sum(owned) == d.partitions
+        return len(owned) == set_up.workers and partitions_shared(owned, d.partitions)
 
     def calls() -> list[Taken]:
         taken: list[Taken] = []
@@ -656,18 +628,29 @@ def faust_pool(
         return sorted(taken, key=lambda c: c.taken)
 
     try:
+        for i in range(set_up.workers):
+            env = {
+                "KAFKA_BOOTSTRAP_SERVERS": d.bootstrap,
+                "FAIRSTREAM_EGRESS_TOPIC": d.topics.egress,
+                "FAIRSTREAM_DLQ_TOPIC": d.topics.dlq,
+                "FAIRSTREAM_FEEDBACK_TOPIC": feedback,
+                "BENCH_APP_ID": app_id,
+                "BENCH_DATADIR": str(workdir / f"{app_id}-{i}.data"),
+                "BENCH_CALLS_LOG": str(logs[i]),
+                "BENCH_CALL_S": f"{set_up.call_s:g}",
+                "BENCH_MAX_IN_FLIGHT": str(set_up.concurrency),
+            }
+            procs.append(
+                faust_worker("benchmarks.faust_quiet_app", env, outputs[i], "--without-web")
+            )
         wait_until(shared, 120, "the Faust workers share every egress partition", interval=0.5)
         yield calls
     finally:
-        for proc in procs:
+        for proc in procs:  # SIGTERM to all first: they leave the group together
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         for proc in procs:
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
 
 
 def _sent(payload: bytes) -> float | None:

@@ -1,5 +1,6 @@
 """The helpers every benchmark shares: logging, the broker, deployments on topics of their
-own, a scheduler's /metrics, writing records, and reading nested results.
+own, a scheduler's /metrics, Faust worker processes, consumers sharing partitions, writing
+records, and reading nested results.
 
 The scheduler processes, topics and readers themselves come from the harness the
 integration tests use (``fairstream_dev.harness``).
@@ -9,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -243,6 +246,48 @@ def kill(scheduler: SchedulerProcess) -> None:
     if scheduler.alive():
         scheduler.kill()
     shutil.rmtree(scheduler.data_dir, ignore_errors=True)
+
+
+def faust_worker(
+    app: str, env: Mapping[str, str], log_path: Path, *options: str
+) -> subprocess.Popen[bytes]:
+    """``faust -A APP worker -l warn OPTIONS`` from the repository, with ``env`` over this
+    process's environment, its output appended to ``log_path``. Stop it with
+    ``stop_process``; ``exited`` tells whether it died."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "faust", "-A", app, "worker", "-l", "warn", *options],
+        cwd=REPO,
+        stdout=log_path.open("ab"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+    )
+
+
+def exited(proc: subprocess.Popen[bytes], log_path: Path, what: str) -> None:
+    """Raise, with the last lines of its log, if ``what`` (``proc``) has exited."""
+    if proc.poll() is not None:
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
+        raise RuntimeError(f"{what} exited {proc.returncode}:\n{tail}")
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, and wait up to a minute for the exit; then kill."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def partitions_shared(owned: Sequence[int], partitions: int) -> bool:
+    """Whether consumers of one group, owning ``owned`` partitions each (one entry per
+    consumer), hold all ``partitions`` between them, each some while there are enough to go
+    round. The first to join owns them all until the others' join moves some: a rebalance
+    that a measurement must not hold."""
+    owners = sum(1 for n in owned if n > 0)
+    return sum(owned) == partitions and owners == min(len(owned), partitions)
 
 
 @functools.cache

@@ -19,9 +19,6 @@ import argparse
 import functools
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,9 +27,19 @@ from typing import Any
 from confluent_kafka import Producer
 
 from benchmarks.api_view import deployment_with_feedback
-from benchmarks.common import Row, get, logger, standalone, start_scheduler, undoing
+from benchmarks.common import (
+    Row,
+    exited,
+    faust_worker,
+    get,
+    logger,
+    standalone,
+    start_scheduler,
+    stop_process,
+    undoing,
+)
 from fairstream_dev.harness.kafka import unique, wait_until
-from fairstream_dev.harness.scheduler import REPO, SchedulerProcess
+from fairstream_dev.harness.scheduler import SchedulerProcess
 
 RATE = 40.0
 TENANT = "backlogged"
@@ -48,28 +55,6 @@ def _sizes(quick: bool) -> tuple[int, tuple[float, float]]:
 
 def _ok(scheduler: SchedulerProcess) -> float:
     return scheduler.metric(OK) or 0.0
-
-
-def _faust(env: dict[str, str], workdir: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    log_path = workdir / "faust.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "faust", "-A", "examples.faust_app", "worker", "-l", "warn"],
-        cwd=REPO,
-        stdout=log_path.open("ab"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
-    )
-    return proc, log_path
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def run(
@@ -95,17 +80,16 @@ def run(
         "EXAMPLE_APP_ID": unique("faustview-app"),
         "EXAMPLE_DATADIR": str(workdir / "faust-data"),
     }
-    proc, faust_log = _faust(env, workdir)
-    cleanup.append(functools.partial(_stop, proc))
+    faust_log = workdir / "faust.log"
+    proc = faust_worker("examples.faust_app", env, faust_log)
+    cleanup.append(functools.partial(stop_process, proc))
     scheduler = start_scheduler(
         d, workdir, "faust-view", ["--rate", f"{RATE:g}", "--feedback-topic", feedback], cleanup
     )
     scheduler.wait_ready()
 
     def alive() -> None:
-        if proc.poll() is not None:
-            tail = "\n".join(faust_log.read_text(errors="replace").splitlines()[-20:])
-            raise RuntimeError(f"the Faust worker exited {proc.returncode}:\n{tail}")
+        exited(proc, faust_log, "the Faust worker")
 
     def first_call() -> bool:
         alive()

@@ -59,6 +59,7 @@ from benchmarks.common import (
     failed_row,
     get,
     logger,
+    partitions_shared,
     print_targets,
     start_scheduler,
 )
@@ -199,10 +200,8 @@ def _workers(
 @contextlib.contextmanager
 def running_workers(pool: list[Worker], partitions: int) -> Iterator[list[Worker]]:
     """Run ``pool`` (Workers of one group) on threads; yields once they share all
-    ``partitions`` egress partitions, each owning some (the first to join owns them all
-    until the others' join moves some, a rebalance the measurement must not hold), stops
-    them and joins their threads when the block ends. A worker that failed fails the
-    block."""
+    ``partitions`` egress partitions (``partitions_shared``), stops them and joins their
+    threads when the block ends. A worker that failed fails the block."""
     errors: list[BaseException] = []
     threads = [
         threading.Thread(target=_run_worker, args=(w, errors), daemon=True, name=f"worker-{i}")
@@ -212,13 +211,7 @@ def running_workers(pool: list[Worker], partitions: int) -> Iterator[list[Worker
         for thread in threads:
             thread.start()
         wait_until(
-            lambda: (
-                (
-                    sum(len(w.assignment) for w in pool) == partitions
-                    and all(w.assignment for w in pool[:partitions])
-                )
-                or errors
-            ),
+            lambda: partitions_shared([len(w.assignment) for w in pool], partitions) or errors,
             90,
             "the workers share every egress partition",
         )
