@@ -28,7 +28,16 @@ takes when nothing queues. Every ``interval`` seconds, over the completions of t
   ``base_call``: the window's least call, or while the window holds fewer than
   ``_CALLS_TRUSTED`` (an API of a few calls a second), the least of the last ones. A
   standing queue there delays the quickest call too, while calls that only vary in length
-  leave the least near its base.
+  leave the least near its base. Calls of one length (``fixed_call``: the run's first
+  ``_CALLS_TRUSTED`` calls, which meet no queue of ours under the start-up window, all
+  within ``tolerance`` of their mean; a probe measures it again) show the API's queue more
+  exactly: as much as the window's mean call is above that length. Calls that end in
+  lockstep (an API of 8 slots of 0.5 s) leave one of them unqueued in most windows, so the
+  least call hid a queue behind the others, which the target then kept and the growth
+  added to: the limit climbed from 14 to 20-23 and was cut back, again and again, and the
+  quiet tenants waited 1.2-1.3 s at p99 (``benchmarks.api_view --scenario queueing-api``);
+  told from the mean, it stays at 14, and they wait 0.88 s. Calls that vary in length
+  leave it None: their mean above their least is no queue.
 - **Target**: ``completions/s x (mean hold - queue) x (1 + headroom) + spare``: the slots
   that keep the workers busy with no queue, plus a little queue (a worker finishing a call
   finds the next one). While a queue shows, the completions per second are the capacity
@@ -51,8 +60,9 @@ takes when nothing queues. Every ``interval`` seconds, over the completions of t
   measures the growth), and meanwhile no higher than it was. Grown every interval, it
   overshot before the holds showed the queue (an API of 8 slots of 0.5 s that queues: the
   quiet tenants' wait went from 1.0 s to 1.15 s at p99, in a sawtooth every 5 s). Until
-  the first queue past ``tolerance`` is seen, ``growth`` is 2 (TCP's slow start: doubling
-  per round trip), so that a slow API reaches its concurrency within a few round trips.
+  the first queue past ``tolerance`` is seen, ``growth`` is ``_SLOW_START`` (as TCP's slow
+  start doubles per round trip), so that a slow API reaches its concurrency within a few
+  round trips.
 - **First limit**: the completions per second are counted from ``interval`` after the
   first sample, and, under a start-up window of ``startup`` slots (``update``), at most
   ``startup`` per mean hold (Little's law: no more were in flight). Counted over a short
@@ -129,6 +139,12 @@ _BINDING: Final = 0.9
 # burst must not take the limit down by more than half before the next one is measured.
 _GRADIENT_MIN: Final = 0.5
 
+# The growth per round trip until the first queue is seen (TCP's slow start doubles). Doubled,
+# the first limit at an API of 8 slots that queues (12: its slots and the pipeline) went to
+# 23 in the first second, and the quiet tenants behind those 11 calls waited 1.1-1.3 s; by
+# half, 17, and 0.85 s. A slow API (1 s calls at --rate 40) still gets 0.975x of the rate.
+_SLOW_START: Final = 1.5
+
 # The API's queue is told from the least of this many calls at least (the window's, or the
 # last ones while the window holds fewer): the least of fewer calls that vary in length is
 # far above the least ever.
@@ -185,7 +201,9 @@ class ConcurrencyLimit:
         "_limit",
         "_next_probe",
         "_next_update",
+        "_noload",
         "_probe_call",
+        "_probe_calls",
         "_probe_count",
         "_probe_interval",
         "_probe_start",
@@ -200,6 +218,7 @@ class ConcurrencyLimit:
         "base_call",
         "base_wait",
         "ceiling",
+        "fixed_call",
         "floor",
         "gradient",
         "gradient_tolerance",
@@ -231,6 +250,8 @@ class ConcurrencyLimit:
     _grow_at: float
     _released_last: float
     _queued: bool
+    _noload: list[float]
+    fixed_call: float | None
 
     def __init__(
         self,
@@ -290,6 +311,7 @@ class ConcurrencyLimit:
         self._last = -math.inf  # when the last sample came
         self._next_update = -math.inf
         self._probe_wait = self._probe_call = math.inf
+        self._probe_calls: list[float] = []
         self._probe_count = 0
         self._saved = 0.0  # the limit before the running probe
         self._held_until = -math.inf  # no recomputing before (the window holds a probe)
@@ -365,6 +387,12 @@ class ConcurrencyLimit:
         self._released_last = max(self._released_last, now - hold)
         self._calls.append(call)
         self._last = now
+        noload = self._noload
+        if len(noload) < _CALLS_TRUSTED:
+            # The run's first calls meet no queue of ours (the start-up window's few slots).
+            noload.append(call)
+            if len(noload) == _CALLS_TRUSTED:
+                self.fixed_call = _one_length(noload, self.tolerance)
         if self.base_wait is None or wait < self.base_wait:
             self.base_wait = wait
         if self.base_call is None or call < self.base_call:
@@ -374,6 +402,7 @@ class ConcurrencyLimit:
             self._probe_count += 1
             self._probe_wait = min(self._probe_wait, wait)
             self._probe_call = min(self._probe_call, call)
+            self._probe_calls.append(call)
 
     def update(self, now: float | None = None, startup: int | None = None) -> int | None:
         """Recompute the limit when ``interval`` has passed since the last time; the limit.
@@ -421,7 +450,8 @@ class ConcurrencyLimit:
         ``base_wait`` less ``slack`` (the egress topic, a worker busy) plus the short
         latency (``short_call``) above ``base_call`` (an API that queues calls): a queue
         there delays the quickest call too, while calls that only vary in length leave
-        the least near its base."""
+        the least near its base; for calls of one length (``fixed_call``), the mean call
+        above it, when that is more."""
         samples = self._samples
         if not samples or self.base_wait is None or self.base_call is None:
             return 0.0
@@ -429,7 +459,13 @@ class ConcurrencyLimit:
         queue = max(0.0, mean - self.base_wait - self.slack)
         short = self.short_call()
         if short is not None:
-            queue += max(0.0, short - self.base_call)
+            api = max(0.0, short - self.base_call)
+            fixed = self.fixed_call
+            if fixed is not None:
+                # Calls of one length: the mean above that length is the API's queue.
+                calls = sum(call for _, _, call, _ in samples) / len(samples)
+                api = max(api, calls - fixed)
+            queue += api
         return queue
 
     def short_call(self) -> float | None:
@@ -491,7 +527,7 @@ class ConcurrencyLimit:
             # only once a request released since the last growth came back (a round trip:
             # the growth is in its hold), and meanwhile back up to where it was.
             if self._released_last >= self._grow_at:
-                grown = limit * (self.growth if self._queued else 2.0)
+                grown = limit * (self.growth if self._queued else _SLOW_START)
             else:
                 grown = max(limit, self._grown_from)
             new = min(target, grown)
@@ -527,6 +563,7 @@ class ConcurrencyLimit:
         self._saved = self._limit
         self._probe_start = now
         self._probe_wait = self._probe_call = math.inf
+        self._probe_calls = []
         self._probe_count = 0
 
     def _probing(self, now: float) -> None:
@@ -539,6 +576,9 @@ class ConcurrencyLimit:
             old = self.base
             self.base_wait = self._probe_wait
             self.base_call = self._probe_call
+            if self.fixed_call is not None:
+                # Calls of one length then: still, at the length the probe measured?
+                self.fixed_call = _one_length(self._probe_calls, self.tolerance)
             self.probes += 1
             new = self.base
             assert old is not None
@@ -570,6 +610,18 @@ class ConcurrencyLimit:
         self._grow_at = -math.inf  # when the limit last grew
         self._released_last = -math.inf  # the latest release among the samples
         self._queued = False  # a queue was seen this run: slow start is over
+        self._noload = []  # the run's first calls (no queue of ours before them)
+        self.fixed_call = None  # the calls' one length, when they have one (seconds)
+
+
+def _one_length(calls: list[float], tolerance: float) -> float | None:
+    """The calls' mean, when they are all within ``tolerance`` of it (None otherwise)."""
+    if not calls:
+        return None
+    mean = sum(calls) / len(calls)
+    if mean <= 0 or max(calls) - min(calls) > tolerance * mean:
+        return None
+    return mean
 
 
 class StartupWindow:

@@ -610,3 +610,48 @@ def test_the_first_limit_counts_no_more_completions_than_the_window_allowed():
     clock.advance(0.25)
     assert capped.update(startup=16) == round(16 / 0.65 * 0.65 * 1.2 + 2)
     assert free.update() == round(8 / 0.25 * 0.65 * 1.2 + 2)
+
+
+def test_calls_of_one_length_are_told_from_calls_that_vary():
+    clock = ManualClock()
+    credit = ConcurrencyLimit(clock)
+    for _ in range(8):  # the run's first calls: one length, within the tolerance
+        clock.advance(0.05)
+        credit.observe(0.75, 0.5 + random.Random(3).uniform(0, 0.01), 0.15)
+    assert credit.fixed_call == pytest.approx(0.505, abs=0.006)
+    varying = ConcurrencyLimit(clock)
+    for length in (0.2, 0.5, 0.3, 0.9, 0.4, 0.25, 0.6, 0.35):
+        clock.advance(0.05)
+        varying.observe(length + 0.25, length, 0.15)
+    assert varying.fixed_call is None
+    assert varying.queue() == 0.0  # their mean above their least is no queue
+
+
+def test_an_api_of_one_call_length_keeps_a_short_queue_when_its_calls_end_in_lockstep():
+    # 8 slots of 0.5 s that queue the rest: 8 calls start together and end together, so in
+    # most windows one of them met no queue and the least call hid the others' queue. The
+    # mean call above the one length shows it: the queue stays under one call (without:
+    # 0.735 s at p99, the limit at 19 of the 12 the slots and the pipeline hold).
+    clock = ManualClock()
+    loop = Loop(8, _fixed(0.5), transit=0.15, back=0.1, queue_in_call=True, clock=clock)
+    loop.credit = credit = ConcurrencyLimit(clock)
+    loop.run(40.0)
+    assert credit.fixed_call == pytest.approx(0.5)
+    assert loop.wait_p99(5, 40) < 0.5
+    assert loop.throughput(5, 40) >= 0.95 * 16  # the API stays busy
+    assert loop.limit_median(5, 40) <= 17
+
+
+def test_a_probe_measures_the_call_length_again():
+    # 8 slots that queue, calls of 0.5 s, then of 1 s: the next probe's calls (the limit at
+    # its floor, nothing queued) measure the new length.
+    clock = ManualClock()
+    length = [0.5]
+    loop = Loop(8, lambda: length[0], transit=0.15, back=0.1, queue_in_call=True, clock=clock)
+    loop.credit = credit = ConcurrencyLimit(clock, probe_every=10.0)
+    loop.run(5.0)
+    assert credit.fixed_call == pytest.approx(0.5)
+    length[0] = 1.0
+    loop.run(30.0)
+    assert credit.probes >= 1
+    assert credit.fixed_call == pytest.approx(1.0)
