@@ -114,10 +114,10 @@ class Settings:
         None,
         empty_is_none=True,
         help="The consumer group that reads egress, for workers that send no feedback (a "
-        "plain consumer committing its offsets, a Faust app without the SDK): a few times a "
-        "second its committed offsets and egress's end offsets give its lag, and the "
+        "plain consumer committing its offsets, a Faust app without the SDK): twenty times "
+        "a second its committed offsets and egress's end offsets give its lag, and the "
         "scheduler releases no more while the lag is at its bound, what the group consumes "
-        "in about half a second (Little's law, adapting as its throughput changes, at least "
+        "in about 0.15 s (Little's law, adapting as its throughput changes, at least "
         "a few records), so the backlog waits in the scheduler, where fairness is applied. "
         "Unlimited while the group has committed nothing. [default: none]",
     )

@@ -148,7 +148,7 @@ class LagBound:
         self,
         clock: Clock,
         *,
-        horizon: float = 0.5,
+        horizon: float = 0.15,
         headroom: float = 0.2,
         spare: float = 2.0,
         floor: int = 4,

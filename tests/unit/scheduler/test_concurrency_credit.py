@@ -13,7 +13,7 @@ from fairstream.config import Settings
 from fairstream.core import ConcurrencyLimit, ManualClock
 from fairstream.scheduler.feedback.reader import FeedbackReader
 from fairstream.scheduler.handoff import Handoff
-from fairstream.scheduler.messages import ConcurrencyChange, FeedbackBatch
+from fairstream.scheduler.messages import ConcurrencyChange, FeedbackBatch, LagChange
 from fairstream.scheduler.metrics import Metrics
 from fairstream.wire.feedback import Feedback, Outcome, Scope, encode_feedback, feedback_key
 from tests.unit.scheduler.test_emit_rule import make, push, sent
@@ -236,6 +236,29 @@ def test_without_feedback_the_window_doubles_then_opens_and_gives_its_slots_back
         emitter._emit_some()
     assert len(sent(emitter)) == 100
     assert len(emitter.rule.inflight) == 0
+
+
+def test_with_an_egress_group_the_window_opens_and_its_lag_still_holds_the_slots(
+    make: Any,
+) -> None:
+    # Plain consumers (--egress-group) report nothing: the window opens after its timeout.
+    # The records it let go still wait downstream, in the group's lag: their slots stay
+    # taken until the lag frees them. Given back, each was released a second time.
+    emitter = started(make)
+    clock, pacing = emitter.clock, emitter.pacing
+    emitter._emit_some()
+    pacing.review_startup(clock.now())
+    assert len(sent(emitter)) == 4
+    emitter._control(LagChange(bound=12, lag=8, at=clock.now()))  # 4 of them here, waiting
+    assert len(emitter.rule.inflight) == 4
+    clock.advance(8.0)
+    pacing.review_startup(clock.now())
+    assert pacing.startup.limit is None
+    assert len(emitter.rule.inflight) == 4  # the lag still holds them
+    emitter._emit_some()
+    assert len(emitter.rule.inflight) == 6  # this instance's half of the bound of 12
+    emitter._control(LagChange(bound=12, lag=2, at=clock.now()))  # the group consumed
+    assert len(emitter.rule.inflight) == 1
 
 
 def test_a_settled_request_stops_the_doubling_but_not_the_timeout(make: Any) -> None:
