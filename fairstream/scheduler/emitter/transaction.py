@@ -35,6 +35,13 @@ RETRY_FOR = 120.0  # seconds a retriable commit or abort is tried again (a broke
 OFFSETS_TIMEOUT = 10.0  # seconds send_offsets_to_transaction may take before it is aborted
 POLL_EVERY = 1000  # records produced between two polls of the producer (its callbacks)
 RENEW_EVERY = 60.0  # seconds: a broken producer is replaced at most this often
+# send_offsets_to_transaction timing out this many times in a row: the producer is replaced.
+# After the broker was paused for 15 s (SIGSTOP), a producer's request to its transaction
+# coordinator stayed in its out-queue for good ("Timed out 0 in-flight, ... 1 out-queue"):
+# every later transaction was aborted 10 s in, and nothing reached egress for the 240 s
+# watched, while each abort succeeded (a known class of librdkafka coordinator hangs). A new
+# producer has new connections.
+STUCK_AFTER = 3
 METADATA_TIMEOUT = 5.0  # seconds the emitter waits for a topic's partitions, once
 
 
@@ -161,6 +168,7 @@ class Transaction:
         self.opened_at: float | None = None  # monotonic time the open transaction began
         self.records = 0  # records produced in the open transaction
         self._produced = 0
+        self._timeouts = 0  # send_offsets_to_transaction timed out this many times in a row
         self.calls = BrokerCalls(f"broker-calls-{transactional_id}")
 
     def _error(self, err: KafkaError) -> None:
@@ -308,10 +316,17 @@ class Transaction:
             )
         except KafkaException as exc:
             err = exc.args[0]
+            timed_out = err.code() == KafkaError._TIMED_OUT
+            self._timeouts = self._timeouts + 1 if timed_out else 0
             if err.txn_requires_abort() or err.retriable() or err.code() in _GENERATION_GONE:
                 # A broker away (restart, network) or a generation gone: nothing of this
                 # transaction is committed, so abort it and read again what it held.
                 self.abort(err.str())
+                if self._timeouts >= STUCK_AFTER:
+                    raise FatalError(
+                        f"the transaction coordinator did not take the offsets "
+                        f"{self._timeouts} times in a row ({err.str()})"
+                    ) from exc
                 raise Aborted(err.str()) from exc
             fatal = self.failure(exc)
             reason = str(fatal) if fatal is not None else err.str()
@@ -344,6 +359,7 @@ class Transaction:
         self.open = False
         self.opened_at = None
         self.records = 0
+        self._timeouts = 0
 
     def _retrying(self, call: Callable[[], None], name: str) -> None:
         deadline = time.monotonic() + RETRY_FOR

@@ -7,8 +7,9 @@ import threading
 import time
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
-from fairstream.scheduler.emitter.transaction import BrokerCalls, Transaction
+from fairstream.scheduler.emitter.transaction import STUCK_AFTER, Aborted, BrokerCalls, Transaction
 from fairstream.scheduler.supervise import FatalError
 
 
@@ -99,3 +100,66 @@ def test_a_transaction_open_past_its_timeout_is_one_the_broker_aborted_itself() 
     finally:
         txn.open = False
         txn.calls.close()
+
+
+class _CoordinatorAway:
+    """A producer whose transaction coordinator never takes the offsets (a request stuck in
+    librdkafka's out-queue): each send_offsets_to_transaction times out; aborts work."""
+
+    def __init__(self) -> None:
+        self.aborts = 0
+
+    def begin_transaction(self) -> None:
+        pass
+
+    def send_offsets_to_transaction(self, *_args: object) -> None:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Timed out", retriable=True))
+
+    def abort_transaction(self, *_args: object) -> None:
+        self.aborts += 1
+
+    def commit_transaction(self, *_args: object) -> None:
+        pass
+
+    def flush(self, *_args: object) -> int:
+        return 0
+
+
+def test_a_coordinator_that_keeps_timing_out_gets_the_producer_replaced() -> None:
+    # Aborted and read again twice; the third time in a row is a producer that cannot go on
+    # (FatalError: the emitter replaces it), not one more abort forever.
+    txn = Transaction({"bootstrap.servers": "127.0.0.1:1"}, "fairstream-unit-txn", 10.0)
+    real = txn.producer
+    stub = _CoordinatorAway()
+    txn.producer = stub  # type: ignore[assignment]
+    try:
+        for _ in range(STUCK_AFTER - 1):
+            with pytest.raises(Aborted):
+                txn.commit([], None)
+        with pytest.raises(FatalError, match="did not take the offsets 3 times in a row"):
+            txn.commit([], None)
+        assert stub.aborts == STUCK_AFTER
+    finally:
+        txn.calls.close()
+        txn.producer = real
+
+
+def test_a_commit_between_timeouts_starts_the_count_again() -> None:
+    txn = Transaction({"bootstrap.servers": "127.0.0.1:1"}, "fairstream-unit-txn", 10.0)
+    real = txn.producer
+    stub = _CoordinatorAway()
+    txn.producer = stub  # type: ignore[assignment]
+    try:
+        for _ in range(STUCK_AFTER - 1):
+            with pytest.raises(Aborted):
+                txn.commit([], None)
+        stub.send_offsets_to_transaction = lambda *_a: None  # type: ignore[method-assign]
+        txn.commit([], None)  # the coordinator answered
+        stub.send_offsets_to_transaction = _CoordinatorAway.send_offsets_to_transaction.__get__(  # type: ignore[method-assign]
+            stub
+        )
+        with pytest.raises(Aborted):  # one timeout, not the third in a row
+            txn.commit([], None)
+    finally:
+        txn.calls.close()
+        txn.producer = real
