@@ -245,6 +245,7 @@ class SchedulerService:
             self.metrics,
             demand=self.emitter.demand,
             partitions=partitions,
+            owned=lambda: self.emitter.owned,
             clock=self.clock,
             transactional_id=transactional_id(settings),
         )

@@ -208,7 +208,11 @@ def test_a_killed_instance_hands_its_share_over(kafka_bootstrap: str, tmp_path: 
 
         # The dead instance's partitions are reserved until their new owner reports them and
         # reads its report back (group.py, "Death"): then the survivor takes the whole rate.
-        wait_until(lambda: share() >= 0.99, 60, lambda: f"the whole rate ({share():.2f})")
+        wait_until(
+            lambda: share() >= 0.99,
+            60,
+            lambda: f"the whole rate ({share():.2f}); the survivor's log:\n{procs[1].tail(60)}",
+        )
         marker = len(egress.messages)
         egress.read_until(marker + 1200, timeout=60)
         after = sorted(egress.messages, key=scheduled_ms)[marker:]

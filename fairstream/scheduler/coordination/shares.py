@@ -86,6 +86,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import (
@@ -140,6 +141,7 @@ class DemandExchange:
         *,
         demand: Any,
         partitions: int,
+        owned: Callable[[], tuple[int, ...]] | None = None,
         clock: RecordClock | None = None,
         transactional_id: str = "",
     ) -> None:
@@ -156,6 +158,9 @@ class DemandExchange:
         self.handoff = handoff
         self.metrics = metrics
         self._demand = demand  # () -> InstanceDemand, run on the emitter thread
+        # () -> the partitions the emitter owns, a snapshot it publishes whole (read here
+        # when it is too busy to answer for its demand).
+        self._owned = owned
         self.clock = clock or MonotonicClock()
         self.view = PeerView(instance, partitions, self.clock, transactional_id=transactional_id)
         self._config = config
@@ -236,10 +241,16 @@ class DemandExchange:
         try:
             read: InstanceDemand = self.handoff.call(self._demand)
         except Exception as exc:  # the emitter busy: the last demand stands
-            # A warning: the partitions in that demand decide what is reserved for a dead
-            # peer, so a stale one can hold this instance's share.
+            # The partitions decide what is reserved for a silent peer, and whether this
+            # instance fences it: they come from the emitter's published snapshot, never
+            # stale. An emitter busy in long commits (10 s timeouts each, while a killed
+            # peer's transaction was open) answered few of these calls, and the last
+            # partitions kept the dead peer's share reserved.
+            if self._owned is not None:
+                partitions = self._owned()
             log.warning(
-                "reading this instance's demand: %r; the last one (partitions %s) stands",
+                "reading this instance's demand: %r; the last one stands, with the "
+                "partitions owned now (%s)",
                 exc,
                 list(partitions),
             )

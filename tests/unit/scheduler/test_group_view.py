@@ -311,6 +311,27 @@ def test_a_busy_emitter_leaves_the_last_demand_and_rate_standing() -> None:
         shares._consumer.close()
 
 
+def test_a_busy_emitter_leaves_the_last_demand_with_the_partitions_it_owns_now() -> None:
+    # The emitter took over a dead peer's partitions and is busy committing: its published
+    # snapshot says so, and the group stops reserving their share for the dead peer.
+    shares = DemandExchange(
+        {"bootstrap.servers": "127.0.0.1:9"},
+        "app",
+        "a",
+        RATE,
+        _Unanswered(),
+        Metrics(),
+        demand=lambda: InstanceDemand({}, (), 0.1),
+        partitions=4,
+        owned=lambda: (0, 1, 2, 3),
+        clock=ManualClock(0.0),
+    )
+    try:
+        assert shares._read_demand(BUSY, (2, 3)) == (BUSY, (0, 1, 2, 3))
+    finally:
+        shares._consumer.close()
+
+
 class _Unanswered(Handoff):
     def call(self, fn: Callable[[], Any], timeout: float = 5.0) -> Any:
         raise TimeoutError("the emitter thread did not answer")
