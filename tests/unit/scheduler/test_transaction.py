@@ -3,8 +3,10 @@ deadline and work for the caller meanwhile (``fairstream.scheduler.emitter.trans
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -103,17 +105,20 @@ def test_a_transaction_open_past_its_timeout_is_one_the_broker_aborted_itself() 
 
 
 class _CoordinatorAway:
-    """A producer whose transaction coordinator never takes the offsets (a request stuck in
-    librdkafka's out-queue): each send_offsets_to_transaction times out; aborts work."""
+    """A producer whose transaction coordinator does not take the offsets (a request stuck
+    in librdkafka's out-queue) while ``away``: each send_offsets_to_transaction times out;
+    aborts work."""
 
     def __init__(self) -> None:
+        self.away = True
         self.aborts = 0
 
     def begin_transaction(self) -> None:
         pass
 
     def send_offsets_to_transaction(self, *_args: object) -> None:
-        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Timed out", retriable=True))
+        if self.away:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Timed out", retriable=True))
 
     def abort_transaction(self, *_args: object) -> None:
         self.aborts += 1
@@ -125,41 +130,39 @@ class _CoordinatorAway:
         return 0
 
 
-def test_a_coordinator_that_keeps_timing_out_gets_the_producer_replaced() -> None:
-    # Aborted and read again twice; the third time in a row is a producer that cannot go on
-    # (FatalError: the emitter replaces it), not one more abort forever.
+@contextlib.contextmanager
+def _coordinator_away() -> Iterator[tuple[Transaction, _CoordinatorAway]]:
+    """A ``Transaction`` whose producer is a ``_CoordinatorAway``."""
     txn = Transaction({"bootstrap.servers": "127.0.0.1:1"}, "fairstream-unit-txn", 10.0)
     real = txn.producer
     stub = _CoordinatorAway()
     txn.producer = stub  # type: ignore[assignment]
     try:
+        yield txn, stub
+    finally:
+        txn.calls.close()
+        txn.producer = real
+
+
+def test_a_coordinator_that_keeps_timing_out_gets_the_producer_replaced() -> None:
+    # Aborted and read again twice; the third time in a row is a producer that cannot go on
+    # (FatalError: the emitter replaces it), not one more abort forever.
+    with _coordinator_away() as (txn, stub):
         for _ in range(STUCK_AFTER - 1):
             with pytest.raises(Aborted):
                 txn.commit([], None)
         with pytest.raises(FatalError, match="did not take the offsets 3 times in a row"):
             txn.commit([], None)
         assert stub.aborts == STUCK_AFTER
-    finally:
-        txn.calls.close()
-        txn.producer = real
 
 
 def test_a_commit_between_timeouts_starts_the_count_again() -> None:
-    txn = Transaction({"bootstrap.servers": "127.0.0.1:1"}, "fairstream-unit-txn", 10.0)
-    real = txn.producer
-    stub = _CoordinatorAway()
-    txn.producer = stub  # type: ignore[assignment]
-    try:
+    with _coordinator_away() as (txn, stub):
         for _ in range(STUCK_AFTER - 1):
             with pytest.raises(Aborted):
                 txn.commit([], None)
-        stub.send_offsets_to_transaction = lambda *_a: None  # type: ignore[method-assign]
+        stub.away = False
         txn.commit([], None)  # the coordinator answered
-        stub.send_offsets_to_transaction = _CoordinatorAway.send_offsets_to_transaction.__get__(  # type: ignore[method-assign]
-            stub
-        )
+        stub.away = True
         with pytest.raises(Aborted):  # one timeout, not the third in a row
             txn.commit([], None)
-    finally:
-        txn.calls.close()
-        txn.producer = real
