@@ -37,8 +37,8 @@ takes when nothing queues. Every ``interval`` seconds, over the completions of t
   added to: the limit climbed from 14 to 20-23 and was cut back, again and again, and the
   quiet tenants waited 1.2-1.3 s at p99 (``benchmarks.api_view --scenario queueing-api``);
   told from the mean, it stays at 14 from the fourth second on, and they wait at most
-  0.89 s there (the start-up's doubling is the rest: 1.06 s at p99). Calls that vary in length
-  leave it None: their mean above their least is no queue.
+  0.89 s (0.83-0.88 s at p99 with slow start's first growth, ``_SLOW_START``). Calls that
+  vary in length leave it None: their mean above their least is no queue.
 - **Target**: ``completions/s x (mean hold - queue) x (1 + headroom) + spare``: the slots
   that keep the workers busy with no queue, plus a little queue (a worker finishing a call
   finds the next one). While a queue shows, the completions per second are the capacity
@@ -63,7 +63,10 @@ takes when nothing queues. Every ``interval`` seconds, over the completions of t
   quiet tenants' wait went from 1.0 s to 1.15 s at p99, in a sawtooth every 5 s). Until
   the first queue past ``tolerance`` is seen, ``growth`` is ``_SLOW_START`` (as TCP's slow
   start doubles per round trip), so that a slow API reaches its concurrency within a few
-  round trips.
+  round trips. The first growth is less when calls are long (1 + ``_SLOW_START_QUEUE`` /
+  the mean call): the first limit may be an API's own slots, and an overshoot from there
+  at an API that queues costs each queued request its call length for the round trip it
+  takes to show; once a growth came back with no queue, the API has room, and it doubles.
 - **First limit**: the completions per second are counted from ``interval`` after the
   first sample, and, under a start-up window of ``startup`` slots (``update``), at most
   ``startup`` per mean hold (Little's law: no more were in flight). Counted over a short
@@ -141,13 +144,21 @@ _BINDING: Final = 0.9
 _GRADIENT_MIN: Final = 0.5
 
 # The growth per round trip until the first queue is seen: doubling, as TCP's slow start.
-# At an API of 8 slots that queues, the first limit (12: its slots and the pipeline) went to
-# 23 in the first second, and the quiet tenants behind those 11 calls waited 1.1-1.3 s; by
-# half (1.5) it went to 17, and they waited 0.85 s. But a fast worker behind a strict API
-# (--rate 200 --burst 5) then spent a round trip more with the limit binding, and its
-# catch-up releases had 73 of the first 800 calls refused (tests/integration/test_pacing.py,
-# on a cold broker); doubled, none.
+# But the first limit, set under the start-up window's few slots, may already be an API's
+# own (an API of 8 slots: the window's 8 are its 8), and grown by g from there, the API
+# queues (g - 1) x its call for the round trip it takes to show. So the first growth is at
+# most 1 + _SLOW_START_QUEUE / the window's mean call; once it came back with no queue the
+# API has room past the first limit, and the limit doubles. At an API of 8 slots of 0.5 s
+# that queues, doubling took the first limit (12: its slots and the pipeline) to 23 in the
+# first second, and the quiet tenants behind those 11 calls waited 1.0-1.3 s at p99;
+# grown by half (its calls are 0.5 s), to 17-18, they waited 0.83-0.88 s. Grown by half
+# every round trip, a fast worker behind a strict API (--rate 200 --burst 5) spent a round
+# trip more with the limit binding, and its catch-up releases had 73 of the first 800
+# calls refused (tests/integration/test_pacing.py, on a cold broker): its calls take
+# milliseconds, and it doubles; and a slow API of 1 s calls at --rate 40, grown by 1.25
+# every round trip, got 0.964x of the rate instead of 0.977x (benchmarks.slow_api).
 _SLOW_START: Final = 2.0
+_SLOW_START_QUEUE: Final = 0.25  # seconds
 
 # The API's queue is told from the least of this many calls at least (the window's, or the
 # last ones while the window holds fewer): the least of fewer calls that vary in length is
@@ -214,6 +225,7 @@ class ConcurrencyLimit:
         "_probe_wait",
         "_queued",
         "_released_last",
+        "_room",
         "_samples",
         "_saved",
         "_startup",
@@ -254,6 +266,7 @@ class ConcurrencyLimit:
     _grow_at: float
     _released_last: float
     _queued: bool
+    _room: bool
     _noload: list[float]
     fixed_call: float | None
 
@@ -522,6 +535,7 @@ class ConcurrencyLimit:
         target = rate * (mean - queue) * (1 + self.headroom) + self.spare
         limit = self._limit
         new = target
+        slow_start = False  # the limit grows by the slow start's factor at this update
         self.gradient = gradient = self._gradient()
         if queue > base * self.tolerance or gradient < 1:
             self._queued = True  # slow start is over at the first queue seen
@@ -530,8 +544,9 @@ class ConcurrencyLimit:
             # not) makes the target overshoot, and a real need is met by the growth. Up
             # only once a request released since the last growth came back (a round trip:
             # the growth is in its hold), and meanwhile back up to where it was.
-            if self._released_last >= self._grow_at:
-                grown = limit * (self.growth if self._queued else _SLOW_START)
+            growing = self._released_last >= self._grow_at
+            if growing:
+                grown = limit * (self.growth if self._queued else self._slow_start())
             else:
                 grown = max(limit, self._grown_from)
             new = min(target, grown)
@@ -540,6 +555,7 @@ class ConcurrencyLimit:
                 self._binding += 1
                 if no_queue:
                     new = grown
+                    slow_start = growing and not self._queued
             elif no_queue and now < self._grow_at + mean + self.window:
                 new = max(new, limit)  # the slots in use do not show the growth yet
             if gradient < 1:
@@ -554,7 +570,22 @@ class ConcurrencyLimit:
         new = max(float(self.floor), min(float(self.ceiling), new))
         if limit is None or new > self._grown_from:
             self._grown_from, self._grow_at = new, now
+        # A slow-start growth (not the target's): the next one, if no queue shows first,
+        # doubles.
+        self._room = self._room or slow_start
         self._limit = new
+
+    def _slow_start(self) -> float:
+        """The growth per round trip before the first queue: ``_SLOW_START`` once a growth
+        came back with no queue; before that, less for long calls, so that an overshoot
+        from an API's own slots queues at most ``_SLOW_START_QUEUE``."""
+        if self._room:
+            return _SLOW_START
+        samples = self._samples
+        call = sum(call for _, _, call, _ in samples) / len(samples) if samples else 0.0
+        if call <= 0:
+            return _SLOW_START
+        return max(self.growth, min(_SLOW_START, 1 + _SLOW_START_QUEUE / call))
 
     def _start_probe(self, now: float) -> None:
         # Probe a limit that bound most of the time (a standing queue may have become part
@@ -614,6 +645,7 @@ class ConcurrencyLimit:
         self._grow_at = -math.inf  # when the limit last grew
         self._released_last = -math.inf  # the latest release among the samples
         self._queued = False  # a queue was seen this run: slow start is over
+        self._room = False  # a slow-start growth came back with no queue: the next doubles
         self._noload = []  # the run's first calls (no queue of ours before them)
         self.fixed_call = None  # the calls' one length, when they have one (seconds)
 

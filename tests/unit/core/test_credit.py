@@ -655,3 +655,56 @@ def test_a_probe_measures_the_call_length_again():
     loop.run(30.0)
     assert credit.probes >= 1
     assert credit.fixed_call == pytest.approx(1.0)
+
+
+def _limits_seen(loop: Loop, stop: float) -> list[int]:
+    """The limits the loop held before ``stop``, in order, each once."""
+    seen: list[int] = []
+    for t, n in loop.limits:
+        if t < stop and n is not None and (not seen or seen[-1] != n):
+            seen.append(n)
+    return seen
+
+
+def _slow_start(call: float, seconds: float) -> list[int]:
+    """The limits, each once, of a run whose calls take ``call`` seconds (a hold of
+    ``call`` + 0.25 s, 0.15 s of it before the call) and whose workers settle requests as
+    fast as the limit lets them, with no queue: the first limit under the start-up window's
+    8 slots, then every change over ``seconds``."""
+    clock = ManualClock()
+    credit = ConcurrencyLimit(clock)
+    hold = call + 0.25
+    for _ in range(8):
+        clock.advance(0.001)
+        credit.observe(hold, call, 0.15)
+    clock.advance(0.25)
+    limit = credit.update(startup=8)
+    assert limit is not None
+    limits = [limit]
+    end = clock.now() + seconds
+    while clock.now() < end:  # completions at the limit's pace: it binds
+        clock.advance(hold / limit)
+        credit.observe(hold, call, 0.15)
+        limit = credit.update() or 0
+        if limit != limits[-1]:
+            limits.append(limit)
+    return limits
+
+
+def _growths(limits: list[int]) -> list[float]:
+    """The factors by which ``limits`` grew, past the target's small steps."""
+    return [b / a for a, b in itertools.pairwise(limits) if b > 1.2 * a]
+
+
+def test_slow_start_tests_an_api_of_long_calls_before_it_doubles():
+    # The first limit, set under the start-up window's 8 slots, may be an API's own (8
+    # slots and the pipeline): doubled from there, an API that queues holds the overshoot
+    # for a round trip, half a second per call of 0.5 s. The first growth is at most
+    # 1 + 0.25 s / call; once it came back with no queue, the API has room, and it doubles.
+    for call, first in ((0.5, 1.5), (1.0, 1.25)):
+        growths = _growths(_slow_start(call, 6.0))
+        assert growths[0] <= first + 0.05, growths
+        assert growths[1] >= 1.9, growths
+    # Calls of milliseconds double from the first growth: a strict API behind a fast
+    # worker must not stay limit-bound, its catch-up releases come back to back.
+    assert _growths(_slow_start(0.002, 2.0))[0] >= 1.9
