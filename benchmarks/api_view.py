@@ -33,6 +33,9 @@ own shared by the workers and the scheduler:
   benchmarks.faust_quiet_app worker``, processes of one app id) instead of Workers: each
   runs ``fairstream.faust.PaidApiAgent`` with ``max_in_flight=1`` and its default playout
   delay and feedback, the 0.1 s call inside its handler.
+- ``faust-queueing-api``: ``queueing-api`` behind 2 such Faust workers with
+  ``max_in_flight=64``: the API (8 slots of 0.5 s and its FIFO) is a TCP server on a thread
+  of this process that both workers' handlers call (``api_server``), so its queue is one.
 
 For all but ``strict``, over the window of quiet traffic: the quiet tenants' wait from their
 producer's send time (written in the payload) to the moment the API takes the call (the
@@ -49,7 +52,8 @@ says the Worker does not have it. Prints numbers and the targets beside them, as
 nothing. Measured on the machine it runs on, with whatever else runs there.
 
     .venv/bin/python -m benchmarks.api_view [--bootstrap HOST:PORT] [--quick]
-        [--scenario strict,slow-workers,queueing-api,plain-consumers,faust-agents]
+        [--scenario strict,slow-workers,queueing-api,plain-consumers,faust-agents,
+                    faust-queueing-api]
         [--rate R --burst B]
         [--playout-delay SECONDS|off] [--scheduler-args "OPTIONS"] [--json PATH]
 """
@@ -110,7 +114,14 @@ STRICT_TENANTS = 100
 QUIET_RATE = 100.0  # the scheduler's --rate in slow-workers and queueing-api
 QUIET_TENANTS = 8
 NOISY = "noisy"
-SCENARIOS = ("strict", "slow-workers", "queueing-api", "plain-consumers", "faust-agents")
+SCENARIOS = (
+    "strict",
+    "slow-workers",
+    "queueing-api",
+    "plain-consumers",
+    "faust-agents",
+    "faust-queueing-api",
+)
 STAMP_TOLERANCE = 1e-6  # s: the at-stamp figures' allowance for float epoch seconds
 TARGET_REFUSED = 0.01
 TARGET_ACCEPTED = 0.97
@@ -140,6 +151,7 @@ QUIET_SETUPS = {
     "queueing-api": QuietSetUp(workers=2, concurrency=64, call_s=0.5, slots=8),
     "plain-consumers": QuietSetUp(workers=2, concurrency=1, call_s=0.1, slots=None, plain=True),
     "faust-agents": QuietSetUp(workers=2, concurrency=1, call_s=0.1, slots=None, faust=True),
+    "faust-queueing-api": QuietSetUp(workers=2, concurrency=64, call_s=0.5, slots=8, faust=True),
 }
 
 log = logger("api_view")
@@ -486,10 +498,14 @@ class QuietApi:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     async def handle(self, request: Request) -> None:
+        await self.serve(request.tenant, _sent(request.payload))
+
+    async def serve(self, tenant: str, sent: float | None) -> None:
+        """One call: a slot (waiting in the FIFO when there are ``slots``), then the call."""
         if self.slots is not None:
             await self.slots.acquire()
         try:
-            call = Taken(request.tenant, _sent(request.payload), time.time())
+            call = Taken(tenant, sent, time.time())
             with self._lock:
                 self.calls.append(call)
             await asyncio.sleep(self.call_s)  # the remote call
@@ -509,6 +525,51 @@ class QuietApi:
     def snapshot(self) -> list[Taken]:
         with self._lock:
             return list(self.calls)
+
+
+@contextlib.contextmanager
+def api_server(api: QuietApi) -> Iterator[str]:
+    """``api`` as a TCP server on a thread of this process, for workers in other processes
+    (the Faust workers): one call per connection, a line ``<tenant> <sent epoch s or ->``
+    answered ``ok`` when the call is over, so the callers share one API and its FIFO.
+    Yields its address (``host:port``)."""
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    address: list[str] = []
+
+    async def call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            tenant, sent = (await reader.readline()).decode().split()
+            await api.serve(tenant, None if sent == "-" else float(sent))
+            writer.write(b"ok\n")
+            await writer.drain()
+        except (ConnectionError, ValueError) as exc:
+            log(f"the API refused a malformed or dropped call: {exc!r}")
+        finally:
+            writer.close()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        server = loop.run_until_complete(asyncio.start_server(call, "127.0.0.1", 0))
+        host, port = server.sockets[0].getsockname()[:2]
+        address.append(f"{host}:{port}")
+        started.set()
+        try:
+            loop.run_forever()
+        finally:
+            server.close()
+            loop.run_until_complete(server.wait_closed())
+            loop.close()
+
+    thread = threading.Thread(target=run, daemon=True, name="api-server")
+    thread.start()
+    if not started.wait(10):
+        raise RuntimeError("the API server did not start")
+    try:
+        yield address[0]
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
 
 
 @contextlib.contextmanager
@@ -583,12 +644,14 @@ def plain_pool(d: Deployment, api: QuietApi, count: int, group: str) -> Iterator
 
 @contextlib.contextmanager
 def faust_pool(
-    d: Deployment, feedback: str, set_up: QuietSetUp, workdir: Path
+    d: Deployment, feedback: str, set_up: QuietSetUp, workdir: Path, api: str | None = None
 ) -> Iterator[Callable[[], list[Taken]]]:
     """``set_up.workers`` Faust workers (``benchmarks.faust_quiet_app``, one app id: one
     consumer group) as processes, sharing the egress partitions (``partitions_shared``)
     when this yields a function that reads the calls they logged so far; stopped when the
-    block ends. A call's end is its start plus the call time (the handler sleeps it)."""
+    block ends. A call's end is its start plus the call time (the handler sleeps it).
+    ``api``: the address of an ``api_server`` their handlers call instead (it logs the
+    calls as it takes them; the handlers' own logs then hold when they called it)."""
     app_id = unique("api-view-faust")
     logs = [workdir / f"{app_id}-{i}.calls" for i in range(set_up.workers)]
     outputs = [workdir / f"{app_id}-{i}.log" for i in range(set_up.workers)]
@@ -639,6 +702,7 @@ def faust_pool(
                 "BENCH_CALLS_LOG": str(logs[i]),
                 "BENCH_CALL_S": f"{set_up.call_s:g}",
                 "BENCH_MAX_IN_FLIGHT": str(set_up.concurrency),
+                **({"BENCH_API": api} if api is not None else {}),
             }
             procs.append(
                 faust_worker("benchmarks.faust_quiet_app", env, outputs[i], "--without-web")
@@ -651,6 +715,14 @@ def faust_pool(
                 proc.send_signal(signal.SIGTERM)
         for proc in procs:
             stop_process(proc)
+
+
+@contextlib.contextmanager
+def _faust_behind_server(
+    d: Deployment, feedback: str, set_up: QuietSetUp, workdir: Path, api: QuietApi
+) -> Iterator[None]:
+    with api_server(api) as address, faust_pool(d, feedback, set_up, workdir, address):
+        yield
 
 
 def _sent(payload: bytes) -> float | None:
@@ -768,6 +840,9 @@ def run_quiet(
     pool: contextlib.AbstractContextManager[Any]
     if set_up.plain:
         pool = plain_pool(d, api, set_up.workers, group)
+    elif set_up.faust and set_up.slots is not None:
+        # The API's slots and FIFO are one, across the Faust processes: a server here.
+        pool = _faust_behind_server(d, feedback, set_up, workdir, api)
     elif set_up.faust:
         pool = faust_pool(d, feedback, set_up, workdir)
     else:
@@ -781,7 +856,9 @@ def run_quiet(
     with pool as running:
         # The Faust workers log their calls in files of their own; the others call ``api``.
         taken: Callable[[], list[Taken]] = (
-            cast(Callable[[], list[Taken]], running) if set_up.faust else api.snapshot
+            cast(Callable[[], list[Taken]], running)
+            if set_up.faust and set_up.slots is None
+            else api.snapshot
         )
         egress = EgressWatch(bootstrap, d.topics.egress)
         cleanup.append(egress.close)

@@ -9,10 +9,12 @@ import asyncio
 import pytest
 
 from benchmarks.api_view import (
+    QuietApi,
     QuietSetUp,
     SlotQueue,
     Taken,
     TokenBucket,
+    api_server,
     busy_fraction,
     count_in,
     measure_quiet,
@@ -162,3 +164,30 @@ def test_a_cancelled_waiter_passes_its_slot_on() -> None:
         return after.done() and not after.cancelled()
 
     assert asyncio.run(scenario())
+
+
+def test_the_api_server_shares_one_fifo_between_callers_and_drops_a_malformed_call() -> None:
+    # The Faust workers are other processes: they reach the queueing API over TCP, and the
+    # server's one slot serves them one at a time, each call taken after the last ended.
+    api = QuietApi(0.02, SlotQueue(1))
+
+    async def call(address: str, line: bytes) -> bytes:
+        host, port = address.rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(line)
+        await writer.drain()
+        answer = await reader.readline()
+        writer.close()
+        return answer
+
+    async def callers(address: str) -> list[bytes]:
+        lines = (b"a 1.5\n", b"b -\n", b"bad\n")
+        return await asyncio.gather(*(call(address, line) for line in lines))
+
+    with api_server(api) as address:
+        answers = asyncio.run(callers(address))
+    assert answers == [b"ok\n", b"ok\n", b""]  # the malformed call is closed unanswered
+    taken = sorted(api.snapshot(), key=lambda c: c.taken)
+    assert sorted((c.tenant, str(c.sent)) for c in taken) == [("a", "1.5"), ("b", "None")]
+    assert taken[0].ended is not None
+    assert taken[1].taken >= taken[0].ended
