@@ -21,9 +21,10 @@ from collections.abc import Callable
 from concurrent.futures import Future, wait
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from fairstream.adapters.clients import producer_config
+from fairstream.adapters.ports import ProducerFactory, connect_producer
 from fairstream.errors import Error
 from fairstream.scheduler.supervise import FatalError
 
@@ -144,8 +145,17 @@ class Aborted(Error):
 
 
 class Transaction:
-    def __init__(self, config: dict[str, Any], transactional_id: str, timeout: float) -> None:
-        self.producer = Producer(
+    """The open transaction on a transactional producer (``connect``: confluent-kafka's, or
+    a test's in-memory one; see ``fairstream.adapters.ports``)."""
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        transactional_id: str,
+        timeout: float,
+        connect: ProducerFactory = connect_producer,
+    ) -> None:
+        self.producer = connect(
             producer_config(
                 config,
                 overrides={

@@ -1,18 +1,25 @@
 """``BrokerCalls``: a producer's librdkafka calls run on a thread of its own, each with a
-deadline and work for the caller meanwhile (``fairstream.scheduler.emitter.transaction``)."""
+deadline and work for the caller meanwhile; ``Transaction`` on an in-memory cluster's
+producer (``memory_kafka``): commits, aborts, fences and a stuck coordinator, without a
+broker (``fairstream.scheduler.emitter.transaction``)."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, TopicPartition
 
-from fairstream.scheduler.emitter.transaction import STUCK_AFTER, Aborted, BrokerCalls, Transaction
+from fairstream.scheduler.emitter.transaction import (
+    STUCK_AFTER,
+    Aborted,
+    BrokerCalls,
+    Renewal,
+    Transaction,
+)
 from fairstream.scheduler.supervise import FatalError
+from tests.unit.scheduler.memory_kafka import MemoryCluster
 
 
 def test_meanwhile_runs_until_the_call_returns_or_it_has_nothing_to_do() -> None:
@@ -93,7 +100,7 @@ def test_a_transaction_open_past_its_timeout_is_one_the_broker_aborted_itself() 
     """After the broker aborted a transaction that outlived ``transaction.timeout.ms`` (and
     bumped the epoch), librdkafka reports a fence: the emitter tells that case from another
     process with its transactional id by the open transaction's age."""
-    txn = Transaction({"bootstrap.servers": "127.0.0.1:1"}, "fairstream-unit-txn", 10.0)
+    txn = Transaction({}, "fairstream-unit-txn", 10.0, connect=MemoryCluster().producer)
     try:
         assert not txn.outlived_timeout(1e9)  # nothing open
         txn.open, txn.opened_at = True, 100.0
@@ -104,65 +111,115 @@ def test_a_transaction_open_past_its_timeout_is_one_the_broker_aborted_itself() 
         txn.calls.close()
 
 
-class _CoordinatorAway:
-    """A producer whose transaction coordinator does not take the offsets (a request stuck
-    in librdkafka's out-queue) while ``away``: each send_offsets_to_transaction times out;
-    aborts work."""
-
-    def __init__(self) -> None:
-        self.away = True
-        self.aborts = 0
-
-    def begin_transaction(self) -> None:
-        pass
-
-    def send_offsets_to_transaction(self, *_args: object) -> None:
-        if self.away:
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Timed out", retriable=True))
-
-    def abort_transaction(self, *_args: object) -> None:
-        self.aborts += 1
-
-    def commit_transaction(self, *_args: object) -> None:
-        pass
-
-    def flush(self, *_args: object) -> int:
-        return 0
+def _transaction(cluster: MemoryCluster, tid: str = "fairstream-unit-txn") -> Transaction:
+    """A ``Transaction`` on ``cluster``'s producer, initialised (no broker)."""
+    txn = Transaction({}, tid, 10.0, connect=cluster.producer)
+    txn.init()
+    return txn
 
 
-@contextlib.contextmanager
-def _coordinator_away() -> Iterator[tuple[Transaction, _CoordinatorAway]]:
-    """A ``Transaction`` whose producer is a ``_CoordinatorAway``."""
-    txn = Transaction({"bootstrap.servers": "127.0.0.1:1"}, "fairstream-unit-txn", 10.0)
-    real = txn.producer
-    stub = _CoordinatorAway()
-    txn.producer = stub  # type: ignore[assignment]
-    try:
-        yield txn, stub
-    finally:
-        txn.calls.close()
-        txn.producer = real
+@pytest.fixture
+def cluster() -> MemoryCluster:
+    return MemoryCluster()
 
 
-def test_a_coordinator_that_keeps_timing_out_gets_the_producer_replaced() -> None:
+def _offsets_timing_out(cluster: MemoryCluster, times: int) -> None:
+    # The coordinator does not take the offsets (a request stuck in librdkafka's out-queue).
+    timed_out = KafkaError(KafkaError._TIMED_OUT, "Timed out", retriable=True)
+    cluster.fail("send_offsets_to_transaction", timed_out, times)
+
+
+def test_a_commit_makes_the_records_and_the_offsets_visible_together(
+    cluster: MemoryCluster,
+) -> None:
+    txn = _transaction(cluster)
+    meta = cluster.join("app")
+    txn.produce("egress", b"a", b"t1")
+    assert cluster.committed("egress") == []  # read_committed: not before the commit
+    txn.commit([TopicPartition("ingest", 0, 7)], meta)
+    assert [r.value for r in cluster.committed("egress")] == [b"a"]
+    assert cluster.offsets["app"] == {("ingest", 0): 7}
+    assert not txn.open
+    txn.calls.close()
+
+
+def test_offsets_of_a_generation_that_is_gone_abort_the_whole_transaction(
+    cluster: MemoryCluster,
+) -> None:
+    txn = _transaction(cluster)
+    old = cluster.join("app")
+    txn.produce("egress", b"a", b"t1")
+    cluster.join("app")  # a rebalance: the partitions may be another member's now
+    with pytest.raises(Aborted, match="generation"):
+        txn.commit([TopicPartition("ingest", 0, 7)], old)
+    assert cluster.committed("egress") == []
+    assert "app" not in cluster.offsets
+    assert [r.state for r in cluster.log("egress")[0]] == ["aborted"]
+    txn.calls.close()
+
+
+def test_a_newer_producer_with_the_same_id_fences_the_older_and_aborts_what_it_left(
+    cluster: MemoryCluster,
+) -> None:
+    old = _transaction(cluster)
+    meta = cluster.join("app")
+    old.produce("egress", b"zombie", b"t1")
+    new = _transaction(cluster)  # another process with this instance's transactional id
+    with pytest.raises(FatalError, match="fenced") as fenced:
+        old.commit([TopicPartition("ingest", 0, 1)], meta)
+    assert fenced.value.fenced
+    assert cluster.committed("egress") == []  # the zombie's record never becomes visible
+    # Fenced by another process (the transaction had not outlived its timeout): the
+    # emitter exits rather than fence it back.
+    renewal = Renewal(lambda *_: new, ({}, "fairstream-unit-txn", 10.0), lambda: 1000.0)
+    with pytest.raises(FatalError, match="fenced"):
+        renewal.renew(old, fenced.value)
+    new.produce("egress", b"b", b"t1")
+    new.commit([TopicPartition("ingest", 0, 1)], meta)
+    assert [r.value for r in cluster.committed("egress")] == [b"b"]
+    old.calls.close()
+    new.calls.close()
+
+
+def test_a_commit_that_failed_retriably_is_made_again(cluster: MemoryCluster) -> None:
+    txn = _transaction(cluster)
+    meta = cluster.join("app")
+    txn.produce("egress", b"a", b"t1")
+    busy = KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, "loading", retriable=True)
+    cluster.fail("commit_transaction", busy, times=2)
+    txn.commit([TopicPartition("ingest", 0, 1)], meta)
+    assert [r.value for r in cluster.committed("egress")] == [b"a"]
+    txn.calls.close()
+
+
+def test_a_coordinator_that_keeps_timing_out_gets_the_producer_replaced(
+    cluster: MemoryCluster,
+) -> None:
     # Aborted and read again twice; the third time in a row is a producer that cannot go on
     # (FatalError: the emitter replaces it), not one more abort forever.
-    with _coordinator_away() as (txn, stub):
-        for _ in range(STUCK_AFTER - 1):
-            with pytest.raises(Aborted):
-                txn.commit([], None)
-        with pytest.raises(FatalError, match="did not take the offsets 3 times in a row"):
-            txn.commit([], None)
-        assert stub.aborts == STUCK_AFTER
+    txn = _transaction(cluster)
+    meta = cluster.join("app")
+    _offsets_timing_out(cluster, STUCK_AFTER)
+    for _ in range(STUCK_AFTER - 1):
+        txn.produce("egress", b"a", b"t1")
+        with pytest.raises(Aborted):
+            txn.commit([TopicPartition("ingest", 0, 1)], meta)
+    txn.produce("egress", b"a", b"t1")
+    with pytest.raises(FatalError, match="did not take the offsets 3 times in a row"):
+        txn.commit([TopicPartition("ingest", 0, 1)], meta)
+    assert [r.state for r in cluster.log("egress")[0]] == ["aborted"] * STUCK_AFTER
+    txn.calls.close()
 
 
-def test_a_commit_between_timeouts_starts_the_count_again() -> None:
-    with _coordinator_away() as (txn, stub):
-        for _ in range(STUCK_AFTER - 1):
-            with pytest.raises(Aborted):
-                txn.commit([], None)
-        stub.away = False
-        txn.commit([], None)  # the coordinator answered
-        stub.away = True
-        with pytest.raises(Aborted):  # one timeout, not the third in a row
-            txn.commit([], None)
+def test_a_commit_between_timeouts_starts_the_count_again(cluster: MemoryCluster) -> None:
+    txn = _transaction(cluster)
+    meta = cluster.join("app")
+    _offsets_timing_out(cluster, STUCK_AFTER - 1)
+    for _ in range(STUCK_AFTER - 1):
+        with pytest.raises(Aborted):
+            txn.commit([TopicPartition("ingest", 0, 1)], meta)
+    txn.commit([TopicPartition("ingest", 0, 1)], meta)  # the coordinator answered
+    _offsets_timing_out(cluster, 1)
+    with pytest.raises(Aborted):  # one timeout, not the third in a row
+        txn.commit([TopicPartition("ingest", 0, 1)], meta)
+    txn.calls.close()

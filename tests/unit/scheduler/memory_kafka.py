@@ -1,0 +1,209 @@
+"""An in-memory Kafka behind the scheduler's ports (``fairstream.adapters.ports``), for
+broker-free tests of the data path.
+
+What it keeps of Kafka's semantics:
+
+- topics of partitions of records, appended in order; a record without a partition goes
+  where a Java client would put its key (murmur2);
+- transactional producers: ``init_transactions`` bumps the transactional id's epoch, which
+  fences the older producer with that id (its next call fails, fatally) and aborts what it
+  left open; records and offsets of a transaction become visible (``read_committed``) when
+  it commits, never when it aborts;
+- consumer-group offsets sent with a transaction, refused for a generation that is no
+  longer the group's (``ILLEGAL_GENERATION``, abortable), as KIP-447 has the coordinator do;
+- faults a test injects into the next calls of a kind (``fail``).
+
+It is a test driver, not a broker: no replication, no time, no sizes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from fairstream.wire.partition import partition_of_key
+
+
+@dataclass
+class Stored:
+    """One record in a partition, and the state of the transaction that wrote it."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    timestamp: int | None
+    state: str = "open"  # "open", "committed" or "aborted"
+
+
+@dataclass(frozen=True)
+class GroupMetadata:
+    """What ``consumer_group_metadata()`` gives: the group and the generation it is of."""
+
+    group: str
+    generation: int
+
+
+@dataclass
+class MemoryCluster:
+    """Topics, group offsets and transactional ids, shared by the producers it makes."""
+
+    partitions: dict[str, int] = field(default_factory=dict)  # topic -> partition count
+    default_partitions: int = 1
+    topics: dict[str, list[list[Stored]]] = field(default_factory=dict)
+    offsets: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
+    generations: dict[str, int] = field(default_factory=dict)  # group -> its generation
+    epochs: dict[str, int] = field(default_factory=dict)  # transactional id -> epoch
+    _faults: dict[str, deque[KafkaError]] = field(default_factory=dict)
+    _open: dict[str, MemoryProducer] = field(default_factory=dict)  # id -> its producer
+
+    def producer(self, config: dict[str, Any]) -> MemoryProducer:
+        """A producer on ``config`` (a ``ProducerFactory``)."""
+        return MemoryProducer(self, str(config["transactional.id"]))
+
+    def log(self, topic: str) -> list[list[Stored]]:
+        if topic not in self.topics:
+            count = self.partitions.get(topic, self.default_partitions)
+            self.topics[topic] = [[] for _ in range(count)]
+        return self.topics[topic]
+
+    def committed(self, topic: str, partition: int | None = None) -> list[Stored]:
+        """What a ``read_committed`` reader sees of ``topic`` (one partition, or all in
+        partition order)."""
+        parts = self.log(topic)
+        chosen = parts if partition is None else [parts[partition]]
+        return [r for records in chosen for r in records if r.state == "committed"]
+
+    def join(self, group: str) -> GroupMetadata:
+        """A new generation of ``group`` (a rebalance): metadata of older ones is refused."""
+        self.generations[group] = self.generations.get(group, 0) + 1
+        return GroupMetadata(group, self.generations[group])
+
+    def fail(self, call: str, error: KafkaError, times: int = 1) -> None:
+        """The next ``times`` calls of ``call`` (a producer method's name) raise ``error``
+        before they take effect."""
+        self._faults.setdefault(call, deque()).extend([error] * times)
+
+    def fault(self, call: str) -> None:
+        faults = self._faults.get(call)
+        if faults:
+            raise KafkaException(faults.popleft())
+
+
+class MemoryProducer:
+    """A transactional producer of a ``MemoryCluster`` (``TransactionalProducer``)."""
+
+    def __init__(self, cluster: MemoryCluster, transactional_id: str) -> None:
+        self.cluster = cluster
+        self.transactional_id = transactional_id
+        self.epoch: int | None = None  # set by init_transactions
+        self.open = False
+        self._written: list[Stored] = []
+        self._offsets: tuple[str, dict[tuple[str, int], int]] | None = None
+
+    def _alive(self) -> None:
+        if self.epoch is None:
+            raise KafkaException(KafkaError(KafkaError._STATE, "init_transactions first"))
+        if self.cluster.epochs[self.transactional_id] != self.epoch:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._FENCED,
+                    "Producer fenced by newer instance: old epoch",
+                    fatal=True,
+                )
+            )
+
+    def init_transactions(self, timeout: float = -1) -> None:
+        cluster = self.cluster
+        cluster.fault("init_transactions")
+        older = cluster._open.pop(self.transactional_id, None)
+        if older is not None:
+            older._end("aborted")  # what the older producer left open
+        self.epoch = cluster.epochs.get(self.transactional_id, 0) + 1
+        cluster.epochs[self.transactional_id] = self.epoch
+
+    def begin_transaction(self) -> None:
+        self._alive()
+        if self.open:
+            raise KafkaException(KafkaError(KafkaError._STATE, "a transaction is open"))
+        self.open = True
+        self.cluster._open[self.transactional_id] = self
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        *,
+        partition: int = -1,
+        timestamp: int = 0,
+        headers: Any = None,
+    ) -> None:
+        self._alive()
+        if not self.open:
+            raise KafkaException(KafkaError(KafkaError._STATE, "no transaction is open"))
+        self.cluster.fault("produce")
+        log = self.cluster.log(topic)
+        if partition < 0:
+            partition = partition_of_key(key or b"", len(log))
+        record = Stored(key, value, list(headers or []), timestamp or None)
+        log[partition].append(record)
+        self._written.append(record)
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0
+
+    def flush(self, timeout: float = 0) -> int:
+        return 0
+
+    def send_offsets_to_transaction(
+        self, positions: list[Any], group_metadata: Any, timeout: float = -1
+    ) -> None:
+        self._alive()
+        self.cluster.fault("send_offsets_to_transaction")
+        meta: GroupMetadata = group_metadata
+        if self.cluster.generations.get(meta.group) != meta.generation:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError.ILLEGAL_GENERATION,
+                    "Specified group generation id is not valid",
+                    txn_requires_abort=True,
+                )
+            )
+        self._offsets = (meta.group, {(p.topic, p.partition): p.offset for p in positions})
+
+    def commit_transaction(self, timeout: float = -1) -> None:
+        self._alive()
+        self.cluster.fault("commit_transaction")
+        if self._offsets is not None:
+            group, offsets = self._offsets
+            self.cluster.offsets.setdefault(group, {}).update(offsets)
+        self._end("committed")
+
+    def abort_transaction(self, timeout: float = -1) -> None:
+        self._alive()
+        self.cluster.fault("abort_transaction")
+        self._end("aborted")
+
+    def _end(self, state: str) -> None:
+        for record in self._written:
+            record.state = state
+        self._written = []
+        self._offsets = None
+        self.open = False
+        if self.cluster._open.get(self.transactional_id) is self:
+            del self.cluster._open[self.transactional_id]
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        names = [topic] if topic is not None else list(self.cluster.topics)
+        return SimpleNamespace(
+            topics={
+                name: SimpleNamespace(
+                    error=None, partitions=dict.fromkeys(range(len(self.cluster.log(name))))
+                )
+                for name in names
+            }
+        )
