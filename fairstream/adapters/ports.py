@@ -1,11 +1,13 @@
 """The ports: the few calls of Kafka's clients that the scheduler's data path makes, as
 Protocols.
 
-The emitter reaches the broker through ``TransactionalProducer`` (its ``Transaction``
-produces egress, dead-letter, holding and progress records in one transaction and commits
-the group's offsets with them). confluent-kafka's ``Producer`` has these methods, so it is
-the adapter in production (``connect_producer``); a test passes an object of its own, an
-in-memory cluster's producer, and the emitter then runs without a broker, as Kafka Streams'
+The emitter reaches the broker through two ports: ``TransactionalProducer`` (its
+``Transaction`` produces egress, dead-letter, holding and progress records in one
+transaction and commits the group's offsets with them) and ``AssignedReader`` (its
+``PayloadFetcher`` reads back payloads it did not keep in memory). confluent-kafka's
+``Producer`` and ``Consumer`` have these methods, so they are the adapters in production
+(``connect_producer``, ``connect_consumer``); a test passes factories of its own, an
+in-memory cluster's, and the emitter then runs without a broker, as Kafka Streams'
 ``TopologyTestDriver`` runs a topology.
 
 The signatures are confluent-kafka's, narrowed to what the scheduler passes; errors are its
@@ -18,9 +20,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-__all__ = ["ProducerFactory", "TransactionalProducer", "connect_producer"]
+__all__ = [
+    "AssignedReader",
+    "ConsumerFactory",
+    "ProducerFactory",
+    "TransactionalProducer",
+    "connect_consumer",
+    "connect_producer",
+]
 
 
 class TransactionalProducer(Protocol):
@@ -69,3 +78,32 @@ def connect_producer(config: dict[str, Any]) -> TransactionalProducer:
     """The production adapter: a confluent-kafka ``Producer`` on ``config``."""
     producer: TransactionalProducer = Producer(config)
     return producer
+
+
+class AssignedReader(Protocol):
+    """A consumer of partitions assigned by hand, outside any group, as ``PayloadFetcher``
+    reads with it (confluent-kafka's ``Consumer``)."""
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        """Read these partitions from their offsets (a seek)."""
+
+    def consume(self, num_messages: int = ..., timeout: float = ...) -> list[Message]:
+        """Up to ``num_messages`` records in offset order per partition, or errors (the end
+        of a partition: ``_PARTITION_EOF``), waiting up to ``timeout`` seconds for one."""
+
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float = ..., cached: bool = ...
+    ) -> tuple[int, int]:
+        """The partition's log start and end (low and high watermarks)."""
+
+    def close(self) -> None: ...
+
+
+# Builds a consumer from a librdkafka configuration.
+ConsumerFactory = Callable[[dict[str, Any]], AssignedReader]
+
+
+def connect_consumer(config: dict[str, Any]) -> AssignedReader:
+    """The production adapter: a confluent-kafka ``Consumer`` on ``config``."""
+    consumer: AssignedReader = Consumer(config)
+    return consumer

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -27,22 +27,54 @@ __all__ = ["RETRY_TOPIC", "LazyConsumer", "assign_when_present"]
 RETRY_TOPIC = 30.0  # seconds between two looks for a topic that is missing
 
 
-class LazyConsumer:
-    """One consumer of partitions assigned by hand (``assigned_consumer_config`` of
-    ``base``, ``group_id`` and ``overrides``), opened by the first ``get``."""
+class _Closes(Protocol):
+    def close(self) -> None: ...
 
-    __slots__ = ("_config", "_consumer")
+
+C = TypeVar("C", bound=_Closes)
+
+
+class LazyConsumer(Generic[C]):
+    """One consumer of partitions assigned by hand (``assigned_consumer_config`` of
+    ``base``, ``group_id`` and ``overrides``), opened by the first ``get``: by ``connect``
+    (confluent-kafka's ``Consumer``, or a test's in-memory one: ``adapters.ports``)."""
+
+    __slots__ = ("_config", "_connect", "_consumer")
+
+    @overload
+    def __init__(
+        self: LazyConsumer[Consumer],
+        base: Mapping[str, Any],
+        group_id: str,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        base: Mapping[str, Any],
+        group_id: str,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        connect: Callable[[dict[str, Any]], C],
+    ) -> None: ...
 
     def __init__(
-        self, base: Mapping[str, Any], group_id: str, overrides: Mapping[str, Any] | None = None
+        self,
+        base: Mapping[str, Any],
+        group_id: str,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        connect: Callable[[dict[str, Any]], Any] = Consumer,
     ) -> None:
         self._config = assigned_consumer_config(base, group_id, overrides)
-        self._consumer: Consumer | None = None
+        self._connect = connect
+        self._consumer: C | None = None
 
-    def get(self) -> Consumer:
+    def get(self) -> C:
         """The consumer, opened now if it is not open."""
         if self._consumer is None:
-            self._consumer = Consumer(self._config)
+            self._consumer = self._connect(self._config)
         return self._consumer
 
     def close(self) -> None:

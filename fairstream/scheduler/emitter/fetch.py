@@ -29,8 +29,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
+from fairstream.adapters.ports import AssignedReader, ConsumerFactory, connect_consumer
 from fairstream.core import Clock, MonotonicClock
 from fairstream.scheduler import faults
 from fairstream.scheduler.consumers import LazyConsumer
@@ -72,6 +73,7 @@ class PayloadFetcher:
         topic: str,
         holding: str | None = None,
         clock: Clock | None = None,
+        connect: ConsumerFactory = connect_consumer,
     ) -> None:
         # The backoff's clock (the emitter's). A read's own timeout is real time: it bounds
         # the consumer's calls.
@@ -96,6 +98,7 @@ class PayloadFetcher:
                 "queued.max.messages.kbytes": 8192,
                 "fetch.queue.backoff.ms": 5,
             },
+            connect=connect,
         )
         self._window: OrderedDict[tuple[int, int], Message] = OrderedDict()
         self._bytes = 0
@@ -103,7 +106,7 @@ class PayloadFetcher:
         self.reads = 0
         self.failing: dict[int, Failing] = {}  # replaced whole: read by other threads
 
-    def _reader(self) -> Consumer:
+    def _reader(self) -> AssignedReader:
         return self._consumer.get()
 
     def get(self, partition: int, offset: int) -> Message | Gone | None:

@@ -11,6 +11,11 @@ What it keeps of Kafka's semantics:
   it commits, never when it aborts;
 - consumer-group offsets sent with a transaction, refused for a generation that is no
   longer the group's (``ILLEGAL_GENERATION``, abortable), as KIP-447 has the coordinator do;
+- consumers of partitions assigned by hand (``AssignedReader``) that read committed:
+  aborted records are skipped, and nothing at or past an open transaction's first record
+  (the last stable offset) is read; the end of a partition is said once per position;
+- a log start a test moves (``trim``: retention deleted what lies below it), and records any
+  producer appends outside a transaction (``append``);
 - faults a test injects into the next calls of a kind (``fail``).
 
 It is a test driver, not a broker: no replication, no time, no sizes.
@@ -23,7 +28,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from fairstream.wire.partition import partition_of_key
 
@@ -34,7 +39,7 @@ class Stored:
 
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes | None]]
+    headers: list[tuple[str, str | bytes | None]]
     timestamp: int | None
     state: str = "open"  # "open", "committed" or "aborted"
 
@@ -57,12 +62,36 @@ class MemoryCluster:
     offsets: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
     generations: dict[str, int] = field(default_factory=dict)  # group -> its generation
     epochs: dict[str, int] = field(default_factory=dict)  # transactional id -> epoch
+    starts: dict[tuple[str, int], int] = field(default_factory=dict)  # log starts
     _faults: dict[str, deque[KafkaError]] = field(default_factory=dict)
     _open: dict[str, MemoryProducer] = field(default_factory=dict)  # id -> its producer
 
     def producer(self, config: dict[str, Any]) -> MemoryProducer:
         """A producer on ``config`` (a ``ProducerFactory``)."""
         return MemoryProducer(self, str(config["transactional.id"]))
+
+    def consumer(self, config: dict[str, Any]) -> MemoryConsumer:
+        """A consumer of partitions assigned by hand (a ``ConsumerFactory``)."""
+        return MemoryConsumer(self, bool(config.get("enable.partition.eof", False)))
+
+    def append(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+        partition: int | None = None,
+    ) -> int:
+        """A record written outside any transaction (a plain producer): its offset."""
+        log = self.log(topic)
+        if partition is None:
+            partition = partition_of_key(key or b"", len(log))
+        log[partition].append(Stored(key, value, list(headers or []), None, "committed"))
+        return len(log[partition]) - 1
+
+    def trim(self, topic: str, partition: int, start: int) -> None:
+        """Retention deleted the records below ``start``: the log starts there."""
+        self.starts[(topic, partition)] = start
 
     def log(self, topic: str) -> list[list[Stored]]:
         if topic not in self.topics:
@@ -207,3 +236,58 @@ class MemoryProducer:
                 for name in names
             }
         )
+
+
+class MemoryConsumer:
+    """A ``read_committed`` consumer of a ``MemoryCluster``'s partitions, assigned by hand
+    (``AssignedReader``)."""
+
+    def __init__(self, cluster: MemoryCluster, eof: bool) -> None:
+        self.cluster = cluster
+        self.eof = eof  # enable.partition.eof
+        self.positions: dict[tuple[str, int], int] = {}
+        self._told: set[tuple[str, int, int]] = set()  # ends of partitions said, by position
+        self.closed = False
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self.positions = {(tp.topic, tp.partition): tp.offset for tp in partitions}
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        self.cluster.fault("consume")
+        out: list[Message] = []
+        for (topic, partition), position in self.positions.items():
+            records = self.cluster.log(topic)[partition]
+            at = max(position, self.cluster.starts.get((topic, partition), 0))
+            while at < len(records) and len(out) < num_messages:
+                record = records[at]
+                if record.state == "open":
+                    break  # the last stable offset: nothing past it is read yet
+                if record.state == "committed":
+                    out.append(
+                        Message(
+                            topic=topic,
+                            partition=partition,
+                            offset=at,
+                            key=record.key,
+                            value=record.value,
+                            headers=record.headers or None,
+                        )
+                    )
+                at += 1
+            self.positions[(topic, partition)] = at
+            end = (topic, partition, at)
+            if self.eof and at == len(records) and end not in self._told:
+                self._told.add(end)
+                eof = KafkaError(KafkaError._PARTITION_EOF, "end of partition")
+                out.append(Message(topic=topic, partition=partition, offset=at, error=eof))
+        return out
+
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float = -1, cached: bool = False
+    ) -> tuple[int, int]:
+        self.cluster.fault("get_watermark_offsets")
+        key = (partition.topic, partition.partition)
+        return self.cluster.starts.get(key, 0), len(self.cluster.log(partition.topic)[key[1]])
+
+    def close(self) -> None:
+        self.closed = True

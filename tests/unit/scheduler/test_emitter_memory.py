@@ -1,9 +1,15 @@
 """The emitter on an in-memory cluster (``memory_kafka``), no broker: its real
-``Transaction`` commits egress records with the group's offsets, and the hard cases of
-the data path run in milliseconds. An abort (the generation gone at commit) leaves nothing
-visible and rewinds to the committed marks, from which every record goes out once; a
-newer producer with the instance's transactional id fences it, and it stops with nothing
-of the zombie's transaction visible."""
+``Transaction`` commits egress records with the group's offsets, its real
+``PayloadFetcher`` reads back from the ingest log, and the hard cases of the data path run
+in milliseconds:
+
+- an abort (the generation gone at commit) leaves nothing visible and rewinds to the
+  committed marks, from which every record goes out once;
+- a newer producer with the instance's transactional id fences it, and it stops with
+  nothing of the zombie's transaction visible;
+- payloads past ``--buffer-memory`` are read back when their turn comes, and a flood past
+  ``--max-backlog`` is dead-lettered with its payloads read back;
+- a payload that retention deleted before its turn becomes a ``lost`` dead letter."""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from fairstream import wire
 from fairstream.config import Settings
 from fairstream.core import ManualClock
 from fairstream.scheduler.emitter.egress import Limits
+from fairstream.scheduler.emitter.fetch import PayloadFetcher
 from fairstream.scheduler.emitter.loop import Emitter, Phase
 from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.handoff import Handoff
@@ -24,22 +31,22 @@ from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.supervise import FatalError
 from tests.unit.scheduler.memory_kafka import MemoryCluster
-from tests.unit.scheduler.test_emit_rule import Fetcher
 from tests.unit.scheduler.test_holding import parsed
 
 GROUP = "app"
 TID = "app-instance-0"
+INGEST, EGRESS, DLQ = "fairstream.ingest", "fairstream.egress", "fairstream.dlq"
 
 
 class Driver:
     """One emitter owning ingest partition 0, on ``cluster``: the ingest side's part (the
     records read, the assignment, the recovery a rewind asks for) is the test's."""
 
-    def __init__(self, cluster: MemoryCluster) -> None:
+    def __init__(self, cluster: MemoryCluster, **settings: Any) -> None:
         self.cluster = cluster
         self.rewinds = 0
         self.emitter = Emitter(
-            Settings(share_by="partitions", app_id=GROUP, feedback_topic=""),
+            Settings(share_by="partitions", app_id=GROUP, feedback_topic="", **settings),
             1,
             Handoff(),
             Metrics(),
@@ -49,7 +56,7 @@ class Driver:
             request_rewind=self._rewind_asked,
             on_committed=lambda marks, seqs: None,
             transaction=functools.partial(Transaction, connect=cluster.producer),
-            fetcher=Fetcher,
+            fetcher=functools.partial(PayloadFetcher, connect=cluster.consumer),
         )
         self.emitter.init_transactions()
         self.assign()
@@ -60,7 +67,7 @@ class Driver:
     def assign(self, *, rewind: bool = False) -> None:
         """Partition 0 from its committed offset (as the ingest thread recovers it), in a new
         generation of the group."""
-        mark = self.cluster.offsets.get(GROUP, {}).get(("fairstream.ingest", 0), 0)
+        mark = self.cluster.offsets.get(GROUP, {}).get((INGEST, 0), 0)
         em = self.emitter
         em._assign(
             Assign({0: PartitionProgress(mark)}, rewind=rewind, metadata=self.cluster.join(GROUP))
@@ -68,24 +75,35 @@ class Driver:
         em.phase = Phase(joined=True)
         em._warm_until = 0.0  # no warm-up wait in a test
 
+    def produce(self, *tenants: str) -> list[int]:
+        """Records of these tenants written to ingest partition 0 by a producer: offsets."""
+        cluster = self.cluster
+        return [cluster.append(INGEST, t.encode(), b"", partition=0) for t in tenants]
+
     def read(self, *values: tuple[int, str]) -> None:
-        """Ingest records (offset, tenant) handed over by the ingest thread."""
-        em = self.emitter
+        """Ingest records (offset, tenant) handed over by the ingest thread; the value is
+        ``tenant:offset``, and is what the ingest log holds at that offset too."""
+        em, log = self.emitter, self.cluster.log(INGEST)[0]
+        for offset, tenant in values:
+            if offset < len(log):
+                log[offset].value = b"%s:%d" % (tenant.encode(), offset)
         em.backlog.index([parsed(0, o, t, b"%s:%d" % (t.encode(), o)) for o, t in values], em.txn)
 
     def emit_and_commit(self) -> None:
         em = self.emitter
-        while em._emit_some():
-            pass
+        while em._emit_some() or em.backlog.waiting:
+            em._send_letters(1000)
         em._commit()
 
     def egress(self) -> list[bytes | None]:
-        return [r.value for r in self.cluster.committed("fairstream.egress")]
+        return [r.value for r in self.cluster.committed(EGRESS)]
 
     def request_ids(self) -> list[Any]:
-        return [
-            dict(r.headers)[wire.REQUEST_ID] for r in self.cluster.committed("fairstream.egress")
-        ]
+        return [dict(r.headers)[wire.REQUEST_ID] for r in self.cluster.committed(EGRESS)]
+
+    def dead_letters(self) -> list[tuple[bytes | None, Any]]:
+        """(value, reason) of each committed dead letter."""
+        return [(r.value, dict(r.headers)[wire.DLQ_REASON]) for r in self.cluster.committed(DLQ)]
 
 
 @pytest.fixture
@@ -98,7 +116,7 @@ def test_records_and_the_mark_commit_together(cluster: MemoryCluster) -> None:
     driver.read((0, "a"), (1, "b"), (2, "a"))
     driver.emit_and_commit()
     assert sorted(driver.egress()) == [b"a:0", b"a:2", b"b:1"]
-    assert cluster.offsets[GROUP][("fairstream.ingest", 0)] == 3
+    assert cluster.offsets[GROUP][(INGEST, 0)] == 3
 
 
 def test_an_abort_rewinds_to_the_committed_marks_and_each_record_goes_out_once(
@@ -116,14 +134,14 @@ def test_an_abort_rewinds_to_the_committed_marks_and_each_record_goes_out_once(
     assert driver.rewinds == 1
     assert em.phase.rewinding
     assert sorted(driver.egress()) == [b"a:0", b"b:1"]  # the aborted three never show
-    assert cluster.offsets[GROUP][("fairstream.ingest", 0)] == 2
+    assert cluster.offsets[GROUP][(INGEST, 0)] == 2
     # The ingest thread recovers from the committed mark and reads the rest again.
     driver.assign(rewind=True)
     driver.read((2, "a"), (3, "b"), (4, "a"))
     driver.emit_and_commit()
     assert sorted(driver.egress()) == [b"a:0", b"a:2", b"a:4", b"b:1", b"b:3"]
     assert len(set(driver.request_ids())) == 5  # each once
-    assert cluster.offsets[GROUP][("fairstream.ingest", 0)] == 5
+    assert cluster.offsets[GROUP][(INGEST, 0)] == 5
 
 
 def test_a_fenced_emitter_stops_and_its_open_records_never_show(cluster: MemoryCluster) -> None:
@@ -139,3 +157,57 @@ def test_a_fenced_emitter_stops_and_its_open_records_never_show(cluster: MemoryC
         em._commit()
     assert driver.egress() == []
     assert GROUP not in cluster.offsets
+
+
+def _held_in_memory(driver: Driver) -> None:
+    # --buffer-memory is a MiB at least: budgets of none (and an eighth of it for the
+    # overflow's letters) make every payload one to read back.
+    backlog = driver.emitter.backlog
+    backlog.budget = backlog.overflow.budget = 0
+
+
+def test_payloads_past_the_buffer_memory_are_read_back_when_their_turn_comes(
+    cluster: MemoryCluster,
+) -> None:
+    driver = Driver(cluster)
+    _held_in_memory(driver)
+    offsets = driver.produce("a", "b", "a", "b")
+    driver.read(*zip(offsets, "abab", strict=True))
+    assert driver.emitter.backlog.cached == 0  # indexed without their payloads
+    driver.emit_and_commit()
+    assert sorted(driver.egress()) == [b"a:0", b"a:2", b"b:1", b"b:3"]
+    assert cluster.offsets[GROUP][(INGEST, 0)] == 4
+
+
+def test_a_flood_past_the_max_backlog_is_dead_lettered_with_its_payloads(
+    cluster: MemoryCluster,
+) -> None:
+    driver = Driver(cluster, max_backlog=2)
+    _held_in_memory(driver)
+    tenants = "aaaaab"
+    driver.read(*zip(driver.produce(*tenants), tenants, strict=True))
+    assert all(letter.entry.msg is None for letter in driver.emitter.backlog.overflow.letters)
+    driver.emit_and_commit()
+    assert sorted(driver.egress()) == [b"a:0", b"a:1", b"b:5"]
+    assert sorted(driver.dead_letters()) == [
+        (b"a:2", wire.BACKLOG_FULL.encode()),
+        (b"a:3", wire.BACKLOG_FULL.encode()),
+        (b"a:4", wire.BACKLOG_FULL.encode()),
+    ]
+    assert cluster.offsets[GROUP][(INGEST, 0)] == 6  # every record settled, once
+
+
+def test_a_payload_retention_deleted_before_its_turn_is_a_lost_dead_letter(
+    cluster: MemoryCluster,
+) -> None:
+    driver = Driver(cluster)
+    _held_in_memory(driver)
+    driver.read(*zip(driver.produce("a", "b", "a"), "aba", strict=True))
+    cluster.trim(INGEST, 0, 2)  # retention took offsets 0 and 1
+    driver.emit_and_commit()
+    assert driver.egress() == [b"a:2"]
+    assert sorted(reason for _, reason in driver.dead_letters()) == [
+        wire.LOST.encode(),
+        wire.LOST.encode(),
+    ]
+    assert cluster.offsets[GROUP][(INGEST, 0)] == 3
