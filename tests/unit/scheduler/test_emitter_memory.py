@@ -9,7 +9,10 @@ in milliseconds:
   nothing of the zombie's transaction visible;
 - payloads past ``--buffer-memory`` are read back when their turn comes, and a flood past
   ``--max-backlog`` is dead-lettered with its payloads read back;
-- a payload that retention deleted before its turn becomes a ``lost`` dead letter."""
+- a payload that retention deleted before its turn becomes a ``lost`` dead letter;
+- a paused tenant among a busy one's records (20,000 gaps, as in
+  ``tests/integration/test_scheduler_gaps.py``) is parked in the holding log, and the busy
+  tenant drains in order with the mark behind it."""
 
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ import pytest
 
 from fairstream import wire
 from fairstream.config import Settings
-from fairstream.core import ManualClock
+from fairstream.config.topics import holding_topic, progress_topic
+from fairstream.core import ManualClock, TenantPolicy
 from fairstream.scheduler.emitter.egress import Limits
 from fairstream.scheduler.emitter.fetch import PayloadFetcher
 from fairstream.scheduler.emitter.loop import Emitter, Phase
@@ -28,7 +32,8 @@ from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.messages import Assign
 from fairstream.scheduler.metrics import Metrics
-from fairstream.scheduler.progress import PartitionProgress
+from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
+from fairstream.scheduler.recovery import holding_id
 from fairstream.scheduler.supervise import FatalError
 from tests.unit.scheduler.memory_kafka import MemoryCluster
 from tests.unit.scheduler.test_holding import parsed
@@ -69,9 +74,10 @@ class Driver:
         generation of the group."""
         mark = self.cluster.offsets.get(GROUP, {}).get((INGEST, 0), 0)
         em = self.emitter
-        em._assign(
-            Assign({0: PartitionProgress(mark)}, rewind=rewind, metadata=self.cluster.join(GROUP))
-        )
+        # Its holding log's progress too (``holding``), from that log's start: nothing
+        # parked is read back here.
+        recovered = {0: PartitionProgress(mark), holding_id(0): HoldingProgress(0)}
+        em._assign(Assign(recovered, rewind=rewind, metadata=self.cluster.join(GROUP)))
         em.phase = Phase(joined=True)
         em._warm_until = 0.0  # no warm-up wait in a test
 
@@ -211,3 +217,30 @@ def test_a_payload_retention_deleted_before_its_turn_is_a_lost_dead_letter(
         wire.LOST.encode(),
     ]
     assert cluster.offsets[GROUP][(INGEST, 0)] == 3
+
+
+def test_a_paused_tenant_among_a_busy_ones_records_is_parked_and_never_wedges_it(
+    cluster: MemoryCluster,
+) -> None:
+    # (held, busy, busy) x N in one partition, the held tenant paused: each of its records
+    # leaves a gap above the mark. Past --park-ranges gaps it is parked in the holding log,
+    # so the mark follows the busy tenant, and the progress records stay small. (100,000
+    # repeats take about 5 s here: the integration test's 20,000 keep it under a second.)
+    n = 20_000
+    driver = Driver(cluster, park_ranges=500, park_span=20_000)
+    em = driver.emitter
+    em.set_policy("held", TenantPolicy(paused=True))
+    pattern = ("held", "busy", "busy") * n
+    batch = 3_000
+    for start in range(0, len(pattern), batch):
+        driver.read(*enumerate(pattern[start : start + batch], start))
+        driver.emit_and_commit()
+    busy = [v for v in driver.egress() if v is not None]
+    assert len(busy) == 2 * n
+    assert busy[:2] == [b"busy:1", b"busy:2"]  # in order
+    assert sorted(busy, key=lambda v: int(v.split(b":")[1])) == busy
+    held = [r.value for r in cluster.committed(holding_topic(GROUP))]
+    assert held == [b"held:%d" % (3 * i) for i in range(n)]  # parked, in order
+    assert cluster.offsets[GROUP][(INGEST, 0)] == 3 * n  # the mark passed every gap
+    largest = max(len(r.value or b"") for r in cluster.committed(progress_topic(GROUP)))
+    assert largest < 64 * 1024
