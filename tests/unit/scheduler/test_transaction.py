@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
@@ -19,7 +21,7 @@ from fairstream.scheduler.emitter.transaction import (
     Transaction,
 )
 from fairstream.scheduler.supervise import FatalError
-from tests.unit.scheduler.memory_kafka import MemoryCluster
+from tests.unit.scheduler.memory_kafka import GroupMetadata, MemoryCluster
 
 
 def test_meanwhile_runs_until_the_call_returns_or_it_has_nothing_to_do() -> None:
@@ -118,9 +120,27 @@ def _transaction(cluster: MemoryCluster, tid: str = "fairstream-unit-txn") -> Tr
     return txn
 
 
+@dataclass
+class Member:
+    """An emitter's transaction on the in-memory cluster, and its group generation."""
+
+    cluster: MemoryCluster
+    txn: Transaction
+    generation: GroupMetadata
+
+    def commit(self, offset: int = 1) -> None:
+        self.txn.commit([TopicPartition("ingest", 0, offset)], self.generation)
+
+    def egress(self) -> list[bytes | None]:
+        return [r.value for r in self.cluster.committed("egress")]
+
+
 @pytest.fixture
-def cluster() -> MemoryCluster:
-    return MemoryCluster()
+def member() -> Iterator[Member]:
+    cluster = MemoryCluster()
+    txn = _transaction(cluster)
+    yield Member(cluster, txn, cluster.join("app"))
+    txn.calls.close()
 
 
 def _offsets_timing_out(cluster: MemoryCluster, times: int) -> None:
@@ -129,97 +149,79 @@ def _offsets_timing_out(cluster: MemoryCluster, times: int) -> None:
     cluster.fail("send_offsets_to_transaction", timed_out, times)
 
 
-def test_a_commit_makes_the_records_and_the_offsets_visible_together(
-    cluster: MemoryCluster,
-) -> None:
-    txn = _transaction(cluster)
-    meta = cluster.join("app")
-    txn.produce("egress", b"a", b"t1")
-    assert cluster.committed("egress") == []  # read_committed: not before the commit
-    txn.commit([TopicPartition("ingest", 0, 7)], meta)
-    assert [r.value for r in cluster.committed("egress")] == [b"a"]
-    assert cluster.offsets["app"] == {("ingest", 0): 7}
-    assert not txn.open
-    txn.calls.close()
+def test_a_commit_makes_the_records_and_the_offsets_visible_together(member: Member) -> None:
+    member.txn.produce("egress", b"a", b"t1")
+    assert member.egress() == []  # read_committed: not before the commit
+    member.commit(7)
+    assert member.egress() == [b"a"]
+    assert member.cluster.offsets["app"] == {("ingest", 0): 7}
+    assert not member.txn.open
 
 
 def test_offsets_of_a_generation_that_is_gone_abort_the_whole_transaction(
-    cluster: MemoryCluster,
+    member: Member,
 ) -> None:
-    txn = _transaction(cluster)
-    old = cluster.join("app")
-    txn.produce("egress", b"a", b"t1")
-    cluster.join("app")  # a rebalance: the partitions may be another member's now
+    member.txn.produce("egress", b"a", b"t1")
+    member.cluster.join("app")  # a rebalance: the partitions may be another member's now
     with pytest.raises(Aborted, match="generation"):
-        txn.commit([TopicPartition("ingest", 0, 7)], old)
-    assert cluster.committed("egress") == []
-    assert "app" not in cluster.offsets
-    assert [r.state for r in cluster.log("egress")[0]] == ["aborted"]
-    txn.calls.close()
+        member.commit(7)
+    assert member.egress() == []
+    assert "app" not in member.cluster.offsets
+    assert [r.state for r in member.cluster.log("egress")[0]] == ["aborted"]
 
 
 def test_a_newer_producer_with_the_same_id_fences_the_older_and_aborts_what_it_left(
-    cluster: MemoryCluster,
+    member: Member,
 ) -> None:
-    old = _transaction(cluster)
-    meta = cluster.join("app")
+    old = member.txn
     old.produce("egress", b"zombie", b"t1")
-    new = _transaction(cluster)  # another process with this instance's transactional id
+    new = _transaction(member.cluster)  # another process with this transactional id
     with pytest.raises(FatalError, match="fenced") as fenced:
-        old.commit([TopicPartition("ingest", 0, 1)], meta)
+        member.commit()
     assert fenced.value.fenced
-    assert cluster.committed("egress") == []  # the zombie's record never becomes visible
+    assert member.egress() == []  # the zombie's record never becomes visible
     # Fenced by another process (the transaction had not outlived its timeout): the
     # emitter exits rather than fence it back.
     renewal = Renewal(lambda *_: new, ({}, "fairstream-unit-txn", 10.0), lambda: 1000.0)
     with pytest.raises(FatalError, match="fenced"):
         renewal.renew(old, fenced.value)
+    member.txn = new
     new.produce("egress", b"b", b"t1")
-    new.commit([TopicPartition("ingest", 0, 1)], meta)
-    assert [r.value for r in cluster.committed("egress")] == [b"b"]
+    member.commit()
+    assert member.egress() == [b"b"]
     old.calls.close()
-    new.calls.close()
 
 
-def test_a_commit_that_failed_retriably_is_made_again(cluster: MemoryCluster) -> None:
-    txn = _transaction(cluster)
-    meta = cluster.join("app")
-    txn.produce("egress", b"a", b"t1")
+def test_a_commit_that_failed_retriably_is_made_again(member: Member) -> None:
+    member.txn.produce("egress", b"a", b"t1")
     busy = KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, "loading", retriable=True)
-    cluster.fail("commit_transaction", busy, times=2)
-    txn.commit([TopicPartition("ingest", 0, 1)], meta)
-    assert [r.value for r in cluster.committed("egress")] == [b"a"]
-    txn.calls.close()
+    member.cluster.fail("commit_transaction", busy, times=2)
+    member.commit()
+    assert member.egress() == [b"a"]
 
 
 def test_a_coordinator_that_keeps_timing_out_gets_the_producer_replaced(
-    cluster: MemoryCluster,
+    member: Member,
 ) -> None:
     # Aborted and read again twice; the third time in a row is a producer that cannot go on
     # (FatalError: the emitter replaces it), not one more abort forever.
-    txn = _transaction(cluster)
-    meta = cluster.join("app")
-    _offsets_timing_out(cluster, STUCK_AFTER)
+    _offsets_timing_out(member.cluster, STUCK_AFTER)
     for _ in range(STUCK_AFTER - 1):
-        txn.produce("egress", b"a", b"t1")
+        member.txn.produce("egress", b"a", b"t1")
         with pytest.raises(Aborted):
-            txn.commit([TopicPartition("ingest", 0, 1)], meta)
-    txn.produce("egress", b"a", b"t1")
+            member.commit()
+    member.txn.produce("egress", b"a", b"t1")
     with pytest.raises(FatalError, match="did not take the offsets 3 times in a row"):
-        txn.commit([TopicPartition("ingest", 0, 1)], meta)
-    assert [r.state for r in cluster.log("egress")[0]] == ["aborted"] * STUCK_AFTER
-    txn.calls.close()
+        member.commit()
+    assert [r.state for r in member.cluster.log("egress")[0]] == ["aborted"] * STUCK_AFTER
 
 
-def test_a_commit_between_timeouts_starts_the_count_again(cluster: MemoryCluster) -> None:
-    txn = _transaction(cluster)
-    meta = cluster.join("app")
-    _offsets_timing_out(cluster, STUCK_AFTER - 1)
+def test_a_commit_between_timeouts_starts_the_count_again(member: Member) -> None:
+    _offsets_timing_out(member.cluster, STUCK_AFTER - 1)
     for _ in range(STUCK_AFTER - 1):
         with pytest.raises(Aborted):
-            txn.commit([TopicPartition("ingest", 0, 1)], meta)
-    txn.commit([TopicPartition("ingest", 0, 1)], meta)  # the coordinator answered
-    _offsets_timing_out(cluster, 1)
+            member.commit()
+    member.commit()  # the coordinator answered
+    _offsets_timing_out(member.cluster, 1)
     with pytest.raises(Aborted):  # one timeout, not the third in a row
-        txn.commit([TopicPartition("ingest", 0, 1)], meta)
-    txn.calls.close()
+        member.commit()
