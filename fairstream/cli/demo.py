@@ -276,6 +276,11 @@ def _start_scheduler(
         ("--web-port", str(port)),
         ("--web-host", "127.0.0.1"),
         ("--log-level", "warning"),
+        # The demo's API reads egress as a plain consumer and reports nothing. On a
+        # feedback topic that no worker writes, the scheduler would hold its first seconds
+        # of releases to the start-up window (credit waits for reports), and the quiet
+        # tenants would wait behind that, not behind the API.
+        ("--feedback-topic", ""),
     ]
     argv = [sys.executable, "-m", "fairstream", "scheduler"]
     for name, value in options:
