@@ -3,7 +3,8 @@ Protocols.
 
 The emitter reaches the broker through two ports: ``TransactionalProducer`` (its
 ``Transaction`` produces egress, dead-letter, holding and progress records in one
-transaction and commits the group's offsets with them) and ``AssignedReader`` (its
+transaction and commits the group's offsets with them) and ``AssignedReader`` (the ingest
+thread's ``Readers`` read each owned partition with one, and the emitter's
 ``PayloadFetcher`` reads back payloads it did not keep in memory). confluent-kafka's
 ``Producer`` and ``Consumer`` have these methods, so they are the adapters in production
 (``connect_producer``, ``connect_consumer``); a test passes factories of its own, an
@@ -81,8 +82,8 @@ def connect_producer(config: dict[str, Any]) -> TransactionalProducer:
 
 
 class AssignedReader(Protocol):
-    """A consumer of partitions assigned by hand, outside any group, as ``PayloadFetcher``
-    reads with it (confluent-kafka's ``Consumer``)."""
+    """A consumer of partitions assigned by hand, outside any group, as ``Readers`` and
+    ``PayloadFetcher`` read with it (confluent-kafka's ``Consumer``)."""
 
     def assign(self, partitions: list[TopicPartition]) -> None:
         """Read these partitions from their offsets (a seek)."""

@@ -71,6 +71,47 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
     return config
 
 
+def parse(
+    partition: int,
+    messages: list[Message],
+    queue: deque[Parsed],
+    tenants: dict[bytes, str],
+    heard: Callable[[int], None],
+    failed: Callable[[KafkaError], None],
+) -> None:
+    """Records of ``partition`` to ``Parsed`` tuples at the end of ``queue``; the end of
+    the partition to ``heard``, a consumer error to ``failed``. ``tenants``: the keys
+    validated so far (their tenant ids), added to. Once per ingest record: flat."""
+    # A record's offset is an int (confluent-kafka types it int | None for errors).
+    append: Callable[[Any], None] = queue.append
+    now_ms = wire.now_ms()
+    for msg in messages:
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                heard(partition)
+            else:
+                failed(err)
+            continue
+        key = msg.key()
+        headers = msg.headers()
+        tenant = tenants.get(key) if key is not None else None
+        kind, timestamp = msg.timestamp()
+        enqueued = timestamp if kind != 0 and timestamp > 0 else now_ms
+        if tenant is not None and headers is None and msg.value() is not None:
+            # The common case: a known tenant, no headers, a payload.
+            append(new(Parsed, (partition, msg.offset(), tenant, 1, None, enqueued, msg, None)))
+            continue
+        verdict = wire.validate_ingest(key, msg.value(), cast(wire.Headers, headers or []))
+        if isinstance(verdict, wire.Invalid):
+            append(new(Parsed, (partition, msg.offset(), None, 1, None, enqueued, msg, verdict)))
+            continue
+        if key is not None and len(tenants) < TENANT_CACHE:
+            tenants[key] = verdict.tenant
+        tenant, cost, until = verdict.tenant, verdict.cost, verdict.deadline_ms
+        append(new(Parsed, (partition, msg.offset(), tenant, cost, until, enqueued, msg, None)))
+
+
 class Ingest:
     """Owns the group consumer; runs ``run`` on a thread of its own."""
 
@@ -217,39 +258,10 @@ class Ingest:
         self.recovery.close()
 
     def _parse(self, partition: int, messages: list[Message], queue: deque[Parsed]) -> None:
-        """Records of ``partition`` to ``Parsed`` tuples at the end of ``queue``;
-        end-of-partition events to ``Heard`` controls. Once per ingest record: flat."""
-        # A record's offset is an int (confluent-kafka types it int | None for errors).
-        append: Callable[[Any], None] = queue.append
-        tenants = self._tenants
-        now_ms = wire.now_ms()
-        for msg in messages:
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    self.handoff.put(Heard(partition))
-                else:
-                    self._consumer_error(err)
-                continue
-            key = msg.key()
-            headers = msg.headers()
-            tenant = tenants.get(key) if key is not None else None
-            kind, timestamp = msg.timestamp()
-            enqueued = timestamp if kind != 0 and timestamp > 0 else now_ms
-            if tenant is not None and headers is None and msg.value() is not None:
-                # The common case: a known tenant, no headers, a payload.
-                append(new(Parsed, (partition, msg.offset(), tenant, 1, None, enqueued, msg, None)))
-                continue
-            verdict = wire.validate_ingest(key, msg.value(), cast(wire.Headers, headers or []))
-            if isinstance(verdict, wire.Invalid):
-                append(
-                    new(Parsed, (partition, msg.offset(), None, 1, None, enqueued, msg, verdict))
-                )
-                continue
-            if key is not None and len(tenants) < TENANT_CACHE:
-                tenants[key] = verdict.tenant
-            tenant, cost, until = verdict.tenant, verdict.cost, verdict.deadline_ms
-            append(new(Parsed, (partition, msg.offset(), tenant, cost, until, enqueued, msg, None)))
+        parse(partition, messages, queue, self._tenants, self._heard, self._consumer_error)
+
+    def _heard(self, partition: int) -> None:
+        self.handoff.put(Heard(partition))
 
     def _group_error(self, err: KafkaError) -> None:
         """An error the group consumer returned. A static member fenced is replaced by a

@@ -17,9 +17,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from fairstream.adapters.clients import assigned_consumer_config
+from fairstream.adapters.ports import AssignedReader, ConsumerFactory, connect_consumer
 
 log = logging.getLogger("fairstream.readers")
 
@@ -48,18 +49,25 @@ class Readers:
     """Readers keyed by ingest partition; a negative key ``~p`` reads partition ``p`` of
     ``holding`` (the holding log, ``scheduler.holding``)."""
 
-    def __init__(self, config: dict[str, Any], topic: str, holding: str | None = None) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        topic: str,
+        holding: str | None = None,
+        connect: ConsumerFactory = connect_consumer,
+    ) -> None:
         self._config = config
         self.topic = topic
         self.holding = holding
-        self._readers: dict[int, Consumer] = {}
+        self._connect = connect  # confluent-kafka's Consumer, or a test's (``adapters.ports``)
+        self._readers: dict[int, AssignedReader] = {}
         self._turn = 0
 
     def open(self, partition: int, offset: int) -> None:
         """Read ``partition`` from ``offset`` (a fresh reader, or the existing one moved)."""
         reader = self._readers.get(partition)
         if reader is None:
-            reader = self._readers[partition] = Consumer(self._config)
+            reader = self._readers[partition] = self._connect(self._config)
         # assign() at an offset drops anything the reader had prefetched.
         if partition < 0 and self.holding is not None:
             reader.assign([TopicPartition(self.holding, ~partition, offset)])

@@ -1,7 +1,7 @@
-"""The emitter on an in-memory cluster (``memory_kafka``), no broker: its real
-``Transaction`` commits egress records with the group's offsets, its real
-``PayloadFetcher`` reads back from the ingest log, and the hard cases of the data path run
-in milliseconds:
+"""The emitter on an in-memory cluster (``memory_kafka``), no broker: the ingest thread's
+real ``Readers`` and ``parse`` feed it, its real ``Transaction`` commits egress records
+with the group's offsets, its real ``PayloadFetcher`` reads back from the ingest log, and
+the hard cases of the data path run in milliseconds:
 
 - an abort (the generation gone at commit) leaves nothing visible and rewinds to the
   committed marks, from which every record goes out once;
@@ -17,9 +17,11 @@ in milliseconds:
 from __future__ import annotations
 
 import functools
+from collections import deque
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from fairstream import wire
 from fairstream.config import Settings
@@ -30,13 +32,24 @@ from fairstream.scheduler.emitter.fetch import PayloadFetcher
 from fairstream.scheduler.emitter.loop import Emitter, Phase
 from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.ingest.member import parse
+from fairstream.scheduler.ingest.readers import Readers, reader_config
 from fairstream.scheduler.messages import Assign
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
+from fairstream.scheduler.records import Parsed
 from fairstream.scheduler.recovery import holding_id
 from fairstream.scheduler.supervise import FatalError
 from tests.unit.scheduler.memory_kafka import MemoryCluster
-from tests.unit.scheduler.test_holding import parsed
+
+
+def _ignore(partition: int) -> None:
+    pass  # the end of a partition: the warm-up's, not this driver's
+
+
+def _raise(err: KafkaError) -> None:
+    raise KafkaException(err)
+
 
 GROUP = "app"
 TID = "app-instance-0"
@@ -44,8 +57,11 @@ INGEST, EGRESS, DLQ = "fairstream.ingest", "fairstream.egress", "fairstream.dlq"
 
 
 class Driver:
-    """One emitter owning ingest partition 0, on ``cluster``: the ingest side's part (the
-    records read, the assignment, the recovery a rewind asks for) is the test's."""
+    """One emitter owning ingest partition 0, on ``cluster``, fed by the ingest thread's
+    real ``Readers`` and ``parse``. The group membership and the recovery are the test's:
+    ``assign`` hands the emitter the partition from its committed offset, as the ingest
+    thread does after an assignment or the rewind the emitter asked for. The holding log
+    is written, never read back here."""
 
     def __init__(self, cluster: MemoryCluster, **settings: Any) -> None:
         self.cluster = cluster
@@ -63,6 +79,10 @@ class Driver:
             transaction=functools.partial(Transaction, connect=cluster.producer),
             fetcher=functools.partial(PayloadFetcher, connect=cluster.consumer),
         )
+        self.readers = Readers(
+            reader_config({}, GROUP), INGEST, holding_topic(GROUP), connect=cluster.consumer
+        )
+        self._tenants: dict[bytes, str] = {}
         self.emitter.init_transactions()
         self.assign()
 
@@ -71,29 +91,38 @@ class Driver:
 
     def assign(self, *, rewind: bool = False) -> None:
         """Partition 0 from its committed offset (as the ingest thread recovers it), in a new
-        generation of the group."""
+        generation of the group, and its reader moved there."""
         mark = self.cluster.offsets.get(GROUP, {}).get((INGEST, 0), 0)
         em = self.emitter
-        # Its holding log's progress too (``holding``), from that log's start: nothing
-        # parked is read back here.
+        # Its holding log's progress too (``holding``), from that log's start.
         recovered = {0: PartitionProgress(mark), holding_id(0): HoldingProgress(0)}
         em._assign(Assign(recovered, rewind=rewind, metadata=self.cluster.join(GROUP)))
         em.phase = Phase(joined=True)
         em._warm_until = 0.0  # no warm-up wait in a test
+        self.readers.open(0, mark)
 
-    def produce(self, *tenants: str) -> list[int]:
-        """Records of these tenants written to ingest partition 0 by a producer: offsets."""
-        cluster = self.cluster
-        return [cluster.append(INGEST, t.encode(), b"", partition=0) for t in tenants]
+    def produce(self, *tenants: str) -> None:
+        """Records of these tenants written to ingest partition 0 by a plain producer; the
+        value of each is ``tenant:offset``."""
+        log = self.cluster.log(INGEST)[0]
+        for tenant in tenants:
+            value = b"%s:%d" % (tenant.encode(), len(log))
+            self.cluster.append(INGEST, tenant.encode(), value, partition=0)
 
-    def read(self, *values: tuple[int, str]) -> None:
-        """Ingest records (offset, tenant) handed over by the ingest thread; the value is
-        ``tenant:offset``, and is what the ingest log holds at that offset too."""
-        em, log = self.emitter, self.cluster.log(INGEST)[0]
-        for offset, tenant in values:
-            if offset < len(log):
-                log[offset].value = b"%s:%d" % (tenant.encode(), offset)
-        em.backlog.index([parsed(0, o, t, b"%s:%d" % (t.encode(), o)) for o, t in values], em.txn)
+    def ingest(self, most: int | None = None) -> int:
+        """The ingest thread's part: read what the readers have (about ``most`` records at
+        most, in slices), parse it and hand it to the emitter, which indexes it; how many."""
+        em, taken = self.emitter, 0
+        while most is None or taken < most:
+            slices = self.readers.take(set())
+            if not slices:
+                break
+            for partition, messages in slices:
+                queue: deque[Parsed] = deque()
+                parse(partition, messages, queue, self._tenants, _ignore, _raise)
+                em.backlog.index(list(queue), em.txn)
+                taken += len(queue)
+        return taken
 
     def emit_and_commit(self) -> None:
         em = self.emitter
@@ -119,7 +148,8 @@ def cluster() -> MemoryCluster:
 
 def test_records_and_the_mark_commit_together(cluster: MemoryCluster) -> None:
     driver = Driver(cluster)
-    driver.read((0, "a"), (1, "b"), (2, "a"))
+    driver.produce("a", "b", "a")
+    driver.ingest()
     driver.emit_and_commit()
     assert sorted(driver.egress()) == [b"a:0", b"a:2", b"b:1"]
     assert cluster.offsets[GROUP][(INGEST, 0)] == 3
@@ -129,9 +159,11 @@ def test_an_abort_rewinds_to_the_committed_marks_and_each_record_goes_out_once(
     cluster: MemoryCluster,
 ) -> None:
     driver = Driver(cluster)
-    driver.read((0, "a"), (1, "b"))
+    driver.produce("a", "b")
+    driver.ingest()
     driver.emit_and_commit()
-    driver.read((2, "a"), (3, "b"), (4, "a"))
+    driver.produce("a", "b", "a")
+    driver.ingest()
     em = driver.emitter
     while em._emit_some():
         pass
@@ -143,7 +175,7 @@ def test_an_abort_rewinds_to_the_committed_marks_and_each_record_goes_out_once(
     assert cluster.offsets[GROUP][(INGEST, 0)] == 2
     # The ingest thread recovers from the committed mark and reads the rest again.
     driver.assign(rewind=True)
-    driver.read((2, "a"), (3, "b"), (4, "a"))
+    driver.ingest()
     driver.emit_and_commit()
     assert sorted(driver.egress()) == [b"a:0", b"a:2", b"a:4", b"b:1", b"b:3"]
     assert len(set(driver.request_ids())) == 5  # each once
@@ -152,7 +184,8 @@ def test_an_abort_rewinds_to_the_committed_marks_and_each_record_goes_out_once(
 
 def test_a_fenced_emitter_stops_and_its_open_records_never_show(cluster: MemoryCluster) -> None:
     driver = Driver(cluster)
-    driver.read((0, "a"), (1, "b"))
+    driver.produce("a", "b")
+    driver.ingest()
     em = driver.emitter
     while em._emit_some():
         pass
@@ -177,8 +210,8 @@ def test_payloads_past_the_buffer_memory_are_read_back_when_their_turn_comes(
 ) -> None:
     driver = Driver(cluster)
     _held_in_memory(driver)
-    offsets = driver.produce("a", "b", "a", "b")
-    driver.read(*zip(offsets, "abab", strict=True))
+    driver.produce("a", "b", "a", "b")
+    driver.ingest()
     assert driver.emitter.backlog.cached == 0  # indexed without their payloads
     driver.emit_and_commit()
     assert sorted(driver.egress()) == [b"a:0", b"a:2", b"b:1", b"b:3"]
@@ -190,8 +223,8 @@ def test_a_flood_past_the_max_backlog_is_dead_lettered_with_its_payloads(
 ) -> None:
     driver = Driver(cluster, max_backlog=2)
     _held_in_memory(driver)
-    tenants = "aaaaab"
-    driver.read(*zip(driver.produce(*tenants), tenants, strict=True))
+    driver.produce(*"aaaaab")
+    driver.ingest()
     assert all(letter.entry.msg is None for letter in driver.emitter.backlog.overflow.letters)
     driver.emit_and_commit()
     assert sorted(driver.egress()) == [b"a:0", b"a:1", b"b:5"]
@@ -208,7 +241,8 @@ def test_a_payload_retention_deleted_before_its_turn_is_a_lost_dead_letter(
 ) -> None:
     driver = Driver(cluster)
     _held_in_memory(driver)
-    driver.read(*zip(driver.produce("a", "b", "a"), "aba", strict=True))
+    driver.produce("a", "b", "a")
+    driver.ingest()
     cluster.trim(INGEST, 0, 2)  # retention took offsets 0 and 1
     driver.emit_and_commit()
     assert driver.egress() == [b"a:2"]
@@ -230,10 +264,8 @@ def test_a_paused_tenant_among_a_busy_ones_records_is_parked_and_never_wedges_it
     driver = Driver(cluster, park_ranges=500, park_span=20_000)
     em = driver.emitter
     em.set_policy("held", TenantPolicy(paused=True))
-    pattern = ("held", "busy", "busy") * n
-    batch = 3_000
-    for start in range(0, len(pattern), batch):
-        driver.read(*enumerate(pattern[start : start + batch], start))
+    driver.produce(*("held", "busy", "busy") * n)
+    while driver.ingest(3_000):
         driver.emit_and_commit()
     busy = [v for v in driver.egress() if v is not None]
     assert len(busy) == 2 * n
