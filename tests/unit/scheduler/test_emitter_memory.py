@@ -29,7 +29,7 @@ from fairstream.config.topics import holding_topic, progress_topic
 from fairstream.core import ManualClock, TenantPolicy
 from fairstream.scheduler.emitter.egress import Limits
 from fairstream.scheduler.emitter.fetch import PayloadFetcher
-from fairstream.scheduler.emitter.loop import Emitter, Phase
+from fairstream.scheduler.emitter.loop import Emitter
 from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest.member import parse
@@ -97,7 +97,6 @@ class Driver:
         # Its holding log's progress too (``holding``), from that log's start.
         recovered = {0: PartitionProgress(mark), holding_id(0): HoldingProgress(0)}
         em._assign(Assign(recovered, rewind=rewind, metadata=self.cluster.join(GROUP)))
-        em.phase = Phase(joined=True)
         em._warm_until = 0.0  # no warm-up wait in a test
         self.readers.open(0, mark)
 
