@@ -1,7 +1,8 @@
 """``make soak``: one chaos run of the whole system on a real broker.
 
-Everything runs for real, on a development broker of the soak's own (``DevBroker`` with a
-state directory under the work directory: never the shared one, since the soak restarts it):
+Everything runs for real, on development brokers of the soak's own, under the work directory
+(never the shared broker, since the soak restarts them): a cluster of three nodes
+(``DevCluster``) by default, or one broker with ``--brokers 1`` (``DevBroker``):
 
 - producers: a ``fairstream.Producer`` (the SDK) and a plain confluent-kafka producer
   (idempotent, murmur2_random), each on a thread, at a steady rate, each with tenants of
@@ -16,7 +17,8 @@ state directory under the work directory: never the shared one, since the soak r
 
 Meanwhile, at random times drawn from ``--seed``: kill -9 and SIGTERM of a scheduler or a
 worker (started again 1 to 5 s later, as an orchestrator would), one broker restart on the
-same port (``down``, then ``up``; ``--broker-stop kill`` kills it instead, as a crash), and
+same port (one node of the cluster, or the only broker: a controlled shutdown, then a start;
+``--broker-stop kill`` kills it instead, as a crash), and
 the rebalance (the third scheduler joins, later leaves). A process
 that exits on its own is started again too, and reported.
 
@@ -95,6 +97,7 @@ from fairstream.adapters.admin import latest_offsets
 from fairstream_dev.harness.kafka import unique
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess
 from fairstream_dev.kafka import DevBroker
+from fairstream_dev.kafka.cluster import DevCluster
 
 __all__ = ["Options", "Report", "print_report", "run"]
 
@@ -176,7 +179,12 @@ class Soak:
         self.own_workdir = options.workdir is None
         self.workdir = options.workdir or Path(tempfile.mkdtemp(prefix="fairstream-soak-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.broker = DevBroker(state_dir=self.workdir / "broker", log=log)
+        self.broker: DevBroker | None = None
+        self.cluster: DevCluster | None = None
+        if options.brokers > 1:
+            self.cluster = DevCluster(self.workdir / "cluster", nodes=options.brokers, log=log)
+        else:
+            self.broker = DevBroker(state_dir=self.workdir / "broker", log=log)
         self.slots: dict[str, Slot] = {}
 
     def event(self, what: str) -> None:
@@ -189,13 +197,29 @@ class Soak:
 
     # -- set-up
 
+    def start_kafka(self) -> str:
+        """The soak's brokers up; returns the bootstrap."""
+        kafka = self.cluster or self.broker
+        assert kafka is not None
+        if not kafka.jars_ready():
+            kafka.fetch_jars()
+        if self.cluster is not None:
+            bootstrap = self.cluster.up()
+        else:
+            assert self.broker is not None
+            bootstrap = self.broker.up(engine="local").bootstrap
+        log(f"soak brokers {bootstrap} (state in {kafka.state_dir})")
+        return bootstrap
+
+    def stop_kafka(self) -> None:
+        if self.cluster is not None:
+            self.cluster.down()
+        elif self.broker is not None:
+            self.broker.down()
+
     def set_up(self) -> Setup:
-        if not self.broker.jars_ready():
-            self.broker.fetch_jars()
-        state = self.broker.up(engine="local")
-        self.report.bootstrap = state.bootstrap
-        log(f"soak broker {state.bootstrap} (state in {self.broker.state_dir})")
-        deployment = Deployment(state.bootstrap, partitions=PARTITIONS).create()
+        self.report.bootstrap = self.start_kafka()
+        deployment = Deployment(self.report.bootstrap, partitions=PARTITIONS).create()
         handled_dir = self.workdir / "served"
         handled_dir.mkdir(exist_ok=True)
         setup = Setup(
@@ -260,9 +284,19 @@ class Soak:
             self.event(f"{'kill -9' if sig == signal.SIGKILL else 'SIGTERM'} {name}")
 
     def restart_broker(self) -> None:
+        kill = self.options.broker_stop == "kill"
+        if self.cluster is not None:
+            node_id = self.rng.randrange(1, len(self.cluster.nodes) + 1)
+            self.event(f"broker down: node {node_id} of {len(self.cluster.nodes)}")
+            self.cluster.stop(node_id, kill=kill)
+            time.sleep(self.rng.uniform(2.0, 5.0))
+            node = self.cluster.start(node_id)
+            self.event(f"broker up again: node {node_id} on {node.bootstrap} (same port)")
+            return
+        assert self.broker is not None
         before = self.broker.recorded()
         self.event("broker down")
-        self.broker.down(kill=self.options.broker_stop == "kill")
+        self.broker.down(kill=kill)
         # Nothing is started while the broker is away: a scheduler would only fail to
         # find its topics. Processes that exit meanwhile are noted after.
         time.sleep(self.rng.uniform(2.0, 5.0))
@@ -390,7 +424,7 @@ class Soak:
             for slot in self.slots.values():
                 if slot.running and slot.process is not None and slot.process.proc is not None:
                     slot.process.proc.kill()
-            self.broker.down()
+            self.stop_kafka()
             report.total_seconds = time.monotonic() - self.started
             if self.own_workdir and not self.options.keep and report.passed:
                 shutil.rmtree(self.workdir, ignore_errors=True)
@@ -509,6 +543,14 @@ def main() -> None:
         "kill -9 (a crash)",
     )
     parser.add_argument(
+        "--brokers",
+        type=int,
+        choices=(1, 3),
+        default=Options.brokers,
+        help="3: a cluster, whose restart stops one node (the default); 1: one broker, whose "
+        "restart leaves every partition without a leader (see docs/soak.md)",
+    )
+    parser.add_argument(
         "--fault-every",
         type=float,
         nargs=2,
@@ -531,6 +573,7 @@ def main() -> None:
         broker_restart=not args.no_broker_restart,
         fault_every=(args.fault_every[0], args.fault_every[1]),
         broker_stop=args.broker_stop,
+        brokers=args.brokers,
     )
     report = run(options)
     print_report(report)
@@ -548,6 +591,7 @@ def main() -> None:
                 "broker_restart",
                 "fault_every",
                 "broker_stop",
+                "brokers",
             )
         )
         command = ("make soak\n# that is:\n" if same else "") + (
@@ -561,6 +605,7 @@ def main() -> None:
                 else ""
             )
             + (" --broker-stop kill" if options.broker_stop == "kill" else "")
+            + (f" --brokers {options.brokers}" if options.brokers != defaults.brokers else "")
         )
         args.markdown.write_text(markdown(report, command))
         log(f"report written to {args.markdown}")

@@ -2,10 +2,10 @@
 
 Producers (the SDK and a plain confluent-kafka client) write at a steady rate; two
 schedulers with static membership emit and workers serve a simulated API, while a few kill
--9s and SIGTERMs hit schedulers and workers, a third scheduler joins and leaves, and the
-soak's own development broker restarts once on the same port. Nothing acknowledged may be
-lost, no tenant's records may come out of order, and read_committed egress may hold no
-duplicate. ``make soak`` is the long run (see docs/soak.md).
+-9s and SIGTERMs hit schedulers and workers, a third scheduler joins and leaves, and one node
+of the soak's own three-node development cluster restarts on its ports. Nothing
+acknowledged may be lost, no tenant's records may come out of order, and read_committed
+egress may hold no duplicate. ``make soak`` is the long run (see docs/soak.md).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_short_soak_loses_nothing(tmp_path: Path) -> None:
     assert any(
         what.startswith(("kill -9", "SIGTERM sched-0", "SIGTERM sched-1")) for what in events
     )
-    assert "broker down" in events
+    assert any(what.startswith("broker down") for what in events), events
     assert any("(same port)" in what for what in events), events
     assert report.acked > 5000
     assert report.served_distinct > 0

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from fairstream_dev.kafka import BrokerError, BrokerState, DevBroker, java_command, local_engine
+from fairstream_dev.kafka.cluster import DevCluster
 
 
 def test_missing_java_says_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -33,6 +34,28 @@ def test_server_properties_fit_a_single_node(tmp_path: Path) -> None:
     assert "transaction.state.log.min.isr=1" in props
     assert "share.coordinator.state.topic.replication.factor=1" in props
     assert "auto.create.topics.enable=false" in props
+
+
+def test_a_cluster_node_has_static_voters_and_a_replica_of_every_topic_on_each_node(
+    tmp_path: Path,
+) -> None:
+    voters = "1@127.0.0.1:9101,2@127.0.0.1:9102,3@127.0.0.1:9103"
+    props = local_engine.server_properties(
+        tmp_path, 9092, 9102, kafka_version="4.4.0", node_id=2, voters=voters
+    ).splitlines()
+    assert "node.id=2" in props
+    assert f"controller.quorum.voters={voters}" in props
+    assert not any(line.startswith("controller.quorum.bootstrap.servers") for line in props)
+    for setting in ("default", "offsets.topic", "transaction.state.log"):
+        assert f"{setting}.replication.factor=3" in props
+    # One node may stop while every write still finds two replicas in sync.
+    assert "min.insync.replicas=2" in props
+    assert "transaction.state.log.min.isr=2" in props
+
+
+def test_a_cluster_of_two_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(BrokerError, match="at least 3 nodes"):
+        DevCluster(tmp_path, nodes=2)
 
 
 def test_brokers_before_3_9_get_static_voters(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ Docker engine answers).
 ``state``: constants, ``BrokerState`` (``state.json``), directories. ``process``: ports,
 liveness, stopping. ``jars``: the Maven classpath and Java. ``local_engine`` and
 ``docker_engine``: starting a broker each way. ``broker``: ``DevBroker``, the lifecycle.
+``cluster``: ``DevCluster``, three or more local nodes whose one node restarts (the soak).
 ``cli``: ``fairstream-dev kafka``.
 """
 

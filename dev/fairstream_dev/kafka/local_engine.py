@@ -58,8 +58,15 @@ def server_properties(
     controller_port: int,
     broker_password: str | None = None,
     kafka_version: str = KAFKA_VERSION,
+    *,
+    node_id: int = 1,
+    voters: str | None = None,
 ) -> str:
     """The broker configuration: one combined KRaft node, fit for a single machine.
+
+    ``voters``: a node of a cluster (``cluster.DevCluster``) gets the static quorum
+    (``1@host:port,2@host:port,...``), and every topic, internal ones included, one replica
+    per node with two in sync, so that a node can stop while the others lead its partitions.
 
     With ``broker_password``, the client listener is SASL_PLAINTEXT with SCRAM-SHA-256
     (the broker authenticates to it as ``BROKER_SASL_USER``); the controller listener
@@ -67,11 +74,17 @@ def server_properties(
     ``dynamic_quorum``); settings a version does not know (the share coordinator's before
     4.0) are only warned about by the broker.
     """
-    quorum = (
-        f"controller.quorum.bootstrap.servers={HOST}:{controller_port}"
-        if dynamic_quorum(kafka_version)
-        else f"controller.quorum.voters=1@{HOST}:{controller_port}"
-    )
+    if voters is not None:
+        quorum = f"controller.quorum.voters={voters}"
+        replicas = voters.count("@")
+    else:
+        quorum = (
+            f"controller.quorum.bootstrap.servers={HOST}:{controller_port}"
+            if dynamic_quorum(kafka_version)
+            else f"controller.quorum.voters=1@{HOST}:{controller_port}"
+        )
+        replicas = 1
+    in_sync = min(2, replicas)
     if broker_password is None:
         listener = "PLAINTEXT"
         sasl_lines: list[str] = []
@@ -89,7 +102,7 @@ def server_properties(
     return "\n".join(
         [
             "process.roles=broker,controller",
-            "node.id=1",
+            f"node.id={node_id}",
             quorum,
             f"listeners={listener}://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
             f"advertised.listeners={listener}://{HOST}:{port}",
@@ -99,15 +112,17 @@ def server_properties(
             *sasl_lines,
             f"log.dirs={data_dir}",
             "num.partitions=1",
-            # One node: every internal topic has one replica and needs one in sync.
-            "offsets.topic.replication.factor=1",
+            # One node: every internal topic has one replica and needs one in sync. A
+            # cluster's topics have a replica on each node.
+            f"default.replication.factor={replicas}",
+            f"offsets.topic.replication.factor={replicas}",
             "offsets.topic.num.partitions=10",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
+            f"transaction.state.log.replication.factor={replicas}",
+            f"transaction.state.log.min.isr={in_sync}",
             "transaction.state.log.num.partitions=4",
-            "share.coordinator.state.topic.replication.factor=1",
-            "share.coordinator.state.topic.min.isr=1",
-            "min.insync.replicas=1",
+            f"share.coordinator.state.topic.replication.factor={replicas}",
+            f"share.coordinator.state.topic.min.isr={in_sync}",
+            f"min.insync.replicas={in_sync}",
             # A killed scheduler's open transaction holds back read_committed readers of
             # its egress partitions (the survivor's records behind it too) until the broker
             # aborts it: --transaction-timeout after it began, found by a sweep every 10 s
@@ -129,26 +144,24 @@ def format_storage(
     properties: Path,
     scram: list[tuple[str, str]] | None = None,
     kafka_version: str = KAFKA_VERSION,
+    *,
+    cluster_id: str | None = None,
 ) -> None:
-    """Format the KRaft storage of a new broker, with its SCRAM users (``--add-scram``)."""
-    cluster_id = subprocess.run(
-        [*jvm, "kafka.tools.StorageTool", "random-uuid"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if cluster_id.returncode != 0:
-        raise BrokerError(
-            "kafka.tools.StorageTool random-uuid failed:\n" + cluster_id.stderr[-2000:]
-        )
+    """Format the KRaft storage of a new broker, with its SCRAM users (``--add-scram``).
+
+    ``cluster_id``: the nodes of a cluster share one (``random_cluster_id``) and have static
+    voters, so they are formatted without ``--standalone``; a lone broker gets its own.
+    """
+    standalone = cluster_id is None and dynamic_quorum(kafka_version)
+    cluster_id = cluster_id or random_cluster_id(jvm)
     fmt = subprocess.run(
         [
             *jvm,
             "kafka.tools.StorageTool",
             "format",
-            *(["--standalone"] if dynamic_quorum(kafka_version) else []),
+            *(["--standalone"] if standalone else []),
             "-t",
-            cluster_id.stdout.strip().splitlines()[-1],
+            cluster_id,
             "-c",
             str(properties),
             *(
@@ -169,6 +182,19 @@ def format_storage(
         for _, password in scram or []:
             output = output.replace(password, "***")
         raise BrokerError("formatting the broker storage failed:\n" + output[-3000:])
+
+
+def random_cluster_id(jvm: list[str]) -> str:
+    """A new KRaft cluster id (``StorageTool random-uuid``)."""
+    made = subprocess.run(
+        [*jvm, "kafka.tools.StorageTool", "random-uuid"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if made.returncode != 0:
+        raise BrokerError("kafka.tools.StorageTool random-uuid failed:\n" + made.stderr[-2000:])
+    return made.stdout.strip().splitlines()[-1]
 
 
 def wait_ready(
