@@ -76,9 +76,15 @@ class Heard:
 
 @dataclass
 class Stop:
-    """Commit what is open and stop. Set ``done`` when the producer is closed."""
+    """Commit what is open and stop. Set ``done`` when the producer is closed.
+
+    ``cause``: the ingest thread failed and stops the emitter on its way out; the emitter
+    then ends as failed with that cause, so that the instance's fatal reason is the ingest
+    thread's and not an emitter that "ended without being stopped".
+    """
 
     done: threading.Event = field(default_factory=threading.Event)
+    cause: str | None = None
 
 
 @dataclass

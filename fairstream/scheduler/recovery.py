@@ -64,9 +64,12 @@ def watermarks(consumer: Consumer, tp: TopicPartition, deadline: float) -> tuple
 
 
 # What a partition without an elected leader answers (a topic just created, a broker
-# restarting): it passes.
+# restarting): it passes. librdkafka answers a partition whose leader moves to another node
+# with "Local: Unknown partition" until its metadata catches up (seen in the soak on a
+# cluster of three, one node restarting).
 _NO_LEADER_YET = frozenset(
     {
+        KafkaError._UNKNOWN_PARTITION,
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.UNKNOWN_TOPIC_OR_PART,

@@ -176,6 +176,7 @@ class Emitter:
         self.demotions = Demotions.of(settings, clock, metrics)  # --demote-*; None: off
         self._next_commit = 0.0
         self._soonest_commit = 0.0  # when a waiting emitter may commit (see _run)
+        self._stop_cause: str | None = None  # the ingest thread's failure that stopped it
         # The open transaction's tallies and each partition's committed progress.
         prefix = token_prefix or f"{transactional_id}:{os.urandom(4).hex()}"
         self.checkpoint = Checkpoint(
@@ -241,12 +242,14 @@ class Emitter:
             while True:
                 try:
                     self._run()
-                    return
+                    break
                 except FatalError as exc:
                     # A produce mid-round met a broken or expired producer (the commit and
                     # abort paths renew it themselves): renew it, or exit if it cannot be.
                     self._renew_transaction(exc)
                     self._rewind()
+            if self._stop_cause is not None:
+                raise FatalError(self._stop_cause)
         finally:
             self.phase = replace(self.phase, stopped=True)
             self.fetcher.close()
@@ -369,6 +372,7 @@ class Emitter:
                 item.error = exc
             item.done.set()
         elif isinstance(item, Stop):
+            self._stop_cause = item.cause
             try:
                 self._commit()
             finally:

@@ -162,10 +162,14 @@ class Ingest:
 
     def run(self) -> None:
         """The thread's body (under ``supervise``: any failure is fatal, it cannot run twice)."""
+        cause: str | None = None
         try:
             self._run()
+        except BaseException as exc:
+            cause = f"the ingest thread failed: {type(exc).__name__}: {exc}"
+            raise
         finally:
-            self._close()
+            self._close(cause)
 
     def _subscribe(self) -> None:
         self.consumer.subscribe(
@@ -245,9 +249,9 @@ class Ingest:
                 return False
         return True
 
-    def _close(self) -> None:
+    def _close(self, cause: str | None = None) -> None:
         if self._emitter_alive():
-            stop = Stop()
+            stop = Stop(cause=cause)
             self.handoff.put(stop)
             self._await_emitter(stop.done)
         self.readers.close_all()

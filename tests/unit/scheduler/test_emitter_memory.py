@@ -34,7 +34,7 @@ from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest.member import parse
 from fairstream.scheduler.ingest.readers import Readers, reader_config
-from fairstream.scheduler.messages import Assign
+from fairstream.scheduler.messages import Assign, Stop
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
 from fairstream.scheduler.records import Parsed
@@ -195,6 +195,29 @@ def test_a_fenced_emitter_stops_and_its_open_records_never_show(cluster: MemoryC
         em._commit()
     assert driver.egress() == []
     assert GROUP not in cluster.offsets
+
+
+@pytest.mark.parametrize("cause", [None, "the ingest thread failed: RecoveryError: no leader"])
+def test_a_stop_commits_what_is_open_and_a_failed_ingest_threads_stop_fails_the_emitter(
+    cluster: MemoryCluster, cause: str | None
+) -> None:
+    driver = Driver(cluster)
+    driver.produce("a", "b")
+    driver.ingest()
+    em = driver.emitter
+    while em._emit_some():
+        pass
+    stop = Stop(cause=cause)
+    em.handoff.put(stop)
+    if cause is None:
+        em.run()  # a deliberate stop: the thread ends, and the supervisor expects it
+    else:
+        # The instance's fatal reason is the ingest thread's, not "ended without being stopped".
+        with pytest.raises(FatalError, match="ingest thread failed: RecoveryError"):
+            em.run()
+    assert stop.done.is_set()
+    assert sorted(driver.egress()) == [b"a:0", b"b:1"]
+    assert cluster.offsets[GROUP][(INGEST, 0)] == 2
 
 
 def _held_in_memory(driver: Driver) -> None:

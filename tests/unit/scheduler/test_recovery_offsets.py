@@ -38,6 +38,13 @@ def test_no_leader_yet_is_asked_again_until_it_answers() -> None:
     assert consumer.asked == 3
 
 
+def test_a_leader_moving_to_another_node_is_asked_again() -> None:
+    # librdkafka's local answer while its metadata has not caught up with the move.
+    consumer = Consumer(KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_PARTITION, (0, 4))
+    assert watermarks(consumer, TP, time.monotonic() + 30) == (0, 4)  # type: ignore[arg-type]
+    assert consumer.asked == 3
+
+
 def test_a_partition_that_never_gets_a_leader_fails_at_the_deadline() -> None:
     consumer = Consumer(KafkaError.NOT_LEADER_FOR_PARTITION)
     with pytest.raises(RecoveryError, match=r"offsets of ingest \[2\]"):
