@@ -5,6 +5,11 @@ testcontainers when a Docker engine answers; else the development broker (``fair
 kafka``: Apache Kafka jars from Maven Central, run with the machine's Java), started here
 and stopped at the end if this session started it. Under ``CI=true`` a missing broker fails
 the run instead of skipping it.
+
+Workers of pytest-xdist (``-n``) each run a session of their own: a broker one of them
+started would stop with that worker while the others still use it. They need the broker
+started before them, as ``make test`` does (``fairstream-dev kafka up``, then
+``KAFKA_BOOTSTRAP_SERVERS``).
 """
 
 from __future__ import annotations
@@ -40,6 +45,13 @@ def kafka_bootstrap() -> Iterator[str]:
             _no_broker(f"KAFKA_BOOTSTRAP_SERVERS={given} does not answer a metadata request")
         yield given
         return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.fail(
+            "integration tests on pytest-xdist workers need a broker started before them: "
+            "run `make test`, or `fairstream-dev kafka up` and set KAFKA_BOOTSTRAP_SERVERS "
+            "to the address it prints",
+            pytrace=False,
+        )
     if docker_available():
         state_dir = Path(tempfile.mkdtemp(prefix="fairstream-tc-"))
         broker = DevBroker(state_dir=state_dir)

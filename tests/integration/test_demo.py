@@ -6,6 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# The quiet tenants' p99 against a bound: alone (make test).
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
+
 
 def test_demo_prints_the_comparison_and_writes_the_plot(
     kafka_bootstrap: str, tmp_path: Path

@@ -27,7 +27,9 @@ from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 from tests.integration.policies import set_policy
 
-pytestmark = pytest.mark.integration
+# Rates from the schedulers' stamps over a few seconds: alone (make test). Beside two other
+# files on two cores (pytest -n 3) the survivor's window once measured 159/s of 200.
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 RATE = 200
 BURST = 20

@@ -29,7 +29,8 @@ from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, Topic
 from tests.integration.test_group_shares import wait_for_split
 from tests.integration.workers import running
 
-pytestmark = pytest.mark.integration
+# Counts of calls a strict API refuses, and start times at the API: alone (make test).
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 RATE = 100
 BURST = 1

@@ -18,7 +18,8 @@ import pytest
 
 from benchmarks import soak
 
-pytestmark = pytest.mark.integration
+# Three Kafka nodes of its own and every process of a deployment: alone (make test).
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 @pytest.mark.timeout(900)
