@@ -48,8 +48,9 @@ compat: broker-jars
 	$(COMPAT)/click/bin/python -m pip install --quiet --upgrade -e '.[test]' -e ./dev 'click>=8.5'
 	$(COMPAT)/click/bin/python -c 'from importlib.metadata import version as v; \
 		print("newest click:", v("click"))'
-	$(COMPAT)/click/bin/python -m pytest tests/unit $(COMPAT_CLI_TESTS) -q \
+	$(COMPAT)/click/bin/python -m pytest tests/unit -q -n $(XDIST) \
 		--ignore=tests/unit/faust --ignore=tests/unit/deploy $(PYTEST_ARGS)
+	$(COMPAT)/click/bin/python -m pytest $(COMPAT_CLI_TESTS) -q $(PYTEST_ARGS)
 
 # Resolve org.apache.kafka:kafka_2.13 and its runtime dependencies into the user cache.
 broker-jars: install
