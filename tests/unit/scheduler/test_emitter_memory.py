@@ -181,13 +181,19 @@ def test_an_abort_rewinds_to_the_committed_marks_and_each_record_goes_out_once(
     assert cluster.offsets[GROUP][(INGEST, 0)] == 5
 
 
-def test_a_fenced_emitter_stops_and_its_open_records_never_show(cluster: MemoryCluster) -> None:
+def _emitted_uncommitted(cluster: MemoryCluster) -> Driver:
+    """A driver whose emitter has sent records of "a" and "b" in a transaction still open."""
     driver = Driver(cluster)
     driver.produce("a", "b")
     driver.ingest()
-    em = driver.emitter
-    while em._emit_some():
+    while driver.emitter._emit_some():
         pass
+    return driver
+
+
+def test_a_fenced_emitter_stops_and_its_open_records_never_show(cluster: MemoryCluster) -> None:
+    driver = _emitted_uncommitted(cluster)
+    em = driver.emitter
     # Another process with this instance's transactional id (the same data directory on
     # two hosts): its init_transactions fences this one and aborts what it left open.
     cluster.producer({"transactional.id": TID}).init_transactions()
@@ -201,12 +207,8 @@ def test_a_fenced_emitter_stops_and_its_open_records_never_show(cluster: MemoryC
 def test_a_stop_commits_what_is_open_and_a_failed_ingest_threads_stop_fails_the_emitter(
     cluster: MemoryCluster, cause: str | None
 ) -> None:
-    driver = Driver(cluster)
-    driver.produce("a", "b")
-    driver.ingest()
+    driver = _emitted_uncommitted(cluster)
     em = driver.emitter
-    while em._emit_some():
-        pass
     stop = Stop(cause=cause)
     em.handoff.put(stop)
     if cause is None:
