@@ -14,7 +14,6 @@ import os
 import re
 import secrets
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +36,6 @@ from fairstream_dev.kafka.state import (
     KAFKA_VERSION,
     SASL_PASSWORD_FILE,
     STATE_FILE,
-    STDOUT_LOG,
     BrokerError,
     BrokerState,
     check_sasl_value,
@@ -302,26 +300,13 @@ class DevBroker:
         properties.touch(mode=0o600)
         properties.chmod(0o600)
         properties.write_text(self.server_properties(port, controller_port, broker_password))
-        log4j = self.state_dir / "log4j2.properties"
-        log4j.write_text(local_engine.LOG4J2_PROPERTIES.format(log=self.log_file))
-        classpath = f"{libs}/*"
-        jvm = [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-Djava.awt.headless=true"]
-        jvm += [f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
+        jvm = local_engine.jvm_command(java, libs, self.heap, self.state_dir)
         if not reuse:
             scram = []
             if sasl_user is not None and broker_password is not None:
                 scram = [(BROKER_SASL_USER, broker_password), (sasl_user, sasl_password or "")]
             local_engine.format_storage(jvm, properties, scram, self.kafka_version)
-        stdout_path = self.state_dir / STDOUT_LOG
-        with stdout_path.open("ab") as out:
-            proc = subprocess.Popen(
-                [*jvm, "kafka.Kafka", str(properties)],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.state_dir,
-                start_new_session=True,  # survives the shell that ran `up`; SIGINT stays ours
-            )
+        proc = local_engine.spawn(jvm, properties, self.state_dir)
         state = BrokerState(
             engine="local",
             host=HOST,
@@ -333,7 +318,9 @@ class DevBroker:
         )
         # Written before waiting so that `down` can stop a broker that is still starting.
         state.save(self.state_file)
-        local_engine.wait_ready(state, proc, timeout, self.state_dir, self.client_config(state))
+        local_engine.wait_ready(
+            state.bootstrap, proc, timeout, self.state_dir, self.client_config(state)
+        )
         return state
 
     def _broker_password(self, reuse: bool) -> str:

@@ -20,18 +20,15 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from fairstream_dev.kafka import jars, local_engine
-from fairstream_dev.kafka.process import free_port, pid_alive, tail, terminate
+from fairstream_dev.kafka.process import free_port, pid_alive, terminate
 from fairstream_dev.kafka.state import (
-    BROKER_LOG,
     HOST,
     KAFKA_VERSION,
-    STDOUT_LOG,
     BrokerError,
     default_cache_dir,
 )
@@ -117,10 +114,11 @@ class DevCluster:
                 ClusterNode(node_id, port, controller_port, self.state_dir / f"node-{node_id}")
             )
         voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in self.nodes)
-        jvm = self._jvm(libs)
-        cluster_id = local_engine.random_cluster_id(jvm)
+        cluster_id: str | None = None
         for node in self.nodes:
             node.state_dir.mkdir(parents=True, exist_ok=True)
+            jvm = self._jvm(libs, node)
+            cluster_id = cluster_id or local_engine.random_cluster_id(jvm)
             properties = node.state_dir / "server.properties"
             properties.write_text(
                 local_engine.server_properties(
@@ -132,11 +130,8 @@ class DevCluster:
                     voters=voters,
                 )
             )
-            (node.state_dir / "log4j2.properties").write_text(
-                local_engine.LOG4J2_PROPERTIES.format(log=node.state_dir / BROKER_LOG)
-            )
             local_engine.format_storage(
-                self._jvm(libs, node),
+                jvm,
                 properties,
                 kafka_version=self.kafka_version,
                 cluster_id=cluster_id,
@@ -191,47 +186,16 @@ class DevCluster:
                 pair.append(port)
         return pair[0], pair[1]
 
-    def _jvm(self, libs: Path, node: ClusterNode | None = None) -> list[str]:
-        jvm = [jars.java_command(), f"-Xmx{self.heap}", f"-Xms{self.heap}"]
-        jvm += ["-Djava.awt.headless=true"]
-        if node is not None:
-            jvm += [f"-Dlog4j2.configurationFile={node.state_dir / 'log4j2.properties'}"]
-        return [*jvm, "-cp", f"{libs}/*"]
+    def _jvm(self, libs: Path, node: ClusterNode) -> list[str]:
+        return local_engine.jvm_command(jars.java_command(), libs, self.heap, node.state_dir)
 
     def _spawn(self, node: ClusterNode, libs: Path) -> None:
-        with (node.state_dir / STDOUT_LOG).open("ab") as out:
-            node.proc = subprocess.Popen(
-                [*self._jvm(libs, node), "kafka.Kafka", str(node.state_dir / "server.properties")],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=node.state_dir,
-                start_new_session=True,
-            )
+        properties = node.state_dir / "server.properties"
+        node.proc = local_engine.spawn(self._jvm(libs, node), properties, node.state_dir)
 
     def _wait_ready(self, node: ClusterNode, timeout: float) -> None:
         """Until the node answers a metadata request that lists every node of the cluster."""
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 0})
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert node.proc is not None
-            code = node.proc.poll()
-            if code is not None:
-                raise BrokerError(
-                    f"node {node.node_id} exited with code {code} while starting. Last lines "
-                    f"of {node.state_dir / BROKER_LOG}:\n{tail(node.state_dir / BROKER_LOG)}"
-                )
-            try:
-                metadata = admin.list_topics(timeout=2.0)
-            except Exception:  # not answering yet: asked again until the deadline
-                metadata = None
-            if metadata is not None and len(metadata.brokers) >= len(self.nodes):
-                return
-            time.sleep(0.3)
-        raise BrokerError(
-            f"node {node.node_id} at {node.bootstrap} did not answer with all "
-            f"{len(self.nodes)} nodes within {timeout:.0f} s. Last lines of "
-            f"{node.state_dir / BROKER_LOG}:\n{tail(node.state_dir / BROKER_LOG)}"
+        assert node.proc is not None
+        local_engine.wait_ready(
+            node.bootstrap, node.proc, timeout, node.state_dir, {}, brokers=len(self.nodes)
         )

@@ -21,7 +21,6 @@ from fairstream_dev.kafka.state import (
     SCRAM_MECHANISM,
     STDOUT_LOG,
     BrokerError,
-    BrokerState,
 )
 
 LOG4J2_PROPERTIES = """status = warn
@@ -197,14 +196,46 @@ def random_cluster_id(jvm: list[str]) -> str:
     return made.stdout.strip().splitlines()[-1]
 
 
+def jvm_command(java: str, libs: Path, heap: str, state_dir: Path) -> list[str]:
+    """The JVM's command line up to its main class: ``heap``, the cached jars ``libs``, and
+    the log configuration, written here into ``state_dir`` (the broker logs to its
+    ``broker.log``)."""
+    log4j = state_dir / "log4j2.properties"
+    log4j.write_text(LOG4J2_PROPERTIES.format(log=state_dir / BROKER_LOG))
+    return [
+        java,
+        f"-Xmx{heap}",
+        f"-Xms{heap}",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp",
+        f"{libs}/*",
+    ]
+
+
+def spawn(jvm: list[str], properties: Path, state_dir: Path) -> subprocess.Popen[bytes]:
+    """Start ``kafka.Kafka`` in the background, its output appended to ``stdout.log``."""
+    with (state_dir / STDOUT_LOG).open("ab") as out:
+        return subprocess.Popen(
+            [*jvm, "kafka.Kafka", str(properties)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=state_dir,
+            start_new_session=True,  # survives the shell that ran `up`; SIGINT stays ours
+        )
+
+
 def wait_ready(
-    state: BrokerState,
+    bootstrap: str,
     proc: subprocess.Popen[bytes],
     timeout: float,
     state_dir: Path,
     client_config: dict[str, Any],
+    brokers: int = 1,
 ) -> None:
-    """Wait until the new broker answers a metadata request.
+    """Wait until the new broker answers a metadata request (listing at least ``brokers``
+    brokers: a cluster's node waits for every node).
 
     A broker that exits while starting, or does not answer within ``timeout`` s (it is then
     stopped), is a ``BrokerError`` carrying the last lines of its logs.
@@ -220,11 +251,11 @@ def wait_ready(
                 f"Last lines of {state_dir / STDOUT_LOG}:\n"
                 f"{tail(state_dir / STDOUT_LOG, 15)}"
             )
-        if answers_metadata(state.bootstrap, timeout=2.0, client_config=client_config):
+        if answers_metadata(bootstrap, timeout=2.0, client_config=client_config, brokers=brokers):
             return
         time.sleep(0.3)
     terminate(proc.pid, timeout=15)
     raise BrokerError(
-        f"the broker did not answer a metadata request at {state.bootstrap} within "
+        f"the broker did not answer a metadata request at {bootstrap} within "
         f"{timeout:.0f} s. Last lines of {log_file}:\n{tail(log_file)}"
     )

@@ -78,9 +78,13 @@ def port_is_free(port: int) -> bool:
 
 
 def answers_metadata(
-    bootstrap: str, timeout: float = 3.0, client_config: dict[str, Any] | None = None
+    bootstrap: str,
+    timeout: float = 3.0,
+    client_config: dict[str, Any] | None = None,
+    brokers: int = 1,
 ) -> bool:
-    """True when a broker at ``bootstrap`` answers a metadata request with itself in it.
+    """True when a broker at ``bootstrap`` answers a metadata request that lists at least
+    ``brokers`` brokers (itself; a cluster's node: every node).
 
     ``client_config``: more librdkafka settings, e.g. the SASL ones of a SASL broker.
     """
@@ -92,7 +96,7 @@ def answers_metadata(
         metadata = admin.list_topics(timeout=timeout)
     except Exception:
         return False
-    return bool(metadata.brokers)
+    return len(metadata.brokers) >= brokers
 
 
 def pid_alive(pid: int) -> bool:
