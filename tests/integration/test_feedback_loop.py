@@ -66,11 +66,16 @@ def test_429s_bring_the_adaptive_rate_down_to_a_hidden_capacity_and_it_rises_whe
 
         # The API's 429s reach the scheduler through the workers' feedback, and the rate comes
         # down from --rate 1000 towards the capacity.
-        loop.run_until(
-            lambda: 0 < adaptive() < 2 * CAPACITY,
-            LIFT_AT,
-            f"the adaptive rate below {2 * CAPACITY:g} under the API's 429s",
-        )
+        def state() -> str:
+            calls = api.window(0.0, api.elapsed())
+            return (
+                f"the adaptive rate below {2 * CAPACITY:g} under the API's 429s: it is "
+                f"{adaptive():g}; the API had {len(calls)} calls in {api.elapsed():.1f} s, "
+                f"{sum(not c.ok for c in calls)} refused; the scheduler read "
+                f"{loop.metric('fairstream_feedback_rate_limited_total') or 0:g} 429s"
+            )
+
+        loop.run_until(lambda: 0 < adaptive() < 2 * CAPACITY, LIFT_AT, state)
         assert (loop.metric("fairstream_feedback_rate_limited_total") or 0) > 0
         found = adaptive()
         assert api.goodput(0.0, api.elapsed()) > 0
