@@ -78,15 +78,18 @@ faketime:
 	@test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || { \
 		echo "faketime is installed but not libfaketime.so.1 where the test looks"; exit 1; }
 
-# Tests run in two passes: those not marked `serial` on $(XDIST) workers (pytest-xdist;
-# --dist loadfile keeps a file's tests, which share set-ups, on one worker), then the `serial`
-# ones alone: they measure rates, latencies or counts that a test beside them would bend
+# Unit tests run on $(XDIST) workers (pytest-xdist). Integration tests run in two passes:
+# those not marked `serial` on $(INTEGRATION_XDIST) workers (--dist loadfile keeps a file's
+# tests, which share set-ups, on one worker; they mostly wait on the broker, the group or a
+# session timeout, and on 2 workers the two cores stood 60-90% idle), then the `serial` ones
+# alone: they measure rates, latencies or counts that a test beside them would bend
 # (pyproject's markers). Both passes run; the status is the first failure's, and a pass that
 # selects nothing (pytest's status 5) is none.
 XDIST ?= 2
+INTEGRATION_XDIST ?= 4
 define TWO_PASSES
 status=0; \
-$(BIN)/python -m pytest $(1) -n $(XDIST) --dist loadfile -m "not serial" $(PYTEST_ARGS) || \
+$(BIN)/python -m pytest $(1) -n $(INTEGRATION_XDIST) --dist loadfile -m "not serial" $(PYTEST_ARGS) || \
 	{ s=$$?; [ $$s = 5 ] || status=$$s; }; \
 $(BIN)/python -m pytest $(1) -m serial $(PYTEST_ARGS) || \
 	{ s=$$?; [ $$s = 5 ] || [ $$status != 0 ] || status=$$s; }
@@ -118,24 +121,16 @@ test: install broker-jars browser
 
 # The tests that carry the guarantees (exactly once, group shares, the feedback loop, the
 # producer's contract), once more on each broker version of BROKER_VERSIONS: the oldest
-# supported and the newest released. Each runs on a development broker of its own, started
-# and stopped here (.cache/dev-kafka-<version>).
+# supported and the newest released before share groups. Each version has a development broker
+# of its own (.cache/dev-kafka-<version>); dev/test-brokers.sh runs the tests not marked
+# serial on every version at once, then the serial ones one version after another.
 BROKER_VERSIONS ?= 3.7.2 4.1.1
 BROKER_TESTS ?= tests/integration/test_exactly_once.py tests/integration/test_group_shares.py \
 	tests/integration/test_feedback_loop.py tests/integration/test_producer.py
 
 test-brokers: install
-	@set -e; for v in $(BROKER_VERSIONS); do \
-		dir="$(CURDIR)/.cache/dev-kafka-$$v"; \
-		echo "== Apache Kafka $$v: $(BROKER_TESTS)"; \
-		FAIRSTREAM_DEV_KAFKA_VERSION=$$v $(BIN)/fairstream-dev kafka fetch >/dev/null; \
-		bootstrap=$$(FAIRSTREAM_DEV_KAFKA_DIR="$$dir" FAIRSTREAM_DEV_KAFKA_VERSION=$$v \
-			$(BIN)/fairstream-dev kafka up); \
-		export KAFKA_BOOTSTRAP_SERVERS="$$bootstrap"; \
-		$(call TWO_PASSES,$(BROKER_TESTS)); \
-		FAIRSTREAM_DEV_KAFKA_DIR="$$dir" $(BIN)/fairstream-dev kafka down; \
-		test $$status = 0 || exit $$status; \
-	done
+	BIN="$(BIN)" XDIST="$(XDIST)" BROKER_TESTS="$(BROKER_TESTS)" \
+		BROKER_VERSIONS="$(BROKER_VERSIONS)" PYTEST_ARGS="$(PYTEST_ARGS)" bash dev/test-brokers.sh
 
 unit: install
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
