@@ -2,7 +2,7 @@
 API tells the workers (``fairstream_dev.harness.paid_api`` simulates the API inside the
 workers' handlers).
 
-1. A hidden capacity of 300 calls/s behind ``--rate 1000``: the 429s bring the adaptive rate
+1. A hidden capacity of 50 calls/s behind ``--rate 1000``: the 429s bring the adaptive rate
    down towards it, and it rises again once they stop (the goodput it reaches, and how fast
    it follows changes, are measured by ``benchmarks.api_adaptive``).
 2. Two tenants declare cost 1, one really costs 10: with feedback their shares of reported
@@ -38,10 +38,13 @@ from fairstream_dev.harness.paid_api import (
 
 # -- 1. a hidden capacity ------------------------------------------------------------------
 
-# The API refuses past 300 calls/s for its first LIFT_AT seconds, then takes everything. How
-# much of the capacity the adaptive rate uses, and how fast it follows changes, are figures:
-# benchmarks.api_adaptive measures them (make bench). This test waits on what must happen.
-CAPACITY = 300.0
+# The API refuses past 50 calls/s for its first LIFT_AT seconds, then takes everything. How
+# much of the capacity the adaptive rate uses (behind 300/s), and how fast it follows changes,
+# are figures: benchmarks.api_adaptive measures them (make bench). This test waits on what
+# must happen, and the workers calling the API run in its process, beside other tests: on a
+# busy CI machine they called 126/s, so a capacity of 300/s refused nothing and the test
+# waited for 429s that never came. 50/s is well under what they call however busy.
+CAPACITY = 50.0
 LIFT_AT = 20.0
 TENANTS = [f"t{i:02d}" for i in range(16)]
 
