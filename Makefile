@@ -130,7 +130,7 @@ BROKER_TESTS ?= tests/integration/test_exactly_once.py tests/integration/test_gr
 
 test-brokers: install
 	BIN="$(BIN)" XDIST="$(XDIST)" BROKER_TESTS="$(BROKER_TESTS)" \
-		BROKER_VERSIONS="$(BROKER_VERSIONS)" PYTEST_ARGS="$(PYTEST_ARGS)" bash dev/test-brokers.sh
+		BROKER_VERSIONS="$(BROKER_VERSIONS)" bash dev/test-brokers.sh $(PYTEST_ARGS)
 
 unit: install
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
