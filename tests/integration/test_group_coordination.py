@@ -44,7 +44,9 @@ from tests.integration.test_group_shares import (
     wait_for_split,
 )
 
-pytestmark = pytest.mark.integration
+# Both tests measure rates over seconds of stamps (0.9x of the group rate, 0.7x of a safe
+# share): a scheduler slowed by tests beside it emits less, so they run alone (serial).
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 SKEWED_CLOCK = Path(__file__).resolve().parent / "skewed_clock"
 
