@@ -179,6 +179,7 @@ class Backlog:
         refusal: dict[str, tuple[str, str]] = {}
         # Partitions with parked tenants (``holding``): their new records are parked too.
         parking = self.parking.parking()
+        to_park: list[Parsed] = []  # their records, parked after the batch, in order
         for item in records:
             # Every field is read: unpacked at once (the order is ``Parsed``'s).
             partition, offset, tenant, cost, deadline, enqueued, msg, invalid = item
@@ -209,7 +210,7 @@ class Backlog:
             if parking:
                 parked = parking.get(partition)
                 if parked is not None and tenant in parked:
-                    self.parking.park_new(txn, tenant, item)
+                    to_park.append(item)
                     continue
             left = room.get(tenant)
             if left is None:
@@ -232,6 +233,8 @@ class Backlog:
                 core.push(tenant, new(Parsed, bare), cost)
             pushed += 1
         self.cached, flood.held = cached, held
+        if to_park:
+            self.parking.park_new(txn, to_park)
         if pushed:
             self.metrics.ingested.inc(pushed)
 

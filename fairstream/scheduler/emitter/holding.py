@@ -56,7 +56,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaException, Message
 
 from fairstream import wire
 from fairstream.config import Settings
@@ -69,7 +69,7 @@ from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
 from fairstream.scheduler.records import Parsed
 from fairstream.scheduler.recovery import holding_id
-from fairstream.wire.dead_letter import lost_detail
+from fairstream.wire.dead_letter import HeaderList, lost_detail
 
 __all__ = ["Owner", "Parking"]
 
@@ -231,13 +231,51 @@ class Parking:
                 return i
         return len(mine)
 
-    def park_new(self, txn: Transaction, tenant: str, entry: Parsed) -> None:
-        """Park a record of a parked tenant (of an ingest partition) as it is indexed.
-        Caller: ``Backlog.index``."""
-        hold = self.progress[holding_id(entry.partition)]
-        assert isinstance(hold, HoldingProgress)
-        self._write(txn, entry.partition, hold, tenant, entry)
-        self.metrics.parked.inc()
+    def park_new(self, txn: Transaction, entries: list[Parsed]) -> None:
+        """Park records of parked tenants (of ingest partitions, payloads held, never counted
+        in the backlog's memory) as they are indexed, in their order: written to their
+        partition's holding log in the open transaction and settled in the ingest log.
+        Caller: ``Backlog.index``, once per batch.
+
+        Once per record of a paused tenant among busy ones, hence flat: the common record
+        (no headers of its own) gets only its default request id, from a cached prefix, and
+        goes to the producer directly; anything the producer refuses goes through
+        ``Transaction.produce``, which retries or says why."""
+        txn.begin()
+        produce, topic, progress = txn.producer.produce, self.holding_topic, self.progress
+        prefixes: dict[int, bytes] = {}
+        inline = 0
+        for entry in entries:
+            partition, offset, tenant, msg = entry.partition, entry.offset, entry.tenant, entry.msg
+            assert msg is not None  # as ``index`` hands them over: held,
+            assert tenant is not None  # and valid
+            headers: HeaderList | None = msg.headers()  # type: ignore[assignment]  # list of pairs
+            if headers is None or not any(n == wire.REQUEST_ID for n, _ in headers):
+                prefix = prefixes.get(partition)
+                if prefix is None:
+                    prefix = prefixes[partition] = f"{self.ingest_topic}-{partition}-".encode()
+                default: tuple[str, bytes | None] = (wire.REQUEST_ID, prefix + b"%d" % offset)
+                headers = [default] if headers is None else [*headers, default]  # a default id
+            key, value = msg.key(), msg.value()
+            try:
+                produce(
+                    topic,
+                    value,
+                    key,
+                    headers=headers,  # type: ignore[arg-type]  # confluent-kafka's is wider
+                    partition=partition,
+                    timestamp=entry.enqueued,
+                )
+                txn.records += 1
+                inline += 1
+            except (BufferError, KafkaException):
+                txn.produce(topic, value, key, headers, partition, timestamp=entry.enqueued)
+            progress[partition].settle(offset)
+            hold = progress[holding_id(partition)]
+            assert isinstance(hold, HoldingProgress)
+            hold.parked_one(tenant)
+        txn.tally(inline)
+        self.metrics.parked.inc(len(entries))
 
     def _write(
         self, txn: Transaction, partition: int, hold: HoldingProgress, tenant: str, entry: Parsed

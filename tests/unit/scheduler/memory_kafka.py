@@ -33,7 +33,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from fairstream.wire.partition import partition_of_key
 
 
-@dataclass
+@dataclass(slots=True)
 class Stored:
     """One record in a partition, and the state of the transaction that wrote it."""
 
@@ -65,6 +65,9 @@ class MemoryCluster:
     starts: dict[tuple[str, int], int] = field(default_factory=dict)  # log starts
     _faults: dict[str, deque[KafkaError]] = field(default_factory=dict)
     _open: dict[str, MemoryProducer] = field(default_factory=dict)  # id -> its producer
+    # Keyed records' partitions, by (key, partition count): a test appends hundreds of
+    # thousands of records of a few keys, and murmur2 in Python would be most of its time.
+    _homes: dict[tuple[bytes, int], int] = field(default_factory=dict)
 
     def producer(self, config: dict[str, Any]) -> MemoryProducer:
         """A producer on ``config`` (a ``ProducerFactory``)."""
@@ -85,9 +88,22 @@ class MemoryCluster:
         """A record written outside any transaction (a plain producer): its offset."""
         log = self.log(topic)
         if partition is None:
-            partition = partition_of_key(key or b"", len(log))
+            partition = self.home(key, len(log))
         log[partition].append(Stored(key, value, list(headers or []), None, "committed"))
         return len(log[partition]) - 1
+
+    def home(self, key: bytes | None, count: int) -> int:
+        """The partition of ``count`` a record keyed ``key`` goes to (a Java client's)."""
+        home = self._homes.get((key or b"", count))
+        if home is None:
+            home = self._homes[(key or b"", count)] = partition_of_key(key or b"", count)
+        return home
+
+    def extend(self, topic: str, partition: int, records: list[tuple[bytes, bytes]]) -> None:
+        """``append`` of many (key, value) records to one partition, without headers."""
+        self.log(topic)[partition].extend(
+            Stored(key, value, [], None, "committed") for key, value in records
+        )
 
     def trim(self, topic: str, partition: int, start: int) -> None:
         """Retention deleted the records below ``start``: the log starts there."""
@@ -117,6 +133,8 @@ class MemoryCluster:
         self._faults.setdefault(call, deque()).extend([error] * times)
 
     def fault(self, call: str) -> None:
+        if not self._faults:
+            return
         faults = self._faults.get(call)
         if faults:
             raise KafkaException(faults.popleft())
@@ -171,14 +189,16 @@ class MemoryProducer:
         timestamp: int = 0,
         headers: Any = None,
     ) -> None:
-        self._alive()
+        cluster = self.cluster
+        if self.epoch is None or cluster.epochs[self.transactional_id] != self.epoch:
+            self._alive()  # raises (a test produces hundreds of thousands: checked inline)
         if not self.open:
             raise KafkaException(KafkaError(KafkaError._STATE, "no transaction is open"))
-        self.cluster.fault("produce")
-        log = self.cluster.log(topic)
+        cluster.fault("produce")
+        log = cluster.topics.get(topic) or cluster.log(topic)
         if partition < 0:
-            partition = partition_of_key(key or b"", len(log))
-        record = Stored(key, value, list(headers or []), timestamp or None)
+            partition = cluster.home(key, len(log))
+        record = Stored(key, value, list(headers) if headers else [], timestamp or None)
         log[partition].append(record)
         self._written.append(record)
 

@@ -26,7 +26,15 @@ class Producer:
         self.sent: list[tuple[str, bytes | None, bytes | None, list[Any]]] = []
         self.polls = 0
 
-    def produce(self, topic: str, value: Any, key: Any, headers: Any = None) -> None:
+    def produce(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        headers: Any = None,
+        partition: int = -1,
+        timestamp: int = 0,
+    ) -> None:
         self.sent.append((topic, key, value, headers))
 
     def poll(self, timeout: float) -> int:
@@ -67,9 +75,18 @@ class Txn(transaction.Transaction):
         self.records = 0
 
     def produce(
-        self, topic: str, value: Any, key: Any, headers: Any = None, partition: Any = None
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        headers: Any = None,
+        partition: Any = None,
+        timestamp: Any = None,
     ) -> None:
-        self.producer.produce(topic, value, key, headers)
+        extra = {"partition": partition} if partition is not None else {}
+        if timestamp is not None:
+            extra["timestamp"] = timestamp
+        self.producer.produce(topic, value, key, headers, **extra)
         self.records += 1
         self.tally(1)
 

@@ -20,29 +20,40 @@ from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
 from fairstream.scheduler.records import Parsed
 from fairstream.scheduler.recovery import holding_id
-from tests.unit.scheduler.test_emit_rule import Fetcher, Txn
+from tests.unit.scheduler.test_emit_rule import Fetcher, Producer, Txn
 
 
-class HoldingTxn(Txn):
-    """Keeps every produced record with its topic, partition and timestamp."""
+class HoldingProducer(Producer):
+    """Keeps every produced record with its topic, partition and timestamp (None: not
+    given), whether the emitter produced it directly or through ``Transaction.produce``."""
 
-    def produce(  # type: ignore[override]
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[tuple[Any, ...]] = []
+
+    def produce(
         self,
         topic: str,
         value: Any,
         key: Any,
         headers: Any = None,
-        partition: Any = None,
-        timestamp: Any = None,
+        partition: int | None = None,
+        timestamp: int | None = None,
     ) -> None:
         self.written.append((topic, partition, key, value, headers, timestamp))
-        super().produce(topic, value, key, headers, partition)
+        super().produce(topic, value, key, headers)
+
+
+class HoldingTxn(Txn):
+    """A ``Txn`` whose producer keeps what it was given (``written``)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.producer = HoldingProducer()  # type: ignore[assignment]
 
     @property
     def written(self) -> list[tuple[Any, ...]]:
-        if not hasattr(self, "_written"):
-            self._written: list[tuple[Any, ...]] = []
-        return self._written
+        return self.producer.written  # type: ignore[attr-defined,no-any-return]
 
 
 @pytest.fixture
