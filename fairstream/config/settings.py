@@ -293,19 +293,30 @@ class Settings:
         "Past that they go anyway, and the emitter aborts what it holds for them (it never "
         "commits them under a later generation).",
     )
+    membership: str = setting(
+        "static",
+        choices=("static", "dynamic"),
+        help="Consumer group membership. static: the instance joins under its identity "
+        "(--group-instance-id, else the one kept in --data-dir), so a restart on the same "
+        "disk within --session-timeout gets its partitions back at once, with no "
+        "rebalance; a stopped instance's partitions wait --session-timeout before the "
+        "others take them, as a crashed one's do. dynamic: each start is a new member, and "
+        "a graceful stop hands its partitions over at once (for instances that come and go, "
+        "without a disk of their own).",
+    )
     group_instance_id: str | None = setting(
         None,
         empty_is_none=True,
-        help="Static group membership id, stable across restarts of this instance (the "
-        "Helm chart sets the pod name): a restart within --session-timeout causes no "
-        "rebalance. [default: none, dynamic membership]",
+        help="This instance's identity: its static group membership id (group.instance.id, "
+        "with --membership static) and transactional id, stable across restarts (the Helm "
+        "chart sets the pod name). [default: the identity kept in --data-dir]",
     )
     data_dir: Path = setting(  # noqa: RUF009 - setting() is a dataclasses.field
         factory=default_data_dir,
         path="directory",
-        help="State directory: holds this instance's identity (its transactional id) "
-        "when --group-instance-id is not given, so a restart on the same disk fences "
-        "what its previous run left open at once. One process per directory: it is "
+        help="State directory: holds this instance's identity (its transactional id and "
+        "static membership id) when --group-instance-id is not given, so a restart on the "
+        "same disk rejoins the group and fences what its previous run left open at once. One process per directory: it is "
         "locked, and a second scheduler on it exits naming the first. The default is "
         "per user, in slots: a second scheduler on the host takes <default>/instance-1, "
         f"and so on. [default: {default_data_dir()}]",

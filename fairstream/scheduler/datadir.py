@@ -1,7 +1,10 @@
-"""One process per data directory: the lock, and the default directory's slots.
+"""One process per data directory: the lock, the identity it keeps, and the default
+directory's slots.
 
-The data directory holds the instance's identity (its transactional id, see
-``service.transactional_id``). Two live processes with one identity fence each other, so a
+The data directory holds the instance's identity (``identity``): a uuid made at its first
+use, which names the transactional id (``service.transactional_id``) and, with static
+membership (the default), the group instance id, so that a restart on the same disk rejoins
+the group as the same member and fences what its previous run left open. Two live processes with one identity fence each other, so a
 scheduler locks its data directory for its whole life: ``fcntl.flock`` on ``<dir>/lock``,
 which the kernel releases when the process ends, however it ends (kill -9 too), so a
 restart never finds a stale lock. The lock file says who holds it (pid, host, start time,
@@ -27,6 +30,7 @@ import json
 import os
 import socket
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -34,6 +38,7 @@ from typing import IO, Any
 from fairstream.errors import Error
 
 LOCK_FILE = "lock"
+IDENTITY_FILE = "instance-id"
 MAX_SLOTS = 64  # default-directory slots tried before giving up
 
 
@@ -106,6 +111,21 @@ def lock(directory: Path, *, app_id: str, web_port: int) -> DataDirLock:
     file.write(json.dumps(info) + "\n")
     file.flush()
     return DataDirLock(directory, file)
+
+
+def identity(directory: Path) -> str:
+    """The identity kept in ``directory`` (made and written there at its first use): 16 hex
+    digits. Caller: the process holding the directory's lock."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / IDENTITY_FILE
+    try:
+        ident = path.read_text().strip()
+    except FileNotFoundError:
+        ident = ""
+    if not ident:
+        ident = uuid.uuid4().hex[:16]
+        path.write_text(ident + "\n")
+    return ident
 
 
 def slot(default: Path, n: int) -> Path:

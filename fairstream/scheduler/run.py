@@ -103,6 +103,17 @@ def lock_data_dir(settings: Settings) -> tuple[Settings, datadir.DataDirLock]:
     return settings, datadir.lock(settings.data_dir, app_id=app_id, web_port=port)
 
 
+def with_identity(settings: Settings) -> Settings:
+    """``settings`` with the instance's identity as its group instance id: without
+    ``--group-instance-id``, the one kept in the (locked) data directory. With ``--membership
+    static`` the ingest consumer joins under it (``ingest.member.consumer_config``); the
+    transactional id is named after it either way. With ``--membership dynamic`` and no
+    ``--group-instance-id``, the settings are left as they are."""
+    if settings.group_instance_id or settings.membership != "static":
+        return settings
+    return dataclasses.replace(settings, group_instance_id=datadir.identity(settings.data_dir))
+
+
 def _port_in_use(settings: Settings, exc: OSError) -> str:
     others = [
         h for h in datadir.holders(default_data_dir()) if not h.startswith(f"{settings.data_dir}:")
@@ -129,6 +140,7 @@ def run(settings: Settings) -> int:
     except datadir.DataDirInUse as exc:
         print(f"fairstream scheduler: {exc}", file=sys.stderr)
         return 2
+    settings = with_identity(settings)
     try:
         return _run(settings, SchedulerService, start_web)
     finally:

@@ -66,9 +66,10 @@ lists them all and is 503 while one ``blocks_ready``; ``fairstream_condition{nam
 them. ``/metrics`` and ``/tenants`` never wait for a busy emitter longer than
 ``SCRAPE_WAIT``: they serve its last snapshot, marked stale.
 
-Identity: the transactional id is ``<app-id>-<group-instance-id>`` with static membership,
-else ``<app-id>-<uuid>`` with the uuid kept in ``--data-dir``, which one process at a time
-holds (``datadir``). A restart with the same identity fences its previous run at once
+Identity: the transactional id is ``<app-id>-<group-instance-id>``; without
+``--group-instance-id``, the identity is a uuid kept in ``--data-dir``, which one process at
+a time holds (``datadir``), and ``run`` makes it the group instance id (static membership,
+unless ``--membership dynamic``). A restart with the same identity fences its previous run at once
 (``init_transactions`` aborts what it left open); a new identity waits until the broker
 aborts the orphan (``--transaction-timeout``), unless a peer fences it first: the instance
 that takes over a dead peer's partitions does (``coordination.shares``, "Death";
@@ -86,6 +87,7 @@ from typing import Any
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic, progress_topic
 from fairstream.core import ConcurrencyLimit, MonotonicClock, RecordClock
+from fairstream.scheduler import datadir
 from fairstream.scheduler.audit.auditor import CHART_TENANTS, Auditor
 from fairstream.scheduler.coordination.shares import Coordination, DemandExchange
 from fairstream.scheduler.emitter.loop import Emitter, Limits
@@ -112,24 +114,12 @@ from fairstream.scheduler.tenant_tree import TenantGroupCollector, add_tree, gro
 
 log = logging.getLogger("fairstream.scheduler")
 
-IDENTITY_FILE = "instance-id"
 SCRAPE_WAIT = 1.0  # s a scrape waits for the emitter before serving its last snapshot
 
 
 def transactional_id(settings: Settings) -> str:
     """This instance's transactional id (stable across restarts; see the module doc)."""
-    if settings.group_instance_id:
-        return f"{settings.app_id}-{settings.group_instance_id}"
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    path = settings.data_dir / IDENTITY_FILE
-    try:
-        ident = path.read_text().strip()
-    except FileNotFoundError:
-        ident = ""
-    if not ident:
-        ident = uuid.uuid4().hex[:16]
-        path.write_text(ident + "\n")
-    return f"{settings.app_id}-{ident}"
+    return f"{settings.app_id}-{settings.group_instance_id or datadir.identity(settings.data_dir)}"
 
 
 class SchedulerService:

@@ -91,7 +91,7 @@ def test_kill_9_repeatedly_emits_every_record_exactly_once(
 ) -> None:
     kills = 12
     deployment = Deployment(kafka_bootstrap, partitions=4).create()
-    args = ("--rate", "500", "--group-instance-id", "sched-0")
+    args = ("--rate", "500")  # the defaults: static membership, the data dir's identity
 
     def start() -> SchedulerProcess:
         # The same name: the same data dir and log file, the same instance restarted.

@@ -77,7 +77,7 @@ def test_scheduler_help_lists_every_setting_with_its_variable_and_default() -> N
         elif blocks:
             blocks[-1] += " " + line.strip()
     settings = declared(Settings)
-    assert len(settings) == 48  # 6 connection, 4 topics, 38 scheduler
+    assert len(settings) == 49  # 6 connection, 4 topics, 39 scheduler
     for option in settings:
         start = f"{option.flag} / --no-" if option.type is bool else f"{option.flag} "
         rows = [block for block in blocks if block.startswith(start)]
@@ -136,7 +136,8 @@ def test_defaults() -> None:
     assert settings.trim is True
     assert settings.replication_factor == -1
     assert settings.session_timeout == 10.0
-    assert settings.group_instance_id is None
+    assert settings.membership == "static"
+    assert settings.group_instance_id is None  # the data directory's identity (run)
     assert settings.data_dir == default_data_dir()
     assert (settings.web_host, settings.web_port) == ("0.0.0.0", DEFAULT_WEB_PORT)
     assert settings.console is True

@@ -66,7 +66,7 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
         "session.timeout.ms": int(settings.session_timeout * 1000),
         "heartbeat.interval.ms": max(500, int(settings.session_timeout * 100)),
     }
-    if settings.group_instance_id:
+    if settings.group_instance_id and settings.membership == "static":
         config["group.instance.id"] = settings.group_instance_id
     return config
 
@@ -272,12 +272,13 @@ class Ingest:
         new consumer, at most once per ``REJOIN_EVERY``; other fatal ones end the thread.
 
         Why replace it: after a broker restart, the session of each static member timed out,
-        librdkafka rejoined under the same --group-instance-id, and the coordinator answered
+        librdkafka rejoined under the same group instance id, and the coordinator answered
         an older request of the same member with FENCED_INSTANCE_ID, which librdkafka takes
         as fatal: every instance stopped consuming at once, and stayed up with no partitions.
         Two processes given one instance id fence each other again at once: that is fatal."""
         fatal = err.fatal() or err.code() == KafkaError._FATAL
-        if fatal and "fenced" in err.str().lower() and self.settings.group_instance_id:
+        static = self.settings.group_instance_id and self.settings.membership == "static"
+        if fatal and "fenced" in err.str().lower() and static:
             now = time.monotonic()
             if now - self._rejoined_at >= REJOIN_EVERY:
                 self._rejoined_at = now
@@ -285,8 +286,9 @@ class Ingest:
                 return
             raise RuntimeError(
                 f"group consumer failed: {err.str()}, again within {REJOIN_EVERY:.0f} s of "
-                f"the last time: another process runs with --group-instance-id "
-                f"{self.settings.group_instance_id}"
+                f"the last time: another process runs as group instance "
+                f"{self.settings.group_instance_id} (the same --group-instance-id, or a copy "
+                "of this instance's --data-dir)"
             )
         self._consumer_error(err, fatal=fatal)
 

@@ -116,7 +116,10 @@ def test_a_fenced_static_member_rejoins_once_then_a_second_fence_is_fatal(monkey
     first = ing.consumer
     Fenced.made = 0
     try:
-        with pytest.raises(RuntimeError, match=r"again within 60 s.*--group-instance-id sched-0"):
+        with pytest.raises(
+            RuntimeError,
+            match=r"again within 60 s.*group instance sched-0 \(the same --group-instance-id",
+        ):
             ing._run()
         assert first.closed  # type: ignore[attr-defined]
         assert Fenced.made == 1  # one new consumer joined
