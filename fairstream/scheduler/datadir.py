@@ -4,9 +4,10 @@ directory's slots.
 The data directory holds the instance's identity (``identity``): a uuid made at its first
 use, which names the transactional id (``service.transactional_id``) and, with static
 membership (the default), the group instance id, so that a restart on the same disk rejoins
-the group as the same member and fences what its previous run left open. Two live processes with one identity fence each other, so a
-scheduler locks its data directory for its whole life: ``fcntl.flock`` on ``<dir>/lock``,
-which the kernel releases when the process ends, however it ends (kill -9 too), so a
+the group as the same member and fences what its previous run left open.
+
+Two live processes with one identity fence each other, so a scheduler locks its data
+directory for its whole life: ``fcntl.flock`` on ``<dir>/lock``, which the kernel releases when the process ends, however it ends (kill -9 too), so a
 restart never finds a stale lock. The lock file says who holds it (pid, host, start time,
 app id, web port); a second process on the same directory exits at once naming the first.
 
