@@ -314,12 +314,12 @@ class Settings:
     data_dir: Path = setting(  # noqa: RUF009 - setting() is a dataclasses.field
         factory=default_data_dir,
         path="directory",
-        help="State directory: holds this instance's identity (its transactional id and "
-        "static membership id) when --group-instance-id is not given, so a restart on the "
-        "same disk rejoins the group and fences what its previous run left open at once. "
-        "One process per directory: it is locked, and a second scheduler on it exits naming the first. The default is "
-        "per user, in slots: a second scheduler on the host takes <default>/instance-1, "
-        f"and so on. [default: {default_data_dir()}]",
+        help="State directory: holds this instance's identity (its transactional id and static "
+        "membership id) when --group-instance-id is not given, so a restart on the same disk "
+        "rejoins the group and fences what its previous run left open at once. One process "
+        "per directory: it is locked, and a second scheduler on it exits naming the first. "
+        "The default is per user, in slots: a second scheduler on the host takes "
+        f"<default>/instance-1, and so on. [default: {default_data_dir()}]",
     )
     web_port: int = setting(
         DEFAULT_WEB_PORT,

@@ -7,9 +7,10 @@ membership (the default), the group instance id, so that a restart on the same d
 the group as the same member and fences what its previous run left open.
 
 Two live processes with one identity fence each other, so a scheduler locks its data
-directory for its whole life: ``fcntl.flock`` on ``<dir>/lock``, which the kernel releases when the process ends, however it ends (kill -9 too), so a
-restart never finds a stale lock. The lock file says who holds it (pid, host, start time,
-app id, web port); a second process on the same directory exits at once naming the first.
+directory for its whole life: ``fcntl.flock`` on ``<dir>/lock``, which the kernel releases
+when the process ends, however it ends (kill -9 too), so a restart never finds a stale lock.
+The lock file says who holds it (pid, host, start time, app id, web port); a second process
+on the same directory exits at once naming the first.
 
 An explicit ``--data-dir`` is exactly that directory. The default one (per user) is a set of
 slots instead, so that two schedulers started by hand on one host, both with the defaults,
