@@ -4,7 +4,7 @@ the emitter's mailbox (``handoff.Handoff``) or by a ``Call`` the emitter answers
 
 - ingest -> emitter: ``Assign``, ``Revoke``, ``Heard`` (records travel as ``Parsed``);
 - the service -> emitter: ``Stop``; any thread -> emitter: ``Call`` (a read on its thread);
-- policies -> emitter: ``PolicyChange``;
+- policies -> emitter: ``PolicyChange``, ``PoliciesRead``;
 - feedback -> emitter: ``FeedbackBatch``, ``AdaptiveChange``, ``ConcurrencyChange``;
 - egress-lag -> emitter: ``LagChange``;
 - group -> emitter: ``ShareChange``; emitter -> group (answering its ``Call``):
@@ -32,6 +32,7 @@ __all__ = [
     "Heard",
     "InstanceDemand",
     "LagChange",
+    "PoliciesRead",
     "PolicyChange",
     "Revoke",
     "ShareChange",
@@ -103,6 +104,13 @@ class PolicyChange:
 
     key: bytes | None
     value: bytes | None
+
+
+@dataclass
+class PoliciesRead:
+    """The policy topic was read to its end as it stood when its reader started (or it does
+    not exist): every policy recorded before then has been handed over, ahead of this, so
+    the emitter may emit without sending a paused tenant's record it did not know of."""
 
 
 @dataclass

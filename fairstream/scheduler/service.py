@@ -20,8 +20,8 @@ emitter (emit)   fatal      the fair core, every        its mailbox (Handoff: re
 ingest (ingest)  fatal      the group consumer, the     Handoff records and Assign/Revoke
                             partition readers,          controls (the group metadata rides on
                             recovery                    them)
-policies         restarted  the policy topic's          PolicyChange controls
-                            consumer
+policies         restarted  the policy topic's          PolicyChange controls; PoliciesRead
+                            consumer                    once the topic was read to its end
 trim             restarted  an AdminClient, a watch     reads the marks the emitter swaps in;
                             consumer, the offsets       its gauges; the held-output
                             read-back, the held watch   condition
@@ -195,6 +195,7 @@ class SchedulerService:
             on_committed=self.trimmer.committed,
             recent=recent,
             token_prefix=token_prefix,
+            wait_for_policies=True,
         )
         self.policies = PolicyReader(settings, self.handoff)
         self.group = self._group_shares(librdkafka, partitions)
@@ -332,6 +333,8 @@ class SchedulerService:
             reasons.append("stopping")
         elif not self.ingest.joined.is_set():
             reasons.append("joining the group and recovering its partitions")
+        elif not self.emitter.phase.policies_read:
+            reasons.append("reading the policy topic: the policies recorded before the start")
         elif not self.emitter.phase.ready:
             reasons.append("rewinding to the committed progress after an aborted transaction")
         ready = not reasons

@@ -73,6 +73,7 @@ from fairstream.scheduler.messages import (
     Heard,
     InstanceDemand,
     LagChange,
+    PoliciesRead,
     PolicyChange,
     Revoke,
     ShareChange,
@@ -101,16 +102,18 @@ WARM_UP = 1.0  # seconds emission may wait for every new partition's first fetch
 @dataclass(frozen=True)
 class Phase:
     """Where the emitter is: joined (its first assignment applied), rewinding (after an
-    abort, until the ingest thread hands the partitions over again), stopped. Ready when
-    joined, neither rewinding nor stopped."""
+    abort, until the ingest thread hands the partitions over again), stopped, and whether
+    the policies recorded before the start were read (``PoliciesRead``). Ready when joined
+    with the policies read, neither rewinding nor stopped."""
 
     joined: bool = False
     rewinding: bool = False
     stopped: bool = False
+    policies_read: bool = True
 
     @property
     def ready(self) -> bool:
-        return self.joined and not self.rewinding and not self.stopped
+        return self.joined and self.policies_read and not self.rewinding and not self.stopped
 
 
 class Emitter:
@@ -132,7 +135,10 @@ class Emitter:
         token_prefix: str | None = None,
         transaction: Callable[..., Transaction] = Transaction,
         fetcher: Callable[..., PayloadFetcher] = PayloadFetcher,
+        wait_for_policies: bool = False,
     ) -> None:
+        """``wait_for_policies``: emit nothing until a ``PoliciesRead`` arrives (the service's
+        emitter, beside a policy reader; a test driving the emitter alone has none)."""
         self.settings = settings
         self.partitions = partitions
         self.handoff = handoff
@@ -165,7 +171,7 @@ class Emitter:
         self.producers = Renewal(transaction, made_with, clock.now)
         self.txn = self.producers.first()
         # Replaced whole at each change: /readyz reads it from the web threads.
-        self.phase = Phase()
+        self.phase = Phase(policies_read=not wait_for_policies)
         self.warming: set[int] = set()  # partitions whose first fetch emission waits for
         self._warm_until = 0.0
         # The rule's shares of the group's rate and concurrency, and the API's feedback.
@@ -324,8 +330,12 @@ class Emitter:
             wake.wait(seconds)
 
     def _taken(self) -> dict[int, deque[Parsed]]:
-        """The handoff queues records are taken from: not those of partitions too far ahead
+        """The handoff queues records are taken from: none until the policies recorded
+        before the start are read (admission and purges follow them: a record indexed
+        before would be judged by the defaults), and not those of partitions too far ahead
         of their marks (``holding``: they wait until the mark moves)."""
+        if not self.phase.policies_read:
+            return {}
         ahead = self.backlog.parking.ahead
         if not ahead:
             return self.queues
@@ -333,7 +343,8 @@ class Emitter:
 
     def _may_emit(self, now: float) -> bool:
         # The hold, the lease of the group share and tenant pauses are the rule's (next).
-        if not self.phase.joined or self.phase.rewinding or not self.progress:
+        phase = self.phase
+        if not phase.joined or not phase.policies_read or phase.rewinding or not self.progress:
             return False
         return not self.warming or now >= self._warm_until
 
@@ -365,6 +376,10 @@ class Emitter:
         elif isinstance(item, PolicyChange):
             for action in self.policies.apply(item.key, item.value):
                 self._act(action)
+        elif isinstance(item, PoliciesRead):
+            if not self.phase.policies_read:
+                log.info("the policy topic is read: emission may start")
+                self.phase = replace(self.phase, policies_read=True)
         elif isinstance(item, Call):
             try:
                 item.result = item.fn()

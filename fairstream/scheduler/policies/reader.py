@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError
 
 from fairstream.adapters.clients import assigned_consumer_config
 from fairstream.config import Settings
@@ -25,7 +25,7 @@ from fairstream.core import Clock, Core, TenantPolicy
 from fairstream.core.demotion import Change, demoted
 from fairstream.scheduler.consumers import assign_when_present
 from fairstream.scheduler.handoff import Handoff
-from fairstream.scheduler.messages import PolicyChange
+from fairstream.scheduler.messages import PoliciesRead, PolicyChange
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.policies.tenant_groups import GroupAction, TenantGroups
 from fairstream.wire.policy import (
@@ -164,8 +164,13 @@ class PolicyReader:
         self.handoff = handoff
         self._stopping = threading.Event()
         self._config = assigned_consumer_config(
-            settings.kafka.librdkafka(), f"{settings.app_id}.policy", {"fetch.wait.max.ms": 100}
+            settings.kafka.librdkafka(),
+            f"{settings.app_id}.policy",
+            # The end of each partition is said once reached: the first time all of them
+            # are, every policy recorded before the start has been handed over.
+            {"fetch.wait.max.ms": 100, "enable.partition.eof": True},
         )
+        self._told = False  # PoliciesRead was handed over (once per process)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -173,15 +178,28 @@ class PolicyReader:
     def run(self) -> None:
         consumer = Consumer(self._config)
         try:
-            assign_when_present(
+            if not assign_when_present(
                 consumer, self.topic, OFFSET_BEGINNING, self._stopping, self._missing
-            )
+            ):
+                return
+            unread = {tp.partition for tp in consumer.assignment()}
             while not self._stopping.is_set():
                 for msg in consumer.consume(num_messages=500, timeout=0.1):
-                    if msg.error() is None:
+                    err = msg.error()
+                    if err is None:
                         self.handoff.put(PolicyChange(msg.key(), msg.value()))
+                    elif err.code() == KafkaError._PARTITION_EOF and unread:
+                        unread.discard(cast(int, msg.partition()))
+                        if not unread:
+                            self._read()
         finally:
             consumer.close()
+
+    def _read(self) -> None:
+        """Every policy recorded before the start is handed over (after them, in order)."""
+        if not self._told:
+            self._told = True
+            self.handoff.put(PoliciesRead())
 
     def _missing(self) -> None:
         log.warning(
@@ -189,3 +207,4 @@ class PolicyReader:
             "(fairstream topics create)",
             self.topic,
         )
+        self._read()  # nothing to wait for

@@ -34,12 +34,13 @@ from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest.member import parse
 from fairstream.scheduler.ingest.readers import Readers, reader_config
-from fairstream.scheduler.messages import Assign, Stop
+from fairstream.scheduler.messages import Assign, PoliciesRead, PolicyChange, Stop
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
 from fairstream.scheduler.records import Parsed
 from fairstream.scheduler.recovery import holding_id
 from fairstream.scheduler.supervise import FatalError
+from fairstream.wire.policy import PolicyRecord, encode_policy
 from tests.unit.scheduler.memory_kafka import MemoryCluster
 
 
@@ -63,7 +64,9 @@ class Driver:
     thread does after an assignment or the rewind the emitter asked for. The holding log
     is written, never read back here."""
 
-    def __init__(self, cluster: MemoryCluster, **settings: Any) -> None:
+    def __init__(
+        self, cluster: MemoryCluster, *, wait_for_policies: bool = False, **settings: Any
+    ) -> None:
         self.cluster = cluster
         self.rewinds = 0
         self.emitter = Emitter(
@@ -78,6 +81,7 @@ class Driver:
             on_committed=lambda marks, seqs: None,
             transaction=functools.partial(Transaction, connect=cluster.producer),
             fetcher=functools.partial(PayloadFetcher, connect=cluster.consumer),
+            wait_for_policies=wait_for_policies,
         )
         self.readers = Readers(
             reader_config({}, GROUP), INGEST, holding_topic(GROUP), connect=cluster.consumer
@@ -96,7 +100,10 @@ class Driver:
         em = self.emitter
         # Its holding log's progress too (``holding``), from that log's start.
         recovered = {0: PartitionProgress(mark), holding_id(0): HoldingProgress(0)}
-        em._assign(Assign(recovered, rewind=rewind, metadata=self.cluster.join(GROUP)))
+        # The handoff queue the ingest thread would fill (``hand_over``; ``ingest`` indexes
+        # directly instead).
+        queues = {0: em.handoff.open(0)}
+        em._assign(Assign(recovered, queues, rewind=rewind, metadata=self.cluster.join(GROUP)))
         em._warm_until = 0.0  # no warm-up wait in a test
         self.readers.open(0, mark)
 
@@ -122,6 +129,24 @@ class Driver:
                 em.backlog.index(list(queue), em.txn)
                 taken += len(queue)
         return taken
+
+    def hand_over(self) -> int:
+        """The ingest thread's part only: what the readers have, parsed into the emitter's
+        handoff queue of partition 0 (taken when the emitter's loop would: ``apply``)."""
+        queue, handed = self.emitter.queues[0], 0
+        while slices := self.readers.take(set()):
+            for partition, messages in slices:
+                before = len(queue)
+                parse(partition, messages, queue, self._tenants, _ignore, _raise)
+                handed += len(queue) - before
+        return handed
+
+    def apply(self) -> int:
+        """The emitter's loop taking and indexing what waits in its handoff queues."""
+        em = self.emitter
+        records = em.handoff.take_records(em._taken(), 1_000_000)
+        em._apply(records)
+        return len(records)
 
     def emit_and_commit(self) -> None:
         em = self.emitter
@@ -300,3 +325,27 @@ def test_a_paused_tenant_among_a_busy_ones_records_is_parked_and_never_wedges_it
     assert cluster.offsets[GROUP][(INGEST, 0)] == 3 * n  # the mark passed every gap
     largest = max(len(r.value or b"") for r in cluster.committed(progress_topic(GROUP)))
     assert largest < 64 * 1024
+
+
+def test_nothing_is_emitted_before_the_policies_recorded_before_the_start_are_read(
+    cluster: MemoryCluster,
+) -> None:
+    # A restart that rejoins at once (static membership) is handed its partitions before
+    # its policy reader has read the policy topic again: a paused tenant's records must not
+    # go out in between, and the instance is not ready meanwhile.
+    # Nor is a record indexed meanwhile: its admission (and a purge) follows the policies.
+    driver = Driver(cluster, wait_for_policies=True)
+    em = driver.emitter
+    driver.produce("held", "busy", "held", "busy")
+    assert driver.hand_over() == 4
+    assert driver.apply() == 0  # they wait in the handoff queue
+    assert not em._may_emit(em.clock.now())
+    assert not em.phase.ready
+    paused = encode_policy(PolicyRecord(TenantPolicy(paused=True), 1))
+    em._control(PolicyChange(b"held", paused))
+    em._control(PoliciesRead())
+    assert em.phase.ready
+    assert em._may_emit(em.clock.now())
+    assert driver.apply() == 4
+    driver.emit_and_commit()
+    assert driver.egress() == [b"busy:1", b"busy:3"]
