@@ -137,7 +137,11 @@ class FairScheduler(TenantPolicies, Generic[T]):
         t = self._tenants.get(tenant)
         if t is None:
             t = self._new_tenant(tenant)
-        t.queue.append(new_pick(Pick, (tenant, item, cost)))
+        pick = new_pick(Pick, (tenant, item, cost))
+        if t.head is None:  # TenantRecord.append, inline: once per record
+            t.head = pick
+        else:
+            t.append(pick)
         t.cost += cost
         self._len += 1
 
@@ -148,8 +152,14 @@ class FairScheduler(TenantPolicies, Generic[T]):
 
         Caller: the service, with the item of a ``Pick`` it just took. Affects: as ``push``.
         """
-        self.push(tenant, item, cost)
-        self._tenants[tenant].queue.rotate(1)  # the item just appended goes to the head: O(1)
+        if type(cost) is not int or cost < 1:
+            raise ValueError(f"cost must be a positive integer, got {cost!r}")
+        t = self._tenants.get(tenant)
+        if t is None:
+            t = self._new_tenant(tenant)
+        t.appendleft(new_pick(Pick, (tenant, item, cost)))
+        t.cost += cost
+        self._len += 1
 
     def charge(self, tenant: str, amount: float) -> bool:
         """Charge a backlogged ``tenant``'s deficit ``amount`` more cost units (a negative
@@ -200,9 +210,9 @@ class FairScheduler(TenantPolicies, Generic[T]):
         if t.state == ACTIVE:
             self._leave_ring(t)
         t.state = RETIRED
-        self._len -= len(t.queue)
-        picks = list(t.queue)
-        t.queue = deque()  # the retired record may linger in a ring; do not keep items alive
+        picks = t.items()
+        self._len -= len(picks)
+        t.clear()  # the retired record may linger in a ring; do not keep items alive
         self._forget_bucket(tenant)
         return picks
 
@@ -240,8 +250,8 @@ class FairScheduler(TenantPolicies, Generic[T]):
                 if t.credited != round_:
                     deficit += (round_ - t.credited) * t.quantum
                     t.credited = round_
-                queue = t.queue
-                head = queue[0]
+                head = t.head
+                assert head is not None  # a tenant in a ring has a backlog
                 cost = head[2]
                 if deficit + SLACK < cost:
                     t.deficit = deficit
@@ -257,10 +267,11 @@ class FairScheduler(TenantPolicies, Generic[T]):
                         if cls.size == 0:
                             break
                         continue
-                queue.popleft()
+                rest = t.rest  # TenantRecord.popleft, inline
+                nxt = t.head = rest.popleft() if rest else None
                 t.cost -= cost
                 self._len -= 1
-                if not queue:
+                if nxt is None:
                     # Backlog gone: leave the ring, forget the deficit (no saving up credit).
                     ring.popleft()
                     t.state = RETIRED
@@ -273,7 +284,7 @@ class FairScheduler(TenantPolicies, Generic[T]):
                     return head
                 deficit -= cost
                 t.deficit = deficit
-                cost = queue[0][2]
+                cost = nxt[2]
                 if deficit + SLACK < cost:
                     # Visit over. Usually the next quantum is enough: file at the tail inline.
                     ring.popleft()
@@ -398,7 +409,8 @@ class FairScheduler(TenantPolicies, Generic[T]):
         assert cls is not None
         if t.round <= cls.round + 1:
             return  # it will be visited within a round and credited at the new quantum
-        need = t.queue[0].cost - t.deficit
+        assert t.head is not None  # filed in a round: backlogged
+        need = t.head.cost - t.deficit
         target = max(cls.round + 1, t.credited + self._rounds_needed(need, t.quantum))
         if target != t.round:
             # Retire the record still filed in the old round; the successor takes its place.
@@ -424,21 +436,21 @@ class FairScheduler(TenantPolicies, Generic[T]):
         t = self._tenants.get(tenant)
         if t is None:
             return (0, 0)
-        return (len(t.queue), t.cost)
+        return (len(t), t.cost)
 
     def peek(self, tenant: str) -> T | None:
         """``tenant``'s oldest waiting item, left in place (None: no backlog). O(1).
 
         Caller: the service, looking for whose record pins a partition's low-water mark."""
         t = self._tenants.get(tenant)
-        return t.queue[0].item if t is not None and t.queue else None
+        return t.head.item if t is not None and t.head is not None else None
 
     def held_back(self, tenant: str) -> bool:
         """Whether ``tenant`` has a backlog that no pick can take now: paused, waiting for a
         token of its rate cap, or in a class below the highest one with tenants to serve
         (strict priority). O(classes)."""
         t = self._tenants.get(tenant)
-        if t is None or not t.queue:
+        if t is None or t.head is None:
             return False
         if t.state in (PAUSED, PARKED):
             return True
