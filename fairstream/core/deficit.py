@@ -445,6 +445,21 @@ class FairScheduler(TenantPolicies, Generic[T]):
         t = self._tenants.get(tenant)
         return t.head.item if t is not None and t.head is not None else None
 
+    def holds_any_back(self) -> bool:
+        """Whether some backlogged tenant may be held back (``held_back``): a tenant waiting
+        for its cap's token, tenants in more than one class, or a paused tenant with a
+        backlog. Never False when one is; O(explicit policies), not O(tenants).
+
+        Caller: the service, before it looks for a held-back tenant among all of them."""
+        if self._parked or len(self._classes) > 1:
+            return True
+        if not self._tenants:
+            return False
+        if self._default.paused:
+            return True
+        tenants = self._tenants
+        return any(p.paused and name in tenants for name, p in self._policies.items())
+
     def held_back(self, tenant: str) -> bool:
         """Whether ``tenant`` has a backlog that no pick can take now: paused, waiting for a
         token of its rate cap, or in a class below the highest one with tenants to serve

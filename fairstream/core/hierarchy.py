@@ -595,6 +595,13 @@ class GroupScheduler(TenantPolicies, Generic[T]):
                 return pick[1]
         return g.inner.peek(tenant)
 
+    def holds_any_back(self) -> bool:
+        """Whether some backlogged tenant may be held back (``held_back``), at either level.
+        Never False when one is; O(groups and explicit policies)."""
+        if self._outer.holds_any_back():
+            return True
+        return any(g.inner.holds_any_back() for g in self._groups.values())
+
     def held_back(self, tenant: str) -> bool:
         """Whether ``tenant`` has a backlog no pick can take now: its group paused, capped
         or in a class below one being served; or (its oldest record not staged) the tenant

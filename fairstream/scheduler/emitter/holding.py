@@ -61,6 +61,7 @@ from confluent_kafka import KafkaException, Message
 from fairstream import wire
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic
+from fairstream.core import RecordClock
 from fairstream.core.emission import EmissionRule
 from fairstream.scheduler.emitter.egress import message_headers
 from fairstream.scheduler.emitter.fetch import Gone, PayloadFetcher
@@ -76,16 +77,18 @@ __all__ = ["Owner", "Parking"]
 log = logging.getLogger("fairstream.holding")
 
 ROUNDS = 64  # tenants parked per log and commit at most (the rest waits for the next one)
+RESEARCH = 1.0  # seconds before a mark where no tenant's head was found is searched again
 
 
 class Owner(Protocol):
-    """What parking is part of, the backlog (``backlog``): the rule, the progress per log and
-    the fetcher it shares, and where what leaves the core otherwise goes."""
+    """What parking is part of, the backlog (``backlog``): the rule, the progress per log,
+    the fetcher and the clock it shares, and where what leaves the core otherwise goes."""
 
     rule: EmissionRule[Parsed]
     progress: dict[int, PartitionProgress]
     fetcher: PayloadFetcher
     metrics: Metrics
+    clock: RecordClock
 
     def free(self, msg: Message) -> None: ...
 
@@ -103,15 +106,18 @@ class Parking:
     def __init__(self, settings: Settings, owner: Owner) -> None:
         self.park_ranges, self.park_span = settings.park_ranges, settings.park_span
         self.rule, self.progress, self.fetcher = owner.rule, owner.progress, owner.fetcher
-        self.metrics = owner.metrics
+        self.metrics, self.clock = owner.metrics, owner.clock
         self.sink = owner
         self.ingest_topic = settings.topics.ingest
         self.holding_topic = holding_topic(settings.app_id)
         self.ahead: set[int] = set()  # ingest partitions not taken from for now
+        # Per log, the tenant found at its mark (offset, tenant or None, when searched).
+        self._at: dict[int, tuple[int, str | None, float]] = {}
 
     def clear(self) -> None:
         """After an abort: no partition is ahead (recovery starts again)."""
         self.ahead = set()
+        self._at = {}
 
     def parking(self) -> dict[int, dict[str, int]]:
         """Per ingest partition with parked tenants, their parked counts (live dicts).
@@ -129,10 +135,13 @@ class Parking:
         limit_ranges, limit_span = self.park_ranges, self.park_span
         parked = 0
         ahead: set[int] = set()
+        # Only a held-back tenant is parked; finding whose record is at a mark costs
+        # O(tenants) (``_tenant_at``), so not at all when nobody can be held back.
+        holds = self.rule.core.holds_any_back() or self.rule.pending is not None
         for partition in [p for p in self.progress if p >= 0]:
             for key in (partition, holding_id(partition)):
                 prog = self.progress.get(key)
-                if prog is None or not _over(prog, limit_ranges, limit_span):
+                if not holds or prog is None or not _over(prog, limit_ranges, limit_span):
                     continue
                 before = (prog.lwm, prog.settled_above)
                 for _ in range(ROUNDS):
@@ -183,18 +192,37 @@ class Parking:
 
     def _tenant_at(self, key: int, offset: int) -> str | None:
         """The tenant whose oldest record waiting in the core is the one at ``offset`` of log
-        ``key``, if there is one. O(tenants). A record being sent or dead-lettered right now is
-        not parked, nor is a tenant whose records are spread over partitions (a producer that
-        does not partition by key) while its oldest is another partition's."""
+        ``key``, if there is one. A record being sent or dead-lettered right now is not
+        parked, nor is a tenant whose records are spread over partitions (a producer that
+        does not partition by key) while its oldest is another partition's.
+
+        O(tenants) the first time for a mark, then O(1) while the mark stays (a backlog at a
+        rate's pace, whose tenant at the mark is not held back, keeps it for a while):
+        the tenant found is remembered and checked again (``peek``); a search that found
+        nobody is done again once ``RESEARCH`` seconds passed."""
         core = self.rule.core
-        for tenant in core.tenants():
-            head = core.peek(tenant)
-            if head is not None and head.partition == key and head.offset == offset:
-                return tenant
         held = self.rule.pending
         if held is not None and held.item.partition == key and held.item.offset == offset:
             return held.tenant
-        return None
+        known = self._at.get(key)
+        now = self.clock.now()
+        if known is not None and known[0] == offset:
+            tenant = known[1]
+            if tenant is None:
+                if now < known[2] + RESEARCH:
+                    return None
+            else:
+                head = core.peek(tenant)
+                if head is not None and head.partition == key and head.offset == offset:
+                    return tenant
+        found = None
+        for tenant in core.tenants():
+            head = core.peek(tenant)
+            if head is not None and head.partition == key and head.offset == offset:
+                found = tenant
+                break
+        self._at[key] = (offset, found, now)
+        return found
 
     def _park(self, txn: Transaction, partition: int, tenant: str) -> int:
         """Move ``tenant``'s records of ``partition`` (ingest or holding) from the core to the

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fairstream.core import (
     BACKLOG_FULL,
@@ -408,3 +410,56 @@ def test_push_front_of_a_tenant_whose_queue_emptied_makes_it_backlogged_again():
     assert drain(scheduler) == ["a0"]
     with pytest.raises(ValueError, match="cost"):
         scheduler.push_front("a", "x", 0)
+
+
+POLICIES = {
+    "paused": TenantPolicy(paused=True),
+    "capped": TenantPolicy(rate_cap=1.0),
+    "low": TenantPolicy(priority=1),
+    "busy": None,
+}
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["push", "pick", "pick", "tick", "resume", "pause"]),
+            st.sampled_from(sorted(POLICIES)),
+        ),
+        max_size=60,
+    )
+)
+@settings(max_examples=200, deadline=None)
+def test_holds_any_back_is_never_false_while_a_tenant_is_held_back(
+    steps: list[tuple[str, str]],
+) -> None:
+    # The service skips its O(tenants) search for a held-back tenant at a mark when this
+    # says nobody is: it may say True for nothing, never False for someone.
+    scheduler, clock = make()
+    for tenant, policy in POLICIES.items():
+        scheduler.set_policy(tenant, policy)
+    for n, (step, tenant) in enumerate(steps):
+        if step == "push":
+            scheduler.push(tenant, f"{tenant}{n}")
+        elif step == "pick":
+            scheduler.pick(clock.now())
+        elif step == "tick":
+            clock.advance(0.5)
+        elif step == "resume":
+            scheduler.set_policy(tenant, None)
+        else:
+            scheduler.set_policy(tenant, TenantPolicy(paused=True))
+        held = [t for t in POLICIES if scheduler.held_back(t)]
+        assert scheduler.holds_any_back() or not held, held
+
+
+def test_holds_any_back_is_false_with_nobody_to_hold() -> None:
+    scheduler, _ = make()
+    scheduler.set_policy("paused", TenantPolicy(paused=True))
+    assert not scheduler.holds_any_back()  # paused, but nothing of it waits
+    for i in range(3):
+        scheduler.push("busy", f"busy{i}")
+        scheduler.push("other", f"other{i}")
+    assert not scheduler.holds_any_back()  # one class, no caps, no pause with a backlog
+    scheduler.push("paused", "paused0")
+    assert scheduler.holds_any_back()

@@ -215,7 +215,9 @@ def test_a_paused_group_keeps_its_backlog_and_sends_nothing():
         s.set_group(t, "A")
     s.set_group("z", "B")
     fill(s, ["x", "y", "z"], 20)
+    assert not s.holds_any_back()
     s.set_group_policy("A", TenantPolicy(paused=True))
+    assert s.holds_any_back()
     assert {p.tenant for p in picks(s, 20)} == {"z"}
     assert s.pick() is None
     assert s.held_back("x")
@@ -235,7 +237,9 @@ def test_a_paused_member_gives_back_its_staged_records():
     for t in ("x", "y"):
         s.set_group(t, "A")
     fill(s, ["x", "y"], 5)
+    assert not s.holds_any_back()
     s.set_policy("x", TenantPolicy(paused=True))  # x-0 was staged already
+    assert s.holds_any_back()
     assert s.peek("x") == "x-0"
     assert s.backlog("x") == (5, 5)
     assert drain(s) == [f"y-{i}" for i in range(5)]
