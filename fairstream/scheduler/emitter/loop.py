@@ -80,7 +80,7 @@ from fairstream.scheduler.messages import (
     Stop,
 )
 from fairstream.scheduler.metrics import Metrics
-from fairstream.scheduler.observe import Observed, Scrape
+from fairstream.scheduler.observe import Observed, Reused, Scrape
 from fairstream.scheduler.policies.reader import DefaultPolicy, Policies, PolicyAction, SetPolicy
 from fairstream.scheduler.policies.tenant_groups import GROUP_ACTIONS, act
 from fairstream.scheduler.progress import PartitionProgress
@@ -158,6 +158,9 @@ class Emitter:
         # Pacing, cost tokens, expiry, the hold, tenant pauses and the rate share.
         self.rule = new_rule(settings, self.policies.new_core(clock), clock)
         self.observed = Observed()
+        # Reads over every backlogged tenant, for /metrics and the group thread.
+        self._scrapes = Reused(self._scrape, clock)
+        self._demands = Reused(self._demand, clock)
         # Per owned ingest partition p, its progress under p and its holding log's under
         # holding_id(p) (negative; ``holding``): ``owned`` lists the partitions.
         self.progress: dict[int, PartitionProgress] = {}
@@ -512,8 +515,12 @@ class Emitter:
 
     def demand(self) -> InstanceDemand:
         """This instance's demand for the group thread: per class, the backlogged unpaused
-        tenants' weights and caps (O(backlogged tenants)), the partitions owned, and the
-        adapted rate's fraction of ``--rate`` (from the feedback thread's last change)."""
+        tenants' weights and caps (O(backlogged tenants), so reused while it is not paid
+        for: ``observe.Reused``), the partitions owned, and the adapted rate's fraction of
+        ``--rate`` (from the feedback thread's last change)."""
+        return self._demands()
+
+    def _demand(self) -> InstanceDemand:
         return InstanceDemand(
             backlogged_demand(self.core, self.policies.groups.policy),
             self.owned,
@@ -612,7 +619,11 @@ class Emitter:
     # -- reads for the web endpoints (run on this thread through Handoff.call) -----------------
 
     def scrape(self) -> Scrape:
-        """What ``/metrics`` shows of this thread's state, copied (``Observed.scrape``)."""
+        """What ``/metrics`` shows of this thread's state, copied (``Observed.scrape``);
+        O(backlogged tenants), so reused while it is not paid for (``observe.Reused``)."""
+        return self._scrapes()
+
+    def _scrape(self) -> Scrape:
         scrape = self.observed.scrape(self.core, self.txn.records, self.backlog.cached)
         return with_demotion(scrape, self.core, self.demotions, self.clock.epoch_ms())
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from fairstream.adapters.tenant_series import OTHER
+from fairstream.core import ManualClock
 from fairstream.scheduler import observe
-from fairstream.scheduler.observe import Observed
+from fairstream.scheduler.observe import SHARE, Observed, Reused
 
 
 def test_churning_tenants_fold_into_other_without_losing_counts(monkeypatch) -> None:
@@ -18,3 +19,28 @@ def test_churning_tenants_fold_into_other_without_losing_counts(monkeypatch) -> 
     assert sum(seen.emitted_by_tenant.values()) == total
     assert seen.emitted_by_tenant["big"] == 1000
     assert seen.emitted_by_tenant[OTHER] > 0
+
+
+def test_a_read_over_every_tenant_is_reused_until_it_is_paid_for() -> None:
+    clock = ManualClock()
+    reads: list[float] = []
+
+    def read() -> int:
+        reads.append(clock.now())
+        clock.advance(0.5)  # a read over a million tenants takes about this long
+        return len(reads)
+
+    reused = Reused(read, clock)
+    assert reused() == 1
+    clock.advance(5.0)  # 5.5 s after it began: not yet paid for (0.5 s / SHARE = 10 s)
+    assert reused() == 1
+    clock.advance(0.5 / SHARE - 5.0)
+    assert reused() == 2
+    assert len(reads) == 2
+
+
+def test_a_cheap_read_is_made_at_every_ask() -> None:
+    clock = ManualClock()
+    count = iter(range(100))
+    reused = Reused(lambda: next(count), clock)  # takes no time on the manual clock
+    assert [reused() for _ in range(3)] == [0, 1, 2]
