@@ -176,6 +176,11 @@ class Transaction:
         self.timeout = timeout
         self.open = False
         self.opened_at: float | None = None  # monotonic time the open transaction began
+        # When the oldest transaction began that was aborted after a failure and not yet
+        # followed by a commit the broker confirmed: its end may not have reached the
+        # coordinator (a broker that hung), which then expires it and bumps the epoch, a
+        # fence that reaches the next transaction (``outlived_timeout``).
+        self.troubled_at: float | None = None
         self.records = 0  # records produced in the open transaction
         self._produced = 0
         self._timeouts = 0  # send_offsets_to_transaction timed out this many times in a row
@@ -241,13 +246,16 @@ class Transaction:
             self.opened_at = time.monotonic()
 
     def outlived_timeout(self, now: float | None = None) -> bool:
-        """Whether the open transaction has been open for ``transaction.timeout.ms``: the
-        broker then aborts it itself and bumps the producer's epoch, so this producer is
-        told it is fenced although no other process has its transactional id (seen after
-        the broker hung for 15 s mid-transaction)."""
-        if not self.open or self.opened_at is None:
+        """Whether the open transaction, or one aborted after a failure since the last
+        commit (``troubled_at``), began ``transaction.timeout.ms`` ago or more: the broker
+        then aborts it itself and bumps the producer's epoch, so this producer is told it
+        is fenced although no other process has its transactional id (seen after the
+        broker hung for 15 s mid-transaction: in that transaction, or, its abort taken
+        while the broker was away, 0.6 s into the next one)."""
+        began = [t for t in (self.opened_at if self.open else None, self.troubled_at) if t]
+        if not began:
             return False
-        return (time.monotonic() if now is None else now) - self.opened_at >= self.timeout
+        return (time.monotonic() if now is None else now) - min(began) >= self.timeout
 
     def produce(
         self,
@@ -368,6 +376,7 @@ class Transaction:
             ) from exc
         self.open = False
         self.opened_at = None
+        self.troubled_at = None  # the broker confirmed a commit: nothing older is pending
         self.records = 0
         self._timeouts = 0
 
@@ -385,6 +394,8 @@ class Transaction:
 
     def abort(self, why: str) -> None:
         log.warning("aborting the transaction (%s)", why)
+        if self.troubled_at is None:
+            self.troubled_at = self.opened_at
         try:
             self._retrying(
                 lambda: self.calls.run(

@@ -113,6 +113,29 @@ def test_a_transaction_open_past_its_timeout_is_one_the_broker_aborted_itself() 
         txn.calls.close()
 
 
+def test_a_fence_in_the_transaction_after_an_abort_counts_the_aborted_ones_age() -> None:
+    """A broker that hung: the transaction failed and was aborted, the next one began, and
+    0.6 s into it the broker expired the first one (its abort had not reached the
+    coordinator) and bumped the epoch. The fence reaches the new transaction, young as it
+    is: the age that counts is the aborted one's, until a commit is confirmed."""
+    cluster = MemoryCluster()
+    txn = _transaction(cluster)
+    try:
+        txn.begin()
+        txn.opened_at = 100.0
+        txn.abort("Failed to add offsets to transaction: Local: Timed out")
+        assert txn.troubled_at == 100.0
+        txn.begin()
+        txn.opened_at = 109.5
+        assert not txn.outlived_timeout(109.9)
+        assert txn.outlived_timeout(110.1)  # the aborted one's age
+        txn.commit([], cluster.join("group"))
+        assert txn.troubled_at is None
+        assert not txn.outlived_timeout(1e9)
+    finally:
+        txn.calls.close()
+
+
 def _transaction(cluster: MemoryCluster, tid: str = "fairstream-unit-txn") -> Transaction:
     """A ``Transaction`` on ``cluster``'s producer, initialised (no broker)."""
     txn = Transaction({}, tid, 10.0, connect=cluster.producer)
