@@ -152,14 +152,9 @@ class FairScheduler(TenantPolicies, Generic[T]):
 
         Caller: the service, with the item of a ``Pick`` it just took. Affects: as ``push``.
         """
-        if type(cost) is not int or cost < 1:
-            raise ValueError(f"cost must be a positive integer, got {cost!r}")
-        t = self._tenants.get(tenant)
-        if t is None:
-            t = self._new_tenant(tenant)
-        t.appendleft(new_pick(Pick, (tenant, item, cost)))
-        t.cost += cost
-        self._len += 1
+        self.push(tenant, item, cost)
+        t = self._tenants[tenant]
+        t.appendleft(t.pop())  # the item just appended goes to the head: O(1)
 
     def charge(self, tenant: str, amount: float) -> bool:
         """Charge a backlogged ``tenant``'s deficit ``amount`` more cost units (a negative
@@ -267,7 +262,7 @@ class FairScheduler(TenantPolicies, Generic[T]):
                         if cls.size == 0:
                             break
                         continue
-                rest = t.rest  # TenantRecord.popleft, inline
+                rest = t.rest  # the head taken, inline
                 nxt = t.head = rest.popleft() if rest else None
                 t.cost -= cost
                 self._len -= 1

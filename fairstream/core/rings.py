@@ -61,8 +61,8 @@ class TenantRecord(Generic[T]):
     Its queue is ``head`` (the oldest item; None: empty) and ``rest`` (the others, oldest
     first; None until a second item arrives): most tenants of a million have one record,
     and a deque costs about 600 bytes even when it holds one. ``len``, ``items``, ``append``,
-    ``appendleft`` and ``popleft`` are the queue's operations; ``FairScheduler.pick`` inlines
-    ``popleft``."""
+    ``appendleft`` and ``pop`` are the queue's operations; ``FairScheduler.pick`` takes the
+    head inline, once per record."""
 
     __slots__ = (
         "bucket",
@@ -124,13 +124,14 @@ class TenantRecord(Generic[T]):
             self.rest.appendleft(self.head)
         self.head = pick
 
-    def popleft(self) -> Pick[T]:
-        """Take the head (there is one)."""
-        head = self.head
-        assert head is not None
-        rest = self.rest
-        self.head = rest.popleft() if rest else None
-        return head
+    def pop(self) -> Pick[T]:
+        """Take the tail (there is one)."""
+        if self.rest:
+            return self.rest.pop()
+        tail = self.head
+        assert tail is not None
+        self.head = None
+        return tail
 
     def clear(self) -> None:
         """Forget every item."""
