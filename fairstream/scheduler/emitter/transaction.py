@@ -252,7 +252,9 @@ class Transaction:
         is fenced although no other process has its transactional id (seen after the
         broker hung for 15 s mid-transaction: in that transaction, or, its abort taken
         while the broker was away, 0.6 s into the next one)."""
-        began = [t for t in (self.opened_at if self.open else None, self.troubled_at) if t]
+        began = [
+            t for t in (self.opened_at if self.open else None, self.troubled_at) if t is not None
+        ]
         if not began:
             return False
         return (time.monotonic() if now is None else now) - min(began) >= self.timeout
