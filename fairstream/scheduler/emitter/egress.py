@@ -23,6 +23,7 @@ from fairstream.wire.dead_letter import RECORD_OVERHEAD, HeaderList, fit
 __all__ = [
     "FOOTPRINT",
     "STAMPED",
+    "DefaultIds",
     "Limits",
     "Stamper",
     "dead_letter",
@@ -60,13 +61,30 @@ def message_headers(msg: Message) -> HeaderList:
     return cast("HeaderList", msg.headers() or [])
 
 
+class DefaultIds:
+    """``wire.default_request_id`` of records of ``ingest_topic``, as bytes, from a cached
+    ``<topic>-<partition>-`` prefix: made once per egress (or parked) record."""
+
+    __slots__ = ("_prefixes", "ingest_topic")
+
+    def __init__(self, ingest_topic: str) -> None:
+        self.ingest_topic = ingest_topic
+        self._prefixes: dict[int, bytes] = {}
+
+    def __call__(self, partition: int, offset: int) -> bytes:
+        prefix = self._prefixes.get(partition)
+        if prefix is None:
+            prefix = self._prefixes[partition] = f"{self.ingest_topic}-{partition}-".encode()
+        return prefix + b"%d" % offset
+
+
 class Stamper:
     """Builds the headers of egress records read from ``ingest_topic``, within ``limit``
     bytes (the egress topic's max.message.bytes). ``paced``: the records are released on a
     rate's schedule, so each also carries its start moment (``fairstream-start-ms``);
     without a rate, calls need no pacing and start as records arrive."""
 
-    __slots__ = ("_prefixes", "ingest_topic", "limit", "paced", "recent", "size")
+    __slots__ = ("_default_id", "ingest_topic", "limit", "paced", "recent", "size")
 
     def __init__(
         self,
@@ -81,7 +99,7 @@ class Stamper:
         self.paced = paced
         self.recent = recent  # request ids stamped, for the feedback reader (``recent``)
         self.size = 0  # of the last record found too large
-        self._prefixes: dict[int, bytes] = {}  # "<topic>-<partition>-" of default request ids
+        self._default_id = DefaultIds(ingest_topic)
 
     def headers(
         self,
@@ -149,13 +167,6 @@ class Stamper:
             f"the egress record would be about {self.size} bytes; {egress_topic} takes at "
             f"most {self.limit} (max.message.bytes)"
         )
-
-    def _default_id(self, partition: int, offset: int) -> bytes:
-        # wire.default_request_id, "<topic>-<partition>-<offset>", from a cached prefix.
-        prefix = self._prefixes.get(partition)
-        if prefix is None:
-            prefix = self._prefixes[partition] = f"{self.ingest_topic}-{partition}-".encode()
-        return prefix + b"%d" % offset
 
 
 def dead_letter(

@@ -54,7 +54,7 @@ Bounds and limits:
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Protocol, cast
 
 from confluent_kafka import KafkaException, Message
 
@@ -63,7 +63,7 @@ from fairstream.config import Settings
 from fairstream.config.topics import holding_topic
 from fairstream.core import RecordClock
 from fairstream.core.emission import EmissionRule
-from fairstream.scheduler.emitter.egress import message_headers
+from fairstream.scheduler.emitter.egress import DefaultIds
 from fairstream.scheduler.emitter.fetch import Gone, PayloadFetcher
 from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.metrics import Metrics
@@ -108,7 +108,7 @@ class Parking:
         self.rule, self.progress, self.fetcher = owner.rule, owner.progress, owner.fetcher
         self.metrics, self.clock = owner.metrics, owner.clock
         self.sink = owner
-        self.ingest_topic = settings.topics.ingest
+        self.default_id = DefaultIds(settings.topics.ingest)  # of records going to hold
         self.holding_topic = holding_topic(settings.app_id)
         self.ahead: set[int] = set()  # ingest partitions not taken from for now
         # Per log, the tenant found at its mark (offset, tenant or None, when searched).
@@ -265,25 +265,17 @@ class Parking:
         partition's holding log in the open transaction and settled in the ingest log.
         Caller: ``Backlog.index``, once per batch.
 
-        Once per record of a paused tenant among busy ones, hence flat: the common record
-        (no headers of its own) gets only its default request id, from a cached prefix, and
-        goes to the producer directly; anything the producer refuses goes through
+        Once per record of a paused tenant among busy ones, hence flat: each goes to the
+        producer directly; anything the producer refuses goes through
         ``Transaction.produce``, which retries or says why."""
         txn.begin()
         produce, topic, progress = txn.producer.produce, self.holding_topic, self.progress
-        prefixes: dict[int, bytes] = {}
         inline = 0
         for entry in entries:
             partition, offset, tenant, msg = entry.partition, entry.offset, entry.tenant, entry.msg
             assert msg is not None  # as ``index`` hands them over: held,
             assert tenant is not None  # and valid
-            headers: HeaderList | None = msg.headers()  # type: ignore[assignment]  # list of pairs
-            if headers is None or not any(n == wire.REQUEST_ID for n, _ in headers):
-                prefix = prefixes.get(partition)
-                if prefix is None:
-                    prefix = prefixes[partition] = f"{self.ingest_topic}-{partition}-".encode()
-                default: tuple[str, bytes | None] = (wire.REQUEST_ID, prefix + b"%d" % offset)
-                headers = [default] if headers is None else [*headers, default]  # a default id
+            headers = self._headers(msg, partition, offset)
             key, value = msg.key(), msg.value()
             try:
                 produce(
@@ -325,16 +317,23 @@ class Parking:
             msg = read
         else:
             self.sink.free(msg)
-        headers = list(message_headers(msg))
-        if source >= 0 and not any(name == wire.REQUEST_ID for name, _ in headers):
-            default = wire.default_request_id(self.ingest_topic, source, offset)
-            headers.append((wire.REQUEST_ID, default.encode()))
+        headers = self._headers(msg, source, offset)
         txn.produce(
             self.holding_topic, msg.value(), msg.key(), headers, partition, timestamp=enqueued
         )
         self.progress[source].settle(offset)
         hold.parked_one(tenant)
         return True
+
+    def _headers(self, msg: Message, source: int, offset: int) -> HeaderList | None:
+        """``msg``'s headers in the holding log: its own, plus its default request id when it
+        was read from the ingest log (``source`` >= 0) without one, so that its egress record
+        carries the id it would have had going straight."""
+        headers = cast("HeaderList | None", msg.headers())
+        if source < 0 or (headers and any(name == wire.REQUEST_ID for name, _ in headers)):
+            return headers
+        default: tuple[str, bytes | None] = (wire.REQUEST_ID, self.default_id(source, offset))
+        return [default] if headers is None else [*headers, default]
 
 
 def _over(prog: PartitionProgress, ranges: int, span: int) -> bool:
