@@ -149,7 +149,7 @@ class SchedulerService:
         # stale) when the emitter is too busy to answer (a long commit). /metrics': _scrape.
         self._stats_snapshot: tuple[dict[str, Any], float] | None = None
         librdkafka = settings.kafka.librdkafka()
-        txn_id = transactional_id(settings)
+        self.txn_id = txn_id = transactional_id(settings)
         # The commit tokens' prefix: the emitter writes it into the group's offset metadata,
         # the trimmer reads it back there to confirm a mark (this process's only).
         token_prefix = f"{txn_id}:{uuid.uuid4().hex[:8]}"
@@ -230,7 +230,7 @@ class SchedulerService:
         return DemandExchange(
             librdkafka,
             settings.app_id,
-            transactional_id(settings),
+            self.txn_id,
             group_rate,
             self.handoff,
             self.metrics,
@@ -238,7 +238,7 @@ class SchedulerService:
             partitions=partitions,
             owned=lambda: self.emitter.owned,
             clock=self.clock,
-            transactional_id=transactional_id(settings),
+            transactional_id=self.txn_id,
         )
 
     def _feedback_reader(

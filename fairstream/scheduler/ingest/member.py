@@ -52,6 +52,13 @@ TENANT_CACHE = 100_000  # tenant ids whose keys were validated (a dict lookup pe
 REJOIN_EVERY = 60.0  # seconds: a group consumer fenced again sooner is fatal
 
 
+def static_id(settings: Settings) -> str | None:
+    """The group instance id this member joins under (static membership), if any."""
+    if settings.membership == "static" and settings.group_instance_id:
+        return settings.group_instance_id
+    return None
+
+
 def consumer_config(settings: Settings) -> dict[str, Any]:
     """The group member's librdkafka settings (it reads nothing itself: see ``readers``)."""
     config: dict[str, Any] = {
@@ -66,8 +73,9 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
         "session.timeout.ms": int(settings.session_timeout * 1000),
         "heartbeat.interval.ms": max(500, int(settings.session_timeout * 100)),
     }
-    if settings.group_instance_id and settings.membership == "static":
-        config["group.instance.id"] = settings.group_instance_id
+    static = static_id(settings)
+    if static is not None:
+        config["group.instance.id"] = static
     return config
 
 
@@ -277,8 +285,8 @@ class Ingest:
         as fatal: every instance stopped consuming at once, and stayed up with no partitions.
         Two processes given one instance id fence each other again at once: that is fatal."""
         fatal = err.fatal() or err.code() == KafkaError._FATAL
-        static = self.settings.group_instance_id and self.settings.membership == "static"
-        if fatal and "fenced" in err.str().lower() and static:
+        static = static_id(self.settings)
+        if fatal and "fenced" in err.str().lower() and static is not None:
             now = time.monotonic()
             if now - self._rejoined_at >= REJOIN_EVERY:
                 self._rejoined_at = now
@@ -287,7 +295,7 @@ class Ingest:
             raise RuntimeError(
                 f"group consumer failed: {err.str()}, again within {REJOIN_EVERY:.0f} s of "
                 f"the last time: another process runs as group instance "
-                f"{self.settings.group_instance_id} (the same --group-instance-id, or a copy "
+                f"{static} (the same --group-instance-id, or a copy "
                 "of this instance's --data-dir)"
             )
         self._consumer_error(err, fatal=fatal)
