@@ -22,8 +22,12 @@ from fairstream.scheduler.records import Letter, Parsed, Prepared
 
 
 class Producer:
+    """Sends nowhere; keeps what it was given: ``sent`` (topic, key, value, headers), and
+    ``written`` with the partition and timestamp too (None: not given)."""
+
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes | None, bytes | None, list[Any]]] = []
+        self.written: list[tuple[Any, ...]] = []
         self.polls = 0
 
     def produce(
@@ -32,10 +36,11 @@ class Producer:
         value: Any,
         key: Any,
         headers: Any = None,
-        partition: int = -1,
-        timestamp: int = 0,
+        partition: int | None = None,
+        timestamp: int | None = None,
     ) -> None:
         self.sent.append((topic, key, value, headers))
+        self.written.append((topic, partition, key, value, headers, timestamp))
 
     def poll(self, timeout: float) -> int:
         self.polls += 1

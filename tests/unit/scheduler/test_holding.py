@@ -20,36 +20,12 @@ from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
 from fairstream.scheduler.records import Parsed
 from fairstream.scheduler.recovery import holding_id
-from tests.unit.scheduler.test_emit_rule import Fetcher, Producer, Txn
-
-
-class HoldingProducer(Producer):
-    """Keeps every produced record with its topic, partition and timestamp (None: not
-    given), whether the emitter produced it directly or through ``Transaction.produce``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.written: list[tuple[Any, ...]] = []
-
-    def produce(
-        self,
-        topic: str,
-        value: Any,
-        key: Any,
-        headers: Any = None,
-        partition: int | None = None,
-        timestamp: int | None = None,
-    ) -> None:
-        self.written.append((topic, partition, key, value, headers, timestamp))
-        super().produce(topic, value, key, headers)
+from tests.unit.scheduler.test_emit_rule import Fetcher, Txn
 
 
 class HoldingTxn(Txn):
-    """A ``Txn`` whose producer keeps what it was given (``written``)."""
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.producer = HoldingProducer()  # type: ignore[assignment]
+    """A ``Txn`` that shows what its producer was given, with partitions and timestamps
+    (``written``), whether the emitter produced directly or through ``produce``."""
 
     @property
     def written(self) -> list[tuple[Any, ...]]:
