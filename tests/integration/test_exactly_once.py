@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from fairstream import wire
-from fairstream_dev.harness.kafka import wait_until
+from fairstream_dev.harness.kafka import committed_offsets, wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 from tests.integration.exactly_once import (
     LoadProducer,
@@ -70,7 +70,8 @@ def ingest_offsets(deployment: Deployment) -> list[tuple[int, int | None, int]]:
     )
     try:
         wanted = [TopicPartition(topic, p) for p in range(deployment.partitions)]
-        committed = {tp.partition: tp.offset for tp in consumer.committed(wanted, timeout=10)}
+        marks = committed_offsets(deployment.bootstrap, deployment.app_id, wanted)
+        committed = {tp.partition: tp.offset for tp in marks}
         rows = []
         for p in range(deployment.partitions):
             low, high = consumer.get_watermark_offsets(

@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from fairstream import wire
 from fairstream.adapters.admin import create_topics
 from fairstream.wire.partition import partition_of
-from fairstream_dev.harness.kafka import consume, unique, wait_until
+from fairstream_dev.harness.kafka import committed_offsets, consume, unique, wait_until
 from fairstream_dev.harness.kafka import create_topics as create_plain
 from fairstream_dev.harness.scheduler import REPO, Deployment, SchedulerProcess
 
@@ -101,12 +101,8 @@ class FaustWorker:
 
 def committed_up_to(bootstrap: str, group: str, wanted: dict[tuple[str, int], int]) -> bool:
     """True when ``group`` has committed at least ``wanted[(topic, partition)]`` for each."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        tps = [TopicPartition(topic, partition) for topic, partition in wanted]
-        got = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(tps, timeout=10)}
-    finally:
-        consumer.close()
+    tps = [TopicPartition(topic, partition) for topic, partition in wanted]
+    got = {(tp.topic, tp.partition): tp.offset for tp in committed_offsets(bootstrap, group, tps)}
     return all(got[tp] >= offset for tp, offset in wanted.items())
 
 

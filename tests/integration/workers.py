@@ -11,10 +11,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
 
 from fairstream import Request, Worker, wire
-from fairstream_dev.harness.kafka import create_topics, unique, wait_until
+from fairstream_dev.harness.kafka import committed_offsets, create_topics, unique, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,12 +43,8 @@ def feed(bootstrap: str, topic: str, records: list[dict[str, Any]], partition: i
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int = 1) -> list[int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
-        return [tp.offset for tp in tps]
-    finally:
-        consumer.close()
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    return [tp.offset for tp in committed_offsets(bootstrap, group, tps)]
 
 
 class Setup:

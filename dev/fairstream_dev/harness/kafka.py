@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaError, Message
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 T = TypeVar("T")
@@ -60,6 +60,47 @@ def wait_until(
             said = message() if callable(message) else message
             raise AssertionError(f"timed out after {timeout:.0f} s: {said}")
         time.sleep(interval)
+
+
+_COORDINATOR_MOVING = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
+
+
+def committed_offsets(
+    bootstrap: str, group: str, partitions: list[TopicPartition], timeout: float = 30
+) -> list[TopicPartition]:
+    """The offsets ``group`` has committed for ``partitions``, read without joining the group.
+
+    A broker answers NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS while the group's
+    coordinator moves or loads its offsets partition. librdkafka does not always flag those as
+    retriable, so they are named here; the read is tried again until ``timeout``. Any other
+    error, or a passing one past the deadline, is raised.
+    """
+    deadline = time.monotonic() + timeout
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        while True:
+            try:
+                return consumer.committed(partitions, timeout=10)
+            except KafkaException as exc:
+                error = exc.args[0]
+                passing = isinstance(error, KafkaError) and (
+                    error.retriable() or error.code() in _COORDINATOR_MOVING
+                )
+                if not passing:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        consumer.close()
 
 
 def consume(
