@@ -8,9 +8,10 @@ exports at most ``k + 1`` series per metric.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from operator import itemgetter
 
-__all__ = ["OTHER", "top_tenants"]
+__all__ = ["OTHER", "top_of", "top_tenants"]
 
 OTHER = "__other__"
 
@@ -21,6 +22,28 @@ def top_tenants(values: Mapping[str, int], k: int) -> tuple[list[tuple[str, int]
     A tenant literally named ``__other__`` is counted with the others (a label of its own
     would duplicate their series).
     """
-    named = ((t, v) for t, v in values.items() if t != OTHER)
-    top = heapq.nlargest(k, named, key=lambda kv: kv[1])
-    return top, sum(values.values()) - sum(v for _, v in top)
+    # The selection runs in C over the items as they are (a filter and a key in Python cost
+    # four times the selection, at each scrape of 100,000 tenants).
+    largest = heapq.nlargest(k + 1, values.items(), key=itemgetter(1))
+    return _named(largest, k, sum(values.values()))
+
+
+def top_of(values: Iterable[tuple[str, int]], k: int) -> tuple[list[tuple[str, int]], int]:
+    """``top_tenants`` of (tenant, value) pairs read once, never all held: for values that
+    are not in a mapping already (every tenant's backlog, made as they are read)."""
+    total = 0
+
+    def counted() -> Iterator[tuple[str, int]]:
+        nonlocal total
+        for pair in values:
+            total += pair[1]
+            yield pair
+
+    largest = heapq.nlargest(k + 1, counted(), key=itemgetter(1))
+    return _named(largest, k, total)
+
+
+def _named(largest: list[tuple[str, int]], k: int, total: int) -> tuple[list[tuple[str, int]], int]:
+    # The k + 1 largest, less a tenant named __other__ (one more than k, so that k remain).
+    top = [(t, v) for t, v in largest if t != OTHER][:k]
+    return top, total - sum(v for _, v in top)

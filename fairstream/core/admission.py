@@ -7,6 +7,7 @@ Nothing here has state; the scheduler supplies the tenant's current backlog.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Final
 
@@ -17,6 +18,7 @@ __all__ = [
     "BACKLOG_FULL",
     "Decision",
     "admit",
+    "room",
 ]
 
 BACKLOG_FULL: Final = "backlog-full"
@@ -65,6 +67,17 @@ def admit(
     """
     who = f"tenant {tenant!r}" if group is None else f"group {group!r} of tenant {tenant!r}"
     return _admit(who, policy, backlog_records, backlog_cost, cost)
+
+
+def room(policy: TenantPolicy, backlog_records: int, backlog_cost: int) -> list[float]:
+    """``[records, cost]`` that may still join a backlog of ``backlog_records`` and
+    ``backlog_cost`` under ``policy``'s ``max_backlog`` and ``max_backlog_cost`` (inf: no
+    limit), as a new list a caller counts down over a batch of admissions."""
+    records, cost = policy.max_backlog, policy.max_backlog_cost
+    return [
+        math.inf if records is None else records - backlog_records,
+        math.inf if cost is None else cost - backlog_cost,
+    ]
 
 
 def _admit(

@@ -61,7 +61,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
-from fairstream.core.admission import Decision, admit
+from fairstream.core.admission import Decision, admit, room
 from fairstream.core.clock import Clock
 from fairstream.core.ratelimit import TokenBucket
 from fairstream.core.rings import (
@@ -137,11 +137,10 @@ class FairScheduler(TenantPolicies, Generic[T]):
         t = self._tenants.get(tenant)
         if t is None:
             t = self._new_tenant(tenant)
-        pick = new_pick(Pick, (tenant, item, cost))
-        if t.head is None:  # TenantRecord.append, inline: once per record
-            t.head = pick
+        if not t.first_cost:  # TenantRecord.append, inline: once per record
+            t.first, t.first_cost = item, cost
         else:
-            t.append(pick)
+            t.append(new_pick(Pick, (tenant, item, cost)))
         t.cost += cost
         self._len += 1
 
@@ -245,9 +244,8 @@ class FairScheduler(TenantPolicies, Generic[T]):
                 if t.credited != round_:
                     deficit += (round_ - t.credited) * t.quantum
                     t.credited = round_
-                head = t.head
-                assert head is not None  # a tenant in a ring has a backlog
-                cost = head[2]
+                cost = t.first_cost
+                assert cost  # a tenant in a ring has a backlog
                 if deficit + SLACK < cost:
                     t.deficit = deficit
                     ring.popleft()
@@ -262,11 +260,16 @@ class FairScheduler(TenantPolicies, Generic[T]):
                         if cls.size == 0:
                             break
                         continue
-                rest = t.rest  # the head taken, inline
-                nxt = t.head = rest.popleft() if rest else None
+                # The first item taken, inline (``TenantRecord``).
+                head = new_pick(Pick, (t.name, t.first, cost))
+                rest = t.rest
+                if rest:
+                    _, t.first, t.first_cost = rest.popleft()
+                else:
+                    t.first, t.first_cost = None, 0
                 t.cost -= cost
                 self._len -= 1
-                if nxt is None:
+                if not t.first_cost:
                     # Backlog gone: leave the ring, forget the deficit (no saving up credit).
                     ring.popleft()
                     t.state = RETIRED
@@ -279,7 +282,7 @@ class FairScheduler(TenantPolicies, Generic[T]):
                     return head
                 deficit -= cost
                 t.deficit = deficit
-                cost = nxt[2]
+                cost = t.first_cost
                 if deficit + SLACK < cost:
                     # Visit over. Usually the next quantum is enough: file at the tail inline.
                     ring.popleft()
@@ -404,8 +407,8 @@ class FairScheduler(TenantPolicies, Generic[T]):
         assert cls is not None
         if t.round <= cls.round + 1:
             return  # it will be visited within a round and credited at the new quantum
-        assert t.head is not None  # filed in a round: backlogged
-        need = t.head.cost - t.deficit
+        assert t.first_cost  # filed in a round: backlogged
+        need = t.first_cost - t.deficit
         target = max(cls.round + 1, t.credited + self._rounds_needed(need, t.quantum))
         if target != t.round:
             # Retire the record still filed in the old round; the successor takes its place.
@@ -433,12 +436,20 @@ class FairScheduler(TenantPolicies, Generic[T]):
             return (0, 0)
         return (len(t), t.cost)
 
+    def room(self, tenant: str) -> list[float]:
+        """``[records, cost]`` ``tenant`` may still add to its backlog under its policy's
+        ``max_backlog`` and ``max_backlog_cost`` (inf: no limit), as a new list the caller
+        counts down. Caller: the service, once per tenant per batch of records indexed."""
+        policy = self._policies.get(tenant, self._default)
+        t = self._tenants.get(tenant)
+        return room(policy, 0, 0) if t is None else room(policy, len(t), t.cost)
+
     def peek(self, tenant: str) -> T | None:
         """``tenant``'s oldest waiting item, left in place (None: no backlog). O(1).
 
         Caller: the service, looking for whose record pins a partition's low-water mark."""
         t = self._tenants.get(tenant)
-        return t.head.item if t is not None and t.head is not None else None
+        return t.first if t is not None and t.first_cost else None
 
     def holds_any_back(self) -> bool:
         """Whether some backlogged tenant may be held back (``held_back``): a tenant waiting
@@ -460,7 +471,7 @@ class FairScheduler(TenantPolicies, Generic[T]):
         token of its rate cap, or in a class below the highest one with tenants to serve
         (strict priority). O(classes)."""
         t = self._tenants.get(tenant)
-        if t is None or t.head is None:
+        if t is None or not t.first_cost:
             return False
         if t.state in (PAUSED, PARKED):
             return True
@@ -524,8 +535,15 @@ class FairScheduler(TenantPolicies, Generic[T]):
         self._tenants[name] = t
         if policy.paused:
             t.state = PAUSED
-        else:
-            self._join_tail(t)
+            return t
+        # _join_tail, inline: with many tenants of a record or two, once per record.
+        cls = self._classes.get(policy.priority) or self._class(policy.priority)
+        t.state = ACTIVE
+        t.cls = cls
+        t.credited = round_ = cls.round
+        cls.size += 1
+        t.round = round_ + 1  # ClassRings.file, at the ring's tail
+        cls.upcoming.append(t)
         return t
 
     def _class(self, priority: int) -> ClassRings[T]:

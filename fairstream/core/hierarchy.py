@@ -98,7 +98,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from fairstream.core.admission import Decision, admit
+from fairstream.core.admission import Decision, admit, room
 from fairstream.core.clock import Clock
 from fairstream.core.deficit import FairScheduler
 from fairstream.core.grouping import STAGED, Group, GroupKey, GroupPolicies, Slot
@@ -571,6 +571,11 @@ class GroupScheduler(TenantPolicies, Generic[T]):
             return decision
         policy = self.group_policy(name)
         return admit(tenant, policy, *self.group_backlog(name), cost, group=name)
+
+    def room(self, tenant: str) -> list[float]:
+        """``[records, cost]`` ``tenant`` may still add to its own backlog under its policy
+        (``FairScheduler.room``; its group's room is the caller's to count)."""
+        return room(self.policy(tenant), *self.backlog(tenant))
 
     def backlog(self, tenant: str) -> tuple[int, int]:
         """``(records, total cost)`` waiting for ``tenant``, staged included."""

@@ -58,11 +58,12 @@ new_pick = cast("Callable[[type[Pick[Any]], tuple[str, Any, int]], Pick[Any]]", 
 class TenantRecord(Generic[T]):
     """Runtime state of one backlogged tenant. Exists only while it has a backlog.
 
-    Its queue is ``head`` (the oldest item; None: empty) and ``rest`` (the others, oldest
-    first; None until a second item arrives): most tenants of a million have one record,
-    and a deque costs about 600 bytes even when it holds one. ``len``, ``items``, ``append``,
-    ``appendleft`` and ``pop`` are the queue's operations; ``FairScheduler.pick`` takes the
-    head inline, once per record."""
+    Its queue is ``first`` and ``first_cost`` (the oldest item and its cost; a cost of 0:
+    empty) and ``rest`` (the others as picks, oldest first; None until a second item
+    arrives): most tenants of a million have one record, a deque costs about 600 bytes even
+    when it holds one, and a pick 72. ``len``, ``items``, ``append``, ``appendleft`` and
+    ``pop`` are the queue's operations; ``FairScheduler`` pushes and takes the first item
+    inline, once per record."""
 
     __slots__ = (
         "bucket",
@@ -70,7 +71,8 @@ class TenantRecord(Generic[T]):
         "cost",
         "credited",
         "deficit",
-        "head",
+        "first",
+        "first_cost",
         "name",
         "policy",
         "quantum",
@@ -86,7 +88,8 @@ class TenantRecord(Generic[T]):
         self.policy = policy
         self.quantum = quantum
         self.bucket = bucket
-        self.head: Pick[T] | None = None  # the oldest item waiting
+        self.first: T | None = None  # the oldest item waiting,
+        self.first_cost = 0  # and its cost (0: nothing waits)
         self.rest: deque[Pick[T]] | None = None  # the items after it, once there were two
         self.cost = 0  # total cost waiting
         self.deficit: float = 0
@@ -97,20 +100,27 @@ class TenantRecord(Generic[T]):
 
     def __len__(self) -> int:
         """Items waiting."""
-        if self.head is None:
+        if not self.first_cost:
             return 0
         return 1 + (len(self.rest) if self.rest else 0)
 
+    def head(self) -> Pick[T] | None:
+        """The oldest item waiting, as a pick (None: nothing waits)."""
+        if not self.first_cost:
+            return None
+        return new_pick(Pick, (self.name, self.first, self.first_cost))
+
     def items(self) -> list[Pick[T]]:
         """The items waiting, oldest first."""
-        if self.head is None:
+        head = self.head()
+        if head is None:
             return []
-        return [self.head, *self.rest] if self.rest else [self.head]
+        return [head, *self.rest] if self.rest else [head]
 
     def append(self, pick: Pick[T]) -> None:
         """``pick`` at the tail."""
-        if self.head is None:
-            self.head = pick
+        if not self.first_cost:
+            self.first, self.first_cost = pick[1], pick[2]
         elif self.rest is None:
             self.rest = deque((pick,))
         else:
@@ -118,29 +128,30 @@ class TenantRecord(Generic[T]):
 
     def appendleft(self, pick: Pick[T]) -> None:
         """``pick`` at the head."""
-        if self.head is not None:
+        head = self.head()
+        if head is not None:
             if self.rest is None:
                 self.rest = deque()
-            self.rest.appendleft(self.head)
-        self.head = pick
+            self.rest.appendleft(head)
+        self.first, self.first_cost = pick[1], pick[2]
 
     def pop(self) -> Pick[T]:
         """Take the tail (there is one)."""
         if self.rest:
             return self.rest.pop()
-        tail = self.head
+        tail = self.head()
         assert tail is not None
-        self.head = None
+        self.first, self.first_cost = None, 0
         return tail
 
     def clear(self) -> None:
         """Forget every item."""
-        self.head = self.rest = None
+        self.first, self.first_cost, self.rest = None, 0, None
 
     def successor(self) -> TenantRecord[T]:
         """A fresh record taking over this one's queue; this one is retired."""
         fresh: TenantRecord[T] = TenantRecord(self.name, self.policy, self.quantum, self.bucket)
-        fresh.head, fresh.rest = self.head, self.rest
+        fresh.first, fresh.first_cost, fresh.rest = self.first, self.first_cost, self.rest
         fresh.cost = self.cost
         fresh.deficit = self.deficit
         self.state = RETIRED

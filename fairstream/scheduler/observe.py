@@ -12,14 +12,15 @@ transaction, the rest when ``/tenants`` or the auditor asks.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import threading
 from collections import OrderedDict, defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from fairstream.adapters.tenant_series import OTHER
+from fairstream.adapters.tenant_series import OTHER, top_of
 from fairstream.analysis.stats import percentile
 from fairstream.analysis.tree import Entry, entitle
 from fairstream.core import Clock, Core, GroupScheduler
@@ -27,6 +28,7 @@ from fairstream.scheduler.tenant_tree import GroupCounts, TreeSnapshot
 
 DWELL_TENANTS = 1000  # tenants whose recent dwell times are kept, most recent emitters
 EMITTED_TENANTS = 100_000  # tenants whose emitted counts are kept one by one
+SCRAPE_TENANTS = 100  # largest backlogs named in a scrape (``backlog_top``)
 COST_TENANTS = 10_000  # tenants whose declared and measured costs are kept
 DWELL_SAMPLES = 256  # recent dwell times kept per tenant
 
@@ -42,6 +44,8 @@ class Scrape:
     """The emitter's numbers for one ``/metrics`` scrape (``Emitter.scrape``), taken on its
     thread and published whole: copies, which the metrics collectors read on theirs."""
 
+    # The SCRAPE_TENANTS largest backlogs, the rest summed under OTHER (``backlog_top``):
+    # the metrics name at most ``top_tenants`` (20) of them.
     backlog_by_tenant: dict[str, int]
     emitted_by_tenant: dict[str, int]
     cost_by_tenant: dict[str, list[int]]  # declared, reported
@@ -51,6 +55,16 @@ class Scrape:
     tree: TreeSnapshot | None = None  # the tenant groups' (``tenant_tree``); None: flat core
     noisy_tenants: int = 0  # demoted as noisy (``demotions``)
     oldest_quiet_age: float | None = None  # s, among tenants not noisy nor paused
+
+
+def backlog_top(core: Core[Any], k: int) -> dict[str, int]:
+    """The ``k`` largest backlogs (records) by tenant, and the others' sum under ``OTHER``
+    (``top_of``): the scrape's copy. O(tenants) in time, O(k) in memory: a copy of every
+    backlog was a dict of a million entries at each scrape refresh."""
+    named, rest = top_of(((t, core.backlog(t)[0]) for t in core.tenants()), k)
+    top = dict(named)
+    top[OTHER] = rest
+    return top
 
 
 NO_SCRAPE = Scrape({}, {}, {}, 0, 0, 0)  # before the first scrape, or with the emitter gone
@@ -119,7 +133,12 @@ class Observed:
         records, in emission order. Counts them (``emitted``) and keeps the newest."""
         self.emitted({tenant: len(seconds) for tenant, seconds in dwells.items()})
         by_tenant = self.dwell_by_tenant
-        for tenant, seconds in dwells.items():
+        latest: Iterable[tuple[str, list[float]]] = dwells.items()
+        if len(dwells) > DWELL_TENANTS:
+            # Only the latest DWELL_TENANTS would stay: the others' samples would be made
+            # and dropped again within this loop (a transaction over many tenants).
+            latest = itertools.islice(latest, len(dwells) - DWELL_TENANTS, None)
+        for tenant, seconds in latest:
             samples = by_tenant.get(tenant)
             if samples is None:
                 samples = by_tenant[tenant] = deque(maxlen=DWELL_SAMPLES)
@@ -148,17 +167,24 @@ class Observed:
         loads: dict[str, TenantLoad] | None = None
         if backlogged:
             loads = {}
+            # Tenants with as many records under one policy share their load: the auditor
+            # keeps the probe a whole window, and a million one-record tenants of the default
+            # policy made a million equal tuples (96 bytes each).
+            shared: dict[tuple[int, int], TenantLoad] = {}
             for tenant in core.tenants():
                 records = core.backlog(tenant)[0]
                 if records:
                     policy = core.policy(tenant)
-                    loads[tenant] = (
-                        records,
-                        policy.weight,
-                        policy.priority,
-                        policy.paused,
-                        policy.rate_cap,
-                    )
+                    load = shared.get((records, id(policy)))
+                    if load is None:
+                        load = shared[(records, id(policy))] = (
+                            records,
+                            policy.weight,
+                            policy.priority,
+                            policy.paused,
+                            policy.rate_cap,
+                        )
+                    loads[tenant] = load
         if not isinstance(core, GroupScheduler):
             return Probe(counts, dwell, loads)
         return Probe(counts, dwell, loads, *_group_probe(core, counts, loads))
@@ -166,7 +192,7 @@ class Observed:
     def scrape(self, core: Core[Any], in_flight: int, payload_bytes: int) -> Scrape:
         """Copies of what ``/metrics`` shows (on the emitter thread: ``Handoff.call``)."""
         return Scrape(
-            {t: core.backlog(t)[0] for t in core.tenants()},
+            backlog_top(core, SCRAPE_TENANTS),
             dict(self.emitted_by_tenant),
             {t: list(c) for t, c in self.cost_by_tenant.items()},
             len(core),
@@ -265,7 +291,7 @@ def _group_probe(
     return by_group, groups, group_of
 
 
-def add_shares(rows: list[dict[str, Any]], rates: dict[str, float], total: float) -> None:
+def add_shares(rows: list[dict[str, Any]], rates: Mapping[str, float], total: float) -> None:
     """Each tenant row's egress ``rate`` (the auditor's), ``share`` of the instance's egress,
     ``state``, ``entitlement`` and ``backlogged_share``, in place: what ``/tenants`` adds
     to the emitter's snapshot (``Observed.tenant_stats``) on the caller's thread."""

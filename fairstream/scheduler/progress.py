@@ -212,7 +212,7 @@ class HoldingProgress(PartitionProgress):
 
     ``parked`` counts, per tenant, the records the holding log holds for it that are not
     settled yet: a tenant with a count is *parked* (its new records go to the holding log
-    too, so that its order holds). The count rises as records are parked (``parked_one``)
+    too, so that its order holds). The count rises as records are parked (``add_parked``)
     and falls as they settle: ``own`` tells which tenant each record read back belongs to,
     and ``settle`` looks it up, so no caller of ``settle`` needs to know.
     """
@@ -233,10 +233,10 @@ class HoldingProgress(PartitionProgress):
         """Record ``offset`` (read back from the holding log) as ``tenant``'s."""
         self.owners[offset] = tenant
 
-    def parked_one(self, tenant: str) -> None:
-        """One more record of ``tenant`` was written to the holding log."""
-        self.parked[tenant] = self.parked.get(tenant, 0) + 1
-        self.changes += 1
+    def add_parked(self, tenant: str, count: int = 1) -> None:
+        """``count`` more records of ``tenant`` were written to the holding log."""
+        self.parked[tenant] = self.parked.get(tenant, 0) + count
+        self.changes += count
 
     def settle(self, offset: int, end: int | None = None) -> None:
         """Settle a parked record's offset (one less parked for its tenant), or a range."""

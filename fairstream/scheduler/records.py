@@ -15,7 +15,7 @@ record, with ``new``, and the backlog keeps that record rather than building ano
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from confluent_kafka import Message
 
@@ -25,9 +25,16 @@ if TYPE_CHECKING:
     from fairstream.core import Pick
     from fairstream.wire.dead_letter import HeaderList
 
-__all__ = ["Letter", "Parsed", "Prepared", "new"]
+__all__ = ["Held", "Letter", "Parsed", "Prepared", "held_headers", "held_key", "held_value", "new"]
 
 new = tuple.__new__  # new(Parsed, (partition, offset, ...)): a Parsed, with no Python frame
+
+
+# A record as the backlog holds it: the consumer's message, or, for a valid record without
+# headers, its value alone (its key is its tenant id, ``Parsed.tenant``). A message costs 248
+# bytes beyond its value (the object, its key, a topic string of its own), which a million
+# one-record tenants paid a million times.
+Held = Message | bytes
 
 
 class Parsed(NamedTuple):
@@ -41,8 +48,28 @@ class Parsed(NamedTuple):
     cost: int
     deadline: int | None  # epoch ms
     enqueued: int  # epoch ms
-    msg: Message | None
+    msg: Held | None
     invalid: wire.Invalid | None
+
+
+def held_value(msg: Held) -> bytes | None:
+    """The record's value."""
+    return msg if type(msg) is bytes else cast(Message, msg).value()
+
+
+def held_headers(msg: Held) -> HeaderList | None:
+    """The record's own headers (None: it has none)."""
+    if type(msg) is bytes:
+        return None
+    return cast("HeaderList | None", cast(Message, msg).headers())
+
+
+def held_key(msg: Held, tenant: str | None) -> bytes | None:
+    """The record's key: a valid record's is its tenant id."""
+    if type(msg) is bytes:
+        assert tenant is not None  # only a valid record is held as its value alone
+        return tenant.encode()
+    return cast(Message, msg).key()
 
 
 class Letter(NamedTuple):

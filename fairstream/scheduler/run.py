@@ -78,6 +78,11 @@ def inspect_topics(settings: Settings) -> tuple[int, Any, int | None]:
     return partitions, limits, retention_ms
 
 
+# The cyclic collector's thresholds the scheduler runs with (``tune_garbage_collector``);
+# the broker-free test driver runs the emitter under them too.
+GC_THRESHOLDS = (100_000, 50, 1000)
+
+
 def tune_garbage_collector() -> None:
     """Collect cycles less often: the index holds millions of small long-lived objects (a
     tuple per buffered record), which the default thresholds make the cyclic collector walk
@@ -85,7 +90,7 @@ def tune_garbage_collector() -> None:
     214,000 with these (1,000,000 buffered). Nothing in the data path makes cycles;
     reference counting frees it."""
     gc.freeze()  # what the imports made: never garbage
-    gc.set_threshold(100_000, 50, 1000)
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def lock_data_dir(settings: Settings) -> tuple[Settings, datadir.DataDirLock]:

@@ -19,7 +19,8 @@ emitter (emit)   fatal      the fair core, every        its mailbox (Handoff: re
                                                         demand, the audit probe
 ingest (ingest)  fatal      the group consumer, the     Handoff records and Assign/Revoke
                             partition readers,          controls (the group metadata rides on
-                            recovery                    them)
+                            recovery, the heap trim     them)
+                            (adapters.heap)
 policies         restarted  the policy topic's          PolicyChange controls; PoliciesRead
                             consumer                    once the topic was read to its end
 trim             restarted  an AdminClient, a watch     reads the marks the emitter swaps in;
@@ -84,6 +85,7 @@ import time
 import uuid
 from typing import Any
 
+from fairstream.adapters.heap import HeapTrimmer, glibc_trim
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic, progress_topic
 from fairstream.core import ConcurrencyLimit, MonotonicClock, RecordClock
@@ -180,6 +182,7 @@ class SchedulerService:
             Recovery(librdkafka, settings.topics.ingest, settings.app_id),
             emitter_alive=self._emitter_alive,
             on_lost_records=self.metrics.lost.inc,
+            heap=HeapTrimmer(self.clock, glibc_trim()),
         )
         # The request ids emitted lately: a reported cost is charged only for one of them.
         recent = RecentRequests() if settings.feedback_topic else None

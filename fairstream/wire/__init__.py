@@ -72,6 +72,7 @@ from fairstream.wire.rules import (
     now_ms,
     request_id_problem,
     tenant_key,
+    tenant_of,
     tenant_problem,
     utf8_bytes,
 )
@@ -127,6 +128,7 @@ __all__ = [
     "purge_detail",
     "request_id_problem",
     "tenant_key",
+    "tenant_of",
     "tenant_problem",
     "utf8_bytes",
     "validate_ingest",

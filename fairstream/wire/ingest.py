@@ -31,6 +31,7 @@ from fairstream.wire.rules import (
     deadline_ms,
     header_int,
     request_id_problem,
+    tenant_of,
     tenant_problem,
 )
 
@@ -71,10 +72,9 @@ def validate_ingest(key: bytes | None, value: bytes | None, headers: Headers) ->
     """
     if key is None:
         return Invalid(INVALID_KEY, "the record has no key; the key must be the tenant id")
-    problem = tenant_problem(key)
-    if problem is not None:
-        return Invalid(INVALID_KEY, f"{problem} (the record key)")
-    tenant = key.decode("utf-8")
+    tenant = tenant_of(key)
+    if tenant is None:
+        return Invalid(INVALID_KEY, f"{tenant_problem(key)} (the record key)")
     if value is None:
         return Invalid(
             INVALID_VALUE,

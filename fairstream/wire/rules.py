@@ -24,6 +24,7 @@ __all__ = [
     "now_ms",
     "request_id_problem",
     "tenant_key",
+    "tenant_of",
     "tenant_problem",
     "utf8_bytes",
 ]
@@ -40,6 +41,17 @@ def now_ms() -> int:
 def tenant_problem(key: bytes) -> str | None:
     """Why ``key`` is not a tenant id (1 to 255 bytes of UTF-8), or None when it is one."""
     return _id_problem("the tenant id", key)
+
+
+def tenant_of(key: bytes) -> str | None:
+    """The tenant id ``key`` spells, or None when it is not one (``tenant_problem`` says
+    why). Once per new tenant on the ingest path: one decode, no sentence."""
+    if not 1 <= len(key) <= MAX_TENANT_BYTES:
+        return None
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _id_problem(name: str, raw: bytes) -> str | None:

@@ -25,10 +25,7 @@ Caller: the emitter thread (``Emitter``), the only owner of the core.
 from __future__ import annotations
 
 import logging
-import math
 from collections import deque
-
-from confluent_kafka import Message
 
 from fairstream import wire
 from fairstream.config import Settings
@@ -43,7 +40,15 @@ from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.policies.tenant_groups import GroupRoom
 from fairstream.scheduler.progress import PartitionProgress
-from fairstream.scheduler.records import Letter, Parsed, new
+from fairstream.scheduler.records import (
+    Held,
+    Letter,
+    Parsed,
+    held_headers,
+    held_key,
+    held_value,
+    new,
+)
 from fairstream.wire.dead_letter import (
     RECORD_OVERHEAD,
     expired_detail,
@@ -138,7 +143,7 @@ class Backlog:
             self.letters.extend(self.unread_letters)
             self.unread_letters.clear()
 
-    def free(self, msg: Message) -> None:
+    def free(self, msg: Held) -> None:
         """A held payload leaves the core (sent, parked, dead-lettered)."""
         self.cached -= footprint(msg)
 
@@ -214,9 +219,9 @@ class Backlog:
                     continue
             left = room.get(tenant)
             if left is None:
-                left = room[tenant] = _room(core, tenant)
+                left = room[tenant] = core.room(tenant)
                 in_group.add(core, tenant)
-            size = FOOTPRINT + len(msg) if msg.headers() is None else footprint(msg)  # inlined
+            size = FOOTPRINT + len(msg) if type(msg) is bytes else footprint(msg)  # inlined
             # Over its backlog limits, or its group's: overflow.
             if left[0] < 1 or left[1] < cost or (in_group.of and in_group.full(tenant, cost)):
                 held = self._overflow(item, left[0] < 1, size, held, refusal)
@@ -340,11 +345,11 @@ class Backlog:
             partition, offset, msg = entry.partition, entry.offset, entry.msg
             if msg is not None:
                 held -= _held(msg)
-            if msg is None or partition < 0 or msg.headers() is not None:
+            if msg is None or partition < 0 or held_headers(msg) is not None:
                 # To read back, from the holding log, or with headers of its own.
                 self._send_letter(txn, *letter)
                 continue
-            key, value = msg.key(), msg.value()
+            key, value = held_key(msg, _tenant), held_value(msg)
             if run != (reason, detail):
                 run = (reason, detail)
                 fixed = wire.dead_letter_headers([], reason, detail, (ingest_topic, 0, 0))[:-2]
@@ -422,16 +427,6 @@ def _refusal(
     return why
 
 
-def _room(core: Core[Parsed], tenant: str) -> list[float]:
-    """Records and cost ``tenant`` may still add to its backlog under its policy."""
-    policy = core.policy(tenant)
-    records, cost = core.backlog(tenant)
-    return [
-        math.inf if policy.max_backlog is None else policy.max_backlog - records,
-        math.inf if policy.max_backlog_cost is None else policy.max_backlog_cost - cost,
-    ]
-
-
-def _held(msg: Message | None) -> int:
+def _held(msg: Held | None) -> int:
     """Bytes an overflow letter's payload counts against ``Overflow.budget``."""
     return 0 if msg is None else footprint(msg)

@@ -12,12 +12,10 @@ Caller: the emitter thread, once per record.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
-
-from confluent_kafka import Message
 
 from fairstream import wire
 from fairstream.scheduler.recent import RecentRequests
+from fairstream.scheduler.records import Held, held_headers, held_key, held_value
 from fairstream.wire.dead_letter import RECORD_OVERHEAD, HeaderList, fit
 
 __all__ = [
@@ -46,19 +44,19 @@ class Limits:
     dlq: int = 1_048_588
 
 
-def footprint(msg: Message) -> int:
+def footprint(msg: Held) -> int:
     """Memory a held payload costs, roughly: the value (``len(msg)``), the key (at most 255
     bytes), the objects, and the headers when there are some."""
-    headers = msg.headers()
+    headers = held_headers(msg)
     size = FOOTPRINT + len(msg)
     if headers:
-        size += 64 * len(headers) + sum(len(v) for _, v in message_headers(msg) if v)
+        size += 64 * len(headers) + sum(len(v) for _, v in headers if v)
     return size
 
 
-def message_headers(msg: Message) -> HeaderList:
-    # confluent-kafka gives a record's headers as a list of (str, bytes | None) pairs.
-    return cast("HeaderList", msg.headers() or [])
+def message_headers(msg: Held) -> HeaderList:
+    """The record's own headers (none: an empty list)."""
+    return held_headers(msg) or []
 
 
 class DefaultIds:
@@ -103,7 +101,7 @@ class Stamper:
 
     def headers(
         self,
-        msg: Message,
+        original: HeaderList | None,
         key: bytes | None,
         value: bytes | None,
         partition: int,
@@ -111,9 +109,9 @@ class Stamper:
         enqueued: int,
         stamp: int,
     ) -> HeaderList | None:
-        """The egress headers of ``msg`` (at ``partition``/``offset`` of the ingest topic),
-        or None when the record would be larger than ``limit`` (``size`` says how large)."""
-        original = msg.headers()
+        """The egress headers of a record with headers ``original`` of its own (None: none),
+        at ``partition``/``offset`` of the ingest topic, or None when the record would be
+        larger than ``limit`` (``size`` says how large)."""
         size = len(key or b"") + len(value or b"") + RECORD_OVERHEAD
         if not original:
             # The common case, once per egress record: only the stamped headers.
@@ -139,7 +137,7 @@ class Stamper:
                 (_SCHEDULED_MS, scheduled),
             ]
         # The headers fairstream stamps replace any a producer set under the same names.
-        headers = [(n, v) for n, v in cast("HeaderList", original) if n not in STAMPED]
+        headers = [(n, v) for n, v in original if n not in STAMPED]
         size += sum(len(n) + (len(v) if v else 0) for n, v in headers)
         request_id: bytes | None
         for name, given in headers:
@@ -171,7 +169,7 @@ class Stamper:
 
 def dead_letter(
     tenant: str | None,
-    msg: Message | None,
+    msg: Held | None,
     reason: str,
     detail: str,
     source: tuple[str, int, int],
@@ -185,7 +183,7 @@ def dead_letter(
     if msg is None:
         key, value, original = (tenant.encode() if tenant else None), None, []
     else:
-        key, value, original = msg.key(), msg.value(), message_headers(msg)
+        key, value, original = held_key(msg, tenant), held_value(msg), message_headers(msg)
     headers = wire.dead_letter_headers(original, reason, detail, source)
     headers, value = fit(key, value, headers, limit)
     return key, value, headers

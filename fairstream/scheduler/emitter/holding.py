@@ -54,9 +54,9 @@ Bounds and limits:
 from __future__ import annotations
 
 import logging
-from typing import Protocol, cast
+from typing import Protocol
 
-from confluent_kafka import KafkaException, Message
+from confluent_kafka import KafkaException
 
 from fairstream import wire
 from fairstream.config import Settings
@@ -68,7 +68,7 @@ from fairstream.scheduler.emitter.fetch import Gone, PayloadFetcher
 from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
-from fairstream.scheduler.records import Parsed
+from fairstream.scheduler.records import Held, Parsed, held_headers, held_key, held_value
 from fairstream.scheduler.recovery import holding_id
 from fairstream.wire.dead_letter import HeaderList, lost_detail
 
@@ -90,7 +90,7 @@ class Owner(Protocol):
     metrics: Metrics
     clock: RecordClock
 
-    def free(self, msg: Message) -> None: ...
+    def free(self, msg: Held) -> None: ...
 
     def letter(self, tenant: str | None, entry: Parsed, reason: str, detail: str) -> None: ...
 
@@ -267,16 +267,26 @@ class Parking:
 
         Once per record of a paused tenant among busy ones, hence flat: each goes to the
         producer directly; anything the producer refuses goes through
-        ``Transaction.produce``, which retries or says why."""
+        ``Transaction.produce``, which retries or says why. The holding logs' counts of
+        parked records are added once per batch."""
         txn.begin()
         produce, topic, progress = txn.producer.produce, self.holding_topic, self.progress
+        default_id, request_id = self.default_id, wire.REQUEST_ID
+        parked: dict[tuple[int, str], int] = {}  # (partition, tenant) -> records parked
         inline = 0
         for entry in entries:
-            partition, offset, tenant, msg = entry.partition, entry.offset, entry.tenant, entry.msg
+            partition, offset, tenant, _, _, enqueued, msg, _ = entry  # the order is Parsed's
             assert msg is not None  # as ``index`` hands them over: held,
             assert tenant is not None  # and valid
-            headers = self._headers(msg, partition, offset)
-            key, value = msg.key(), msg.value()
+            headers: HeaderList | None
+            key: bytes | None
+            value: bytes | None
+            if isinstance(msg, bytes):  # the common case: its value alone (``records.Held``),
+                headers = [(request_id, default_id(partition, offset))]  # ``_headers``
+                key, value = tenant.encode(), msg
+            else:
+                headers = self._headers(msg, partition, offset)
+                key, value = msg.key(), msg.value()
             try:
                 produce(
                     topic,
@@ -284,16 +294,18 @@ class Parking:
                     key,
                     headers=headers,  # type: ignore[arg-type]  # confluent-kafka's is wider
                     partition=partition,
-                    timestamp=entry.enqueued,
+                    timestamp=enqueued,
                 )
                 txn.records += 1
                 inline += 1
             except (BufferError, KafkaException):
-                txn.produce(topic, value, key, headers, partition, timestamp=entry.enqueued)
+                txn.produce(topic, value, key, headers, partition, timestamp=enqueued)
             progress[partition].settle(offset)
+            parked[partition, tenant] = parked.get((partition, tenant), 0) + 1
+        for (partition, tenant), count in parked.items():
             hold = progress[holding_id(partition)]
             assert isinstance(hold, HoldingProgress)
-            hold.parked_one(tenant)
+            hold.add_parked(tenant, count)
         txn.tally(inline)
         self.metrics.parked.inc(len(entries))
 
@@ -318,18 +330,17 @@ class Parking:
         else:
             self.sink.free(msg)
         headers = self._headers(msg, source, offset)
-        txn.produce(
-            self.holding_topic, msg.value(), msg.key(), headers, partition, timestamp=enqueued
-        )
+        key, value = held_key(msg, tenant), held_value(msg)
+        txn.produce(self.holding_topic, value, key, headers, partition, timestamp=enqueued)
         self.progress[source].settle(offset)
-        hold.parked_one(tenant)
+        hold.add_parked(tenant)
         return True
 
-    def _headers(self, msg: Message, source: int, offset: int) -> HeaderList | None:
+    def _headers(self, msg: Held, source: int, offset: int) -> HeaderList | None:
         """``msg``'s headers in the holding log: its own, plus its default request id when it
         was read from the ingest log (``source`` >= 0) without one, so that its egress record
         carries the id it would have had going straight."""
-        headers = cast("HeaderList | None", msg.headers())
+        headers = held_headers(msg)
         if source < 0 or (headers and any(name == wire.REQUEST_ID for name, _ in headers)):
             return headers
         default: tuple[str, bytes | None] = (wire.REQUEST_ID, self.default_id(source, offset))

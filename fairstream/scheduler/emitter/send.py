@@ -55,7 +55,7 @@ from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
-from fairstream.scheduler.records import Parsed, Prepared, new
+from fairstream.scheduler.records import Parsed, Prepared, held_headers, held_key, held_value, new
 from fairstream.wire.dead_letter import HeaderList, expired_detail, lost_detail
 from fairstream.wire.partition import partition_of_key
 
@@ -170,12 +170,15 @@ class Sender:
             if fresh:
                 headers = None
                 if msg is not None and txn.open:
-                    key, value = msg.key(), msg.value()
-                    headers = stamp_headers(msg, key, value, partition, offset, enqueued, stamp)
+                    if type(msg) is bytes:  # its value alone (``records.Held``)
+                        key, value, own = tenant.encode(), msg, None
+                    else:
+                        key, value, own = msg.key(), msg.value(), msg.headers()
+                    headers = stamp_headers(own, key, value, partition, offset, enqueued, stamp)
             elif headers is None or now_ms - stamp > STALE_MS:
                 headers, stamp = None, now_ms  # read back, too large, or stamped long ago
             if headers is not None:
-                freed += FOOTPRINT + len(msg) if not msg.headers() else footprint(msg)
+                freed += FOOTPRINT + len(msg) if type(msg) is bytes else footprint(msg)
             else:  # read back, a transaction to begin, or too large
                 sendable = self.sendable(txn, step, stamp)
                 if sendable is None:  # a dead letter now, or back in its tenant's queue
@@ -284,9 +287,9 @@ class Sender:
             if msg is None:  # read back after the commit
                 prepared.append(Prepared(step, stamp, None, None, None))
                 return False
-            key, value = msg.key(), msg.value()
+            key, value = held_key(msg, step.tenant), held_value(msg)
             headers = stamp_headers(
-                msg, key, value, entry.partition, entry.offset, entry.enqueued, stamp
+                held_headers(msg), key, value, entry.partition, entry.offset, entry.enqueued, stamp
             )
             prepared.append(new(Prepared, (step, stamp, key, value, headers)))
         return True
@@ -329,8 +332,8 @@ class Sender:
                 self.backlog.letter(tenant, entry, wire.LOST, detail)
                 return None
             msg = read
-        key, value = msg.key(), msg.value()
-        headers = self.stamper.headers(msg, key, value, partition, offset, entry.enqueued, stamp)
+        key, value, own = held_key(msg, tenant), held_value(msg), held_headers(msg)
+        headers = self.stamper.headers(own, key, value, partition, offset, entry.enqueued, stamp)
         if headers is None:
             detail = self.stamper.too_large(self.egress_topic)
             held = entry._replace(msg=msg)  # with its payload

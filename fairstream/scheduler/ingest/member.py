@@ -36,6 +36,7 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from fairstream import wire
+from fairstream.adapters.heap import HeapTrimmer
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic
 from fairstream.scheduler.handoff import HIGH_WATER, Handoff
@@ -93,6 +94,7 @@ def parse(
     # A record's offset is an int (confluent-kafka types it int | None for errors).
     append: Callable[[Any], None] = queue.append
     now_ms = wire.now_ms()
+    shared = -1  # the last producer timestamp seen
     for msg in messages:
         err = msg.error()
         if err is not None:
@@ -105,12 +107,30 @@ def parse(
         headers = msg.headers()
         tenant = tenants.get(key) if key is not None else None
         kind, timestamp = msg.timestamp()
-        enqueued = timestamp if kind != 0 and timestamp > 0 else now_ms
-        if tenant is not None and headers is None and msg.value() is not None:
-            # The common case: a known tenant, no headers, a payload.
-            append(new(Parsed, (partition, msg.offset(), tenant, 1, None, enqueued, msg, None)))
-            continue
-        verdict = wire.validate_ingest(key, msg.value(), cast(wire.Headers, headers or []))
+        if kind != 0 and timestamp > 0:
+            if timestamp != shared:
+                shared = timestamp
+            # Neighbours share a millisecond: one int object for them all (32 bytes a
+            # record that waits in the backlog).
+            enqueued = shared
+        else:
+            enqueued = now_ms
+        value = msg.value()
+        if headers is None and value is not None:
+            if tenant is None and key is not None:
+                # A tenant first seen (or past the cache): no headers, so its id is all
+                # there is to check (``validate_ingest`` says what is wrong, if anything).
+                tenant = wire.tenant_of(key)
+                if tenant is not None and len(tenants) < TENANT_CACHE:
+                    tenants[key] = tenant
+            if tenant is not None:
+                # The common case: a tenant id, no headers, a payload, held as its value
+                # alone (``records.Held``).
+                append(
+                    new(Parsed, (partition, msg.offset(), tenant, 1, None, enqueued, value, None))
+                )
+                continue
+        verdict = wire.validate_ingest(key, value, cast(wire.Headers, headers or []))
         if isinstance(verdict, wire.Invalid):
             append(new(Parsed, (partition, msg.offset(), None, 1, None, enqueued, msg, verdict)))
             continue
@@ -131,6 +151,7 @@ class Ingest:
         *,
         emitter_alive: Callable[[], bool],
         on_lost_records: Callable[[int], None],
+        heap: HeapTrimmer,
     ) -> None:
         self.settings = settings
         self.topic = settings.topics.ingest
@@ -138,6 +159,8 @@ class Ingest:
         self.recovery = recovery
         self._emitter_alive = emitter_alive
         self._on_lost_records = on_lost_records
+        # What the fetches freed, given back to the system each second (``adapters.heap``).
+        self._heap = heap
         self.consumer = Consumer(consumer_config(settings))
         self.assigned: set[int] = set()
         self.joined = threading.Event()  # the first assignment arrived (possibly empty)
@@ -237,6 +260,7 @@ class Ingest:
             }
             slices = readers.take(full)
             idle = not slices
+            self._heap.maybe()
             if slices:
                 for partition, messages in slices:
                     self._hand_over(partition, messages)

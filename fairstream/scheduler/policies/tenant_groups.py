@@ -48,6 +48,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from fairstream.core import DEFAULT_POLICY, Clock, Core, FairScheduler, GroupScheduler, TenantPolicy
+from fairstream.core.admission import room
 from fairstream.core.emission import EmissionRule
 from fairstream.core.shares import WHOLE, GroupParts
 from fairstream.wire.policy import PolicyRecord
@@ -290,11 +291,7 @@ class GroupRoom:
             policy = core.group_policy(group)
             if policy.max_backlog is None and policy.max_backlog_cost is None:
                 return
-            records, cost = core.group_backlog(group)
-            left = self._groups[group] = [
-                math.inf if policy.max_backlog is None else policy.max_backlog - records,
-                math.inf if policy.max_backlog_cost is None else policy.max_backlog_cost - cost,
-            ]
+            left = self._groups[group] = room(policy, *core.group_backlog(group))
         self.of[tenant] = left
 
     def full(self, tenant: str, cost: int) -> bool:

@@ -6,6 +6,9 @@ from fairstream.core import (
     ACCEPT,
     BACKLOG_FULL,
     DEFAULT_POLICY,
+    FairScheduler,
+    GroupScheduler,
+    ManualClock,
     TenantPolicy,
     admit,
 )
@@ -39,3 +42,20 @@ def test_max_backlog_cost():
 
 def test_paused_tenant_still_buffers():
     assert admit("acme", TenantPolicy(paused=True), 0, 0)
+
+
+def test_room_is_what_each_core_would_still_admit():
+    # The room a batch of records counts down (``FairScheduler.room``, ``GroupScheduler.room``):
+    # the policy's limits less the backlog, inf where the policy sets none.
+    inf = float("inf")
+    for core in (FairScheduler(ManualClock()), GroupScheduler(ManualClock())):
+        core.set_policy("capped", TenantPolicy(max_backlog=5, max_backlog_cost=20))
+        assert core.room("idle") == [inf, inf]
+        assert core.room("capped") == [5, 20]
+        core.push("capped", "x", 3)
+        core.push("capped", "y", 4)
+        core.push("other", "z", 1)
+        assert core.room("capped") == [3, 13]
+        assert core.room("other") == [inf, inf]
+        core.set_policy("other", TenantPolicy(max_backlog=1))
+        assert core.room("other") == [0, inf]

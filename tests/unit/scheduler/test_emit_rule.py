@@ -240,7 +240,7 @@ def test_feedback_pause_is_the_rules(make):
 def test_stamper_adds_fairstream_headers_and_replaces_stamped_ones():
     stamper = Stamper("ingest", 10_000)
     msg = message(7, headers=[("trace", b"t"), (wire.TENANT, b"forged")])
-    headers = stamper.headers(msg, b"A", b"v", 0, 7, 1000, 2000)
+    headers = stamper.headers(msg.headers(), b"A", b"v", 0, 7, 1000, 2000)
     assert headers == [
         ("trace", b"t"),
         (wire.REQUEST_ID, b"ingest-0-7"),
@@ -249,29 +249,30 @@ def test_stamper_adds_fairstream_headers_and_replaces_stamped_ones():
         (wire.SCHEDULED_MS, b"2000"),
     ]
     own = message(8, headers=[(wire.REQUEST_ID, b"mine")])
-    assert dict(stamper.headers(own, b"A", b"v", 0, 8, 1, 2) or [])[wire.REQUEST_ID] == b"mine"
+    stamped = stamper.headers(own.headers(), b"A", b"v", 0, 8, 1, 2)
+    assert dict(stamped or [])[wire.REQUEST_ID] == b"mine"
 
 
 def test_a_paced_stamper_adds_the_start_moment_and_replaces_a_forged_one():
     # Under a rate limit the record's slot is also the moment its call may start.
     stamper = Stamper("ingest", 10_000, paced=True)
-    plain = stamper.headers(message(1), b"A", b"v", 0, 1, 1000, 2000)
+    plain = stamper.headers(message(1).headers(), b"A", b"v", 0, 1, 1000, 2000)
     assert plain is not None
     assert plain[-2:] == [(wire.SCHEDULED_MS, b"2000"), (wire.START_MS, b"2000")]
     forged = message(2, headers=[("trace", b"t"), (wire.START_MS, b"1")])
-    headers = stamper.headers(forged, b"A", b"v", 0, 2, 1000, 3000)
+    headers = stamper.headers(forged.headers(), b"A", b"v", 0, 2, 1000, 3000)
     assert headers is not None
     assert [v for n, v in headers if n == wire.START_MS] == [b"3000"]
     # Without a rate there is no schedule to keep: no start moment, and a producer's
     # header of that name is dropped all the same.
-    unpaced = Stamper("ingest", 10_000).headers(forged, b"A", b"v", 0, 2, 1000, 3000)
+    unpaced = Stamper("ingest", 10_000).headers(forged.headers(), b"A", b"v", 0, 2, 1000, 3000)
     assert unpaced is not None
     assert wire.START_MS not in dict(unpaced)
 
 
 def test_stamper_refuses_a_record_too_large():
     stamper = Stamper("ingest", 600)
-    assert stamper.headers(message(0, value=b"x" * 100), b"A", b"x" * 100, 0, 0, 1, 2) is None
+    assert stamper.headers(None, b"A", b"x" * 100, 0, 0, 1, 2) is None
     assert "would be about 613 bytes; egress takes at most 600" in stamper.too_large("egress")
 
 

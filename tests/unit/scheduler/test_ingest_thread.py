@@ -9,8 +9,10 @@ import pytest
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from fairstream import wire
+from fairstream.adapters.heap import HeapTrimmer
 from fairstream.config import Settings
 from fairstream.config.kafka import KafkaConnection
+from fairstream.core import ManualClock
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest import member as ingest_module
 from fairstream.scheduler.ingest.member import Ingest
@@ -30,6 +32,7 @@ def ingest(**settings_: Any) -> Ingest:
         Recovery({"bootstrap.servers": NOWHERE}, settings.topics.ingest, settings.app_id),
         emitter_alive=lambda: True,
         on_lost_records=lambda n: None,
+        heap=HeapTrimmer(ManualClock(), None),
     )
 
 

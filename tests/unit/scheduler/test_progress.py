@@ -504,8 +504,8 @@ def test_format_1_records_are_still_read() -> None:
 
 def test_holding_progress_counts_parked_records_down_as_they_settle() -> None:
     hold = HoldingProgress(0, parked={"slow": 1})
-    hold.parked_one("slow")
-    hold.parked_one("capped")
+    hold.add_parked("slow")
+    hold.add_parked("capped")
     for offset, tenant in ((0, "slow"), (1, "slow"), (2, "capped")):
         hold.observe(offset)
         hold.own(offset, tenant)

@@ -5,8 +5,15 @@ from __future__ import annotations
 
 import pytest
 
+from fairstream.adapters.tenant_series import OTHER
 from fairstream.core import FairScheduler, ManualClock
-from fairstream.scheduler.observe import Observed, add_shares, entitlements, tenant_state
+from fairstream.scheduler.observe import (
+    Observed,
+    add_shares,
+    backlog_top,
+    entitlements,
+    tenant_state,
+)
 
 
 def row(tenant, backlog, rate, weight=1.0, priority=0, paused=False, cap=None):
@@ -75,7 +82,7 @@ def test_a_scrape_is_a_copy_the_emitter_goes_on_without():
     observed.emitted({"a": 1, "b": 1})
     observed.cost("a", 2, 9)
     core.push("b", 3)
-    assert scrape.backlog_by_tenant == {"a": 2}
+    assert scrape.backlog_by_tenant == {"a": 2, OTHER: 0}
     assert scrape.emitted_by_tenant == {"a": 3}
     assert scrape.cost_by_tenant == {"a": [2, 5]}
     assert (scrape.backlog, scrape.in_flight, scrape.payload_bytes) == (2, 7, 64)
@@ -114,3 +121,34 @@ def test_with_tenant_groups_each_row_says_its_group():
         "solo": "globex",
         "loner": None,
     }
+
+
+def test_a_scrape_names_the_largest_backlogs_and_sums_the_rest() -> None:
+    # A copy of every backlog was a dict of a million entries at each scrape refresh: the
+    # scrape keeps the largest (what the metrics name) and the others' sum.
+    core: FairScheduler[int] = FairScheduler(ManualClock())
+    for i in range(300):
+        for _ in range(i % 7 + 1):
+            core.push(f"t{i}", i)
+    core.push(OTHER, 0)  # a tenant of that name counts with the others
+    top = backlog_top(core, 10)
+    assert len(top) == 11
+    assert sum(top.values()) == len(core)
+    named = {t: n for t, n in top.items() if t != OTHER}
+    assert min(named.values()) == 7
+    assert all(core.backlog(t)[0] == n for t, n in named.items())
+
+
+def test_a_probe_shares_the_load_of_tenants_alike() -> None:
+    # The auditor keeps a probe's loads for a whole window: a million one-record tenants of
+    # the default policy share one tuple, and a tenant unlike them has its own.
+    core: FairScheduler[int] = FairScheduler(ManualClock())
+    for i in range(100):
+        core.push(f"t{i}", i)
+    core.push("big", 1)
+    core.push("big", 2)
+    loads = Observed().probe(core, 5, backlogged=True).backlogged
+    assert loads is not None
+    assert len({id(loads[f"t{i}"]) for i in range(100)}) == 1
+    assert loads["t0"] == (1, 1.0, 0, False, None)
+    assert loads["big"] == (2, 1.0, 0, False, None)

@@ -69,6 +69,28 @@ def test_utf8_key_is_decoded() -> None:
 # -- value -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        b"",
+        b"a",
+        b"x" * 255,
+        b"x" * 256,
+        "\u00e9".encode() * 127,
+        b"\xff",
+        b"ok\xc3",
+        b"caf\xc3\xa9",
+    ],
+)
+def test_tenant_of_agrees_with_tenant_problem(key: bytes) -> None:
+    # The ingest path's check of a tenant first seen (``tenant_of``) and the sentence a dead
+    # letter carries (``tenant_problem``) say the same thing of every key.
+    tenant = wire.tenant_of(key)
+    assert (tenant is None) == (wire.tenant_problem(key) is not None)
+    if tenant is not None:
+        assert tenant.encode() == key
+
+
 def test_null_value_is_invalid_value() -> None:
     verdict = invalid(value=None)
     assert verdict.reason == wire.INVALID_VALUE
