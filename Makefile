@@ -188,6 +188,7 @@ $(QUIX_VENV)/.installed: benchmarks/requirements-quix.txt
 
 bench: install broker-jars faketime $(QUIX_VENV)/.installed
 	$(BIN)/python -m benchmarks.core_decisions
+	$(BIN)/python -m benchmarks.budgets
 	@BOOTSTRAP="$${KAFKA_BOOTSTRAP_SERVERS:-$$($(BIN)/fairstream-dev kafka up)}" && \
 	$(BIN)/python -m benchmarks.service_throughput --bootstrap "$$BOOTSTRAP" && \
 	$(BIN)/python -m benchmarks.run_all --bootstrap "$$BOOTSTRAP" && \

@@ -145,7 +145,8 @@ def set_group(
     if not fields:
         raise click.UsageError(
             "nothing to set: give at least one of --weight, --priority, --max-backlog, "
-            "--max-backlog-cost, --rate, --rate-burst, --max-concurrency, --pause, --resume"
+            "--max-backlog-cost, --rate, --rate-burst, --max-concurrency, --budget, "
+            "--no-budgets, --pause, --resume"
         )
     known = _Groups(kafka, policy_topic, timeout)
     current = known.records.get(key)
@@ -206,6 +207,7 @@ def list_groups(as_json: bool, kafka: KafkaConnection, policy_topic: str, timeou
         ("RATE", "rate_cap"),
         ("BURST", "cap_burst"),
         ("CONCURRENCY", "max_concurrency"),
+        ("BUDGETS", "budgets"),
         ("PAUSED", "paused"),
         ("MEMBERS", "named"),
         ("UPDATED", "updated_at"),

@@ -15,11 +15,14 @@ from typing import Any
 import click
 
 from fairstream.config import KafkaConnection, kafka_options, policy_topic_option
+from fairstream.core.budget import Budget, format_budget, parse_budget
 from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicy
 from fairstream.wire.policy import POLICY_FIELDS, PolicyRecord, SchemaError
 
 __all__ = [
     "UNSET",
+    "BudgetEdit",
+    "BudgetSpec",
     "OptionalNumber",
     "changes",
     "connection_options",
@@ -71,6 +74,36 @@ class OptionalNumber(click.ParamType):
             self.fail(f"{value!r} is not {what} or 'none'", param, ctx)
 
 
+class BudgetSpec(click.ParamType):
+    """A budget in its text form (``fairstream.core.budget.parse_budget``)."""
+
+    name = "budget"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, Budget):
+            return value
+        try:
+            return parse_budget(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class BudgetEdit:
+    """What ``--budget`` and ``--no-budgets`` ask of a policy's budgets: drop them all
+    (``clear``) first, then add each of ``add``, replacing the budget that counts the same
+    spend (same window, unit, rolling and zone)."""
+
+    def __init__(self, clear: bool, add: tuple[Budget, ...]) -> None:
+        self.clear = clear
+        self.add = add
+
+    def apply(self, budgets: tuple[Budget, ...]) -> tuple[Budget, ...]:
+        out = {} if self.clear else {budget.key: budget for budget in budgets}
+        for budget in self.add:
+            out[budget.key] = budget
+        return tuple(out.values())
+
+
 def read(
     kafka: KafkaConnection, topic: str, timeout: float, label: Callable[[bytes], str]
 ) -> dict[bytes, PolicyRecord]:
@@ -116,14 +149,17 @@ def policy_fields(record: PolicyRecord | None, policy: TenantPolicy) -> dict[str
         "cap_burst": policy.cap_burst,
         "paused": policy.paused,
         "max_concurrency": policy.max_concurrency,
+        "budgets": [format_budget(budget) for budget in policy.budgets],
         "updated_at": None if record is None else iso(record.updated_at_ms),
         "purge_before": None if record is None else iso(record.purge_before_ms),
     }
 
 
 def show(value: object) -> str:
-    if value is None:
+    if value is None or value == []:
         return "-"
+    if isinstance(value, list):
+        return "; ".join(str(v) for v in value)
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float) and value.is_integer():
@@ -216,6 +252,26 @@ def policy_options(*, group: bool = False) -> Callable[[Any], Any]:
             ),
         ),
         click.option(
+            "--budget",
+            "budgets",
+            type=BudgetSpec(),
+            multiple=True,
+            help=f"What {whose} may spend per window: LIMIT/WINDOW[,OPTION...], for example "
+            "1000/day, 50/minute,records, 1000000/month,tz=Europe/Paris,dead-letter or "
+            "5000/rolling-hour. WINDOW is minute, hour, day or month (calendar-aligned in "
+            "tz=ZONE, UTC by default; rolling-WINDOW for the last one at every moment); "
+            "records counts records instead of cost; dead-letter sends a record that does "
+            "not fit to the dead-letter topic (reason budget-exhausted) instead of keeping it "
+            "until the window has room. Repeat for several windows; a budget replaces the "
+            "one of the same window.",
+        ),
+        click.option(
+            "--no-budgets",
+            "no_budgets",
+            is_flag=True,
+            help="Remove every budget (before adding those of --budget).",
+        ),
+        click.option(
             "--pause",
             "pause",
             is_flag=True,
@@ -251,19 +307,23 @@ def changes(given: Mapping[str, Any]) -> dict[str, Any]:
             out[field] = None if value is UNSET else value
     if given.get("pause") or given.get("resume"):
         out["paused"] = bool(given.get("pause"))
-    try:
-        DEFAULT_POLICY.replace(**out)
-    except ValueError as exc:
-        raise click.UsageError(f"invalid policy: {exc}") from exc
+    added = tuple(given.get("budgets") or ())
+    if added or given.get("no_budgets"):
+        out["budgets"] = BudgetEdit(bool(given.get("no_budgets")), added)
+    merged(DEFAULT_POLICY, out)
     return out
 
 
 def merged(base: TenantPolicy, fields: Mapping[str, Any]) -> TenantPolicy:
-    """``base`` with ``fields`` changed; UsageError when the result is not a policy."""
+    """``base`` with ``fields`` changed (a ``BudgetEdit`` applied to its budgets);
+    UsageError when the result is not a policy."""
+    edit = fields.get("budgets")
+    if isinstance(edit, BudgetEdit):
+        fields = {**fields, "budgets": edit.apply(base.budgets)}
     try:
         return base.replace(**fields)
     except ValueError as exc:
         raise click.UsageError(f"invalid policy: {exc}") from exc
 
 
-POLICY_LINES = (*POLICY_FIELDS, "updated_at", "purge_before")
+POLICY_LINES = (*POLICY_FIELDS, "budgets", "updated_at", "purge_before")

@@ -101,7 +101,7 @@ def _echo_policy(
 @click.group("tenants")
 def tenants() -> None:
     """Show and change tenant policies (weight, priority, backlog limits, rate cap,
-    concurrency limit, pause) and the tenant group a tenant is in.
+    concurrency limit, budgets, pause) and the tenant group a tenant is in.
 
     Policies live on the compacted policy topic, keyed by tenant id; the scheduler applies
     them live. A tenant without a policy of its own follows the defaults (set --default).
@@ -152,8 +152,8 @@ def set_policy(
     if not fields and group is None and not no_group:
         raise click.UsageError(
             "nothing to set: give at least one of --weight, --priority, --max-backlog, "
-            "--max-backlog-cost, --rate, --rate-burst, --max-concurrency, --pause, --resume, "
-            "--group, --no-group"
+            "--max-backlog-cost, --rate, --rate-burst, --max-concurrency, --budget, "
+            "--no-budgets, --pause, --resume, --group, --no-group"
         )
     policies = _read(kafka, policy_topic, timeout)
     current = policies.get(key)
@@ -229,6 +229,7 @@ def list_policies(as_json: bool, kafka: KafkaConnection, policy_topic: str, time
         ("BURST", "cap_burst"),
         ("PAUSED", "paused"),
         ("CONCURRENCY", "max_concurrency"),
+        ("BUDGETS", "budgets"),
         ("GROUP", "group"),
         ("UPDATED", "updated_at"),
     ]

@@ -51,6 +51,22 @@ class Row:
     # and entitlement are within the group) or "tenant" (ungrouped, or no groups in use).
     kind: str = "tenant"
     group: str | None = None
+    budget: str | None = None  # its budget with the least room: "spent/limit window"
+
+
+def budget_cell(row: dict[str, Any]) -> str | None:
+    """A tenant's budget with the least room left, as ``spent/limit`` and the budget (its
+    tenant group's budget is named ``group:<id>``); None without one."""
+    budgets = row.get("budgets") or []
+    if not budgets:
+        return None
+    tight = min(budgets, key=lambda b: (b["remaining"] / max(1, b["limit"]), b["budget"]))
+    whose = "" if tight["scope"] == row.get("tenant") else f" ({tight['scope']})"
+    return f"{tight['spent']}/{tight['budget']}{whose}"
+
+
+def _budget_state(row: dict[str, Any], state: str) -> str:
+    return "budget" if row.get("budget_waiting") else state
 
 
 @dataclass(frozen=True)
@@ -125,9 +141,10 @@ def compute_rows(
                 entitlement=row["weight"] / class_weight[row["priority"]] if backlogged else None,
                 dwell_p99=row.get("dwell_p99"),
                 weight=row["weight"],
-                state=state,
+                state=_budget_state(row, state),
                 cost_declared=row.get("cost_declared"),
                 cost_reported=row.get("cost_reported"),
+                budget=budget_cell({**row, "tenant": tenant}),
             )
         )
     rows.sort(key=lambda r: (-r.emitted_per_s, -r.backlog, r.tenant))
@@ -185,11 +202,12 @@ def _row(
         entitlement=entitled.entitlement,
         dwell_p99=seen.get("dwell_p99"),
         weight=entry.weight,
-        state=_state(entry.paused, cap, entry.rate, entry.backlog),
+        state=_budget_state(seen, _state(entry.paused, cap, entry.rate, entry.backlog)),
         cost_declared=seen.get("cost_declared"),
         cost_reported=seen.get("cost_reported"),
         kind=kind,
         group=group,
+        budget=budget_cell({**seen, "tenant": entry.name}),
     )
 
 
@@ -335,6 +353,9 @@ def render(
     ]
     if costs:
         columns.append(("cost measured/declared", ">"))
+    budgets = any(r.budget is not None for r in rows)
+    if budgets:
+        columns.append(("budget spent/limit", "<"))
     cells = [
         (
             ("  " + r.tenant)
@@ -348,6 +369,7 @@ def render(
             "-" if r.entitlement is None else f"{r.entitlement:.0%}",
             "-" if r.dwell_p99 is None else f"{r.dwell_p99 * 1000:.0f} ms",
             *((_cost(r),) if costs else ()),
+            *((r.budget or "-",) if budgets else ()),
         )
         for r in rows
     ]

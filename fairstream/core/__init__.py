@@ -8,7 +8,8 @@ under two limits (``DominantCharge``), the demotion of noisy tenants (``Demotion
 token-bucket rate limits (``EgressLimiter``, ``TokenBucket``); the rate adapted to the
 API's feedback (``AdaptiveRate``, ``TenantPauses``), the concurrency found from it
 (``ConcurrencyLimit``), measured-cost corrections
-(``cost_correction``), admission decisions, tenant policies and an injected clock. No Kafka,
+(``cost_correction``), budgets over time (``Budget``, ``BudgetLedger``), admission
+decisions, tenant policies and an injected clock. No Kafka,
 no Faust, no asyncio, no threads: the service's emitter and the ``simulate`` command drive
 the same ``EmissionRule``, tests drive it from a ManualClock.
 """
@@ -20,6 +21,7 @@ from fairstream.core.admission import (
     Decision,
     admit,
 )
+from fairstream.core.budget import Budget, BudgetLedger, format_budget, parse_budget
 from fairstream.core.clock import Clock, ManualClock, MonotonicClock, RecordClock
 from fairstream.core.credit import ConcurrencyLimit
 from fairstream.core.deficit import FairScheduler, Pick
@@ -36,6 +38,8 @@ __all__ = [
     "BACKLOG_FULL",
     "DEFAULT_POLICY",
     "AdaptiveRate",
+    "Budget",
+    "BudgetLedger",
     "Clock",
     "ConcurrencyLimit",
     "Core",
@@ -58,4 +62,6 @@ __all__ = [
     "Wait",
     "admit",
     "cost_correction",
+    "format_budget",
+    "parse_budget",
 ]

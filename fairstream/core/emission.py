@@ -30,6 +30,11 @@ How the answer is made, in order:
    (``fairstream.core.dominant``).
 7. Expiry at emit time: a picked item whose deadline (``deadline(item)``, epoch ms) is
    before ``now_ms`` is answered ``Expire``.
+   Budgets (``fairstream.core.budget``): a picked item's declared cost is reserved in its
+   tenant's budgets and its tenant group's (``ledger``). When one has no room, the item
+   is answered ``Exhausted`` (its budget says dead-letter), or goes back to the head of
+   its tenant's queue and the tenant leaves the pick until the budget has room (wait),
+   and the pick is made again among the others.
 8. Cost tokens: only a picked record's cost is known, so its cost tokens are taken after
    the pick. When they are short, the pick is held and the answer is ``Wait``; the next
    calls answer for the held pick first (no other tenant overtakes it).
@@ -78,11 +83,13 @@ Not thread-safe: one owner calls every method.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Hashable, Iterable
-from typing import Final, Generic, NamedTuple, TypeVar
+from typing import Final, Generic, NamedTuple, TypeVar, cast
 
 from fairstream.core.adaptive import TenantPauses
+from fairstream.core.budget import BudgetLedger, Charges, Refusal, group_scope
 from fairstream.core.clock import Clock
 from fairstream.core.deficit import FairScheduler
 from fairstream.core.dominant import DominantCharge
@@ -93,7 +100,7 @@ from fairstream.core.ratelimit import EgressLimiter
 from fairstream.core.rings import Pick
 from fairstream.core.tenant import TenantPolicy
 
-__all__ = ["EmissionRule", "Expire", "Wait"]
+__all__ = ["EmissionRule", "Exhausted", "Expire", "Wait"]
 
 T = TypeVar("T")
 
@@ -108,6 +115,16 @@ class Expire(NamedTuple, Generic[T]):
     tenant: str
     item: T
     cost: int
+
+
+class Exhausted(NamedTuple, Generic[T]):
+    """``item`` of ``tenant`` does not fit a budget whose policy dead-letters what does not
+    (``refusal`` says which): it must not be sent (the service dead-letters it)."""
+
+    tenant: str
+    item: T
+    cost: int
+    refusal: Refusal
 
 
 class Wait(NamedTuple):
@@ -141,11 +158,17 @@ class EmissionRule(Generic[T]):
     ``set_concurrency_share``'s part; ``concurrency_lease`` the seconds a slot is held
     without news of its request. ``dominant``: with both ``rate`` and ``cost_rate``, share
     by dominant resource (``fairstream.core.dominant``), not by cost alone.
+    ``partition_of`` tells an item's ingest partition, whose progress carries the budget
+    spend it makes (None: all 0).
     """
 
     __slots__ = (
         "_alarm",
         "_base",
+        "_budget_due",
+        "_budget_held",
+        "_budget_tenants",
+        "_budgeted",
         "_burst",
         "_catch_up",
         "_clock",
@@ -169,13 +192,16 @@ class EmissionRule(Generic[T]):
         "_now",
         "_offset",
         "_on_resume",
+        "_partition_of",
         "_pending",
         "_rate",
         "_share",
         "_slot",
+        "budget_waits",
         "core",
         "groups",
         "inflight",
+        "ledger",
         "pauses",
         "stamp_ms",
     )
@@ -197,6 +223,7 @@ class EmissionRule(Generic[T]):
         max_concurrency: int | None = None,
         concurrency_lease: float = DEFAULT_LEASE,
         dominant: bool = False,
+        partition_of: Callable[[T], int] | None = None,
     ) -> None:
         self.core = core
         self._clock = clock
@@ -238,11 +265,22 @@ class EmissionRule(Generic[T]):
         self._limited_tenants: set[str] = set()  # tenants whose own policy limits slots
         self.groups = GroupSlots(self.inflight)  # tenant groups held for their slots
         self.groups.attach(core)
+        self.ledger = BudgetLedger()  # what tenants and tenant groups spent, per window
+        self._partition_of = partition_of  # an item's ingest partition: its spend's
+        self._budget_tenants: set[str] = set()  # tenants whose own policy has budgets
+        self._budgeted = False  # whether any policy in force has a budget
+        # Tenants out of the pick until a budget has room: tenant -> clock time; and a heap
+        # of (time, tenant), entries superseded by a later hold skipped.
+        self._budget_held: dict[str, float] = {}
+        self._budget_due: list[tuple[float, str]] = []
+        self.budget_waits = 0  # picks put back for a budget, since the start
+        self.budgets_changed()
 
     # -- the decision ------------------------------------------------------------------------
 
-    def next(self, now_ms: int = 0) -> Pick[T] | Expire[T] | Wait:
-        """What to do now: send a ``Pick``, drop an ``Expire``, or ``Wait``.
+    def next(self, now_ms: int = 0) -> Pick[T] | Expire[T] | Exhausted[T] | Wait:
+        """What to do now: send a ``Pick``, drop an ``Expire`` or an ``Exhausted``, or
+        ``Wait``.
 
         ``now_ms`` is the wall-clock time in epoch ms that deadlines are compared with.
         After a ``Pick`` under a rate or cost limit, ``stamp_ms`` is its slot on the virtual
@@ -269,11 +307,13 @@ class EmissionRule(Generic[T]):
             gate = self._slots_wait(now)
             if gate is not None:
                 return gate
-            core = self.core
-            pick = core.pick(now)
-            if pick is None:
+            picked = self.core.pick(now) if not self._budgeted else self._budget_pick(now, now_ms)
+            if picked is None:
                 later = self._later(now)
                 return WAIT_FOR_NEWS if later is None or later == math.inf else Wait(later)
+            if type(picked) is Exhausted:
+                return picked
+            pick = cast(Pick[T], picked)
         else:
             self._pending = None
         deadline_of = self._deadline
@@ -284,7 +324,7 @@ class EmissionRule(Generic[T]):
         self.stamp_ms = now_ms
         return pick
 
-    def _paced(self, now: float, now_ms: int) -> Pick[T] | Expire[T] | Wait:  # noqa: PLR0915 (flat hot path)
+    def _paced(self, now: float, now_ms: int) -> Pick[T] | Expire[T] | Exhausted[T] | Wait:  # noqa: PLR0915 (flat hot path)
         """``next`` under a rate or cost limit: the tokens are taken at the slot."""
         limiter = self._limiter
         # The slot: the schedule's own time, behind ``now`` by what a late caller missed
@@ -313,12 +353,16 @@ class EmissionRule(Generic[T]):
                 return Wait(due - now)
             slot = due
             core = self.core
-            pick = core.pick(now)
-            if pick is None:
+            picked = core.pick(now) if not self._budgeted else self._budget_pick(now, now_ms)
+            if picked is None:
                 self._idle = True
                 self._slot = slot
                 later = self._later(now)
                 return WAIT_FOR_NEWS if later is None or later == math.inf else Wait(later)
+            if type(picked) is Exhausted:
+                self._slot = slot  # it takes no token: the slot is the next record's
+                return picked
+            pick = cast(Pick[T], picked)
             dominant = self._dominant
             if dominant is not None:
                 extra = dominant.extra(pick[2])
@@ -355,6 +399,143 @@ class EmissionRule(Generic[T]):
         self.stamp_ms = self._stamp(slot, now, now_ms)
         return pick
 
+    # -- budgets -------------------------------------------------------------------------------
+
+    def _budget_pick(self, now: float, now_ms: int) -> Pick[T] | Exhausted[T] | None:
+        """``core.pick`` under budgets: the first pick whose declared cost its budgets have
+        room for, reserved; an ``Exhausted`` for one whose full budget dead-letters; None
+        when nothing may be picked. A pick that must wait goes back to the head of its
+        tenant's queue, and the tenant leaves the pick until its budget has room. An item
+        past its deadline is not charged: it is expired, not sent."""
+        core, ledger, deadline_of = self.core, self.ledger, self._deadline
+        while True:
+            pick = core.pick(now)
+            if pick is None:
+                return None
+            tenant, item, cost = pick
+            if deadline_of is not None:
+                deadline = deadline_of(item)
+                if deadline is not None and now_ms > deadline:
+                    return pick
+            charges = self.charges(tenant)
+            if not charges:
+                return pick
+            partition_of = self._partition_of
+            partition = 0 if partition_of is None else partition_of(item)
+            refusal = ledger.reserve(charges, cost, now_ms, partition)
+            if refusal is None:
+                return pick
+            if refusal.budget.on_exhausted == "dead-letter":
+                return Exhausted(tenant, item, cost, refusal)
+            core.push_front(tenant, item, cost)
+            self.budget_waits += 1
+            self._hold_for_budget(tenant, now + max(0.001, (refusal.fits_at_ms - now_ms) / 1000))
+
+    def charges(self, tenant: str) -> Charges:
+        """The budgets a record of ``tenant`` is charged to: the tenant's policy's, and its
+        tenant group's (its own policy's, else the groups' default)."""
+        policy = self.core.policy(tenant)
+        grouped = self.groups.core  # the core, when it has tenant groups
+        group = None if grouped is None else grouped.group_of(tenant)
+        if grouped is None or group is None:
+            return ((tenant, policy.budgets),) if policy.budgets else ()
+        group_budgets = grouped.group_policy(group).budgets
+        if not group_budgets:
+            return ((tenant, policy.budgets),) if policy.budgets else ()
+        if not policy.budgets:
+            return ((group_scope(group), group_budgets),)
+        return ((tenant, policy.budgets), (group_scope(group), group_budgets))
+
+    def _hold_for_budget(self, tenant: str, until: float) -> None:
+        """``tenant`` out of the pick until ``until`` (its budget has room by then)."""
+        self._budget_held[tenant] = until
+        heapq.heappush(self._budget_due, (until, tenant))
+        if tenant not in self._base:
+            self._base[tenant] = self.core.own_policy(tenant)
+            self._set_paused(tenant)
+        self._next_resume = self._earliest_resume()
+        self._alarm = min(self._lease_until, self._next_resume)
+
+    def _release_budget_holds(self, now: float) -> None:
+        """Tenants whose budget hold is due, back in the pick (unless held otherwise)."""
+        due, held = self._budget_due, self._budget_held
+        while due and due[0][0] <= now:
+            until, tenant = heapq.heappop(due)
+            if held.get(tenant) == until:
+                del held[tenant]
+                self._restore(tenant)
+
+    def _restore(self, tenant: str) -> None:
+        """``tenant``'s own policy back in the core, unless something still holds it out of
+        the pick (its upstream quota's pause, its concurrency slots, its budget)."""
+        if (
+            tenant in self._base
+            and tenant not in self.pauses
+            and tenant not in self._full
+            and tenant not in self._budget_held
+        ):
+            self.core.set_policy(tenant, self._base.pop(tenant))
+
+    def budgets_changed(self) -> None:
+        """A policy in force may have gained or lost budgets (the defaults, a tenant group's
+        own or default policy): whether any budget applies is found again, and tenants held
+        for a budget come back to be charged by the new ones.
+
+        Caller: the service, after each policy record; this rule, for tenants' own policies.
+        Affects: whether picks are charged; the budget holds.
+        """
+        self._budgeted = self._any_budget()
+        self.release_budget_holds()
+
+    def _any_budget(self) -> bool:
+        """Whether a policy in force has a budget: a tenant's own, the defaults', a tenant
+        group's own or the groups' default. O(groups with a policy of their own)."""
+        if self._budget_tenants or self.core.default_policy.budgets:
+            return True
+        grouped = self.groups.core
+        if grouped is None:
+            return False
+        policies = grouped.group_policies
+        return bool(policies.default.budgets) or any(p.budgets for p in policies.own.values())
+
+    def release_budget_holds(self) -> None:
+        """Every tenant held for a budget back in the pick, to be charged again: a budget
+        changed, or a refund may have made room.
+
+        Caller: the service, on measured costs below the declared ones. Affects: the holds.
+        """
+        if not self._budget_held:
+            return
+        held = list(self._budget_held)
+        self._budget_held.clear()
+        self._budget_due.clear()
+        for tenant in held:
+            self._restore(tenant)
+        self._next_resume = self._earliest_resume()
+        self._alarm = min(self._lease_until, self._next_resume)
+
+    @property
+    def budgeted(self) -> bool:
+        """Whether any policy in force has a budget: picks are then charged."""
+        return self._budgeted
+
+    def budget_held(self) -> dict[str, float]:
+        """Tenants out of the pick for a budget, and until when (clock time)."""
+        return dict(self._budget_held)
+
+    def refund(self, tenant: str, item: T, cost: int, now_ms: int) -> None:
+        """A pick that was charged did not go (back in its tenant's queue, or a dead letter
+        for a reason of its own): its reservation is given back.
+
+        Caller: the service, for a record it put back. Affects: the ledger.
+        """
+        if self._budgeted:
+            charges = self.charges(tenant)
+            if charges:
+                partition_of = self._partition_of
+                partition = 0 if partition_of is None else partition_of(item)
+                self.ledger.unreserve(charges, cost, now_ms, partition)
+
     def _not_before_arrival(self, item: T, slot: float, now: float, now_ms: int) -> float:
         """``slot``, or later: not scheduled before it existed (a record that arrived while
         the caller was late). A later slot only has more tokens, and the schedule stays
@@ -382,13 +563,18 @@ class EmissionRule(Generic[T]):
         return None
 
     def _later(self, now: float) -> float | None:
-        """When the core, which had nothing to pick, may have something: a tenant's cap or
-        pause ending, or a lease giving a tenant out of the pick for its slots one back."""
+        """When the core, which had nothing to pick, may have something: a tenant's cap,
+        pause or budget hold ending, or a lease giving a tenant out of the pick for its
+        slots one back."""
         core = self.core
         later = core.next_eligible_in(now) if len(core) else None
         if self.tracking and (self._full or self.groups.full):
             expiry = self.inflight.next_expiry() - now
             later = expiry if later is None else min(later, expiry)
+        if self._next_resume < math.inf and len(core):
+            # A tenant paused (its upstream quota) or held for its budget comes back then.
+            due = max(0.0, self._next_resume - now)
+            later = due if later is None else min(later, due)
         return later
 
     def _stamp(self, slot: float, now: float, now_ms: int) -> int:
@@ -414,7 +600,7 @@ class EmissionRule(Generic[T]):
 
         Caller: the emitter loop, once per batch. Affects: nothing.
         """
-        if self._limited or self._pending is not None or self.tracking:
+        if self._limited or self._pending is not None or self.tracking or self._budgeted:
             return False
         now = self._now()
         return self._hold_until <= now < self._alarm
@@ -568,6 +754,11 @@ class EmissionRule(Generic[T]):
             self._limited_tenants.add(tenant)
         else:
             self._limited_tenants.discard(tenant)
+        had_budgets = tenant in self._budget_tenants
+        if policy is not None and policy.budgets:
+            self._budget_tenants.add(tenant)
+        else:
+            self._budget_tenants.discard(tenant)
         if tenant in self._base:
             self._base[tenant] = policy
             self._set_paused(tenant)
@@ -578,6 +769,12 @@ class EmissionRule(Generic[T]):
             self._block(tenant)
         elif tenant in self._full:
             self._unblock(tenant)
+        if had_budgets or tenant in self._budget_tenants:
+            self._budgeted = self._any_budget()
+            if self._budget_held.pop(tenant, None) is not None:
+                self._restore(tenant)  # charged again, by its new budgets
+                self._next_resume = self._earliest_resume()
+                self._alarm = min(self._lease_until, self._next_resume)
 
     def _set_paused(self, tenant: str) -> None:
         core = self.core
@@ -589,15 +786,21 @@ class EmissionRule(Generic[T]):
     def _resume(self, now: float) -> None:
         for tenant in self.pauses.expire(now):
             if tenant in self._base and tenant not in self._full:
-                self.core.set_policy(tenant, self._base.pop(tenant))
-                if self._on_resume is not None:
+                self._restore(tenant)
+                if self._on_resume is not None and tenant not in self._base:
                     self._on_resume(tenant)
+        if self._budget_due:
+            self._release_budget_holds(now)
         self._next_resume = self._earliest_resume()
         self._alarm = min(self._lease_until, self._next_resume)
 
     def _earliest_resume(self) -> float:
         expiry = self.pauses.next_expiry()
-        return math.inf if expiry is None else expiry
+        due = self._budget_due
+        while due and self._budget_held.get(due[0][1]) != due[0][0]:
+            heapq.heappop(due)  # superseded by a later hold, or released
+        budget = due[0][0] if due else math.inf
+        return min(math.inf if expiry is None else expiry, budget)
 
     # -- concurrency slots ---------------------------------------------------------------------
 
@@ -714,5 +917,4 @@ class EmissionRule(Generic[T]):
         if self.inflight.tenant_full(tenant, self.core.policy(tenant).max_concurrency):
             return
         self._full.discard(tenant)
-        if tenant in self._base and tenant not in self.pauses:
-            self.core.set_policy(tenant, self._base.pop(tenant))
+        self._restore(tenant)

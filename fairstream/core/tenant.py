@@ -2,7 +2,8 @@
 
 A policy says how much of the egress a tenant deserves (weight), which priority class it
 is scheduled in, how much backlog it may hold, how fast it may go on its own (rate cap),
-how many of its calls may be in flight at once, and whether it is paused. Policies are
+how many of its calls may be in flight at once, whether it is paused, and what it may
+spend per minute, hour, day or month (``budgets``, ``fairstream.core.budget``). Policies are
 immutable values; the scheduler applies a new one to a tenant's existing backlog at once.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from typing import Any
+
+from fairstream.core.budget import Budget, check_budgets
 
 __all__ = ["DEFAULT_POLICY", "TenantPolicies", "TenantPolicy"]
 
@@ -53,6 +56,8 @@ class TenantPolicy:
     - ``paused``: a paused tenant keeps its backlog and is not scheduled.
     - ``max_concurrency``: most of the tenant's requests in flight at once (released and
       not reported settled by a worker, ``fairstream.core.inflight``); None is unlimited.
+    - ``budgets``: what the tenant may spend per window (``fairstream.core.budget``); a
+      record goes only when each has room. Empty: no budget.
     """
 
     weight: float = 1
@@ -63,6 +68,7 @@ class TenantPolicy:
     cap_burst: float = 1
     paused: bool = False
     max_concurrency: int | None = None
+    budgets: tuple[Budget, ...] = ()
 
     def __post_init__(self) -> None:
         _check_positive_finite("weight", self.weight)
@@ -83,6 +89,9 @@ class TenantPolicy:
         _check_optional_count("max_concurrency", self.max_concurrency)
         if not isinstance(self.paused, bool):
             raise ValueError(f"paused must be true or false, got {self.paused!r}")
+        if type(self.budgets) is not tuple or self.budgets:
+            # A list given by a caller is kept as a tuple: the policy stays hashable.
+            object.__setattr__(self, "budgets", check_budgets(self.budgets))
 
     def replace(self, **changes: Any) -> TenantPolicy:
         """Return a copy with ``changes`` applied (and validated)."""

@@ -17,8 +17,9 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+from fairstream.core.budget import ClaimKey
 from fairstream.core.shares import WHOLE, ClassDemand, GroupParts
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.records import Parsed
@@ -118,7 +119,9 @@ class FeedbackBatch:
     """What the emitter applies: measured-cost charges, tenant pauses, and the request ids
     settled (their slots free) or still being worked on (their leases renewed)."""
 
-    charges: list[tuple[str, int, int]] = field(default_factory=list)  # tenant, declared, cost
+    # tenant, declared cost, measured cost, and when it was charged (its scheduled-ms stamp,
+    # epoch ms; 0: not stamped)
+    charges: list[tuple[str, int, int, int]] = field(default_factory=list)
     pauses: list[tuple[str, float]] = field(default_factory=list)  # tenant, seconds
     settled: list[bytes] = field(default_factory=list)  # request ids, as stamped on egress
     renewed: list[bytes] = field(default_factory=list)
@@ -154,6 +157,25 @@ class LagChange:
     at: float
 
 
+class Spend(NamedTuple):
+    """A tenant group's budget in this window as this instance sees it (``key``), its limit,
+    what this instance's partitions spent of it, and the weight of the group's members
+    backlogged here."""
+
+    key: ClaimKey
+    limit: int
+    spent: int
+    weight: float
+
+
+class Exchanged(NamedTuple):
+    """This instance's claim in force on a tenant group's budget in one window
+    (``fairstream.core.budget.ClaimBook``): what it may spend of it."""
+
+    key: ClaimKey
+    claim: int
+
+
 @dataclass(frozen=True)
 class ShareChange:
     """The emitter's new share of the group rate, and until when it may emit (by the group
@@ -169,6 +191,8 @@ class ShareChange:
     lease_until: float
     parts: GroupParts = WHOLE
     factor: float = 1.0
+    # This instance's claims in force on tenant groups' budgets (``PeerView.claims_in_force``).
+    budgets: tuple[Exchanged, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -181,3 +205,6 @@ class InstanceDemand:
     classes: dict[int, ClassDemand]
     partitions: tuple[int, ...]
     rate_factor: float = 1.0
+    # Each tenant group's budget in force, with what this instance's partitions spent of
+    # it (``Spend``): the group thread claims the budgets from it.
+    spend: tuple[Spend, ...] = ()

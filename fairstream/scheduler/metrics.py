@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from fairstream.adapters.tenant_series import OTHER, top_tenants
+from fairstream.core.budget import BudgetState, format_budget, scope_name
 
 _Family = TypeVar("_Family", GaugeMetricFamily, CounterMetricFamily)
 DWELL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
@@ -34,7 +35,8 @@ class TenantCollector(Collector):
     ) -> None:
         self._backlog = backlog
         self._emitted = emitted
-        self._k = top_tenants
+        self._top_backlog = TopOf(top_tenants)
+        self._top_emitted = TopOf(top_tenants)
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         yield _with_top(
@@ -43,8 +45,7 @@ class TenantCollector(Collector):
                 "Records buffered per tenant (top tenants by backlog; the rest under __other__).",
                 labels=["tenant"],
             ),
-            self._backlog(),
-            self._k,
+            self._top_backlog(self._backlog()),
         )
         yield _with_top(
             CounterMetricFamily(
@@ -52,16 +53,35 @@ class TenantCollector(Collector):
                 "Records emitted per tenant since start (top tenants; the rest under __other__).",
                 labels=["tenant"],
             ),
-            self._emitted(),
-            self._k,
+            self._top_emitted(self._emitted()),
         )
 
 
-def _with_top(family: _Family, values: Mapping[str, int], k: int) -> _Family:
-    """``family`` with a series per tenant for the ``k`` largest of ``values``, the rest summed
-    under __other__."""
-    top, rest = top_tenants(values, k)
-    for tenant, count in top:
+class TopOf:
+    """``top_tenants`` of a mapping, worked out again only for another mapping: the emitter's
+    snapshot is reused over many scrapes (``observe.Reused``), and with 100,000 tenants the
+    selection is what a scrape costs. The mappings are the snapshot's copies, never changed
+    once made."""
+
+    __slots__ = ("_k", "_of", "_top")
+
+    def __init__(self, k: int) -> None:
+        self._k = k
+        self._of: Mapping[str, int] | None = None
+        self._top: tuple[list[tuple[str, int]], int] = ([], 0)
+
+    def __call__(self, values: Mapping[str, int]) -> tuple[list[tuple[str, int]], int]:
+        if values is not self._of:
+            self._top = top_tenants(values, self._k)
+            self._of = values  # kept: an id alone could be reused by a newer mapping
+        return self._top
+
+
+def _with_top(family: _Family, top: tuple[list[tuple[str, int]], int]) -> _Family:
+    """``family`` with a series per tenant of ``top`` (``top_tenants``: the largest, and the
+    rest summed under __other__)."""
+    named, rest = top
+    for tenant, count in named:
         family.add_metric([tenant], count)
     family.add_metric([OTHER], rest)
     return family
@@ -98,6 +118,56 @@ class TenantCostCollector(Collector):
                 family.add_metric([tenant], costs[tenant][index])
             family.add_metric([OTHER], sum(c[index] for t, c in costs.items() if t not in named))
             yield family
+
+
+class BudgetCollector(Collector):
+    """The budgets nearest their limit (``fairstream.core.budget``), from the emitter's last
+    scrape: spent, limit, remaining and windows closed, per scope (a tenant, or ``group:``
+    and a tenant group) and budget (its text form: ``1000/day``)."""
+
+    def __init__(self, rows: Callable[[], Iterable[BudgetState]]) -> None:
+        self._rows = rows
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        rows = list(self._rows())
+        labels = ["scope", "budget"]
+        families = (
+            GaugeMetricFamily(
+                "fairstream_budget_spent",
+                "What the scope spent in the budget's current window (cost units, or records): "
+                "reserved at emission, corrected by measured costs; the budgets nearest their "
+                "limit.",
+                labels=labels,
+            ),
+            GaugeMetricFamily(
+                "fairstream_budget_limit", "The budget's limit per window.", labels=labels
+            ),
+            GaugeMetricFamily(
+                "fairstream_budget_remaining",
+                "What the scope may still spend in the budget's current window.",
+                labels=labels,
+            ),
+            GaugeMetricFamily(
+                "fairstream_budget_resets_at_seconds",
+                "When the budget's window ends (rolling: when its oldest spend leaves it), "
+                "epoch seconds.",
+                labels=labels,
+            ),
+            CounterMetricFamily(
+                "fairstream_budget_resets",
+                "Windows of the budget closed since this instance counted it.",
+                labels=labels,
+            ),
+        )
+        spent, limit, remaining, resets_at, resets = families
+        for row in rows:
+            names = [scope_name(row.scope), format_budget(row.budget)]
+            spent.add_metric(names, row.spent)
+            limit.add_metric(names, row.budget.limit)
+            remaining.add_metric(names, row.remaining)
+            resets_at.add_metric(names, row.resets_at_ms / 1000)
+            resets.add_metric(names, row.resets)
+        yield from families
 
 
 class ConditionCollector(Collector):
@@ -430,6 +500,18 @@ class Metrics:
             "Policy-topic records that could not be decoded.",
             registry=r,
         )
+        self.budget_refused = Counter(
+            "fairstream_budget_refused",
+            "Records a budget had no room for: dead-lettered (budget-exhausted), or put back "
+            "to wait, their tenant out of the pick until the budget has room.",
+            ["action"],
+            registry=r,
+        )
+        self.budget_waiting = Gauge(
+            "fairstream_budget_waiting_tenants",
+            "Tenants out of the pick until a budget has room.",
+            registry=r,
+        )
 
     def _fairness(self, r: CollectorRegistry) -> None:
         """The fairness audit (``fairstream.scheduler.audit.auditor``), one value per closed
@@ -508,6 +590,9 @@ class Metrics:
         """``fairstream_condition{name, blocks_ready}``: 1 per condition now (see
         ``fairstream.scheduler.observe.Conditions``)."""
         self.registry.register(ConditionCollector(current))
+
+    def watch_budgets(self, rows: Callable[[], Iterable[BudgetState]]) -> None:
+        self.registry.register(BudgetCollector(rows))
 
     def watch_costs(
         self, costs: Callable[[], Mapping[str, list[int]]], top_tenants: int = 20

@@ -24,6 +24,7 @@ from fairstream.adapters.tenant_series import OTHER, top_of
 from fairstream.analysis.stats import percentile
 from fairstream.analysis.tree import Entry, entitle
 from fairstream.core import Clock, Core, GroupScheduler
+from fairstream.core.budget import BudgetState
 from fairstream.scheduler.tenant_tree import GroupCounts, TreeSnapshot
 
 DWELL_TENANTS = 1000  # tenants whose recent dwell times are kept, most recent emitters
@@ -55,6 +56,9 @@ class Scrape:
     tree: TreeSnapshot | None = None  # the tenant groups' (``tenant_tree``); None: flat core
     noisy_tenants: int = 0  # demoted as noisy (``demotions``)
     oldest_quiet_age: float | None = None  # s, among tenants not noisy nor paused
+    # The budgets nearest their limit (``emitter.budgets``), and the tenants waiting for one.
+    budgets: tuple[BudgetState, ...] = ()
+    budget_waiting: int = 0
 
 
 def backlog_top(core: Core[Any], k: int) -> dict[str, int]:

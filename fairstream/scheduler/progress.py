@@ -11,10 +11,12 @@ transaction as the egress records that advanced it; the ranges above it travel i
 transaction as a *snapshot* in the progress topic, because commit metadata is limited to
 4 KB. A snapshot (``Snapshot``) also carries the partition's holding log (``holding``):
 its mark, its settled ranges and how many records of each parked tenant wait in it
-(``HoldingProgress``). It is cut into chunk records of at most ``CHUNK_BYTES``
-(``encode_chunks``; each names its token, its index and the chunk count, so recovery uses a
-set only when it is complete), well under the progress topic's ``max.message.bytes``
-(``PROGRESS_TOPIC_BYTES``, set when the topic is created; both are in
+(``HoldingProgress``); and (format 3) what the partition's records spent of their budgets
+(``fairstream.core.budget.BudgetLedger.export``, each entry compact JSON), so that the spend
+is committed exactly once with the records that made it. It is cut into chunk records of at
+most ``CHUNK_BYTES`` (``encode_chunks``; each names its token, its index and the chunk count,
+so recovery uses a set only when it is complete), well under the progress topic's
+``max.message.bytes`` (``PROGRESS_TOPIC_BYTES``, set when the topic is created; both are in
 ``fairstream.config.topics``). Ranges are delta and varint coded. A settled offset never
 becomes unsettled again, so an older snapshot is never wrong about the ingest log, only
 incomplete.
@@ -29,14 +31,16 @@ Pure: no Kafka, no clock. Caller: the emitter thread, which owns every instance.
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from fairstream.config.topics import CHUNK_BYTES
 from fairstream.errors import Error
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3 adds the budgets' spend; 1 and 2 are still read
 
 
 class ProgressFormatError(Error, ValueError):
@@ -56,6 +60,7 @@ class PartitionProgress:
         "_recovered",
         "_recovered_starts",
         "_starts",
+        "budgets",
         "changes",
         "lwm",
         "next",
@@ -68,6 +73,9 @@ class PartitionProgress:
         self.lwm = lwm
         self.next = lwm  # the next offset the log may deliver (everything below was seen)
         self.changes = 0  # bumped by every settlement: what a commit compares
+        # The budgets' spend of this partition's records as recovered (``BudgetLedger``
+        # entries), for the emitter to restore; empty once restored or when none.
+        self.budgets: list[Any] = []
         # Ranges settled before a restart: the log is read again from the mark, and these
         # records are skipped as they come by. Sorted and merged once, O(n log n), then
         # loaded as they are: rebuilding them one settle_range at a time was quadratic.
@@ -314,6 +322,8 @@ class Snapshot:
     hold_lwm: int = 0
     hold_ranges: list[tuple[int, int]] = field(default_factory=list)
     parked: dict[str, int] = field(default_factory=dict)
+    # The spend of the partition's records under budgets (``BudgetLedger.export``).
+    budgets: list[Any] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -328,6 +338,7 @@ class Chunk:
     ranges: list[tuple[int, int]]
     hold_ranges: list[tuple[int, int]]
     parked: dict[str, int]
+    budgets: list[Any] = field(default_factory=list)
 
 
 def chunk_key(partition: int, index: int) -> bytes:
@@ -367,6 +378,8 @@ def encode_chunks(snapshot: Snapshot, limit: int = CHUNK_BYTES) -> list[bytes]:
         runs.append((take, held))
         if i >= len(ingest) and j >= len(holding):
             break
+    spends = _spend_chunks(snapshot.budgets, runs, limit - head_room, len(parked))
+    runs += [([], [])] * (len(spends) - len(runs))
     out: list[bytes] = []
     for index, (take, held) in enumerate(runs):
         record = bytearray([FORMAT_VERSION])
@@ -383,16 +396,49 @@ def encode_chunks(snapshot: Snapshot, limit: int = CHUNK_BYTES) -> list[bytes]:
         _ranges_bytes(snapshot.lwm, take, record)
         _varint(len(held), record)
         _ranges_bytes(snapshot.hold_lwm, held, record)
+        entries = spends[index] if index < len(spends) else []
+        _varint(len(entries), record)
+        for entry in entries:
+            _varint(len(entry), record)
+            record += entry
         out.append(bytes(record))
     return out
 
 
+def _spend_chunks(
+    budgets: list[Any],
+    runs: list[tuple[list[tuple[int, int]], list[tuple[int, int]]]],
+    room: int,
+    parked: int,
+) -> list[list[bytes]]:
+    """The budget entries (each as compact JSON) per chunk: into the room the ranges leave
+    in each chunk, then in chunks of their own."""
+    if not budgets:
+        return []
+    encoded = [json.dumps(e, separators=(",", ":")).encode("utf-8") for e in budgets]
+    chunks: list[list[bytes]] = []
+    for index in range(len(runs) + len(encoded)):
+        if not encoded:
+            break
+        used = 20 * (len(runs[index][0]) + len(runs[index][1])) if index < len(runs) else 0
+        left = room - used - (parked if index == 0 else 0)
+        here: list[bytes] = []
+        while encoded and (not here or len(encoded[0]) + 10 <= left):
+            entry = encoded.pop(0)
+            if len(entry) + 10 > room:
+                raise ValueError(f"a budget entry of {len(entry)} bytes does not fit a chunk")
+            here.append(entry)
+            left -= len(entry) + 10
+        chunks.append(here)
+    return chunks
+
+
 def decode_chunk(data: bytes) -> Chunk:
-    """One progress record (format 1 or 2). Raises ``ProgressFormatError``."""
+    """One progress record (format 1, 2 or 3). Raises ``ProgressFormatError``."""
     version = data[0] if data else None
-    if version not in (1, FORMAT_VERSION):
+    if version not in (1, 2, FORMAT_VERSION):
         raise ProgressFormatError(
-            f"progress record of format {version}; this version reads 1 and {FORMAT_VERSION}"
+            f"progress record of format {version}; this version reads 1 to {FORMAT_VERSION}"
         )
     size, pos = _read_varint(data, 1)
     if pos + size > len(data):
@@ -401,13 +447,13 @@ def decode_chunk(data: bytes) -> Chunk:
     pos += size
     index, count, hold_lwm = 0, 1, 0
     parked: dict[str, int] = {}
-    if version == FORMAT_VERSION:
+    if version >= 2:
         index, pos = _read_varint(data, pos)
         count, pos = _read_varint(data, pos)
         if index >= count:
             raise ProgressFormatError(f"chunk {index} of {count}")
     lwm, pos = _read_varint(data, pos)
-    if version == FORMAT_VERSION:
+    if version >= 2:
         hold_lwm, pos = _read_varint(data, pos)
         tenants, pos = _read_varint(data, pos)
         for _ in range(tenants):
@@ -419,11 +465,23 @@ def decode_chunk(data: bytes) -> Chunk:
             parked[tenant], pos = _read_varint(data, pos)
     ranges, pos = _read_ranges(data, pos, lwm)
     hold_ranges: list[tuple[int, int]] = []
-    if version == FORMAT_VERSION:
+    if version >= 2:
         hold_ranges, pos = _read_ranges(data, pos, hold_lwm)
+    budgets: list[Any] = []
+    if version >= 3:
+        entries, pos = _read_varint(data, pos)
+        for _ in range(entries):
+            size, pos = _read_varint(data, pos)
+            if pos + size > len(data):
+                raise ProgressFormatError("progress record ends inside a budget entry")
+            try:
+                budgets.append(json.loads(data[pos : pos + size]))
+            except ValueError as exc:
+                raise ProgressFormatError(f"a budget entry is not JSON: {exc}") from None
+            pos += size
     if pos != len(data):
         raise ProgressFormatError(f"{len(data) - pos} bytes after the last range")
-    return Chunk(token, index, count, lwm, hold_lwm, ranges, hold_ranges, parked)
+    return Chunk(token, index, count, lwm, hold_lwm, ranges, hold_ranges, parked, budgets)
 
 
 def _read_ranges(data: bytes, pos: int, base: int) -> tuple[list[tuple[int, int]], int]:
@@ -457,6 +515,7 @@ def assemble(chunks: Iterable[Chunk]) -> Snapshot | None:
         first.hold_lwm,
         [r for c in ordered for r in c.hold_ranges],
         dict(first.parked),
+        [e for c in ordered for e in c.budgets],
     )
 
 

@@ -136,6 +136,7 @@ class Recovery:
                 ranges = [(max(s, low), e) for s, e in ranges if e > low]
                 mark = low
             recovered[partition] = PartitionProgress(mark, ranges)
+            recovered[partition].budgets = snapshot.budgets  # the spend committed with it
             recovered[holding_id(partition)] = self._holding(
                 consumer, partition, snapshot, deadline
             )

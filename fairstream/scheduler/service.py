@@ -50,10 +50,12 @@ main (run)       exits      the web server (asyncio,    reads only what the othe
 
 Short-lived helpers: ``shutdown`` (started by ``stop``: it only asks each thread above to
 stop, the ingest last, which hands the emitter a ``Stop``; ``join`` then waits for them all)
-and each transactional producer's call thread (``transaction.BrokerCalls``: it runs the
+each transactional producer's call thread (``transaction.BrokerCalls``: it runs the
 commit, the offsets and the abort; the emitter waits for each up to its deadline, then
 counts the producer as stuck and replaces it, and the thread ends when the stuck call
-returns).
+returns), and the group thread's fence threads (``coordination.fence``: each fences one
+silent peer's transactional id and hands the group thread the outcome through a queue; the
+group thread then removes the fenced peer's report).
 
 "fatal": the thread's reason goes to ``fail``: ``/healthz`` answers 503 with it and the
 process exits non-zero within the shutdown timeout (stderr says why), for the orchestrator
@@ -112,7 +114,12 @@ from fairstream.scheduler.recovery import Recovery
 from fairstream.scheduler.retention.held import HeldReader, held_patience
 from fairstream.scheduler.retention.trim import Trimmer
 from fairstream.scheduler.supervise import Supervisor
-from fairstream.scheduler.tenant_tree import TenantGroupCollector, add_tree, group_series
+from fairstream.scheduler.tenant_tree import (
+    GroupRow,
+    TenantGroupCollector,
+    add_tree,
+    group_series,
+)
 
 log = logging.getLogger("fairstream.scheduler")
 
@@ -300,15 +307,12 @@ class SchedulerService:
         emitter's last scrape."""
         metrics = self.metrics
         metrics.watch_costs(lambda: self._scrape[0].cost_by_tenant)
+        metrics.watch_budgets(lambda: self._scrape[0].budgets)
         metrics.watch_tenants(
             lambda: self._scrape[0].backlog_by_tenant, lambda: self._scrape[0].emitted_by_tenant
         )
         # The tenant groups' tree: the emitter's last scrape with the auditor's rates.
-        metrics.registry.register(
-            TenantGroupCollector(
-                lambda top: group_series(self._scrape[0].tree, *self.auditor.rates(), top)
-            )
-        )
+        metrics.registry.register(TenantGroupCollector(self._group_rows))
         self.conditions.watch("payload-readback", self._readback_condition)
         metrics.watch_conditions(
             lambda: [(c.name, c.blocks_ready) for c in self.conditions.current()]
@@ -426,6 +430,14 @@ class SchedulerService:
             f"payloads cannot be read back from the ingest log: {parts}; their tenants "
             "wait, the others are served",
         )
+
+    def _group_rows(self, top: int) -> list[GroupRow]:
+        """The tenant groups' series (``group_series``); none for a flat core, whose scrape
+        has no tree, and then no rates asked for either (O(tenants) each)."""
+        tree = self._scrape[0].tree
+        if tree is None:
+            return []
+        return group_series(tree, *self.auditor.rates(), top)
 
     def refresh_metrics(self) -> None:
         """Before a scrape: the emitter's numbers (``Emitter.scrape``, taken on its thread),

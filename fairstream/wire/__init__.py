@@ -33,6 +33,7 @@ from fairstream.wire.ingest import (
 )
 from fairstream.wire.records import (
     BACKLOG_FULL,
+    BUDGET_EXHAUSTED,
     COST,
     DEADLINE_MS,
     DLQ_DETAIL,
@@ -79,6 +80,7 @@ from fairstream.wire.rules import (
 
 __all__ = [
     "BACKLOG_FULL",
+    "BUDGET_EXHAUSTED",
     "COST",
     "DEADLINE_MS",
     "DLQ_DETAIL",

@@ -87,6 +87,18 @@ def purge_detail(tenant: str, before_ms: int) -> str:
     )
 
 
+def budget_detail(
+    tenant: str, scope: str, budget: str, cost: int, remaining: int, fits_at_ms: int
+) -> str:
+    """Why a record did not fit a budget (``scope``: the tenant, or ``group:`` and its
+    tenant group; ``budget`` in its text form)."""
+    whose = f"tenant {tenant!r}" if scope == tenant else f"{scope} (of tenant {tenant!r})"
+    return (
+        f"the budget {budget} of {whose} has {remaining} left, the record costs {cost}; "
+        f"it has room again at {fits_at_ms} (epoch ms)"
+    )
+
+
 def lost_detail(partition: int, offset: int, log_start: int | None = None) -> str:
     where = "" if log_start is None else f" (the partition's log starts at {log_start} now)"
     return (

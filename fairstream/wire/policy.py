@@ -30,6 +30,7 @@ from typing import Any
 import avro.io
 import avro.schema
 
+from fairstream.core.budget import Budget
 from fairstream.core.tenant import TenantPolicy
 from fairstream.errors import Error
 from fairstream.wire.canonical import fingerprint
@@ -218,6 +219,17 @@ def encode_policy(record: PolicyRecord) -> bytes:
         "cap_burst": float(policy.cap_burst),
         "paused": policy.paused,
         "max_concurrency": policy.max_concurrency,
+        "budgets": [
+            {
+                "limit": budget.limit,
+                "window": budget.window,
+                "unit": budget.unit,
+                "rolling": budget.rolling,
+                "time_zone": budget.time_zone,
+                "on_exhausted": budget.on_exhausted,
+            }
+            for budget in policy.budgets
+        ],
         "group": record.group,
         "updated_at": _to_datetime(record.updated_at_ms),
         "purge_before": (
@@ -268,7 +280,8 @@ def decode_policy(raw: bytes) -> PolicyRecord:
             f"{len(raw) - buf.tell()} trailing bytes after the record"
         )
     try:
-        policy = TenantPolicy(**{name: datum[name] for name in POLICY_FIELDS})
+        budgets = tuple(Budget(**budget) for budget in datum.get("budgets") or ())
+        policy = TenantPolicy(**{name: datum[name] for name in POLICY_FIELDS}, budgets=budgets)
         purge = datum.get("purge_before")
         return PolicyRecord(
             policy=policy,

@@ -43,6 +43,9 @@ INVALID_VALUE = "invalid-value"
 # The core refuses admission with this word too: it keeps a copy (fairstream.core.admission),
 # for it imports nothing outside core; tests/unit/wire/test_wire_purity.py pins the two.
 BACKLOG_FULL = "backlog-full"
+# A record that does not fit its budget, whose policy dead-letters it; the core's copy is
+# fairstream.core.budget.BUDGET_EXHAUSTED, pinned the same way.
+BUDGET_EXHAUSTED = "budget-exhausted"
 EXPIRED = "expired"
 PURGED = "purged"
 HANDLER_FAILED = "handler-failed"

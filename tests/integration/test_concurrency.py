@@ -69,9 +69,11 @@ def slot_loop(
     latency: float,
     policies: dict[str, dict[str, object]] | None = None,
     worker: bool = True,
+    cost_factor: float | None = None,
 ) -> Iterator[tuple[Deployment, str, SchedulerProcess, CallLog, str]]:
     """Topics, policies, a scheduler run with ``scheduler_args`` and the feedback topic,
-    and (``worker``) a SlotWorker thread of group ``<group>`` calling for ``latency`` s."""
+    and (``worker``) a SlotWorker thread of group ``<group>`` calling for ``latency`` s
+    (reporting measured costs of ``cost_factor`` x the declared ones, if given)."""
     deployment = Deployment(bootstrap, partitions=4)
     feedback = unique("fs-feedback")
     create_topics(bootstrap, deployment.topics, 4, deployment.app_id, feedback_topic=feedback)
@@ -85,7 +87,13 @@ def slot_loop(
     try:
         if worker:
             slot_worker = SlotWorker(
-                bootstrap, deployment.topics.egress, feedback, group, latency, log
+                bootstrap,
+                deployment.topics.egress,
+                feedback,
+                group,
+                latency,
+                log,
+                cost_factor=cost_factor,
             )
             thread = threading.Thread(target=slot_worker.run, daemon=True, name="slot-worker")
             thread.start()

@@ -28,6 +28,7 @@ import pytest
 import websocket
 from confluent_kafka import Producer
 
+from fairstream.core.budget import Budget
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import REPO, Deployment, SchedulerProcess
 from fairstream_dev.kafka import free_port
@@ -207,6 +208,7 @@ COLUMNS = (
     "p50",
     "p99",
     "cost",
+    "budget",
 )
 
 
@@ -239,7 +241,9 @@ def test_console_shows_live_tenants_and_charts(
     kafka_bootstrap: str, tmp_path: Path, browser: Browser
 ) -> None:
     deployment = Deployment(kafka_bootstrap, partitions=4).create()
-    set_policy(kafka_bootstrap, deployment.topics.policy, b"bulk", weight=2)
+    # A budget it never reaches: the console shows what it has spent of it.
+    big = Budget(1_000_000_000, "day")
+    set_policy(kafka_bootstrap, deployment.topics.policy, b"bulk", weight=2, budgets=(big,))
     scheduler = SchedulerProcess(
         deployment, tmp_path, "--rate", "40", "--fairness-window", "2"
     ).start()
@@ -305,6 +309,10 @@ def test_console_shows_live_tenants_and_charts(
         assert (number(rows[tenant]["backlog"]) or 0) > 0
         assert number(rows[tenant]["p50"]) is not None
     assert rows["bulk"]["weight"] == "2"
+    # Its budget: what it has spent (a record costs 1) of a billion a day; none for noisy.
+    assert rows["bulk"]["budget"].endswith("/1000000000/day")
+    assert (number(rows["bulk"]["budget"].split("/")[0]) or 0) > 0
+    assert rows["noisy"]["budget"] == "-"
     # Entitlements are by weight among the tenants waiting for a share (not the quiet ones).
     bulk_entitled, noisy_entitled = (
         number(rows["bulk"]["entitled"]),

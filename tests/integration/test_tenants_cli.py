@@ -220,3 +220,36 @@ def test_max_concurrency_is_set_shown_and_removed(kafka_bootstrap: str, policy_t
     assert json.loads(ok(run("get", "acme", "--json")))["max_concurrency"] is None
     stored = read_policies(kafka_bootstrap, policy_topic, timeout=30)
     assert stored[b"acme"].policy == TenantPolicy(max_concurrency=None)
+
+
+def test_budgets_are_set_replaced_shown_and_removed(
+    kafka_bootstrap: str, policy_topic: str
+) -> None:
+    from fairstream.core.budget import Budget
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return tenants(kafka_bootstrap, policy_topic, *args)
+
+    out = ok(run("set", "acme", "--budget", "1000/day", "--budget", "50/minute,records"))
+    assert "budgets: 1000/day; 50/minute,records" in out
+    # A budget of the same window replaces the one there; another window is added.
+    ok(run("set", "acme", "--budget", "2000/day,tz=Europe/Paris,dead-letter"))
+    ok(run("set", "acme", "--budget", "1500/day"))
+    got = json.loads(ok(run("get", "acme", "--json")))
+    assert got["budgets"] == [
+        "1500/day",
+        "50/minute,records",
+        "2000/day,dead-letter,tz=Europe/Paris",
+    ]
+    assert "BUDGETS" in ok(run("list"))
+    stored = read_policies(kafka_bootstrap, policy_topic, timeout=30)
+    assert stored[b"acme"].policy.budgets == (
+        Budget(1500, "day"),
+        Budget(50, "minute", unit="records"),
+        Budget(2000, "day", time_zone="Europe/Paris", on_exhausted="dead-letter"),
+    )
+    bad = run("set", "acme", "--budget", "10/week")
+    assert bad.returncode == 2
+    assert "LIMIT/WINDOW" in bad.stderr
+    ok(run("set", "acme", "--no-budgets"))
+    assert json.loads(ok(run("get", "acme", "--json")))["budgets"] == []

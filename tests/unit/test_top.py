@@ -215,3 +215,39 @@ def test_the_groups_tree_across_instances() -> None:
 def test_without_groups_the_rows_are_flat() -> None:
     rows = compute_rows([snap(tenant("a", 0, 5))], [snap(tenant("a", 4, 5))], 1.0)
     assert [(r.kind, r.group) for r in rows] == [("tenant", None)]
+
+
+def test_budgets_show_the_tightest_and_a_tenant_waiting_for_one() -> None:
+    def budget(scope: str, text: str, limit: int, spent: int) -> dict[str, object]:
+        return {
+            "scope": scope,
+            "budget": text,
+            "limit": limit,
+            "spent": spent,
+            "remaining": max(0, limit - spent),
+            "resets_at_ms": 0,
+            "on_exhausted": "wait",
+        }
+
+    before = [snap(tenant("a", 0, 5), tenant("b", 0, 5))]
+    after = [
+        snap(
+            tenant(
+                "a",
+                10,
+                5,
+                budgets=[budget("a", "1000/day", 1000, 1000), budget("a", "50/minute", 50, 3)],
+                budget_waiting=True,
+            ),
+            tenant("b", 10, 5, budgets=[budget("group:org", "100/hour", 100, 40)]),
+            tenant("c", 1, 0),
+        )
+    ]
+    rows = {r.tenant: r for r in compute_rows(before, after, 1.0)}
+    assert rows["a"].state == "budget"
+    assert rows["a"].budget == "1000/1000/day"
+    assert rows["b"].budget == "40/100/hour (group:org)"
+    assert rows["c"].budget is None
+    lines = render(list(rows.values()), after, ["http://x:1"]).splitlines()
+    header = next(line for line in lines if line.startswith("tenant"))
+    assert header.endswith("budget spent/limit")

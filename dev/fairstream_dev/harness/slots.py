@@ -131,8 +131,12 @@ class SlotWorker:
         *,
         echo: bool = False,
         session_timeout_ms: int = 6000,
+        cost_factor: float | None = None,
     ) -> None:
         self.egress_topic = egress_topic
+        # With a factor, each call reports the cost its record declared and a measured cost
+        # of that times the factor (an API that costs more, or less, than declared).
+        self.cost_factor = cost_factor
         self.feedback_topic = feedback_topic
         self.latency = latency
         self.log = log if log is not None else CallLog()
@@ -199,15 +203,18 @@ class SlotWorker:
         self.log.end(tenant, rid)
         self.done += 1
         scheduled = _header(msg, wire.SCHEDULED_MS)
+        declared = int(_header(msg, wire.COST) or 1)
+        factor = self.cost_factor
         fb = Feedback(
             request_id=rid,
             tenant=tenant,
             outcome=Outcome.OK,
             attempt=1,
-            declared_cost=1,
+            declared_cost=declared,
             latency=self.latency,
             reported_at_ms=time.time_ns() // 1_000_000,
             scheduled_at_ms=int(scheduled) if scheduled else None,
+            cost=None if factor is None else max(1, round(declared * factor)),
         )
         self._producer.produce(self.feedback_topic, encode_feedback(fb), feedback_key(fb))
 

@@ -83,8 +83,10 @@ topic; the emitter's rate (through a ``ShareChange`` handed over).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -113,7 +115,7 @@ from fairstream.scheduler.coordination.view import (
     ShareDecision,
 )
 from fairstream.scheduler.handoff import Handoff
-from fairstream.scheduler.messages import InstanceDemand, ShareChange
+from fairstream.scheduler.messages import InstanceDemand, ShareChange, Spend
 from fairstream.scheduler.metrics import Metrics
 
 __all__ = ["Coordination", "DemandExchange", "ShareChange"]
@@ -183,6 +185,9 @@ class DemandExchange:
         self._applied: ShareChange | None = None
         self._renewed = -math.inf
         self._counted: frozenset[str] = frozenset()
+        self._spend: tuple[Spend, ...] = ()  # the emitter's groups' budgets, as read
+        # Peers fenced by the fence threads, handed here (their reports to remove).
+        self._fenced_peers: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._reason: str | None = ""  # the last reason logged (None: coordinated)
         self.state: Coordination = STARTING  # read by other threads (one reference)
         self._rows: list[dict[str, Any]] = []
@@ -210,19 +215,22 @@ class DemandExchange:
                 if now >= next_demand:
                     next_demand = now + DEMAND_EVERY
                     demand, partitions = self._read_demand(demand, partitions)
+                    claims = self.view.plan_claims(self._spend)
                     own = self.view.own
                     counted = frozenset(self.view.live())
                     if (
                         own is None
                         or (demand, partitions) != (own.demand, own.partitions)
+                        or claims != own.claims
                         or own.coordinated != self.view.reads()
                         or counted != self._counted
                         or now - last_sent >= HEARTBEAT
                     ):
                         self._counted = counted
-                        self._publish(self.view.report(demand, partitions))
+                        self._publish(self.view.report(demand, partitions, claims))
                         last_sent = now
                     self._fence_silent(partitions)
+                    self._remove_fenced()
                 try:
                     self._producer.poll(0)
                 except Exception as exc:
@@ -256,15 +264,33 @@ class DemandExchange:
             )
             return demand, partitions
         self.rate = self.ceiling * read.rate_factor
+        self._spend = read.spend
         return read.classes, read.partitions
 
     def _fence_silent(self, partitions: tuple[int, ...]) -> None:
         """Fence (on threads of their own) the silent peers whose partitions are ours now."""
         for report in self._fencer.due(self.view.silent(), partitions):
-            fence_in_background(self._config, report, self._fenced)
+            fence_in_background(self._config, report, functools.partial(self._fenced, report))
 
-    def _fenced(self, outcome: str) -> None:
+    def _fenced(self, report: Report, outcome: str) -> None:
+        """(On the fence's thread.) Counted; a fenced peer is handed to this thread, which
+        removes its report (``_remove_fenced``)."""
         self.metrics.group_fences.labels(outcome).inc()
+        if outcome == "fenced":
+            self._fenced_peers.put(report.instance)
+
+    def _remove_fenced(self) -> None:
+        """The reports of fenced peers removed from the topic (tombstones): their claims on
+        tenant groups' budgets are given back, in the log's order, for every instance."""
+        while True:
+            try:
+                instance = self._fenced_peers.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                self._producer.produce(self.topic, None, instance.encode())
+            except Exception as exc:
+                log.warning("removing fenced instance %s's report: %r", instance, exc)
 
     def _publish(self, report: Report) -> None:
         seq = report.seq
@@ -310,12 +336,15 @@ class DemandExchange:
         now = self.clock.now()  # the emitter's too, for its lease
         fraction = decision.rate / self.ceiling if self.ceiling else 0.0
         factor = self.rate / self.ceiling if self.ceiling else 1.0
-        change = ShareChange(decision.rate, fraction, now + THREAD_LEASE, decision.parts, factor)
+        budgets = view.claims_in_force()
+        change = ShareChange(
+            decision.rate, fraction, now + THREAD_LEASE, decision.parts, factor, budgets
+        )
         applied = self._applied
         if (
             applied is None
-            or (change.rate, change.fraction, change.parts, change.factor)
-            != (applied.rate, applied.fraction, applied.parts, applied.factor)
+            or (change.rate, change.fraction, change.parts, change.factor, change.budgets)
+            != (applied.rate, applied.fraction, applied.parts, applied.factor, applied.budgets)
             or now - self._renewed >= RENEW_EVERY
         ):
             self._applied = change

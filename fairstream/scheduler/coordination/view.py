@@ -12,9 +12,12 @@ same demand at two levels (ungrouped tenants, and each group with its weight, ra
 members: ``shares.GroupDemand``). A report of an earlier version has no groups; while one
 is counted, every instance shares by the one-level demand, as that release does (and each
 takes every group's whole cap, as it did), so that all compute the same rates.
-``txn``, optional (absent from earlier releases' reports, read as unknown), is the sender's
-transactional id: a survivor that takes over a silent peer's partitions fences it
-(``fence``) so that the broker aborts what the peer left open at once.
+``claims``, optional, are the sender's claims on tenant groups' budgets (``Claim``): the
+log's order decides which are valid (``fairstream.core.budget.ClaimBook``), and each
+instance spends a group's budget up to its valid claim. ``txn``, optional (absent from
+earlier releases' reports, read as unknown), is the sender's transactional id: a survivor
+that takes over a silent peer's partitions fences it (``fence``) so that the broker aborts
+what the peer left open at once, and removes its report (its claims given back).
 
 ``silent`` is what the fence rests on, facts of the log alone: a peer heard after this
 instance's first echo whose last report is followed in the log by an own report sent at
@@ -29,9 +32,10 @@ import logging
 import math
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from fairstream.core import RecordClock
+from fairstream.core.budget import ClaimBook, ClaimKey, plan_claim
 from fairstream.core.shares import (
     WHOLE,
     ClassDemand,
@@ -41,6 +45,7 @@ from fairstream.core.shares import (
     flatten,
     instance_share,
 )
+from fairstream.scheduler.messages import Exchanged, Spend
 
 __all__ = [
     "DELIVERY_TIMEOUT",
@@ -84,6 +89,7 @@ class Report:
 
     version: int = VERSION  # of the sender's reports (below 3: it knows no groups)
     transactional_id: str = ""  # the sender's ("": not said, as earlier releases)
+    claims: tuple[Claim, ...] = ()  # its claims on tenant groups' budgets (optional)
 
     def encode(self) -> bytes:
         doc: dict[str, object] = {
@@ -100,6 +106,8 @@ class Report:
             doc["levels"] = _encode_demand(self.demand)
         if self.transactional_id:
             doc["txn"] = self.transactional_id
+        if self.claims:
+            doc["claims"] = [c.encode() for c in self.claims]
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -119,9 +127,35 @@ class Report:
                 int(doc.get("seq", 0)),
                 int(doc.get("v", 1)),
                 str(doc.get("txn", "")),
+                tuple(Claim.decode(entry) for entry in doc.get("claims", ())),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a coordination report: {exc!r}") from exc
+
+
+class Claim(NamedTuple):
+    """An instance's claim on a tenant group's budget in one window (``ClaimBook``): which
+    (``key``), the limit, what its partitions spent, the claim, and the weight of the group's
+    members backlogged there (each instance's part of what is left follows it)."""
+
+    key: ClaimKey
+    limit: int
+    spent: int
+    claim: int
+    weight: float = 0.0
+
+    def encode(self) -> list[object]:
+        return [*self.key, self.limit, self.spent, self.claim, self.weight]
+
+    @classmethod
+    def decode(cls, entry: Any) -> Claim:
+        group, unit, window, rolling, zone, start, limit, spent, claim, weight = entry
+        key = ClaimKey(str(group), str(unit), str(window), bool(rolling), str(zone), int(start))
+        return cls(key, int(limit), int(spent), int(claim), float(weight))
+
+
+def _claims_of(report: Report) -> list[tuple[ClaimKey, int, int, int, float]]:
+    return [(c.key, c.limit, c.spent, c.claim, c.weight) for c in report.claims]
 
 
 def _encode_demand(demand: Demand) -> dict[str, object]:
@@ -231,12 +265,21 @@ class PeerView:
         self.read_error: str | None = None  # the last read failure, until an echo
         self.publish_failures = 0
         self.read_failures = 0
+        # Tenant groups' budgets: every instance's valid claims, in log order, and this
+        # instance's claims as last published.
+        self.book = ClaimBook()
+        self._published: dict[ClaimKey, int] = {}
 
     # -- what happened ------------------------------------------------------------------------
 
-    def report(self, demand: dict[int, ClassDemand], partitions: tuple[int, ...]) -> Report:
+    def report(
+        self,
+        demand: dict[int, ClassDemand],
+        partitions: tuple[int, ...],
+        claims: tuple[Claim, ...] = (),
+    ) -> Report:
         """A new report of this instance, to publish now (its mode: whether it reads
-        itself back)."""
+        itself back), with its claims on tenant groups' budgets (``plan_claims``)."""
         now = self.clock.now()
         self._seq += 1
         coordinated = self.reads()
@@ -249,6 +292,7 @@ class PeerView:
             self.run,
             self._seq,
             transactional_id=self.transactional_id,
+            claims=claims,
         )
         sent = self._sent
         sent[self._seq] = (now, coordinated)
@@ -262,7 +306,44 @@ class PeerView:
         if coordinated:
             self._last_coordinated_sent = now
         self.own = report
+        # A give-back binds this instance at once; a raise only once read back valid.
+        self._published = {c.key: c.claim for c in claims}
         return report
+
+    def plan_claims(self, budgets: tuple[Spend, ...]) -> tuple[Claim, ...]:
+        """The claims to publish next on the tenant groups' budgets ``budgets`` (as the
+        emitter sees them): ``plan_claim`` for each, from the valid claims as read so far,
+        this instance's part being its backlogged members' weight over the group's on
+        every instance (as their last reports say)."""
+        book, me = self.book, self.instance
+        out = []
+        for b in budgets:
+            others_claims, others_spent = book.others(b.key, me)
+            everywhere = b.weight + book.others_weight(b.key, me)
+            claim = plan_claim(
+                self.claim_in_force(b.key),
+                b.limit,
+                b.spent,
+                others_claims,
+                others_spent,
+                b.weight / everywhere if everywhere > 0 else 0.0,
+            )
+            out.append(Claim(b.key, b.limit, b.spent, claim, b.weight))
+        return tuple(out)
+
+    def claim_in_force(self, key: ClaimKey) -> int:
+        """What this instance may spend of a group's budget: its valid claim as read back,
+        or a lower one it has published since (a give-back binds at once)."""
+        valid = self.book.claim(key, self.instance)
+        published = self._published.get(key)
+        return valid if published is None else min(valid, published)
+
+    def claims_in_force(self) -> tuple[Exchanged, ...]:
+        """Every claim in force of this instance, for the emitter."""
+        mine = {k for k in self.book.keys() if self.book.claim(k, self.instance)}  # noqa: SIM118
+        return tuple(
+            Exchanged(key, self.claim_in_force(key)) for key in sorted(set(self._published) | mine)
+        )
 
     def acked(self, seq: int) -> None:
         self.publish_error = None
@@ -278,6 +359,8 @@ class PeerView:
 
     def received(self, key: str, value: bytes | None) -> None:
         """A record read from the coordination topic, in log order."""
+        if value is None:
+            self.book.drop(key)  # it left (or was fenced): its claims are given back
         if key == self.instance:
             if value is None:
                 return  # the tombstone of an earlier run of this instance
@@ -285,6 +368,7 @@ class PeerView:
                 report = Report.decode(value)
             except ValueError:
                 return
+            self.book.record(key, _claims_of(report))
             sent = self._sent.get(report.seq) if report.run == self.run else None
             if sent is not None:  # ours, this run: everything before it is read
                 self._echo = sent
@@ -301,6 +385,7 @@ class PeerView:
         except ValueError as exc:
             log.warning("ignoring coordination record %r: %s", key, exc)
             return
+        self.book.record(key, _claims_of(report))
         self.peers[key] = (report, self._echo[0] if self._echo is not None else None)
         self._heard[key] = self.clock.now()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from confluent_kafka import TopicPartition
 
+from fairstream.core.budget import BudgetLedger, Entry
 from fairstream.scheduler import progress as progress_codec
 from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.metrics import Metrics
@@ -41,8 +42,12 @@ class Checkpoint:
         ingest_topic: str,
         progress_topic: str,
         token_prefix: str,
+        ledger: BudgetLedger | None = None,
     ) -> None:
         self.metrics = metrics
+        # The budgets' spend (the rule's): what the open transaction reserved stays when
+        # it commits and is given back when it aborts.
+        self.ledger = ledger
         self.observed = observed
         self.ingest_topic = ingest_topic
         self.progress_topic = progress_topic
@@ -84,6 +89,8 @@ class Checkpoint:
     def discard(self) -> None:
         """The open transaction was aborted: what it held counts for nothing."""
         self.dwell, self.cost, self.letters = {}, 0, {}
+        if self.ledger is not None:
+            self.ledger.rewound()
 
     # -- progress ----------------------------------------------------------------------------
 
@@ -111,8 +118,10 @@ class Checkpoint:
         return dict(self.marks), dict(self.seqs)
 
     def changed(self, progress: dict[int, PartitionProgress]) -> list[Changed]:
-        """The ingest partitions whose progress (or holding log's) changed since committed."""
+        """The ingest partitions whose progress (or holding log's, or budget spend) changed
+        since committed."""
         committed = self.changes
+        spent = self.ledger.dirty if self.ledger is not None else ()
         return [
             (p, prog, progress.get(holding_id(p)))
             for p, prog in progress.items()
@@ -120,6 +129,7 @@ class Checkpoint:
             and (
                 prog.changes != committed.get(p)
                 or _changes(progress.get(holding_id(p))) != committed.get(holding_id(p))
+                or p in spent
             )
         ]
 
@@ -135,8 +145,10 @@ class Checkpoint:
         to commit with them."""
         offsets: list[TopicPartition] = []
         largest = 0
+        ledger = self.ledger
         for partition, prog, hold in changed:
-            snapshot = _snapshot(token, prog, hold)
+            budgets = ledger.export(partition) if ledger is not None else []
+            snapshot = _snapshot(token, prog, hold, budgets)
             written = 0
             if snapshot is not None:
                 records = progress_codec.encode_chunks(snapshot)
@@ -181,6 +193,8 @@ class Checkpoint:
             self.observed.committed(dwells)
         for reason, count in self.letters.items():
             self.metrics.dead_letters.labels(reason).inc(count)
+        if self.ledger is not None:
+            self.ledger.committed()
         self.discard()
         return self.handed()
 
@@ -190,12 +204,15 @@ def _changes(prog: PartitionProgress | None) -> int | None:
 
 
 def _snapshot(
-    token: str, prog: PartitionProgress, hold: PartitionProgress | None
+    token: str, prog: PartitionProgress, hold: PartitionProgress | None, budgets: list[Entry]
 ) -> Snapshot | None:
     """What the progress topic must keep for a partition, or None when the committed offset
-    says it all (no settled range above either mark, the holding log unused)."""
+    says it all (no settled range above either mark, the holding log unused, no budget
+    spend)."""
     ranges = prog.ranges()
     parked = dict(hold.parked) if isinstance(hold, HoldingProgress) else {}
     if hold is None or (hold.lwm == 0 and not hold.settled_above and not parked):
-        return Snapshot(token, prog.lwm, ranges) if ranges else None
-    return Snapshot(token, prog.lwm, ranges, hold.lwm, hold.ranges(), parked)
+        if not ranges and not budgets:
+            return None
+        return Snapshot(token, prog.lwm, ranges, budgets=list(budgets))
+    return Snapshot(token, prog.lwm, ranges, hold.lwm, hold.ranges(), parked, list(budgets))

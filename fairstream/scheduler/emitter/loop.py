@@ -51,6 +51,12 @@ from fairstream.core import Core, RecordClock, TenantPolicy
 from fairstream.core.shares import backlogged_demand
 from fairstream.scheduler import faults
 from fairstream.scheduler.emitter.backlog import Backlog
+from fairstream.scheduler.emitter.budgets import (
+    budget_rows,
+    exchanged,
+    group_spend,
+    tenant_budgets,
+)
 from fairstream.scheduler.emitter.checkpoint import Checkpoint
 from fairstream.scheduler.emitter.demotions import Demotions, mark_demoted, with_demotion
 from fairstream.scheduler.emitter.egress import Limits
@@ -186,6 +192,7 @@ class Emitter:
         self._next_commit = 0.0
         self._soonest_commit = 0.0  # when a waiting emitter may commit (see _run)
         self._stop_cause: str | None = None  # the ingest thread's failure that stopped it
+        self._budget_waits = 0  # the rule's budget waits counted in the metrics so far
         # The open transaction's tallies and each partition's committed progress.
         prefix = token_prefix or f"{transactional_id}:{os.urandom(4).hex()}"
         self.checkpoint = Checkpoint(
@@ -194,6 +201,7 @@ class Emitter:
             ingest_topic=self.ingest_topic,
             progress_topic=self.progress_topic,
             token_prefix=prefix,
+            ledger=self.rule.ledger,
         )
         # What waits (the core's payload bytes, dead letters, parking) and what sends: each
         # holds the rule, the live progress and the fetcher, and owns its own state.
@@ -364,7 +372,7 @@ class Emitter:
         elif isinstance(item, Revoke):
             self._revoke(item)
         elif isinstance(item, FeedbackBatch):
-            self.pacing.feedback(item, self.observed, self.clock.now())
+            self.pacing.feedback(item, self.observed, self.clock.now(), self.clock.epoch_ms())
         elif isinstance(item, AdaptiveChange):
             self.pacing.adapted(item, len(self.owned))
         elif isinstance(item, ConcurrencyChange):
@@ -374,6 +382,8 @@ class Emitter:
         elif isinstance(item, ShareChange):
             self.pacing.shared(item, len(self.owned))
             self.policies.groups.take_parts(item.parts, self.rule)  # of each group's cap
+            if item.budgets:
+                exchanged(self.rule, item.budgets, self.clock.epoch_ms())
         elif isinstance(item, Heard):
             self.warming.discard(item.partition)
         elif isinstance(item, PolicyChange):
@@ -413,9 +423,15 @@ class Emitter:
             return  # the rewind that follows covers these partitions too
         self.phase = replace(self.phase, joined=True)
         self.queues.update(assign.queues)
+        ledger = self.rule.ledger
+        if assign.rewind:  # what is committed is all there is: the spend too
+            ledger.drop(set(range(self.partitions)))
         for partition, prog in assign.progress.items():
             self.progress[partition] = prog
             self.checkpoint.recovered(partition, prog)
+            if partition >= 0:
+                ledger.restore(partition, prog.budgets)
+                prog.budgets = []
         if assign.progress:
             self.warming.update(assign.progress)
             self._warm_until = self.clock.now() + WARM_UP
@@ -474,6 +490,7 @@ class Emitter:
             self.warming.discard(partition)
             self.fetcher.forget(partition)
         self.checkpoint.forget(gone)
+        self.rule.ledger.drop({p for p in gone if p >= 0})
         self.backlog.drop(gone)
         self._publish_owned()
         self._apply_rate_share()
@@ -503,6 +520,8 @@ class Emitter:
             act(self.rule, action, lambda: self.policies.new_core(self.clock))
         else:
             self.purge(action.tenant, action.before_ms)
+            return
+        self.rule.budgets_changed()  # a policy in force may have gained or lost budgets
 
     def _review(self, demotions: Demotions, now: float) -> None:
         """Noisy tenants one class down, quiet ones back (``Demotions.review`` says how)."""
@@ -525,6 +544,7 @@ class Emitter:
             backlogged_demand(self.core, self.policies.groups.policy),
             self.owned,
             self.pacing.adaptive,
+            group_spend(self.rule, self.clock.epoch_ms()),
         )
 
     # -- emission ----------------------------------------------------------------------------
@@ -625,7 +645,17 @@ class Emitter:
 
     def _scrape(self) -> Scrape:
         scrape = self.observed.scrape(self.core, self.txn.records, self.backlog.cached)
-        return with_demotion(scrape, self.core, self.demotions, self.clock.epoch_ms())
+        now_ms = self.clock.epoch_ms()
+        rule = self.rule
+        if rule.budgeted or len(rule.ledger):
+            waits = rule.budget_waits - self._budget_waits
+            if waits:
+                self.metrics.budget_refused.labels("wait").inc(waits)
+                self._budget_waits = rule.budget_waits
+            waiting = len(rule.budget_held())
+            self.metrics.budget_waiting.set(waiting)
+            scrape = replace(scrape, budgets=budget_rows(rule, now_ms), budget_waiting=waiting)
+        return with_demotion(scrape, self.core, self.demotions, now_ms)
 
     def tenant_stats(self, limit: int) -> dict[str, Any]:
         stats = self.observed.tenant_stats(
@@ -637,4 +667,9 @@ class Emitter:
         )
         self.pacing.add_slots(stats)
         mark_demoted(stats["tenants"], self.demotions)
+        if self.rule.budgeted:
+            now_ms, held = self.clock.epoch_ms(), self.rule.budget_held()
+            for row in stats["tenants"]:
+                row["budgets"] = tenant_budgets(self.rule, row["tenant"], now_ms)
+                row["budget_waiting"] = row["tenant"] in held
         return stats

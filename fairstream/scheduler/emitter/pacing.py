@@ -34,6 +34,7 @@ from fairstream.scheduler.messages import (
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.records import Parsed
+from fairstream.wire.partition import partition_of
 
 __all__ = ["Pacing", "new_rule"]
 
@@ -111,6 +112,9 @@ class Pacing:
         # rate), whatever --share-by says: the parts cannot add up to more than the limit,
         # need no exchange, and do not follow the adapted rate.
         self.rule.set_concurrency_share(by_partitions)
+        # A tenant group's budget: with the instances' exchange, each spends its claim
+        # (``ClaimBook``) and nothing before it has one; without, its share by partitions.
+        self.rule.ledger.share = 0.0 if self.group_shares else by_partitions
         self._slot_share = by_partitions
         self.count_slots()
         self.metrics.group_share.set(share)
@@ -196,19 +200,29 @@ class Pacing:
         self.rule.lease(change.lease_until)
         self.apply(owned)
 
-    def feedback(self, batch: FeedbackBatch, observed: Observed, now: float) -> None:
+    def feedback(self, batch: FeedbackBatch, observed: Observed, now: float, now_ms: int) -> None:
         """Charge measured costs (under ``--fairness dominant``, in the dominant-resource
-        charge's terms), pause tenants whose own quota pushed back, settle and renew
-        concurrency slots."""
+        charge's terms) to the tenants' deficits and settle them in their budgets, pause
+        tenants whose own quota pushed back, settle and renew concurrency slots."""
         rule = self.rule
         core = rule.core
         dominant = rule.dominant
-        for tenant, declared, cost in batch.charges:
+        budgeted, ledger, refunded = rule.budgeted, rule.ledger, False
+        for tenant, declared, cost, charged_ms in batch.charges:
             observed.cost(tenant, declared, cost)
             if cost != declared:
                 extra = cost - declared if dominant is None else dominant.correction(declared, cost)
                 if extra:
                     core.charge(tenant, extra)
+                if budgeted:
+                    charges = rule.charges(tenant)
+                    if charges:
+                        partition = partition_of(tenant, self.partitions)
+                        charged = charged_ms or now_ms
+                        ledger.settle(charges, cost - declared, charged, now_ms, partition)
+                        refunded = refunded or cost < declared
+        if refunded:
+            rule.release_budget_holds()  # the refunds may have made room
         for tenant, seconds in batch.pauses:
             if rule.pause(tenant, seconds, now):
                 log.info("tenant %r paused for %.1f s (its upstream quota)", tenant, seconds)
@@ -268,7 +282,15 @@ def new_rule(settings: Settings, core: Core[Parsed], clock: RecordClock) -> Emis
         max_concurrency=settings.max_concurrency,
         concurrency_lease=settings.concurrency_lease,
         dominant=settings.fairness == "dominant",
+        partition_of=ingest_partition,
     )
+
+
+def ingest_partition(entry: Parsed) -> int:
+    """The ingest partition of a record, waiting in its ingest log or in that partition's
+    holding log (``holding_id``): the partition whose progress carries its budget spend."""
+    partition = entry.partition
+    return partition if partition >= 0 else ~partition
 
 
 def _resumed(tenant: str) -> None:

@@ -45,7 +45,8 @@ from confluent_kafka import KafkaException
 from fairstream import wire
 from fairstream.config import Settings
 from fairstream.core import Pick, RecordClock
-from fairstream.core.emission import EmissionRule, Expire, Wait
+from fairstream.core.budget import format_budget, scope_name
+from fairstream.core.emission import EmissionRule, Exhausted, Expire, Wait
 from fairstream.core.spread import EgressSpread
 from fairstream.scheduler.emitter.backlog import Backlog
 from fairstream.scheduler.emitter.checkpoint import Checkpoint
@@ -56,7 +57,7 @@ from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.records import Parsed, Prepared, held_headers, held_key, held_value, new
-from fairstream.wire.dead_letter import HeaderList, expired_detail, lost_detail
+from fairstream.wire.dead_letter import HeaderList, budget_detail, expired_detail, lost_detail
 from fairstream.wire.partition import partition_of_key
 
 __all__ = ["EMIT_BATCH", "STALE_MS", "Sender", "home_partition", "request_id"]
@@ -252,15 +253,35 @@ class Sender:
         self.checkpoint.emitted(cost)
         txn.tally(inline)  # counted for its polls
 
-    def _waits(self, step: Expire[Parsed] | Wait, stamp: int) -> bool:
+    def _waits(self, step: Expire[Parsed] | Exhausted[Parsed] | Wait, stamp: int) -> bool:
         """What the rule said instead of a pick: whether to wait (``wait``, ``paced``), else
-        the expired pick made a dead letter."""
+        the expired pick, or the one its budget does not let go, made a dead letter."""
         if isinstance(step, Wait):
             self.wait = step.seconds
             self.paced = step.seconds != math.inf
             return True
-        self.expire(step, stamp)
+        if isinstance(step, Exhausted):
+            self.exhausted(step)
+        else:
+            self.expire(step, stamp)
         return False
+
+    def exhausted(self, step: Exhausted[Parsed]) -> None:
+        """A pick its budget does not let go, under a policy that dead-letters it
+        (``budget-exhausted``)."""
+        tenant, entry, cost, refusal = step
+        if entry.msg is not None:
+            self.backlog.free(entry.msg)
+        detail = budget_detail(
+            tenant,
+            scope_name(refusal.scope),
+            format_budget(refusal.budget),
+            cost,
+            refusal.remaining,
+            refusal.fits_at_ms,
+        )
+        self.metrics.budget_refused.labels("dead-letter").inc()
+        self.backlog.letter(tenant, entry, wire.BUDGET_EXHAUSTED, detail)
 
     def prepare(self) -> bool:
         """Pick and stamp up to PREPARE_CHUNK more records for the next transaction; whether
@@ -301,6 +322,7 @@ class Sender:
         Never a ``lost`` dead letter: that needs the log start past the record (``fetch``)."""
         tenant, entry, cost = pick
         self.rule.core.push_front(tenant, entry, cost)
+        self.rule.refund(tenant, entry, cost, self.clock.epoch_ms())  # charged when it goes
         self.rule.pause(tenant, max(0.01, self.fetcher.retry_in(entry.partition)))
 
     def expire(self, step: Expire[Parsed], stamp: int) -> None:
@@ -317,7 +339,7 @@ class Sender:
         """A pick's key, value and egress headers, whatever it takes: its payload read back
         from the log, the transaction begun. None when it cannot go now (back in its
         tenant's queue, ``unread``) or ever (a dead letter: lost, or too large)."""
-        tenant, entry, _ = pick
+        tenant, entry, cost = pick
         partition, offset, msg = entry.partition, entry.offset, entry.msg
         if msg is not None:
             self.backlog.free(msg)
@@ -330,6 +352,7 @@ class Sender:
             if isinstance(read, Gone):
                 detail = lost_detail(partition, offset, read.log_start)
                 self.backlog.letter(tenant, entry, wire.LOST, detail)
+                self.rule.refund(tenant, entry, cost, stamp)  # never sent: spends nothing
                 return None
             msg = read
         key, value, own = held_key(msg, tenant), held_value(msg), held_headers(msg)
@@ -338,6 +361,7 @@ class Sender:
             detail = self.stamper.too_large(self.egress_topic)
             held = entry._replace(msg=msg)  # with its payload
             self.backlog.letter(tenant, held, wire.TOO_LARGE, detail)
+            self.rule.refund(tenant, entry, cost, stamp)  # never sent: spends nothing
             return None
         txn.begin()
         return key, value, headers

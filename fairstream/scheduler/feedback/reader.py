@@ -262,7 +262,8 @@ class FeedbackReader:
             if cost_correction(fb.declared_cost, fb.cost, max_ratio=MAX_COST_RATIO) is None:
                 self.metrics.feedback_errors.labels("absurd-cost").inc()
             elif self._emitted_here(fb.request_id, fb.tenant):
-                batch.charges.append((fb.tenant, fb.declared_cost, fb.cost))
+                charged = fb.scheduled_at_ms or 0
+                batch.charges.append((fb.tenant, fb.declared_cost, fb.cost, charged))
 
     def _emitted_here(self, request_id: str, tenant: str) -> bool:
         """Whether a cost reported for ``request_id`` is this instance's to charge; counts

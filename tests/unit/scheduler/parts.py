@@ -92,6 +92,7 @@ def build(*, max_backlog: int | None = None, **settings: Any) -> Parts:
         ingest_topic=config.topics.ingest,
         progress_topic="app-progress",
         token_prefix="test:1",
+        ledger=rule.ledger,
     )
     limits = Limits()
     backlog = Backlog(

@@ -29,7 +29,7 @@ def charges(emitter: Emitter, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str
 
 
 def feedback(emitter: Emitter, *reports: tuple[str, int, int]) -> None:
-    emitter._control(FeedbackBatch(charges=list(reports)))
+    emitter._control(FeedbackBatch(charges=[(*report, 0) for report in reports]))
 
 
 def test_dominant_fairness_needs_both_limits() -> None:

@@ -71,7 +71,7 @@ def test_a_cost_for_a_request_emitted_here_is_charged() -> None:
     fr, metrics = reader(recent, owned={partition_of("acme", PARTITIONS)})
     batch = FeedbackBatch()
     fr._read(*record("ingest-0-17"), batch)
-    assert batch.charges == [("acme", 1, 10)]
+    assert batch.charges == [("acme", 1, 10, 0)]
     assert unknown(metrics) == 0
 
 
@@ -97,7 +97,7 @@ def test_without_a_memory_of_requests_every_cost_is_charged() -> None:
     fr, _ = reader(None)
     batch = FeedbackBatch()
     fr._read(*record("anything"), batch)
-    assert batch.charges == [("acme", 1, 10)]
+    assert batch.charges == [("acme", 1, 10, 0)]
 
 
 def test_recent_requests_remember_the_last_capacity_and_at_most_twice_as_many() -> None:
@@ -308,7 +308,7 @@ def test_this_deployments_feedback_is_used() -> None:
     fr._read(*other("a.egress", Outcome.OK), batch)
     fr._read(*other("a.egress", Outcome.RATE_LIMITED, Scope.TENANT), batch)
     fr._read(*other("a.egress", Outcome.RATE_LIMITED, Scope.API), batch)
-    assert batch.charges == [("acme", 1, 10)]
+    assert batch.charges == [("acme", 1, 10, 0)]
     assert batch.pauses == [("acme", 2.0)]
     assert batch.settled == [b"r-ok"]
     assert fr.adaptive.rate() < 100.0

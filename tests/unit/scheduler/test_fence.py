@@ -7,6 +7,7 @@ time is a ManualClock (durations only).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -169,7 +170,9 @@ def test_a_fence_runs_on_its_own_thread_and_its_outcome_is_counted(fails: bool) 
             raise RuntimeError("the broker is away")
 
     try:
-        thread = fence_in_background({}, report("app-b", (2,)), shares._fenced, 5.0, fencing)
+        silent = report("app-b", (2,))
+        outcome_of = functools.partial(shares._fenced, silent)
+        thread = fence_in_background({}, silent, outcome_of, 5.0, fencing)
         thread.join(10)
     finally:
         shares._consumer.close()

@@ -335,3 +335,47 @@ def test_a_busy_emitter_leaves_the_last_demand_with_the_partitions_it_owns_now()
 class _Unanswered(Handoff):
     def call(self, fn: Callable[[], Any], timeout: float = 5.0) -> Any:
         raise TimeoutError("the emitter thread did not answer")
+
+
+def test_a_reports_budget_claims_round_trip_and_an_older_report_has_none() -> None:
+    from fairstream.core.budget import ClaimKey
+    from fairstream.scheduler.coordination.view import Claim
+
+    key = ClaimKey("org", "cost", "day", False, "UTC", 1_767_225_600_000)
+    claims = (Claim(key, 1000, 420, 500, 2.0),)
+    report = Report("a", 1, (0, 1), BUSY, claims=claims)
+    assert Report.decode(report.encode()).claims == claims
+    older = b'{"v":3,"instance":"b","sent_ms":1,"partitions":[2],"demand":{}}'
+    assert Report.decode(older).claims == ()
+
+
+def test_two_instances_claim_a_group_budget_through_the_log_and_never_exceed_it() -> None:
+    from fairstream.core.budget import ClaimKey
+    from fairstream.scheduler.messages import Spend
+
+    clock = ManualClock()
+    log = Log()
+    day = 1_767_225_600_000
+    views = [PeerView(name, 4, clock) for name in ("a", "b")]
+    spent = {"a": 0, "b": 0}
+
+    def budgets(view: PeerView) -> tuple[Spend, ...]:
+        key = ClaimKey("org", "cost", "day", False, "UTC", day)
+        return (Spend(key, 100, spent[view.instance], 1.0),)
+
+    def in_force(view: PeerView) -> int:
+        return sum(e.claim for e in view.claims_in_force())
+
+    for _ in range(30):
+        for view in views:
+            log.read(view)
+            # Each spends up to 10 a turn, as far as its claim in force allows.
+            me = view.instance
+            spent[me] = max(spent[me], min(spent[me] + 10, in_force(view)))
+            assert spent["a"] + spent["b"] <= 100
+            claims = view.plan_claims(budgets(view))
+            report = view.report(BUSY, (0,) if view.instance == "a" else (1,), claims)
+            log.records.append((view.instance, report.encode()))
+    assert spent["a"] + spent["b"] == 100  # between them, all of it, and no more
+    assert spent["a"] >= 40  # a came first, and b's demand took half of what was left
+    assert spent["b"] >= 40

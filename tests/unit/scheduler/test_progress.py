@@ -531,3 +531,38 @@ def test_a_holding_logs_gaps_settle_as_ranges_and_its_records_one_by_one() -> No
     hold.settle(0)
     assert hold.parked == {}
     assert (hold.lwm, hold.ranges()) == (4, [])
+
+
+# -- budget spend (format 3) ------------------------------------------------------------------
+
+
+def _entry(i: int) -> list[object]:
+    return ["t", f"tenant-{i}", "cost", "day", False, "UTC", 0, 86_400_000, i, 0, []]
+
+
+def test_budget_spend_rides_with_the_snapshot() -> None:
+    rolling = ["g", "org", "records", "hour", True, "", 0, 0, 7, 2, [[60_000, 3], [120_000, 4]]]
+    snapshot = Snapshot("t:9", 10, [(12, 15)], budgets=[_entry(1), rolling])
+    [record] = encode_chunks(snapshot)
+    assert record[0] == 3
+    assert assemble([decode_chunk(record)]) == snapshot
+
+
+def test_many_budget_entries_are_cut_over_chunks_and_put_together() -> None:
+    entries = [_entry(i) for i in range(500)]
+    ranges = [(i * 10, i * 10 + 1) for i in range(1, 200)]
+    snapshot = Snapshot("t:2", 0, ranges, budgets=entries)
+    records = encode_chunks(snapshot, limit=4096)
+    assert len(records) > 5
+    assert all(len(r) <= 4096 + 64 for r in records)
+    chunks = [decode_chunk(r) for r in reversed(records)]
+    assert assemble(chunks) == snapshot
+    assert assemble(chunks[1:]) is None  # a chunk missing: not used
+
+
+def test_a_format_2_record_still_reads_with_no_budget_spend() -> None:
+    # Format 2 (the release before budgets): token "t", chunk 0 of 1, marks 10 and 0, no
+    # parked tenant, one ingest range [12, 15), no holding range.
+    record = bytes([2, 1]) + b"t" + bytes([0, 1, 10, 0, 0, 1, 2, 3, 0])
+    chunk = decode_chunk(record)
+    assert (chunk.token, chunk.lwm, chunk.ranges, chunk.budgets) == ("t", 10, [(12, 15)], [])

@@ -33,6 +33,7 @@ RELEASED = {
     "TenantPolicy.v1.avsc": 0x1975DF0CE7A2013E,
     "TenantPolicy.v2.avsc": 0x84DBB18F51F4503C,
     "TenantPolicy.v3.avsc": 0xCADDE6180798DCD8,
+    "TenantPolicy.v4.avsc": 0xDB9161675289E97E,
 }
 FEEDBACK_RELEASED = {
     "Feedback.v1.avsc": 0xC7C270A52676EEBD,

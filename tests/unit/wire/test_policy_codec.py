@@ -10,6 +10,7 @@ import avro.io
 import avro.schema
 import pytest
 
+from fairstream.core.budget import Budget
 from fairstream.core.tenant import TenantPolicy
 from fairstream.wire.canonical import fingerprint
 from fairstream.wire.policy import (
@@ -113,6 +114,7 @@ def test_invalid_policy_is_refused_with_the_reason() -> None:
         "rate_cap": None,
         "cap_burst": 1.0,
         "paused": False,
+        "budgets": [],
         "updated_at": 0,
         "purge_before": None,
     }
@@ -174,6 +176,7 @@ def test_an_older_writer_without_newer_fields_resolves_to_defaults() -> None:
                 "max_backlog_cost": None,
                 "rate_cap": None,
                 "cap_burst": 1.0,
+                "budgets": [],
                 "updated_at": 5,
             },
         )
@@ -204,11 +207,19 @@ def test_max_concurrency_round_trips_and_is_checked() -> None:
         decode_policy(_single_object(schema, datum))
 
 
-def test_v3_is_released_as_the_current_schema() -> None:
-    # Released with the tenant group: what this fairstream writes is v3.
+def test_v4_is_released_as_the_current_schema() -> None:
+    # Released with budgets: what this fairstream writes is v4.
+    v4 = json.loads(released_schema_texts()["TenantPolicy.v4.avsc"])
+    assert fingerprint(v4) == fingerprint(json.loads(current_schema_text()))
+    assert fingerprint(v4) == 0xDB9161675289E97E
+
+
+def test_v3_is_what_the_release_before_wrote() -> None:
+    # The schema with the tenant group and no budgets: every policy written by the release
+    # before budgets carries its fingerprint, so it stays readable.
     v3 = json.loads(released_schema_texts()["TenantPolicy.v3.avsc"])
-    assert fingerprint(v3) == fingerprint(json.loads(current_schema_text()))
     assert fingerprint(v3) == 0xCADDE6180798DCD8
+    assert "budgets" not in {f["name"] for f in v3["fields"]}
 
 
 def test_v2_is_what_the_release_before_wrote() -> None:
@@ -244,3 +255,57 @@ def test_v1_v2_and_v3_records_decode() -> None:
     )
     record = PolicyRecord(TenantPolicy(weight=3), 9, group="ünïcode org")
     assert decode_policy(encode_policy(record)) == record
+
+
+def test_budgets_round_trip() -> None:
+    budgets = (
+        Budget(1000, "day"),
+        Budget(50, "minute", unit="records", on_exhausted="dead-letter"),
+        Budget(1_000_000, "month", time_zone="Europe/Paris"),
+        Budget(5000, "hour", rolling=True),
+    )
+    record = PolicyRecord(TenantPolicy(weight=2, budgets=budgets), 42)
+    decoded = decode_policy(encode_policy(record))
+    assert decoded == record
+    assert decoded.policy.budgets == budgets
+
+
+def test_a_v3_value_reads_as_a_policy_without_budgets() -> None:
+    v3 = json.loads(released_schema_texts()["TenantPolicy.v3.avsc"])
+    datum = {
+        **{f["name"]: f["default"] for f in v3["fields"]},
+        "weight": 2.0,
+        "max_concurrency": 4,
+        "group": "acme",
+    }
+    record = decode_policy(_single_object(v3, datum))
+    assert record.policy == TenantPolicy(weight=2, max_concurrency=4)
+    assert record.policy.budgets == ()
+    assert record.group == "acme"
+
+
+@pytest.mark.parametrize(
+    ("budget", "reason"),
+    [
+        ({"limit": 0}, "limit must be an integer >= 1"),
+        ({"limit": 5, "window": "week"}, "window must be one of"),
+        ({"limit": 5, "unit": "tokens"}, "unit must be one of"),
+        ({"limit": 5, "on_exhausted": "drop"}, "on_exhausted must be one of"),
+        ({"limit": 5, "time_zone": "Mars/Olympus"}, "unknown time zone"),
+    ],
+)
+def test_an_invalid_budget_is_refused_with_the_reason(
+    budget: dict[str, object], reason: str
+) -> None:
+    schema = json.loads(current_schema_text())
+    fields = {f["name"]: f for f in schema["fields"]}
+    item = {f["name"]: f.get("default") for f in fields["budgets"]["type"]["items"]["fields"]}
+    datum = {name: field["default"] for name, field in fields.items()}
+    datum["budgets"] = [{**item, **budget}]
+    with pytest.raises(SchemaError, match=reason):
+        decode_policy(_single_object(schema, datum))
+
+
+def test_two_budgets_of_one_window_are_refused() -> None:
+    with pytest.raises(ValueError, match="count the same spend"):
+        TenantPolicy(budgets=(Budget(5, "day"), Budget(9, "day", on_exhausted="dead-letter")))

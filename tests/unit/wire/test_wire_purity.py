@@ -19,6 +19,7 @@ ALLOWED_FAIRSTREAM = (
     "fairstream.wire",
     "fairstream.errors",
     "fairstream.core.tenant",
+    "fairstream.core.budget",  # a policy's budgets: values of core.tenant's TenantPolicy
 )
 WIRE = Path(fairstream.wire.__file__).parent
 MODULES = sorted(WIRE.glob("*.py"))
@@ -55,8 +56,9 @@ def test_importing_wire_loads_no_kafka_client() -> None:
 
 
 def test_the_cores_copies_of_contract_constants_equal_wires() -> None:
-    from fairstream.core import admission, usage
+    from fairstream.core import admission, budget, usage
     from fairstream.wire import records
 
     assert admission.BACKLOG_FULL == records.BACKLOG_FULL
+    assert budget.BUDGET_EXHAUSTED == records.BUDGET_EXHAUSTED
     assert usage.MAX_COST == records.MAX_COST

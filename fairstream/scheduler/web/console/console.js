@@ -122,6 +122,22 @@
       ? (r.cost_reported / r.cost_declared).toFixed(2) + "x" : "-", "num")
       .title = has(r.cost_declared) ? num(r.cost_reported) + " measured / " +
         num(r.cost_declared) + " declared" : "no feedback for this tenant";
+    // Its budget with the least room left (its own, or its tenant group's), and the rest in
+    // the cell's title.
+    var budgets = r.budgets || [];
+    var tight = null;
+    budgets.forEach(function (b) {
+      if (!tight || b.remaining / Math.max(1, b.limit) < tight.remaining / Math.max(1, tight.limit)) {
+        tight = b;
+      }
+    });
+    var text = tight ? num(tight.spent) + "/" + tight.budget +
+      (tight.scope !== r.tenant ? " (" + tight.scope + ")" : "") +
+      (r.budget_waiting ? ", waiting" : "") : "-";
+    cell(tr, text, r.budget_waiting ? "state-paused" : "").title = budgets.map(function (b) {
+      return b.scope + " " + b.budget + ": " + num(b.spent) + " spent, " + num(b.remaining) +
+        " left, resets " + new Date(b.resets_at_ms).toISOString();
+    }).join("\n") || "no budget";
   }
 
   function busiest(a, b) {
