@@ -160,13 +160,19 @@ class FairScheduler(TenantPolicies, Generic[T]):
         amount refunds), e.g. the measured cost of a request minus the cost it declared.
 
         A charge can take the deficit below zero: the tenant then sits out the rounds that
-        pay it back, so its share follows what its requests really cost. A refund raises
-        the deficit to at most one quantum (or leaves it where it was, if higher): a
-        tenant never saves up more than a round's credit from refunds. A tenant without a
-        backlog (or paused) keeps no deficit to charge: False, and nothing changes.
+        pay it back, so its share follows what its requests really cost. A refund is given
+        in full: it returns what a record sent was charged beyond its cost, never credit
+        for time spent idle (a tenant that leaves the ring forgets its deficit, refunds for
+        it included). Keeping only part of each refund (say, up to one quantum) would
+        charge every tenant more than its requests cost, by amounts that differ from one
+        tenant to the next: two tenants of the same costs would drift apart without bound. A
+        tenant without a backlog (or paused) keeps no deficit to charge: False, and nothing
+        changes.
 
-        Caller: the service, for each measured cost reported on the feedback topic.
-        Affects: the tenant's deficit (its place in the ring follows at its next visit).
+        Caller: the emission rule and the emitter's feedback, for each measured cost; the
+        tenant groups, for records taken back unsent. Affects: the tenant's deficit; a
+        refund to a tenant sitting out rounds moves it to the round it can now afford (a
+        charge takes effect at its next visit).
         """
         if isinstance(amount, bool) or not isinstance(amount, int | float):
             raise ValueError(f"amount must be a number of cost units, got {amount!r}")
@@ -175,10 +181,9 @@ class FairScheduler(TenantPolicies, Generic[T]):
         t = self._tenants.get(tenant)
         if t is None or t.state == PAUSED:
             return False
-        if amount >= 0:
-            t.deficit -= amount
-        else:
-            t.deficit = min(t.deficit - amount, max(t.deficit, t.quantum))
+        t.deficit -= amount
+        if amount < 0 and t.state == ACTIVE:
+            self._refile(t)
         return True
 
     def remove_tenant(self, tenant: str) -> list[T]:
@@ -402,7 +407,8 @@ class FairScheduler(TenantPolicies, Generic[T]):
             self._refile(t)
 
     def _refile(self, t: TenantRecord[T]) -> None:
-        """After a quantum change, move a tenant that skips rounds to its new round."""
+        """After a quantum change or a refund, move a tenant that skips rounds to its new
+        round."""
         cls = t.cls
         assert cls is not None
         if t.round <= cls.round + 1:

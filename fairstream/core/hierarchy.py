@@ -30,7 +30,7 @@ Levels
   of cheap and costly members would sit out rounds for costs it never sends).
 - When something changes a member's staged records (its policy, pause, removal, a record
   put back in front, a group change, a member of a better class joining), they go back to
-  the head of its inner queue (its inner deficit refunded, at most up to a quantum, as
+  the head of its inner queue (its inner deficit refunded, as
   ``charge`` refunds) and the group stages again. The staged records behind them move up,
   in order; a staged slot of the outer queue whose record changed keeps the cost it was
   queued with, and the difference is charged to the group when it goes (``charge``), so

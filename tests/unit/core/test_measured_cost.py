@@ -4,6 +4,7 @@ requests really cost once the difference from the declared cost is charged."""
 from __future__ import annotations
 
 import math
+import random
 from collections import Counter, deque
 
 import pytest
@@ -93,11 +94,51 @@ def test_a_charge_makes_the_tenant_sit_out_the_rounds_it_owes() -> None:
     assert order(s, 6) == "BBABAB"  # B gets the two rounds A owes
 
 
-def test_a_refund_gives_at_most_one_round_of_credit() -> None:
+def test_a_refund_is_given_in_full() -> None:
+    s = scheduler(quantum=2)
+    for i in range(20):
+        for t in "AB":
+            s.push(t, i, cost=2)
+    assert order(s, 8) == "ABABABAB"
+    for _ in range(4):
+        assert s.charge("A", -1) is True  # A's four requests cost 1, not 2
+    # Two records more (the four units it was overcharged), not one (a quantum's worth).
+    assert order(s, 8) == "AAABABAB"
+
+
+def test_a_refund_brings_a_tenant_sitting_out_rounds_back_at_once() -> None:
     s = backlogged("AB")
     assert order(s, 2) == "AB"
-    assert s.charge("A", -100) is True  # a request that cost far less than declared
-    assert order(s, 6) == "AABABA"  # one extra record, not a hundred
+    assert s.charge("A", 10) is True  # owes ten rounds
+    assert order(s, 3) == "BBB"
+    assert s.charge("A", -10) is True  # the report was wrong: corrected back
+    # Back in the next round, not ten rounds later, with the rounds it sat out for a debt
+    # it never owed: the two are even again (within the record B's round began with).
+    assert order(s, 4) == "BAAA"
+    assert order(s, 4) == "ABAB"
+
+
+def test_two_tenants_of_the_same_costs_do_not_drift_apart() -> None:
+    """Both tenants' requests declare 1-100 and cost 0.5-2x that, drawn the same way; each
+    call's correction is charged before the next pick. The service difference on measured
+    cost stays within twice the largest request's cost plus one call's mis-declaration;
+    refunds kept only in part (up to a quantum) let it wander past 400."""
+    rng = random.Random(7)
+    s: FairScheduler[int] = FairScheduler(ManualClock(), quantum=100)
+    measured: dict[int, int] = {}
+    for key in range(20_000):
+        declared = rng.randint(1, 100)
+        measured[key] = max(1, min(100, int(declared * rng.uniform(0.5, 2.0))))
+        s.push("AB"[key % 2], key, cost=declared)
+    served = {"A": 0, "B": 0}
+    worst = 0
+    while s.backlog("A")[0] and s.backlog("B")[0]:
+        pick = s.pick()
+        assert pick is not None
+        served[pick.tenant] += measured[pick.item]
+        worst = max(worst, abs(served["A"] - served["B"]))
+        s.charge(pick.tenant, measured[pick.item] - pick.cost)
+    assert worst <= 2 * 100 + 50
 
 
 def test_shares_follow_the_measured_cost() -> None:
