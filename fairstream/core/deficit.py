@@ -139,8 +139,10 @@ class FairScheduler(TenantPolicies, Generic[T]):
             t = self._new_tenant(tenant)
         if not t.first_cost:  # TenantRecord.append, inline: once per record
             t.first, t.first_cost = item, cost
+        elif t.rest is None:
+            t.rest = deque((item, cost))
         else:
-            t.append(new_pick(Pick, (tenant, item, cost)))
+            t.rest.extend((item, cost))
         t.cost += cost
         self._len += 1
 
@@ -269,7 +271,8 @@ class FairScheduler(TenantPolicies, Generic[T]):
                 head = new_pick(Pick, (t.name, t.first, cost))
                 rest = t.rest
                 if rest:
-                    _, t.first, t.first_cost = rest.popleft()
+                    t.first = rest.popleft()
+                    t.first_cost = rest.popleft()
                 else:
                     t.first, t.first_cost = None, 0
                 t.cost -= cost

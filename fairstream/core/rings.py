@@ -59,11 +59,12 @@ class TenantRecord(Generic[T]):
     """Runtime state of one backlogged tenant. Exists only while it has a backlog.
 
     Its queue is ``first`` and ``first_cost`` (the oldest item and its cost; a cost of 0:
-    empty) and ``rest`` (the others as picks, oldest first; None until a second item
-    arrives): most tenants of a million have one record, a deque costs about 600 bytes even
-    when it holds one, and a pick 72. ``len``, ``items``, ``append``, ``appendleft`` and
-    ``pop`` are the queue's operations; ``FairScheduler`` pushes and takes the first item
-    inline, once per record."""
+    empty) and ``rest`` (the others, oldest first, as item, cost, item, cost...; None until
+    a second item arrives): most tenants of a million have one record, a deque costs about
+    600 bytes even when it holds one, and a pick 72. A pick is made once per item, when it
+    is taken: the items in ``rest`` cost two deque slots each, and no object. ``len``,
+    ``items``, ``append``, ``appendleft`` and ``pop`` are the queue's operations;
+    ``FairScheduler`` pushes and takes the first item inline, once per record."""
 
     __slots__ = (
         "bucket",
@@ -90,7 +91,8 @@ class TenantRecord(Generic[T]):
         self.bucket = bucket
         self.first: T | None = None  # the oldest item waiting,
         self.first_cost = 0  # and its cost (0: nothing waits)
-        self.rest: deque[Pick[T]] | None = None  # the items after it, once there were two
+        # The items after it (item, cost, item, cost...), once there were two.
+        self.rest: deque[Any] | None = None
         self.cost = 0  # total cost waiting
         self.deficit: float = 0
         self.credited = 0  # last round of self.cls whose quantum is in self.deficit
@@ -102,7 +104,7 @@ class TenantRecord(Generic[T]):
         """Items waiting."""
         if not self.first_cost:
             return 0
-        return 1 + (len(self.rest) if self.rest else 0)
+        return 1 + (len(self.rest) >> 1 if self.rest else 0)
 
     def head(self) -> Pick[T] | None:
         """The oldest item waiting, as a pick (None: nothing waits)."""
@@ -115,30 +117,35 @@ class TenantRecord(Generic[T]):
         head = self.head()
         if head is None:
             return []
-        return [head, *self.rest] if self.rest else [head]
+        rest = self.rest
+        if not rest:
+            return [head]
+        name, flat = self.name, list(rest)
+        return [head, *(new_pick(Pick, (name, *flat[i : i + 2])) for i in range(0, len(flat), 2))]
 
     def append(self, pick: Pick[T]) -> None:
         """``pick`` at the tail."""
         if not self.first_cost:
             self.first, self.first_cost = pick[1], pick[2]
         elif self.rest is None:
-            self.rest = deque((pick,))
+            self.rest = deque((pick[1], pick[2]))
         else:
-            self.rest.append(pick)
+            self.rest.extend((pick[1], pick[2]))
 
     def appendleft(self, pick: Pick[T]) -> None:
         """``pick`` at the head."""
-        head = self.head()
-        if head is not None:
+        if self.first_cost:
             if self.rest is None:
                 self.rest = deque()
-            self.rest.appendleft(head)
+            self.rest.extendleft((self.first_cost, self.first))  # extendleft reverses
         self.first, self.first_cost = pick[1], pick[2]
 
     def pop(self) -> Pick[T]:
         """Take the tail (there is one)."""
-        if self.rest:
-            return self.rest.pop()
+        rest = self.rest
+        if rest:
+            cost = rest.pop()
+            return new_pick(Pick, (self.name, rest.pop(), cost))
         tail = self.head()
         assert tail is not None
         self.first, self.first_cost = None, 0
