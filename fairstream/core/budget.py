@@ -248,6 +248,12 @@ def window_bounds(key: BudgetKey, now_ms: int) -> tuple[int, int]:
     return bounds
 
 
+def _current_start(key: BudgetKey, now_ms: int) -> int:
+    """The start of ``key``'s current window, as claims name it: 0 for a rolling window
+    (every instant starts one)."""
+    return 0 if key.rolling else window_bounds(key, now_ms)[0]
+
+
 def _calendar_window(key: BudgetKey, now_ms: int) -> tuple[int, int]:
     zone = _zone(key.time_zone)
     local = dt.datetime.fromtimestamp(now_ms / 1000, zone)
@@ -472,7 +478,7 @@ class _Spend:
             return limit - local
         claim = self.claim
         if claim is not None:
-            start = 0 if key.rolling else window_bounds(key, now_ms)[0]
+            start = _current_start(key, now_ms)
             if self.claim_start != start:  # an earlier window's
                 claim = self.claim = None
         if claim is None:
@@ -684,7 +690,7 @@ class BudgetLedger:
         """``spent``, with the current window's start (0: rolling): what this instance
         reports to the others."""
         key = budget.key
-        start = 0 if key.rolling else window_bounds(key, now_ms)[0]
+        start = _current_start(key, now_ms)
         return self.spent(scope, budget, now_ms), start
 
     def coordinate(
@@ -695,7 +701,7 @@ class BudgetLedger:
         up to it. A claim for another window than the current one is ignored. Whether the
         claim rose (room may have come)."""
         key = budget.key
-        start = 0 if key.rolling else window_bounds(key, now_ms)[0]
+        start = _current_start(key, now_ms)
         if window_start != start:
             return False
         spend = self._spend(scope, key)

@@ -420,9 +420,7 @@ class EmissionRule(Generic[T]):
             charges = self.charges(tenant)
             if not charges:
                 return pick
-            partition_of = self._partition_of
-            partition = 0 if partition_of is None else partition_of(item)
-            refusal = ledger.reserve(charges, cost, now_ms, partition)
+            refusal = ledger.reserve(charges, cost, now_ms, self._partition(item))
             if refusal is None:
                 return pick
             if refusal.budget.on_exhausted == "dead-letter":
@@ -453,8 +451,7 @@ class EmissionRule(Generic[T]):
         if tenant not in self._base:
             self._base[tenant] = self.core.own_policy(tenant)
             self._set_paused(tenant)
-        self._next_resume = self._earliest_resume()
-        self._alarm = min(self._lease_until, self._next_resume)
+        self._reschedule()
 
     def _release_budget_holds(self, now: float) -> None:
         """Tenants whose budget hold is due, back in the pick (unless held otherwise)."""
@@ -511,8 +508,7 @@ class EmissionRule(Generic[T]):
         self._budget_due.clear()
         for tenant in held:
             self._restore(tenant)
-        self._next_resume = self._earliest_resume()
-        self._alarm = min(self._lease_until, self._next_resume)
+        self._reschedule()
 
     @property
     def budgeted(self) -> bool:
@@ -532,9 +528,12 @@ class EmissionRule(Generic[T]):
         if self._budgeted:
             charges = self.charges(tenant)
             if charges:
-                partition_of = self._partition_of
-                partition = 0 if partition_of is None else partition_of(item)
-                self.ledger.unreserve(charges, cost, now_ms, partition)
+                self.ledger.unreserve(charges, cost, now_ms, self._partition(item))
+
+    def _partition(self, item: T) -> int:
+        """The ingest partition whose progress carries ``item``'s budget spend."""
+        partition_of = self._partition_of
+        return 0 if partition_of is None else partition_of(item)
 
     def _not_before_arrival(self, item: T, slot: float, now: float, now_ms: int) -> float:
         """``slot``, or later: not scheduled before it existed (a record that arrived while
@@ -740,8 +739,7 @@ class EmissionRule(Generic[T]):
         if tenant not in self._base:
             self._base[tenant] = self.core.own_policy(tenant)
             self._set_paused(tenant)
-        self._next_resume = self._earliest_resume()
-        self._alarm = min(self._lease_until, self._next_resume)
+        self._reschedule()
         return True
 
     def set_policy(self, tenant: str, policy: TenantPolicy | None) -> None:
@@ -773,8 +771,7 @@ class EmissionRule(Generic[T]):
             self._budgeted = self._any_budget()
             if self._budget_held.pop(tenant, None) is not None:
                 self._restore(tenant)  # charged again, by its new budgets
-                self._next_resume = self._earliest_resume()
-                self._alarm = min(self._lease_until, self._next_resume)
+                self._reschedule()
 
     def _set_paused(self, tenant: str) -> None:
         core = self.core
@@ -791,6 +788,11 @@ class EmissionRule(Generic[T]):
                     self._on_resume(tenant)
         if self._budget_due:
             self._release_budget_holds(now)
+        self._reschedule()
+
+    def _reschedule(self) -> None:
+        """The next pause or budget hold to end, and the alarm that wakes the rule for it
+        (or for a lease): after a hold or pause is added or taken away."""
         self._next_resume = self._earliest_resume()
         self._alarm = min(self._lease_until, self._next_resume)
 

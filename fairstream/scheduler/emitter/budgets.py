@@ -92,14 +92,13 @@ def group_spend(rule: EmissionRule[Any], now_ms: int) -> tuple[Spend, ...]:
     """Each tenant group's budget in force, with what this instance's partitions spent of it
     in the current window and the weight of its members backlogged here: what the group
     thread claims the budgets from (``coordination.view.PeerView.plan_claims``)."""
-    if not rule.budgeted:
-        return ()
     grouped = rule.groups.core
+    if not rule.budgeted or grouped is None:
+        return ()
     out = []
     for group, budgets in sorted(_group_budgets(rule).items()):
         # The weight of the members backlogged here: this instance's part of the group.
-        members = [] if grouped is None else grouped.members(group)
-        weight = sum(grouped.policy(m).weight for m in members) if grouped is not None else 0.0
+        weight = sum(grouped.policy(m).weight for m in grouped.members(group))
         for budget in budgets:
             spent, start = rule.ledger.local(group_scope(group), budget, now_ms)
             out.append(Spend(ClaimKey.of(group, budget.key, start), budget.limit, spent, weight))

@@ -34,6 +34,7 @@ from fairstream.scheduler.messages import (
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.records import Parsed
+from fairstream.scheduler.recovery import holding_id
 from fairstream.wire.partition import partition_of
 
 __all__ = ["Pacing", "new_rule"]
@@ -290,7 +291,7 @@ def ingest_partition(entry: Parsed) -> int:
     """The ingest partition of a record, waiting in its ingest log or in that partition's
     holding log (``holding_id``): the partition whose progress carries its budget spend."""
     partition = entry.partition
-    return partition if partition >= 0 else ~partition
+    return partition if partition >= 0 else holding_id(partition)
 
 
 def _resumed(tenant: str) -> None:
