@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -415,7 +416,7 @@ def _spend_chunks(
     in each chunk, then in chunks of their own."""
     if not budgets:
         return []
-    encoded = [json.dumps(e, separators=(",", ":")).encode("utf-8") for e in budgets]
+    encoded = deque(json.dumps(e, separators=(",", ":")).encode("utf-8") for e in budgets)
     chunks: list[list[bytes]] = []
     for index in range(len(runs) + len(encoded)):
         if not encoded:
@@ -424,7 +425,7 @@ def _spend_chunks(
         left = room - used - (parked if index == 0 else 0)
         here: list[bytes] = []
         while encoded and (not here or len(encoded[0]) + 10 <= left):
-            entry = encoded.pop(0)
+            entry = encoded.popleft()
             if len(entry) + 10 > room:
                 raise ValueError(f"a budget entry of {len(entry)} bytes does not fit a chunk")
             here.append(entry)
