@@ -129,6 +129,16 @@ def test_a_broker_outage_during_read_backs_loses_nothing(
     log = scheduler.log_path.read_text(errors="replace")
     request_ids = Counter(dict(m.headers())[wire.REQUEST_ID] for m in messages)
     repeated_ids = sum(n - 1 for n in request_ids.values() if n > 1)
+    if repeated_ids:
+        # Where each copy sits and when it was stamped: what a duplicate's cause shows.
+        places: dict[bytes, list[tuple[int, int, bytes | None]]] = {}
+        for m in messages:
+            headers = dict(m.headers())
+            if request_ids[headers[wire.REQUEST_ID]] > 1:
+                places.setdefault(headers[wire.REQUEST_ID], []).append(
+                    (m.partition(), m.offset(), headers.get(wire.SCHEDULED_MS))
+                )
+        print(f"\nrepeated request ids (egress partition, offset, scheduled-ms): {places}")
     reasons = Counter(dict(m.headers()).get(wire.DLQ_REASON, b"?") for m in letters)
     duplicates, missing, unexpected, disorder = exactly_once_report(messages, expected, sent)
     failed_reads = log.count("not read back (")
