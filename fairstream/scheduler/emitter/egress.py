@@ -61,19 +61,25 @@ def message_headers(msg: Held) -> HeaderList:
 
 class DefaultIds:
     """``wire.default_request_id`` of records of ``ingest_topic``, as bytes, from a cached
-    ``<topic>-<partition>-`` prefix: made once per egress (or parked) record."""
+    ``<topic>-<partition>-`` prefix: made once per egress (or parked) record. A caller on
+    the hot path reads ``prefixes`` itself (a dict lookup is cheaper than this call) and
+    calls ``prefix`` only on a miss."""
 
-    __slots__ = ("_prefixes", "ingest_topic")
+    __slots__ = ("ingest_topic", "prefixes")
 
     def __init__(self, ingest_topic: str) -> None:
         self.ingest_topic = ingest_topic
-        self._prefixes: dict[int, bytes] = {}
+        self.prefixes: dict[int, bytes] = {}
+
+    def prefix(self, partition: int) -> bytes:
+        """``<topic>-<partition>-``, cached in ``prefixes``."""
+        prefix = self.prefixes.get(partition)
+        if prefix is None:
+            prefix = self.prefixes[partition] = f"{self.ingest_topic}-{partition}-".encode()
+        return prefix
 
     def __call__(self, partition: int, offset: int) -> bytes:
-        prefix = self._prefixes.get(partition)
-        if prefix is None:
-            prefix = self._prefixes[partition] = f"{self.ingest_topic}-{partition}-".encode()
-        return prefix + b"%d" % offset
+        return self.prefix(partition) + b"%d" % offset
 
 
 class Stamper:
@@ -82,7 +88,19 @@ class Stamper:
     rate's schedule, so each also carries its start moment (``fairstream-start-ms``);
     without a rate, calls need no pacing and start as records arrive."""
 
-    __slots__ = ("_default_id", "ingest_topic", "limit", "paced", "recent", "size")
+    __slots__ = (
+        "_default_id",
+        "_enqueued",
+        "_enqueued_ms",
+        "_prefixes",
+        "_scheduled",
+        "_scheduled_ms",
+        "ingest_topic",
+        "limit",
+        "paced",
+        "recent",
+        "size",
+    )
 
     def __init__(
         self,
@@ -98,6 +116,11 @@ class Stamper:
         self.recent = recent  # request ids stamped, for the feedback reader (``recent``)
         self.size = 0  # of the last record found too large
         self._default_id = DefaultIds(ingest_topic)
+        self._prefixes = self._default_id.prefixes
+        # The last enqueued and scheduled moments formatted: neighbours in a batch mostly
+        # share their milliseconds, so each is formatted once per run of them.
+        self._enqueued, self._enqueued_ms = -1, b"-1"
+        self._scheduled, self._scheduled_ms = -1, b"-1"
 
     def headers(
         self,
@@ -118,22 +141,27 @@ class Stamper:
             if size > self.limit:
                 self.size = size
                 return None
-            default_id = self._default_id(partition, offset)
+            prefix = self._prefixes.get(partition) or self._default_id.prefix(partition)
+            default_id = prefix + b"%d" % offset
             if self.recent is not None:
                 self.recent.add(default_id)
-            scheduled = b"%d" % stamp
+            if enqueued != self._enqueued:
+                self._enqueued, self._enqueued_ms = enqueued, b"%d" % enqueued
+            if stamp != self._scheduled:
+                self._scheduled, self._scheduled_ms = stamp, b"%d" % stamp
+            scheduled = self._scheduled_ms
             if self.paced:
                 return [
                     (_REQUEST_ID, default_id),
                     (_TENANT, key),
-                    (_ENQUEUED_MS, b"%d" % enqueued),
+                    (_ENQUEUED_MS, self._enqueued_ms),
                     (_SCHEDULED_MS, scheduled),
                     (_START_MS, scheduled),
                 ]
             return [
                 (_REQUEST_ID, default_id),
                 (_TENANT, key),
-                (_ENQUEUED_MS, b"%d" % enqueued),
+                (_ENQUEUED_MS, self._enqueued_ms),
                 (_SCHEDULED_MS, scheduled),
             ]
         # The headers fairstream stamps replace any a producer set under the same names.

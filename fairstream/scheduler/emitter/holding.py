@@ -272,7 +272,11 @@ class Parking:
         txn.begin()
         produce, topic, progress = txn.producer.produce, self.holding_topic, self.progress
         default_id, request_id = self.default_id, wire.REQUEST_ID
+        prefixes = default_id.prefixes  # ``default_id`` inline: once per record
         parked: dict[tuple[int, str], int] = {}  # (partition, tenant) -> records parked
+        # Counted by runs of one (partition, tenant), the common case, added up per run.
+        run_partition: int | None = None
+        run_tenant, run = "", 0
         inline = 0
         for entry in entries:
             partition, offset, tenant, _, _, enqueued, msg, _ = entry  # the order is Parsed's
@@ -282,7 +286,8 @@ class Parking:
             key: bytes | None
             value: bytes | None
             if isinstance(msg, bytes):  # the common case: its value alone (``records.Held``),
-                headers = [(request_id, default_id(partition, offset))]  # ``_headers``
+                prefix = prefixes.get(partition) or default_id.prefix(partition)
+                headers = [(request_id, prefix + b"%d" % offset)]  # ``_headers``
                 key, value = tenant.encode(), msg
             else:
                 headers = self._headers(msg, partition, offset)
@@ -301,7 +306,15 @@ class Parking:
             except (BufferError, KafkaException):
                 txn.produce(topic, value, key, headers, partition, timestamp=enqueued)
             progress[partition].settle(offset)
-            parked[partition, tenant] = parked.get((partition, tenant), 0) + 1
+            if tenant != run_tenant or partition != run_partition:
+                if run_partition is not None:
+                    held = (run_partition, run_tenant)
+                    parked[held] = parked.get(held, 0) + run
+                run_partition, run_tenant, run = partition, tenant, 0
+            run += 1
+        if run_partition is not None:
+            held = (run_partition, run_tenant)
+            parked[held] = parked.get(held, 0) + run
         for (partition, tenant), count in parked.items():
             hold = progress[holding_id(partition)]
             assert isinstance(hold, HoldingProgress)

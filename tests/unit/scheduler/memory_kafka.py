@@ -101,9 +101,11 @@ class MemoryCluster:
             home = self._homes[(key or b"", count)] = partition_of_key(key or b"", count)
         return home
 
-    def extend(self, topic: str, partition: int, records: list[tuple[bytes, bytes]]) -> None:
-        """``append`` of many (key, value) records to one partition, without headers."""
-        keys, values = zip(*records, strict=True) if records else ((), ())
+    def extend(self, topic: str, partition: int, keys: list[bytes], values: list[bytes]) -> None:
+        """``append`` of many records (``keys[i]``, ``values[i]``) to one partition, without
+        headers."""
+        if len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys for {len(values)} values")
         stored = map(Stored, keys, values, repeat(()), repeat(None), repeat("committed"))
         self.log(topic)[partition].extend(stored)
 
@@ -192,16 +194,18 @@ class MemoryProducer:
         headers: Any = None,
     ) -> None:
         cluster = self.cluster
-        if self.epoch is None or cluster.epochs[self.transactional_id] != self.epoch:
-            self._alive()  # raises (a test produces hundreds of thousands: checked inline)
-        if not self.open:
-            raise KafkaException(KafkaError(KafkaError._STATE, "no transaction is open"))
-        if cluster._faults:
+        # One test produces hundreds of thousands of records: the three checks share one
+        # branch, taken only when one of them has something to say.
+        fenced = cluster.epochs.get(self.transactional_id) != self.epoch
+        if fenced or not self.open or cluster._faults:
+            self._alive()  # raises when fenced (or before init_transactions)
+            if not self.open:
+                raise KafkaException(KafkaError(KafkaError._STATE, "no transaction is open"))
             cluster.fault("produce")
         log = cluster.topics.get(topic) or cluster.log(topic)
         if partition < 0:
             partition = cluster.home(key, len(log))
-        record = Stored(key, value, list(headers) if headers else (), timestamp or None)
+        record = Stored(key, value, headers or (), timestamp or None)
         log[partition].append(record)
         self._written.append(record)
 

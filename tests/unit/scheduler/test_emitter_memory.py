@@ -116,8 +116,8 @@ class Driver:
         start = len(self.cluster.log(INGEST)[0])
         encoded = {tenant: tenant.encode() for tenant in set(tenants)}
         keys = [encoded[tenant] for tenant in tenants]
-        records = [(key, b"%s:%d" % (key, start + i)) for i, key in enumerate(keys)]
-        self.cluster.extend(INGEST, 0, records)
+        values = [b"%s:%d" % (key, start + i) for i, key in enumerate(keys)]
+        self.cluster.extend(INGEST, 0, keys, values)
 
     def ingest(self, most: int | None = None) -> int:
         """The ingest thread's part: read what the readers have (about ``most`` records at
