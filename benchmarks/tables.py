@@ -195,20 +195,23 @@ def scale_table(r: dict[str, Any]) -> list[str]:
         f"**Tenant scale** ({num(get(r, 'scale', 'records'))} records, no rate limit; memory "
         "is the scheduler process's peak RSS, VmHWM):",
         "",
-        "| tenants | records/s | µs/record | peak RSS MiB | cores: scheduler / broker |",
-        "| ---: | ---: | ---: | ---: | ---: |",
+        "| tenants | records/s | µs/record | CPU µs/record | peak RSS MiB | "
+        "cores: scheduler / broker |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in get(r, "scale", "rows") or []:
         lines.append(
             f"| {row['tenants']:,} | {num(row.get('end_to_end_records_per_s'))} | "
             f"{num(row.get('us_per_record'), '.1f')} | "
+            f"{num(row.get('cpu_us_per_record'), '.1f')} | "
             f"{num((row.get('memory_mib') or {}).get('VmHWM'), ',.0f')} | "
             f"{_cores(row.get('cores_used'))} |"
         )
     return [
         *lines,
         "",
-        "Per-record cost, 100,000 tenants vs 10: "
+        "Scheduler CPU per record, 100,000 tenants vs 10 (median of the alternating rounds "
+        f"{', '.join(f'{x:.2f}x' for x in get(r, 'scale', 'cost_ratios_100k_vs_10') or [])}): "
         f"{num(get(r, 'scale', 'cost_ratio_100k_vs_10'), '.2f')}x.",
         "",
     ]
