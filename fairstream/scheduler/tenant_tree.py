@@ -47,6 +47,7 @@ __all__ = [
 
 RECENT = 10_000  # latest grouped emitters whose group is remembered (for the groups' rates)
 EMITTED_GROUPS = 10_000  # groups whose emitted counts are kept one by one
+UNFILED = 64  # transactions' counts kept unread before they are added up (no reads)
 GroupRow = tuple[str, int, int, float, float]  # group, backlog, emitted, share, entitlement
 
 
@@ -100,18 +101,31 @@ class GroupCounts:
     def __init__(self) -> None:
         self.by_group: dict[str, int] = {}
         self.recent: OrderedDict[str, str] = OrderedDict()  # tenant -> group, latest last
-        self._unfiled: dict[str, int] = {}
+        # The transactions' per-tenant counts since the last read, kept as they came: a flat
+        # core (no tenant groups) drops them at the read, unread. Past UNFILED of them
+        # (no reads), they are added up into the first.
+        self._unfiled: list[Mapping[str, int]] = []
 
     def emitted(self, counts: Mapping[str, int]) -> None:
+        """A committed transaction's records per tenant (``counts`` is not changed after)."""
         unfiled = self._unfiled
-        for tenant, count in counts.items():
-            unfiled[tenant] = unfiled.get(tenant, 0) + count
+        unfiled.append(counts)
+        if len(unfiled) > UNFILED:
+            total = dict(unfiled[0])
+            for more in unfiled[1:]:
+                for tenant, count in more.items():
+                    total[tenant] = total.get(tenant, 0) + count
+            self._unfiled = [total]
 
     def file(self, core: Core[Any]) -> None:
         """File the counts since the last read under the tenants' groups (the core's now)."""
-        unfiled, self._unfiled = self._unfiled, {}
+        batches, self._unfiled = self._unfiled, []
         if not isinstance(core, GroupScheduler):
             return
+        unfiled: dict[str, int] = {}
+        for counts in batches:
+            for tenant, count in counts.items():
+                unfiled[tenant] = unfiled.get(tenant, 0) + count
         by_group, recent = self.by_group, self.recent
         for tenant, count in unfiled.items():
             group = core.group_of(tenant)

@@ -13,7 +13,13 @@ from fairstream.core import FairScheduler, GroupScheduler, ManualClock, TenantPo
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed, add_shares
 from fairstream.scheduler.policies.tenant_groups import by_separator
-from fairstream.scheduler.tenant_tree import TenantGroupCollector, add_tree, group_series
+from fairstream.scheduler.tenant_tree import (
+    UNFILED,
+    GroupCounts,
+    TenantGroupCollector,
+    add_tree,
+    group_series,
+)
 
 
 def grouped_core() -> GroupScheduler[int]:
@@ -139,3 +145,19 @@ def test_the_auditors_probe_names_the_groups():
     assert "solo" not in probe.group_of
     flat: FairScheduler[int] = FairScheduler(ManualClock())
     assert observed.probe(flat, 8, backlogged=True).group_counts is None
+
+
+def test_group_counts_kept_unread_are_added_up_and_filed_whole():
+    # Transactions' counts wait as they came until a read files them under the groups; with
+    # no read for more than UNFILED transactions they are added up, and nothing is lost.
+    core: GroupScheduler[int] = GroupScheduler(ManualClock(), group_of=by_separator("/"))
+    core.push("g/t", 1)
+    counts = GroupCounts()
+    for _ in range(UNFILED + 5):
+        counts.emitted({"g/t": 2, "solo": 1})
+    counts.file(core)
+    assert counts.by_group == {"g": 2 * (UNFILED + 5)}
+    counts.emitted({"g/t": 1})
+    counts.file(FairScheduler(ManualClock()))  # a flat core: dropped, unfiled
+    counts.file(core)
+    assert counts.by_group == {"g": 2 * (UNFILED + 5)}
