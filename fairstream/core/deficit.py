@@ -77,9 +77,14 @@ from fairstream.core.rings import (
 )
 from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicies, TenantPolicy
 
-__all__ = ["FairScheduler", "Pick"]
+__all__ = ["NO_COST_ROOM", "NO_ROOM", "PUSHED", "FairScheduler", "Pick"]
 
 T = TypeVar("T")
+
+
+# What ``push_admitted`` did: pushed, or refused for want of room for a record (its
+# ``max_backlog``) or for its cost (its ``max_backlog_cost``).
+PUSHED, NO_ROOM, NO_COST_ROOM = 0, 1, 2
 
 
 class FairScheduler(TenantPolicies, Generic[T]):
@@ -145,6 +150,48 @@ class FairScheduler(TenantPolicies, Generic[T]):
             t.rest.extend((item, cost))
         t.cost += cost
         self._len += 1
+
+    def push_admitted(self, tenant: str, item: T, cost: int) -> int:
+        """``push``, if ``tenant``'s backlog has room for ``item`` under its policy's
+        ``max_backlog`` and ``max_backlog_cost`` (``admission.room``'s rule): ``PUSHED``;
+        else nothing changes, and ``NO_ROOM`` (its records are at ``max_backlog``) or
+        ``NO_COST_ROOM`` (its cost would pass ``max_backlog_cost``).
+
+        Caller: the service, for each record it indexes: the rule's check, without a room
+        worked out per tenant per batch (most of a million tenants send one record).
+        Affects: as ``push``, when admitted.
+        """
+        if type(cost) is not int or cost < 1:
+            raise ValueError(f"cost must be a positive integer, got {cost!r}")
+        # A policy's limits are at least 1 (``TenantPolicy``): an empty backlog has room for
+        # a record, if not always for its cost.
+        t = self._tenants.get(tenant)
+        if t is None:
+            cost_limit = self._policies.get(tenant, self._default).max_backlog_cost
+            if cost_limit is not None and cost > cost_limit:
+                return NO_COST_ROOM
+            t = self._new_tenant(tenant)
+            t.first, t.first_cost = item, cost
+        else:
+            policy = t.policy
+            limit, cost_limit = policy.max_backlog, policy.max_backlog_cost
+            if not t.first_cost:
+                if cost_limit is not None and cost > cost_limit:
+                    return NO_COST_ROOM
+                t.first, t.first_cost = item, cost
+            else:
+                rest = t.rest
+                if limit is not None and 1 + (len(rest) >> 1 if rest else 0) >= limit:
+                    return NO_ROOM
+                if cost_limit is not None and t.cost + cost > cost_limit:
+                    return NO_COST_ROOM
+                if rest is None:
+                    t.rest = deque((item, cost))
+                else:
+                    rest.extend((item, cost))
+        t.cost += cost
+        self._len += 1
+        return PUSHED
 
     def push_front(self, tenant: str, item: T, cost: int = 1) -> None:
         """Put ``item`` back at the head of ``tenant``'s queue: a pick the service could not

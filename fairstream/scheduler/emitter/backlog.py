@@ -30,7 +30,8 @@ from collections import deque
 from fairstream import wire
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic
-from fairstream.core import Core, RecordClock
+from fairstream.core import Core, FairScheduler, RecordClock
+from fairstream.core.deficit import NO_ROOM
 from fairstream.core.emission import EmissionRule
 from fairstream.scheduler.emitter.checkpoint import Checkpoint
 from fairstream.scheduler.emitter.egress import FOOTPRINT, dead_letter, footprint
@@ -177,6 +178,9 @@ class Backlog:
         now = self.clock.epoch_ms()
         # Room left in each tenant's backlog (records, cost) under its policy: worked out
         # once per batch, then counted down, instead of an admission decision per record.
+        # A flat core checks a tenant's limits itself as it pushes (``push_admitted``);
+        # with tenant groups, a group's cap is counted here as well, for its members.
+        admit = core.push_admitted if type(core) is FairScheduler else None
         room: dict[str, list[float]] = {}
         in_group = GroupRoom()  # and in each tenant group's with a cap, shared by its members
         # Why a tenant's next record is refused, once per batch: a flood's overflow is a run of
@@ -217,11 +221,24 @@ class Backlog:
                 if parked is not None and tenant in parked:
                     to_park.append(item)
                     continue
+            size = FOOTPRINT + len(msg) if type(msg) is bytes else footprint(msg)  # inlined
+            if admit is not None:
+                if cached + size <= budget:
+                    verdict = admit(tenant, item, cost)
+                    if not verdict:
+                        cached += size
+                else:  # read back when it goes
+                    bare = (partition, offset, tenant, cost, deadline, enqueued, None, None)
+                    verdict = admit(tenant, new(Parsed, bare), cost)
+                if verdict:  # over its backlog limits: overflow
+                    held = self._overflow(item, verdict == NO_ROOM, size, held, refusal)
+                    continue
+                pushed += 1
+                continue
             left = room.get(tenant)
             if left is None:
                 left = room[tenant] = core.room(tenant)
                 in_group.add(core, tenant)
-            size = FOOTPRINT + len(msg) if type(msg) is bytes else footprint(msg)  # inlined
             # Over its backlog limits, or its group's: overflow.
             if left[0] < 1 or left[1] < cost or (in_group.of and in_group.full(tenant, cost)):
                 held = self._overflow(item, left[0] < 1, size, held, refusal)

@@ -14,6 +14,7 @@ from fairstream.core import (
     Pick,
     TenantPolicy,
 )
+from fairstream.core.deficit import NO_COST_ROOM, NO_ROOM, PUSHED
 
 
 def drain(scheduler: FairScheduler[str], now: float | None = None) -> list[str]:
@@ -463,3 +464,45 @@ def test_holds_any_back_is_false_with_nobody_to_hold() -> None:
     assert not scheduler.holds_any_back()  # one class, no caps, no pause with a backlog
     scheduler.push("paused", "paused0")
     assert scheduler.holds_any_back()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from("ABC"), st.integers(1, 4), st.booleans()), max_size=40),
+    st.one_of(st.none(), st.integers(1, 4)),
+    st.one_of(st.none(), st.integers(1, 8)),
+)
+def test_push_admitted_follows_the_room_rule_and_a_refusal_changes_nothing(
+    ops: list[tuple[str, int, bool]], max_backlog: int | None, max_backlog_cost: int | None
+) -> None:
+    # The default policy limits A and B; C has a policy of its own of half that.
+    default = TenantPolicy(max_backlog=max_backlog, max_backlog_cost=max_backlog_cost)
+    core: FairScheduler[int] = FairScheduler(ManualClock(), default_policy=default)
+    core.set_policy(
+        "C",
+        TenantPolicy(
+            max_backlog=None if max_backlog is None else max(1, max_backlog // 2),
+            max_backlog_cost=None if max_backlog_cost is None else max(1, max_backlog_cost // 2),
+        ),
+    )
+    model: dict[str, list[tuple[int, int]]] = {"A": [], "B": [], "C": []}  # FIFO each
+    for n, (tenant, cost, pick) in enumerate(ops):
+        if pick:
+            picked = core.pick()
+            if picked is not None:
+                assert model[picked.tenant].pop(0) == (picked.item, picked.cost)
+            continue
+        left = core.room(tenant)
+        before = (core.backlog(tenant), len(core))
+        verdict = core.push_admitted(tenant, n, cost)
+        if left[0] < 1:
+            assert verdict == NO_ROOM
+        elif left[1] < cost:
+            assert verdict == NO_COST_ROOM
+        else:
+            assert verdict == PUSHED
+            model[tenant].append((n, cost))
+            continue
+        assert (core.backlog(tenant), len(core)) == before  # refused: nothing changed
+    for tenant, queue in model.items():
+        assert [(p.item, p.cost) for p in core.take_backlog(tenant)] == queue

@@ -4,6 +4,7 @@ bytes it holds, and the dead letters it makes and sends. A ManualClock, no broke
 from __future__ import annotations
 
 from fairstream import wire
+from fairstream.core import TenantPolicy
 from fairstream.scheduler.emitter.egress import footprint
 from fairstream.scheduler.emitter.fetch import Gone
 from tests.unit.scheduler.parts import build, message, record
@@ -113,3 +114,12 @@ def test_a_letter_whose_payload_cannot_be_read_now_waits_and_a_gone_one_is_lost(
     [(_, _, _, headers)] = parts.txn.producer.sent
     assert dict(headers)["fairstream-dlq-reason"] == b"lost"
     assert parts.checkpoint.letters == {wire.LOST: 1}
+
+
+def test_a_tenant_limited_by_a_policy_of_its_own_overflows_when_the_default_has_no_limit() -> None:
+    parts = build()  # the default policy: no backlog limit
+    parts.core.set_policy("A", TenantPolicy(max_backlog=2))
+    parts.backlog.index([record(parts, offset, "AB"[offset % 2]) for offset in range(8)], parts.txn)
+    assert parts.core.backlog("A") == (2, 2)
+    assert parts.core.backlog("B") == (4, 4)  # unlimited
+    assert [x.entry.offset for x in parts.backlog.overflow.letters] == [4, 6]
