@@ -574,9 +574,9 @@ class Metrics:
         )
         self.snapshot_age = Gauge(
             "fairstream_metrics_snapshot_age_seconds",
-            "Age of the emitter's figures in this scrape (per-tenant backlog): 0 when read "
-            "now, more when the emitter was busy (a long commit) and the last snapshot was "
-            "served instead.",
+            "Age of the emitter's figures in this scrape (per-tenant backlog): under 1 s "
+            "when fresh (a snapshot serves the scrapes of a second), more when the emitter "
+            "was busy (a long commit) and the last snapshot was served instead.",
             registry=r,
         )
         self.snapshot_stale = Gauge(
