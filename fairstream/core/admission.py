@@ -15,9 +15,13 @@ from fairstream.core.tenant import TenantPolicy
 
 __all__ = [
     "ACCEPT",
+    "ADMITTED",
     "BACKLOG_FULL",
+    "NO_COST_ROOM",
+    "NO_ROOM",
     "Decision",
     "admit",
+    "over_limits",
     "room",
 ]
 
@@ -47,6 +51,24 @@ class Decision:
 
 ACCEPT: Final = Decision(True)
 """The one accepting decision; compare with ``decision.accepted`` or truthiness."""
+
+# ``over_limits``'s answers: admitted, or not, for want of room for a record (its
+# ``max_backlog``) or for its cost (its ``max_backlog_cost``).
+ADMITTED, NO_ROOM, NO_COST_ROOM = 0, 1, 2
+
+
+def over_limits(policy: TenantPolicy, backlog_records: int, backlog_cost: int, cost: int) -> int:
+    """The one backlog rule: whether a record of ``cost`` may join a backlog of
+    ``backlog_records`` and ``backlog_cost`` under ``policy``'s ``max_backlog`` and
+    ``max_backlog_cost`` (``ADMITTED``), else which limit it meets (``NO_ROOM``,
+    ``NO_COST_ROOM``). ``admit`` says why in words; ``room`` counts it down over a batch."""
+    limit = policy.max_backlog
+    if limit is not None and backlog_records + 1 > limit:
+        return NO_ROOM
+    cost_limit = policy.max_backlog_cost
+    if cost_limit is not None and backlog_cost + cost > cost_limit:
+        return NO_COST_ROOM
+    return ADMITTED
 
 
 def admit(
@@ -83,25 +105,26 @@ def room(policy: TenantPolicy, backlog_records: int, backlog_cost: int) -> list[
 def _admit(
     who: str, policy: TenantPolicy, backlog_records: int, backlog_cost: int, cost: int
 ) -> Decision:
-    """The one backlog rule, for a tenant or a group (``who`` names it in the detail)."""
-    limit = policy.max_backlog
-    if limit is not None and backlog_records + 1 > limit:
+    """``over_limits``, for a tenant or a group, in words (``who`` names it in the detail)."""
+    verdict = over_limits(policy, backlog_records, backlog_cost, cost)
+    if verdict == ADMITTED:
+        return ACCEPT
+    if verdict == NO_ROOM:
         return Decision.reject(
             BACKLOG_FULL,
             f"{who} already has {backlog_records} records waiting, "
-            f"the most its policy allows (max_backlog={limit})",
+            f"the most its policy allows (max_backlog={policy.max_backlog})",
         )
     cost_limit = policy.max_backlog_cost
-    if cost_limit is not None and backlog_cost + cost > cost_limit:
-        if cost > cost_limit:
-            detail = (
-                f"a record of cost {cost} can never fit the backlog of {who} "
-                f"(max_backlog_cost={cost_limit})"
-            )
-        else:
-            detail = (
-                f"{who} has cost {backlog_cost} waiting; a record of cost {cost} "
-                f"would exceed its policy's max_backlog_cost={cost_limit}"
-            )
-        return Decision.reject(BACKLOG_FULL, detail)
-    return ACCEPT
+    assert cost_limit is not None  # NO_COST_ROOM: there is one
+    if cost > cost_limit:
+        detail = (
+            f"a record of cost {cost} can never fit the backlog of {who} "
+            f"(max_backlog_cost={cost_limit})"
+        )
+    else:
+        detail = (
+            f"{who} has cost {backlog_cost} waiting; a record of cost {cost} "
+            f"would exceed its policy's max_backlog_cost={cost_limit}"
+        )
+    return Decision.reject(BACKLOG_FULL, detail)

@@ -61,7 +61,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
-from fairstream.core.admission import Decision, admit, room
+from fairstream.core.admission import ADMITTED, Decision, admit, over_limits, room
 from fairstream.core.clock import Clock
 from fairstream.core.ratelimit import TokenBucket
 from fairstream.core.rings import (
@@ -77,14 +77,9 @@ from fairstream.core.rings import (
 )
 from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicies, TenantPolicy
 
-__all__ = ["NO_COST_ROOM", "NO_ROOM", "PUSHED", "FairScheduler", "Pick"]
+__all__ = ["FairScheduler", "Pick"]
 
 T = TypeVar("T")
-
-
-# What ``push_admitted`` did: pushed, or refused for want of room for a record (its
-# ``max_backlog``) or for its cost (its ``max_backlog_cost``).
-PUSHED, NO_ROOM, NO_COST_ROOM = 0, 1, 2
 
 
 class FairScheduler(TenantPolicies, Generic[T]):
@@ -152,46 +147,24 @@ class FairScheduler(TenantPolicies, Generic[T]):
         self._len += 1
 
     def push_admitted(self, tenant: str, item: T, cost: int) -> int:
-        """``push``, if ``tenant``'s backlog has room for ``item`` under its policy's
-        ``max_backlog`` and ``max_backlog_cost`` (``admission.room``'s rule): ``PUSHED``;
-        else nothing changes, and ``NO_ROOM`` (its records are at ``max_backlog``) or
-        ``NO_COST_ROOM`` (its cost would pass ``max_backlog_cost``).
+        """``push``, if ``tenant``'s backlog has room for ``item`` under its policy
+        (``admission.over_limits``): ``ADMITTED``; else nothing changes, and which limit it
+        meets (``NO_ROOM``, ``NO_COST_ROOM``).
 
-        Caller: the service, for each record it indexes: the rule's check, without a room
-        worked out per tenant per batch (most of a million tenants send one record).
-        Affects: as ``push``, when admitted.
+        Caller: the service, for each record it indexes: the rule checked against the
+        tenant's own record, without a room worked out per tenant per batch (most of a
+        million tenants send one record). Affects: as ``push``, when admitted.
         """
-        if type(cost) is not int or cost < 1:
+        if type(cost) is not int or cost < 1:  # before the rule compares it
             raise ValueError(f"cost must be a positive integer, got {cost!r}")
-        # A policy's limits are at least 1 (``TenantPolicy``): an empty backlog has room for
-        # a record, if not always for its cost.
         t = self._tenants.get(tenant)
         if t is None:
-            cost_limit = self._policies.get(tenant, self._default).max_backlog_cost
-            if cost_limit is not None and cost > cost_limit:
-                return NO_COST_ROOM
-            t = self._new_tenant(tenant)
-            t.first, t.first_cost = item, cost
+            verdict = over_limits(self._policies.get(tenant, self._default), 0, 0, cost)
         else:
-            policy = t.policy
-            limit, cost_limit = policy.max_backlog, policy.max_backlog_cost
-            if not t.first_cost:
-                if cost_limit is not None and cost > cost_limit:
-                    return NO_COST_ROOM
-                t.first, t.first_cost = item, cost
-            else:
-                rest = t.rest
-                if limit is not None and 1 + (len(rest) >> 1 if rest else 0) >= limit:
-                    return NO_ROOM
-                if cost_limit is not None and t.cost + cost > cost_limit:
-                    return NO_COST_ROOM
-                if rest is None:
-                    t.rest = deque((item, cost))
-                else:
-                    rest.extend((item, cost))
-        t.cost += cost
-        self._len += 1
-        return PUSHED
+            verdict = over_limits(t.policy, len(t), t.cost, cost)
+        if verdict == ADMITTED:
+            self.push(tenant, item, cost)
+        return verdict
 
     def push_front(self, tenant: str, item: T, cost: int = 1) -> None:
         """Put ``item`` back at the head of ``tenant``'s queue: a pick the service could not

@@ -31,7 +31,7 @@ from fairstream import wire
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic
 from fairstream.core import Core, FairScheduler, RecordClock
-from fairstream.core.deficit import NO_ROOM
+from fairstream.core.admission import NO_ROOM
 from fairstream.core.emission import EmissionRule
 from fairstream.scheduler.emitter.checkpoint import Checkpoint
 from fairstream.scheduler.emitter.egress import FOOTPRINT, dead_letter, footprint
@@ -176,11 +176,10 @@ class Backlog:
         flood, held = self.overflow, self.overflow.held  # a flood's overflow (and bytes held)
         pushed = 0
         now = self.clock.epoch_ms()
-        # Room left in each tenant's backlog (records, cost) under its policy: worked out
-        # once per batch, then counted down, instead of an admission decision per record.
-        # A flat core checks a tenant's limits itself as it pushes (``push_admitted``);
-        # with tenant groups, a group's cap is counted here as well, for its members.
+        # A flat core checks a tenant's limits itself as it pushes (``push_admitted``).
         admit = core.push_admitted if type(core) is FairScheduler else None
+        # With tenant groups, the room left in each tenant's backlog (records, cost) under
+        # its policy is worked out once per batch, then counted down, as is its group's.
         room: dict[str, list[float]] = {}
         in_group = GroupRoom()  # and in each tenant group's with a cap, shared by its members
         # Why a tenant's next record is refused, once per batch: a flood's overflow is a run of

@@ -14,7 +14,7 @@ from fairstream.core import (
     Pick,
     TenantPolicy,
 )
-from fairstream.core.deficit import NO_COST_ROOM, NO_ROOM, PUSHED
+from fairstream.core.admission import ADMITTED, NO_COST_ROOM, NO_ROOM
 
 
 def drain(scheduler: FairScheduler[str], now: float | None = None) -> list[str]:
@@ -500,7 +500,7 @@ def test_push_admitted_follows_the_room_rule_and_a_refusal_changes_nothing(
         elif left[1] < cost:
             assert verdict == NO_COST_ROOM
         else:
-            assert verdict == PUSHED
+            assert verdict == ADMITTED
             model[tenant].append((n, cost))
             continue
         assert (core.backlog(tenant), len(core)) == before  # refused: nothing changed
