@@ -450,12 +450,13 @@ class SchedulerService:
         snapshot, marked stale (``fairstream_metrics_snapshot_stale`` 1, and its age).
         Caller: ``/metrics``."""
         now = self.clock.now()
+        alive = self._emitter_thread.is_alive()
         last, at = self._scrape
-        if last is not NO_SCRAPE and now - at < SCRAPE_REUSE and self._emitter_thread.is_alive():
+        if alive and last is not NO_SCRAPE and now - at < SCRAPE_REUSE:
             self.metrics.snapshot_stale.set(0)
             self.metrics.snapshot_age.set(now - at)
             return
-        if self._emitter_thread.is_alive():
+        if alive:
             try:
                 fresh: Scrape = self.handoff.call(self.emitter.scrape, timeout=SCRAPE_WAIT)
             except TimeoutError:

@@ -108,26 +108,17 @@ class GroupCounts:
 
     def emitted(self, counts: Mapping[str, int]) -> None:
         """A committed transaction's records per tenant (``counts`` is not changed after)."""
-        unfiled = self._unfiled
-        unfiled.append(counts)
-        if len(unfiled) > UNFILED:
-            total = dict(unfiled[0])
-            for more in unfiled[1:]:
-                for tenant, count in more.items():
-                    total[tenant] = total.get(tenant, 0) + count
-            self._unfiled = [total]
+        self._unfiled.append(counts)
+        if len(self._unfiled) > UNFILED:
+            self._unfiled = [_added_up(self._unfiled)]
 
     def file(self, core: Core[Any]) -> None:
         """File the counts since the last read under the tenants' groups (the core's now)."""
         batches, self._unfiled = self._unfiled, []
         if not isinstance(core, GroupScheduler):
             return
-        unfiled: dict[str, int] = {}
-        for counts in batches:
-            for tenant, count in counts.items():
-                unfiled[tenant] = unfiled.get(tenant, 0) + count
         by_group, recent = self.by_group, self.recent
-        for tenant, count in unfiled.items():
+        for tenant, count in _added_up(batches).items():
             group = core.group_of(tenant)
             if group is None:
                 recent.pop(tenant, None)
@@ -194,6 +185,15 @@ class GroupCounts:
                 )
             )
         return TreeSnapshot(tuple(groups), tuple(ungrouped), sum(self.by_group.values()))
+
+
+def _added_up(batches: list[Mapping[str, int]]) -> dict[str, int]:
+    """Counts per tenant, added up over ``batches``."""
+    total: dict[str, int] = {}
+    for counts in batches:
+        for tenant, count in counts.items():
+            total[tenant] = total.get(tenant, 0) + count
+    return total
 
 
 @dataclass(frozen=True)

@@ -274,9 +274,6 @@ class Parking:
         default_id, request_id = self.default_id, wire.REQUEST_ID
         prefixes = default_id.prefixes  # ``default_id`` inline: once per record
         parked: dict[tuple[int, str], int] = {}  # (partition, tenant) -> records parked
-        # Counted by runs of one (partition, tenant), the common case, added up per run.
-        run_partition: int | None = None
-        run_tenant, run = "", 0
         inline = 0
         for entry in entries:
             partition, offset, tenant, _, _, enqueued, msg, _ = entry  # the order is Parsed's
@@ -306,15 +303,7 @@ class Parking:
             except (BufferError, KafkaException):
                 txn.produce(topic, value, key, headers, partition, timestamp=enqueued)
             progress[partition].settle(offset)
-            if tenant != run_tenant or partition != run_partition:
-                if run_partition is not None:
-                    held = (run_partition, run_tenant)
-                    parked[held] = parked.get(held, 0) + run
-                run_partition, run_tenant, run = partition, tenant, 0
-            run += 1
-        if run_partition is not None:
-            held = (run_partition, run_tenant)
-            parked[held] = parked.get(held, 0) + run
+            parked[partition, tenant] = parked.get((partition, tenant), 0) + 1
         for (partition, tenant), count in parked.items():
             hold = progress[holding_id(partition)]
             assert isinstance(hold, HoldingProgress)
