@@ -58,8 +58,8 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Iterator
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
 
 from fairstream.core.admission import ADMITTED, Decision, admit, over_limits, room
 from fairstream.core.clock import Clock
@@ -119,6 +119,7 @@ class FairScheduler(TenantPolicies, Generic[T]):
         self._idle_buckets: list[tuple[float, int, str, TokenBucket]] = []
         self._seq = itertools.count()
         self._len = 0
+        self._restore: Callable[[str, Any], T] | None = None  # see ``store_as``
 
     # -- queues ----------------------------------------------------------------------------
 
@@ -165,6 +166,17 @@ class FairScheduler(TenantPolicies, Generic[T]):
         if verdict == ADMITTED:
             self.push(tenant, item, cost)
         return verdict
+
+    def store_as(self, restore: Callable[[str, Any], T] | None) -> None:
+        """Let the caller push items in a stored form of its own (say, packed into one bytes
+        object, for records that wait by the million): ``restore(tenant, stored)`` gives the
+        item back, wherever one leaves the core (``pick``, ``peek``, ``remove_tenant``,
+        ``take_backlog``), and must return an item not in stored form unchanged. None: items
+        leave as pushed (only once none waits in stored form).
+
+        Caller: the service, before it pushes an item in stored form. Affects: how items
+        leave, not which or when."""
+        self._restore = restore
 
     def push_front(self, tenant: str, item: T, cost: int = 1) -> None:
         """Put ``item`` back at the head of ``tenant``'s queue: a pick the service could not
@@ -233,6 +245,9 @@ class FairScheduler(TenantPolicies, Generic[T]):
         t.state = RETIRED
         picks = t.items()
         self._len -= len(picks)
+        restore = self._restore
+        if restore is not None:
+            picks = [new_pick(Pick, (tenant, restore(tenant, p.item), p.cost)) for p in picks]
         t.clear()  # the retired record may linger in a ring; do not keep items alive
         self._forget_bucket(tenant)
         return picks
@@ -250,6 +265,7 @@ class FairScheduler(TenantPolicies, Generic[T]):
         capped tenant; parked tenants whose tokens are due rejoin the ring.
         """
         # The hot path of the whole project, hence one flat function with local names.
+        restore = self._restore
         if self._buckets:
             now = self._caps_due(now)
         order = self._order
@@ -288,7 +304,10 @@ class FairScheduler(TenantPolicies, Generic[T]):
                             break
                         continue
                 # The first item taken, inline (``TenantRecord``).
-                head = new_pick(Pick, (t.name, t.first, cost))
+                item = t.first
+                if restore is not None:
+                    item = restore(t.name, item)
+                head = new_pick(Pick, (t.name, item, cost))
                 rest = t.rest
                 if rest:
                     t.first = rest.popleft()
@@ -478,7 +497,9 @@ class FairScheduler(TenantPolicies, Generic[T]):
 
         Caller: the service, looking for whose record pins a partition's low-water mark."""
         t = self._tenants.get(tenant)
-        return t.first if t is not None and t.first_cost else None
+        if t is None or not t.first_cost:
+            return None
+        return t.first if self._restore is None else self._restore(tenant, t.first)
 
     def holds_any_back(self) -> bool:
         """Whether some backlogged tenant may be held back (``held_back``): a tenant waiting

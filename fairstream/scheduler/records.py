@@ -15,6 +15,7 @@ record, with ``new``, and the backlog keeps that record rather than building ano
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING, NamedTuple, cast
 
 from confluent_kafka import Message
@@ -25,7 +26,18 @@ if TYPE_CHECKING:
     from fairstream.core import Pick
     from fairstream.wire.dead_letter import HeaderList
 
-__all__ = ["Held", "Letter", "Parsed", "Prepared", "held_headers", "held_key", "held_value", "new"]
+__all__ = [
+    "Held",
+    "Letter",
+    "Parsed",
+    "Prepared",
+    "held_headers",
+    "held_key",
+    "held_value",
+    "new",
+    "pack",
+    "unpack",
+]
 
 new = tuple.__new__  # new(Parsed, (partition, offset, ...)): a Parsed, with no Python frame
 
@@ -70,6 +82,31 @@ def held_key(msg: Held, tenant: str | None) -> bytes | None:
         assert tenant is not None  # only a valid record is held as its value alone
         return tenant.encode()
     return cast(Message, msg).key()
+
+
+# A valid record without headers as it waits in the core by the hundred thousand (``pack``):
+# its partition, offset and enqueued ms, then its value, in one bytes object. Waiting as a
+# ``Parsed``, it costs the tuple (112 bytes), its offset (an int of 32) and its value's own
+# object (33 bytes besides the value); packed, 53 bytes besides the value. A million
+# one-record tenants buffered saved about 120 MB. Packing and unpacking cost about 0.4 us a
+# record, which is why only records that wait in such numbers are packed (``backlog``).
+_PACKED = struct.Struct("<iqq")
+_PACK, _UNPACK, _AT = _PACKED.pack, _PACKED.unpack_from, _PACKED.size
+
+
+def pack(partition: int, offset: int, enqueued: int, value: bytes) -> bytes:
+    """A valid record without headers (its ``msg`` its value alone), packed: what ``unpack``
+    makes a ``Parsed`` again, given its tenant."""
+    return _PACK(partition, offset, enqueued) + value
+
+
+def unpack(tenant: str, stored: Parsed | bytes) -> Parsed:
+    """The ``Parsed`` record ``pack`` packed (cost 1, no deadline); a ``Parsed`` as it is.
+    Caller: the core (``FairScheduler.store_as``), as a record leaves it."""
+    if type(stored) is not bytes:
+        return cast(Parsed, stored)
+    partition, offset, enqueued = _UNPACK(stored)
+    return new(Parsed, (partition, offset, tenant, 1, None, enqueued, stored[_AT:], None))
 
 
 class Letter(NamedTuple):

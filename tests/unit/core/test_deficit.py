@@ -506,3 +506,48 @@ def test_push_admitted_follows_the_room_rule_and_a_refusal_changes_nothing(
         assert (core.backlog(tenant), len(core)) == before  # refused: nothing changed
     for tenant, queue in model.items():
         assert [(p.item, p.cost) for p in core.take_backlog(tenant)] == queue
+
+
+def _restore(tenant: str, stored: object) -> tuple[str, int]:
+    # Items are (tenant, n); the stored form is "n" as a string, the tenant left out.
+    return (tenant, int(stored)) if isinstance(stored, str) else stored  # type: ignore[return-value]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["A", "B", "C"]),
+            st.integers(1, 3),
+            st.sampled_from(["push", "stored", "pick", "front", "peek"]),
+        ),
+        max_size=60,
+    )
+)
+def test_items_pushed_in_a_stored_form_leave_as_the_items_they_were(
+    ops: list[tuple[str, int, str]],
+) -> None:
+    # Two cores take the same operations; one is given some items in a stored form of the
+    # caller's (``store_as``). Every item leaves both the same, at the same time.
+    plain: FairScheduler[tuple[str, int]] = FairScheduler(ManualClock())
+    packed: FairScheduler[tuple[str, int]] = FairScheduler(ManualClock())
+    packed.store_as(_restore)
+    for n, (tenant, cost, op) in enumerate(ops):
+        if op in ("push", "stored"):
+            plain.push(tenant, (tenant, n), cost)
+            packed.push(tenant, str(n) if op == "stored" else (tenant, n), cost)  # type: ignore[arg-type]
+        elif op == "pick":
+            assert packed.pick() == plain.pick()
+        elif op == "front":
+            picked = plain.pick()
+            assert packed.pick() == picked
+            if picked is not None:  # put back, as the service does with a pick it cannot send
+                plain.push_front(picked.tenant, picked.item, picked.cost)
+                packed.push_front(picked.tenant, picked.item, picked.cost)
+        else:
+            assert packed.peek(tenant) == plain.peek(tenant)
+    assert packed.take_backlog("A") == plain.take_backlog("A")
+    assert packed.remove_tenant("B") == plain.remove_tenant("B")
+    while (picked := plain.pick()) is not None:
+        assert packed.pick() == picked
+    assert packed.pick() is None

@@ -29,6 +29,7 @@ from fairstream import wire
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic, progress_topic
 from fairstream.core import ManualClock, TenantPolicy
+from fairstream.scheduler.emitter import backlog
 from fairstream.scheduler.emitter.egress import Limits
 from fairstream.scheduler.emitter.fetch import PayloadFetcher
 from fairstream.scheduler.emitter.loop import Emitter
@@ -169,8 +170,14 @@ class Driver:
         return [(r.value, dict(r.headers)[wire.DLQ_REASON]) for r in self.cluster.committed(DLQ)]
 
 
-@pytest.fixture
-def cluster() -> Iterator[MemoryCluster]:
+@pytest.fixture(params=["as-parsed", "packed"])
+def cluster(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[MemoryCluster]:
+    # Each case twice: records waiting as they were parsed, and packed (``records.pack``), as
+    # a flat core keeps them once COMPACT_AT wait (here: from the first).
+    if request.param == "packed":
+        monkeypatch.setattr(backlog, "COMPACT_AT", 0)
     # The emitter runs under the scheduler's collector thresholds (``run.GC_THRESHOLDS``):
     # under the interpreter's defaults the cyclic collector walks every buffered record
     # again and again, which was more than a third of the 100,000-gap case's time.
@@ -334,6 +341,42 @@ def test_a_record_without_headers_waits_as_its_value_alone(cluster: MemoryCluste
     assert out[b"b"].value == b"b:1"
     assert dict(out[b"b"].headers)["trace"] == b"t-1"
     assert dict(out[b"a"].headers)[wire.TENANT] == b"a"
+
+
+def test_records_wait_packed_once_many_wait_and_go_out_as_they_came(
+    cluster: MemoryCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # From COMPACT_AT records waiting, a flat core keeps new records without headers packed
+    # in one bytes object each (``records.pack``); they leave it as the records they were.
+    monkeypatch.setattr(backlog, "COMPACT_AT", 3)
+    driver = Driver(cluster)
+    driver.produce("a", "b", "c")
+    driver.ingest()  # a batch indexed with none waiting: as parsed
+    driver.produce("a", "d")
+    cluster.append(INGEST, b"e", b"e:5", [("trace", b"t-5")], partition=0)
+    driver.ingest()  # three waiting: packed, but for the record with headers
+    core = driver.emitter.rule.core
+    # What the core holds (its own records, read for this test only).
+    stored = {t: core._tenants[t] for t in "abcde"}  # type: ignore[union-attr]
+    assert [type(stored[t].first) for t in "abc"] == [Parsed] * 3
+    assert type(stored["a"].rest[0]) is bytes  # a's second record
+    assert type(stored["d"].first) is bytes
+    assert type(stored["e"].first) is Parsed
+    head = core.peek("d")
+    assert head is not None
+    assert (head.partition, head.offset, head.tenant, head.cost, head.msg) == (0, 4, "d", 1, b"d:4")
+    driver.emit_and_commit()
+    out = {(r.key, r.value): r for r in cluster.committed(EGRESS)}
+    assert sorted(out) == [
+        (b"a", b"a:0"),
+        (b"a", b"a:3"),
+        (b"b", b"b:1"),
+        (b"c", b"c:2"),
+        (b"d", b"d:4"),
+        (b"e", b"e:5"),
+    ]
+    assert dict(out[(b"e", b"e:5")].headers)["trace"] == b"t-5"
+    assert cluster.offsets[GROUP][(INGEST, 0)] == 6
 
 
 def test_a_paused_tenant_among_a_busy_ones_records_is_parked_and_never_wedges_it(

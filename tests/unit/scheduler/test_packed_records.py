@@ -1,0 +1,43 @@
+"""A record without headers packed into one bytes object while it waits (``records.pack``)
+and made a ``Parsed`` again as it leaves the core (``records.unpack``)."""
+
+from __future__ import annotations
+
+import sys
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fairstream.scheduler.records import Parsed, new, pack, unpack
+
+
+@given(
+    st.integers(-(2**31), 2**31 - 1),
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 2**63 - 1),
+    st.binary(max_size=300),
+    st.text(min_size=1, max_size=20),
+)
+def test_a_packed_record_unpacks_to_the_record_it_was(
+    partition: int, offset: int, enqueued: int, value: bytes, tenant: str
+) -> None:
+    record = new(Parsed, (partition, offset, tenant, 1, None, enqueued, value, None))
+    packed = pack(partition, offset, enqueued, value)
+    assert type(packed) is bytes
+    assert unpack(tenant, packed) == record
+
+
+def test_a_parsed_record_is_left_as_it_is() -> None:
+    record = new(Parsed, (0, 7, "a", 3, 1_000, 5, b"v", None))
+    assert unpack("a", record) is record
+
+
+def test_packed_a_record_costs_less_than_half_its_parsed_form_beside_its_value() -> None:
+    value = b"x" * 100
+    offset, enqueued = 10**9 + 7, 1_767_225_600_000
+    record = new(Parsed, (3, offset, "a", 1, None, enqueued, value, None))
+    # The tuple, its own offset int, and the value's object (the tenant id, cost and
+    # timestamp are shared with other records).
+    parsed = sys.getsizeof(record) + sys.getsizeof(offset) + sys.getsizeof(value) - len(value)
+    packed = sys.getsizeof(pack(3, offset, enqueued, value)) - len(value)
+    assert packed * 2 < parsed
