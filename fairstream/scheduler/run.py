@@ -21,6 +21,7 @@ from fairstream.adapters.admin import (
     partition_count,
     topic_configs,
 )
+from fairstream.adapters.heap import fix_mmap_threshold
 from fairstream.config import Settings, default_data_dir
 from fairstream.scheduler import datadir
 
@@ -154,6 +155,7 @@ def run(settings: Settings) -> int:
 
 def _run(settings: Settings, service_class: Any, start_web: Any) -> int:
     tune_garbage_collector()
+    fix_mmap_threshold()  # before librdkafka's threads allocate (``adapters.heap``)
     partitions, limits, retention_ms = inspect_topics(settings)
     ensure_internal_topics(
         settings.kafka,

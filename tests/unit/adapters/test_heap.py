@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from fairstream.adapters.heap import HeapTrimmer, glibc_trim
+from fairstream.adapters.heap import MMAP_THRESHOLD, HeapTrimmer, fix_mmap_threshold, glibc_trim
 from fairstream.core import ManualClock
 
 
@@ -41,3 +41,12 @@ def test_glibc_trim_is_callable_here() -> None:
     if trim is None:
         pytest.skip("no glibc (musl?)")
     assert trim() in (0, 1)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc is Linux's")
+def test_the_mmap_threshold_is_fixed_here() -> None:
+    if glibc_trim() is None:
+        pytest.skip("no glibc (musl?)")
+    # glibc's mallopt answers 1 when it took the setting (0: refused, say a wrong parameter).
+    assert fix_mmap_threshold() is True
+    assert fix_mmap_threshold(MMAP_THRESHOLD) is True
