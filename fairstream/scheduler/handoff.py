@@ -22,10 +22,21 @@ from typing import Any
 from fairstream.scheduler.messages import Call
 from fairstream.scheduler.records import Parsed
 
-__all__ = ["Handoff"]
+__all__ = ["IN_FLIGHT", "Handoff", "high_water"]
 
 
-HIGH_WATER = 20_000  # parsed records of one partition waiting before it is not read
+# Parsed records waiting for the emitter, over all partitions, before a partition is not
+# read; each partition's share of it, within these bounds (``high_water``). Shared, not per
+# partition: 20,000 per partition let an instance of 12 partitions hold 240,000 (about
+# 70 MB) in flight, and more partitions more.
+IN_FLIGHT = 60_000
+HIGH_WATER_BOUNDS = (4096, 20_000)
+
+
+def high_water(partitions: int) -> int:
+    """Records one of ``partitions`` partitions may have waiting before it is not read."""
+    share = IN_FLIGHT // max(1, partitions)
+    return min(max(share, HIGH_WATER_BOUNDS[0]), HIGH_WATER_BOUNDS[1])
 
 
 class Handoff:
@@ -40,7 +51,8 @@ class Handoff:
     and hands it to the emitter inside the ``Assign``: the emitter takes records only from
     the queues it was handed, so a record can never be applied before its partition's
     assignment, nor a record read before a revocation or rewind after it. While a
-    partition's queue holds ``HIGH_WATER`` records the ingest thread leaves its reader alone.
+    partition's queue holds its ``high_water`` records the ingest thread leaves its reader
+    alone.
     """
 
     def __init__(self) -> None:

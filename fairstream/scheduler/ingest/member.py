@@ -39,7 +39,7 @@ from fairstream import wire
 from fairstream.adapters.heap import HeapTrimmer
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic
-from fairstream.scheduler.handoff import HIGH_WATER, Handoff
+from fairstream.scheduler.handoff import Handoff, high_water
 from fairstream.scheduler.ingest.readers import Readers, reader_config
 from fairstream.scheduler.messages import Assign, Heard, Revoke, Stop
 from fairstream.scheduler.records import Parsed, new
@@ -252,11 +252,12 @@ class Ingest:
                 if err is not None and err.code() != KafkaError._PARTITION_EOF:
                     self._group_error(err)
             self._raise_callback_failure()
+            most = high_water(len(self.assigned))
             full = {
                 key
                 for p in self.assigned
                 for key in (p, holding_id(p))  # each partition's ingest and holding logs
-                if handoff.backlog(key) >= HIGH_WATER
+                if handoff.backlog(key) >= most
             }
             slices = readers.take(full)
             idle = not slices
@@ -365,8 +366,9 @@ class Ingest:
             owned = [TopicPartition(self.topic, p, progress[p].lwm) for p in wanted]
             consumer.incremental_assign(owned)
             consumer.pause(owned)
+            among = len(self.assigned.union(wanted))
             for key in keys:
-                self.readers.open(key, progress[key].lwm)
+                self.readers.open(key, progress[key].lwm, among=among)
             self.assigned.update(wanted)
             log.info(
                 "assigned ingest partitions %s (resuming at %s)",
@@ -424,7 +426,7 @@ class Ingest:
         queues = {}
         for p in [*parts, *(holding_id(p) for p in parts)]:  # ingest and holding logs
             # The reader drops what it prefetched; the fresh queue what was parsed before.
-            self.readers.open(p, progress[p].lwm)
+            self.readers.open(p, progress[p].lwm, among=len(parts))
             queues[p] = self.handoff.open(p)
         metadata = self.consumer.consumer_group_metadata()  # this generation's (no callback)
         self.handoff.put(Assign(progress, queues, rewind=True, metadata=metadata))

@@ -9,6 +9,14 @@ the group, assigned by hand at the partition's low-water mark. The ingest thread
 slice from each reader in turn, and skips a reader whose records are still waiting for the
 emitter: that reader's own bounded prefetch then stops fetching, and nothing else slows.
 
+What the readers prefetch is bounded over all of them (``prefetch``), not per reader: a
+librdkafka fetch is bounded in bytes on the wire, and a compressed batch can be many times
+its size once decompressed, with a few hundred bytes of librdkafka's own per record. At 1 MiB
+per fetch and 4 MiB of queue per reader, each of 12 readers of lz4 batches held 36-39 MiB
+before the ingest thread took anything (430 MiB in all); an instance owning 48 partitions
+would have held four times that. Shared out of ``FETCH_BUDGET`` and ``QUEUE_BUDGET``, the
+readers of 12 partitions held 7 MiB each, and a lone partition's reader still fetches a MiB.
+
 Caller: the ingest thread only. Affects: the readers' positions.
 """
 
@@ -25,6 +33,21 @@ from fairstream.adapters.ports import AssignedReader, ConsumerFactory, connect_c
 log = logging.getLogger("fairstream.readers")
 
 SLICE = 1000  # records taken from one reader before the next one's turn
+# Over all the readers of an instance: bytes fetched at once (as on the wire, compressed),
+# and bytes prefetched into their queues; each reader gets its share, within these bounds.
+FETCH_BUDGET = 1536 * 1024
+QUEUE_BUDGET = 6 * 1024 * 1024
+FETCH_BOUNDS = (64 * 1024, 1024 * 1024)  # a reader's max.partition.fetch.bytes
+QUEUE_BOUNDS = (512 * 1024, 4 * 1024 * 1024)  # a reader's queued.max.messages.kbytes (bytes)
+
+
+def prefetch(readers: int) -> dict[str, int]:
+    """The prefetch settings of one reader among ``readers`` ingest readers: its share of
+    ``FETCH_BUDGET`` and ``QUEUE_BUDGET``, within ``FETCH_BOUNDS`` and ``QUEUE_BOUNDS``."""
+    share = max(1, readers)
+    fetch = min(max(FETCH_BUDGET // share, FETCH_BOUNDS[0]), FETCH_BOUNDS[1])
+    queue = min(max(QUEUE_BUDGET // share, QUEUE_BOUNDS[0]), QUEUE_BOUNDS[1])
+    return {"max.partition.fetch.bytes": fetch, "queued.max.messages.kbytes": queue // 1024}
 
 
 def reader_config(connection: dict[str, Any], app_id: str) -> dict[str, Any]:
@@ -37,8 +60,7 @@ def reader_config(connection: dict[str, Any], app_id: str) -> dict[str, Any]:
             # Only committed ingest records are requests; aborted ones never reach egress.
             "isolation.level": "read_committed",
             "enable.partition.eof": True,  # tells the warm-up a partition has nothing more
-            "max.partition.fetch.bytes": 1024 * 1024,
-            "queued.max.messages.kbytes": 4096,
+            **prefetch(1),  # a lone reader's; ``Readers.open`` gives each its share
             "fetch.queue.backoff.ms": 5,
             "fetch.wait.max.ms": 500,
         },
@@ -63,11 +85,14 @@ class Readers:
         self._readers: dict[int, AssignedReader] = {}
         self._turn = 0
 
-    def open(self, partition: int, offset: int) -> None:
-        """Read ``partition`` from ``offset`` (a fresh reader, or the existing one moved)."""
+    def open(self, partition: int, offset: int, *, among: int = 1) -> None:
+        """Read ``partition`` from ``offset`` (a fresh reader, or the existing one moved).
+        ``among``: the ingest partitions this instance reads, whose readers share the
+        prefetch budget (``prefetch``); a reader keeps the share it was opened with."""
         reader = self._readers.get(partition)
         if reader is None:
-            reader = self._readers[partition] = self._connect(self._config)
+            config = {**self._config, **prefetch(among)}
+            reader = self._readers[partition] = self._connect(config)
         # assign() at an offset drops anything the reader had prefetched.
         if partition < 0 and self.holding is not None:
             reader.assign([TopicPartition(self.holding, ~partition, offset)])
