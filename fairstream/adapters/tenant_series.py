@@ -11,7 +11,7 @@ import heapq
 from collections.abc import Iterable, Iterator, Mapping
 from operator import itemgetter
 
-__all__ = ["OTHER", "top_of", "top_tenants"]
+__all__ = ["OTHER", "top_named", "top_of", "top_tenants"]
 
 OTHER = "__other__"
 
@@ -25,7 +25,7 @@ def top_tenants(values: Mapping[str, int], k: int) -> tuple[list[tuple[str, int]
     # The selection runs in C over the items as they are (a filter and a key in Python cost
     # four times the selection, at each scrape of 100,000 tenants).
     largest = heapq.nlargest(k + 1, values.items(), key=itemgetter(1))
-    return _named(largest, k, sum(values.values()))
+    return top_named(largest, k, sum(values.values()))
 
 
 def top_of(values: Iterable[tuple[str, int]], k: int) -> tuple[list[tuple[str, int]], int]:
@@ -40,10 +40,14 @@ def top_of(values: Iterable[tuple[str, int]], k: int) -> tuple[list[tuple[str, i
             yield pair
 
     largest = heapq.nlargest(k + 1, counted(), key=itemgetter(1))
-    return _named(largest, k, total)
+    return top_named(largest, k, total)
 
 
-def _named(largest: list[tuple[str, int]], k: int, total: int) -> tuple[list[tuple[str, int]], int]:
-    # The k + 1 largest, less a tenant named __other__ (one more than k, so that k remain).
+def top_named(
+    largest: list[tuple[str, int]], k: int, total: int
+) -> tuple[list[tuple[str, int]], int]:
+    """``top_of``'s answer from the ``k + 1`` largest (tenant, value) pairs, largest first,
+    and the sum of all values: at most ``k`` named (never a tenant named __other__, hence
+    one more than k), and the sum of the others."""
     top = [(t, v) for t, v in largest if t != OTHER][:k]
     return top, total - sum(v for _, v in top)

@@ -57,8 +57,9 @@ import bisect
 import heapq
 import itertools
 import math
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
+from operator import attrgetter
 from typing import Any, Generic, TypeVar
 
 from fairstream.core.admission import ADMITTED, Decision, admit, over_limits, room
@@ -78,6 +79,8 @@ from fairstream.core.rings import (
 from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicies, TenantPolicy
 
 __all__ = ["FairScheduler", "Pick"]
+
+_POLICY = attrgetter("policy")
 
 T = TypeVar("T")
 
@@ -544,6 +547,29 @@ class FairScheduler(TenantPolicies, Generic[T]):
     def tenants(self) -> Iterator[str]:
         """The backlogged tenants (paused ones included), in no particular order."""
         return iter(list(self._tenants))
+
+    # -- surveys: one pass over every backlogged tenant, without a method call per tenant ----
+    # A scrape, a demand report and the oldest quiet record each read every backlogged
+    # tenant; through ``tenants`` and ``backlog`` or ``policy`` that cost 0.3-0.7 us a tenant,
+    # a second of the emitter's time at a million tenants.
+
+    def largest_backlogs(self, k: int) -> list[tuple[str, int]]:
+        """The ``k`` tenants with the most items waiting, with how many, most first (ties in
+        no particular order); paused ones included. O(backlogged tenants)."""
+        return [(t.name, len(t)) for t in heapq.nlargest(k, self._tenants.values(), key=len)]
+
+    def heads(self) -> Iterator[tuple[str, Any]]:
+        """Each backlogged, unpaused tenant with its oldest item as it was pushed (in the
+        caller's stored form, if it has one: see ``store_as``), in no particular order."""
+        return ((t.name, t.first) for t in self._tenants.values() if not t.policy.paused)
+
+    def policy_counts(self) -> list[tuple[TenantPolicy, int]]:
+        """The policies in force for the backlogged tenants (paused ones included), each with
+        how many tenants it applies to. Counted by identity: tenants following the default,
+        or sharing a policy object, count under one entry."""
+        policies = list(map(_POLICY, self._tenants.values()))
+        by_id = dict(zip(map(id, policies), policies, strict=True))
+        return [(by_id[key], n) for key, n in Counter(map(id, policies)).items()]
 
     def current_round(self, priority: int = 0) -> int:
         """The round number of a priority class (0 once the class has no backlogged tenant).

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fairstream.core.deficit import FairScheduler
 from fairstream.core.hierarchy import Core, GroupScheduler
 from fairstream.core.tenant import TenantPolicy
 
@@ -110,6 +111,8 @@ def backlogged_demand(
     """The demand of ``core``'s backlogged, unpaused tenants (O(backlogged tenants)).
     ``group_policy``: each group's policy as set (the core holds this instance's part of
     its weight and cap); default the core's."""
+    if type(core) is FairScheduler:  # one pass inside the core, by policy
+        return summarize(_flat_entries(core.policy_counts()))
     grouped = type(core) is GroupScheduler
     tenants: list[Entry] = []
     members: dict[str, list[Entry]] = {}
@@ -129,6 +132,21 @@ def backlogged_demand(
         if not policy.paused:
             groups.append((group, policy.priority, policy.weight, policy.rate_cap, entries))
     return summarize(tenants, groups)
+
+
+def _flat_entries(counts: list[tuple[TenantPolicy, int]]) -> list[Entry]:
+    """The entries of tenants under each of these policies (unpaused ones): uncapped tenants
+    of one policy only add up their weight (one entry for them all); a capped one is kept
+    one by one, as ``summarize`` keeps the largest caps."""
+    entries: list[Entry] = []
+    for policy, n in counts:
+        if policy.paused:
+            continue
+        if policy.rate_cap is None:
+            entries.append((policy.priority, policy.weight * n, None))
+        else:
+            entries.extend([(policy.priority, policy.weight, policy.rate_cap)] * n)
+    return entries
 
 
 def summarize(

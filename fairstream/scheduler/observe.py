@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from fairstream.adapters.tenant_series import OTHER, top_of
+from fairstream.adapters.tenant_series import OTHER, top_named, top_of
 from fairstream.analysis.stats import percentile
 from fairstream.analysis.tree import Entry, entitle
-from fairstream.core import Clock, Core, GroupScheduler
+from fairstream.core import Clock, Core, FairScheduler, GroupScheduler
 from fairstream.core.budget import BudgetState
 from fairstream.scheduler.tenant_tree import GroupCounts, TreeSnapshot
 
@@ -65,7 +65,10 @@ def backlog_top(core: Core[Any], k: int) -> dict[str, int]:
     """The ``k`` largest backlogs (records) by tenant, and the others' sum under ``OTHER``
     (``top_of``): the scrape's copy. O(tenants) in time, O(k) in memory: a copy of every
     backlog was a dict of a million entries at each scrape refresh."""
-    named, rest = top_of(((t, core.backlog(t)[0]) for t in core.tenants()), k)
+    if type(core) is FairScheduler:  # one pass inside the core (``largest_backlogs``)
+        named, rest = top_named(core.largest_backlogs(k + 1), k, len(core))
+    else:
+        named, rest = top_of(((t, core.backlog(t)[0]) for t in core.tenants()), k)
     top = dict(named)
     top[OTHER] = rest
     return top

@@ -31,6 +31,7 @@ __all__ = [
     "Letter",
     "Parsed",
     "Prepared",
+    "enqueued_of",
     "held_headers",
     "held_key",
     "held_value",
@@ -107,6 +108,16 @@ def unpack(tenant: str, stored: Parsed | bytes) -> Parsed:
         return cast(Parsed, stored)
     partition, offset, enqueued = _UNPACK(stored)
     return new(Parsed, (partition, offset, tenant, 1, None, enqueued, stored[_AT:], None))
+
+
+_ENQUEUED_AT = struct.Struct("<q").unpack_from, struct.calcsize("<iq")
+
+
+def enqueued_of(stored: Parsed | bytes) -> int:
+    """A record's enqueued ms, packed (``pack``) or not, without unpacking the rest."""
+    if type(stored) is bytes:
+        return cast(int, _ENQUEUED_AT[0](stored, _ENQUEUED_AT[1])[0])
+    return cast(Parsed, stored).enqueued
 
 
 class Letter(NamedTuple):

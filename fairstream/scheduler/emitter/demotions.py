@@ -29,11 +29,12 @@ from collections.abc import Iterator, Mapping, Sized
 from typing import Any
 
 from fairstream.config import Settings
-from fairstream.core import Clock, Core
+from fairstream.core import Clock, Core, FairScheduler
 from fairstream.core.demotion import Change, Demotion, DemotionPolicy
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Scrape
 from fairstream.scheduler.policies.reader import Policies, PolicyAction
+from fairstream.scheduler.records import enqueued_of
 
 __all__ = [
     "REVIEW_EVERY",
@@ -143,6 +144,10 @@ def mark_demoted(rows: list[dict[str, Any]], demotions: Demotions | None) -> Non
 
 def _heads(core: Core[Any]) -> Iterator[tuple[str, float]]:
     """Each backlogged, unpaused tenant with when its oldest record was enqueued (epoch s)."""
+    if type(core) is FairScheduler:  # one pass inside the core, records as stored
+        for tenant, stored in core.heads():
+            yield tenant, enqueued_of(stored) / 1000
+        return
     for tenant in core.tenants():
         head = core.peek(tenant)
         if head is not None and not core.policy(tenant).paused:

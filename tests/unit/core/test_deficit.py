@@ -551,3 +551,57 @@ def test_items_pushed_in_a_stored_form_leave_as_the_items_they_were(
     while (picked := plain.pick()) is not None:
         assert packed.pick() == picked
     assert packed.pick() is None
+
+
+_POLICIES = [
+    None,  # the default
+    TenantPolicy(weight=2.0),
+    TenantPolicy(priority=1),
+    TenantPolicy(paused=True),
+    TenantPolicy(rate_cap=5.0),
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["A", "B", "C", "D", "E", "F"]),
+            st.integers(1, 3),
+            st.sampled_from(["push", "pick", "policy", "default"]),
+            st.integers(0, len(_POLICIES) - 1),
+        ),
+        max_size=60,
+    ),
+    st.integers(1, 4),
+)
+def test_the_surveys_agree_with_asking_tenant_by_tenant(
+    ops: list[tuple[str, int, str, int]], k: int
+) -> None:
+    # largest_backlogs, heads and policy_counts read every backlogged tenant in one pass;
+    # they answer what backlog, peek and policy answer one tenant at a time.
+    clock = ManualClock()
+    core: FairScheduler[int] = FairScheduler(clock)
+    for n, (tenant, cost, op, p) in enumerate(ops):
+        if op == "push":
+            core.push(tenant, n, cost)
+        elif op == "pick":
+            clock.advance(0.5)
+            core.pick()
+        elif op == "policy":
+            core.set_policy(tenant, _POLICIES[p])
+        else:
+            core.set_default_policy(_POLICIES[p] or TenantPolicy())
+    tenants = list(core.tenants())
+    backlogs = sorted((core.backlog(t)[0] for t in tenants), reverse=True)
+    largest = core.largest_backlogs(k)
+    assert [n for _, n in largest] == backlogs[:k]
+    assert all(core.backlog(t)[0] == n for t, n in largest)
+    assert sorted(core.heads()) == sorted(
+        (t, core.peek(t)) for t in tenants if not core.policy(t).paused
+    )
+    counted = {id(policy): n for policy, n in core.policy_counts()}
+    expected: dict[int, int] = {}
+    for t in tenants:
+        expected[id(core.policy(t))] = expected.get(id(core.policy(t)), 0) + 1
+    assert counted == expected

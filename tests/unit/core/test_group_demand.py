@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairstream.core import GroupScheduler, ManualClock, TenantPolicy
+from fairstream.core import FairScheduler, GroupScheduler, ManualClock, TenantPolicy
 from fairstream.core.shares import (
     MAX_GROUPS,
     MAX_MEMBERS_CAPPED,
@@ -248,3 +248,44 @@ def test_instances_and_group_caps_never_add_up_to_more_than_theirs(demands, rate
         parts = [s.parts.of(name) for s in shares.values()]
         assert sum(cap for _, cap in parts) <= 1 + 1e-9
         assert all(0 <= w <= 1 + 1e-9 and cap >= 0 for w, cap in parts)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 40),
+            st.sampled_from(
+                [
+                    None,
+                    TenantPolicy(weight=2.5),
+                    TenantPolicy(priority=1, weight=0.5),
+                    TenantPolicy(paused=True),
+                    TenantPolicy(rate_cap=3.0),
+                    TenantPolicy(priority=1, rate_cap=7.0, weight=3.0),
+                ]
+            ),
+        ),
+        max_size=60,
+    )
+)
+def test_a_flat_cores_demand_counted_by_policy_is_its_demand_tenant_by_tenant(
+    tenants: list[tuple[int, TenantPolicy | None]],
+) -> None:
+    # A flat core's demand is read by policy (``FairScheduler.policy_counts``): the same
+    # demand as its tenants' entries one by one (up to rounding in the weights' sums).
+    core: FairScheduler[int] = FairScheduler(ManualClock())
+    for n, (tenant, policy) in enumerate(tenants):
+        core.set_policy(f"t{tenant}", policy)
+        core.push(f"t{tenant}", n)
+    entries = [
+        (p.priority, p.weight, p.rate_cap)
+        for p in (core.policy(t) for t in core.tenants())
+        if not p.paused
+    ]
+    fast, slow = backlogged_demand(core), summarize(entries)
+    assert fast.keys() == slow.keys()
+    for priority, demand in slow.items():
+        assert fast[priority].weight == pytest.approx(demand.weight)
+        assert fast[priority].capped == demand.capped
+        assert fast[priority].groups == demand.groups

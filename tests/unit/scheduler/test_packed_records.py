@@ -8,7 +8,11 @@ import sys
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fairstream.scheduler.records import Parsed, new, pack, unpack
+from fairstream.adapters.tenant_series import OTHER
+from fairstream.core import FairScheduler, ManualClock, TenantPolicy
+from fairstream.scheduler.emitter.demotions import oldest_quiet_age
+from fairstream.scheduler.observe import backlog_top
+from fairstream.scheduler.records import Parsed, enqueued_of, new, pack, unpack
 
 
 @given(
@@ -41,3 +45,17 @@ def test_packed_a_record_costs_less_than_half_its_parsed_form_beside_its_value()
     parsed = sys.getsizeof(record) + sys.getsizeof(offset) + sys.getsizeof(value) - len(value)
     packed = sys.getsizeof(pack(3, offset, enqueued, value)) - len(value)
     assert packed * 2 < parsed
+
+
+def test_the_oldest_quiet_record_is_read_from_packed_heads_too() -> None:
+    core: FairScheduler[Parsed] = FairScheduler(ManualClock())
+    core.store_as(unpack)
+    core.push("a", new(Parsed, (0, 1, "a", 1, None, 5_000, b"v", None)))
+    core.push("b", pack(0, 2, 3_000, b"w"))  # type: ignore[arg-type]  # stored form
+    core.push("c", pack(0, 3, 1_000, b"x"))  # type: ignore[arg-type]
+    core.set_policy("c", TenantPolicy(paused=True))  # a paused tenant is not quiet
+    assert enqueued_of(pack(0, 2, 3_000, b"w")) == 3_000
+    assert oldest_quiet_age(core, None, 10_000) == 7.0  # b's, enqueued at 3 s
+    top = backlog_top(core, 1)  # one record each: any one of them named, the others summed
+    assert len(top) == 2
+    assert top[OTHER] == 2
