@@ -18,6 +18,7 @@ import threading
 from collections import OrderedDict, defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Generic, TypeVar
 
 from fairstream.adapters.tenant_series import OTHER, top_named, top_of
@@ -118,7 +119,7 @@ class Observed:
         (the metrics' label for everyone else), so that churning tenants cannot grow this
         without bound while every total stays right."""
         emitted = self.emitted_by_tenant
-        keep = dict(heapq.nlargest(EMITTED_TENANTS // 2, emitted.items(), key=lambda kv: kv[1]))
+        keep = dict(heapq.nlargest(EMITTED_TENANTS // 2, emitted.items(), key=itemgetter(1)))
         folded = sum(emitted.values()) - sum(keep.values())
         self.emitted_by_tenant = defaultdict(int, keep)
         self.emitted_by_tenant[OTHER] += folded
@@ -165,7 +166,7 @@ class Observed:
         counts, self._since_probe = self._since_probe, {}
         self.groups.file(core)  # each second, so that few counts wait unfiled
         dwell: dict[str, float] = {}
-        for tenant, count in heapq.nlargest(top, counts.items(), key=lambda kv: kv[1]):
+        for tenant, count in heapq.nlargest(top, counts.items(), key=itemgetter(1)):
             samples = self.dwell_by_tenant.get(tenant)
             if samples:
                 # The newest `count` dwell times are (about) those of the records counted.

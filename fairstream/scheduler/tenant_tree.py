@@ -24,6 +24,7 @@ import heapq
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -129,7 +130,7 @@ class GroupCounts:
         while len(recent) > RECENT:
             recent.popitem(last=False)
         if len(by_group) > EMITTED_GROUPS:
-            keep = dict(heapq.nlargest(EMITTED_GROUPS // 2, by_group.items(), key=lambda kv: kv[1]))
+            keep = dict(heapq.nlargest(EMITTED_GROUPS // 2, by_group.items(), key=itemgetter(1)))
             keep[OTHER] = keep.get(OTHER, 0) + sum(by_group.values()) - sum(keep.values())
             self.by_group = keep
 
