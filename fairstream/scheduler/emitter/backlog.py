@@ -25,6 +25,7 @@ Caller: the emitter thread (``Emitter``), the only owner of the core.
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from collections.abc import Callable
 
@@ -65,9 +66,51 @@ __all__ = ["Backlog", "Overflow"]
 
 log = logging.getLogger("fairstream.emitter")
 
-# Records waiting in a flat core from which new ones wait packed (``records.pack``): a few
-# hundred thousand cost tens of MB more unpacked, and fewer are picked soon after they come.
+# Records waiting in a flat core from which new ones wait packed (``records.pack``), when
+# they will wait COMPACT_WAIT seconds or more at the rate records have been leaving it: a few
+# hundred thousand cost tens of MB more unpacked, and packing costs about 0.4 us a record,
+# which a backlog drained at full speed (100,000 records or more a few seconds) would pay
+# for nothing.
 COMPACT_AT = 100_000
+COMPACT_WAIT = 10.0
+
+
+def worth_packing(waiting: int, leaving: float) -> bool:
+    """Whether the next records are packed, with ``waiting`` records in the core and
+    ``leaving`` records/s leaving it: COMPACT_AT or more wait, and the next ones would wait
+    COMPACT_WAIT seconds or more."""
+    return waiting >= COMPACT_AT and waiting >= leaving * COMPACT_WAIT
+
+
+class Departures:
+    """How fast records leave the core (records/s), worked out about every second from how
+    many waited after one batch was indexed and before the next; until then, the rate the
+    emission rule sends at (``None``: unlimited). Caller: ``Backlog.index``, on the emitter
+    thread, with its clock."""
+
+    __slots__ = ("_after", "_left", "_measured", "_since")
+
+    def __init__(self) -> None:
+        self._after = 0  # records waiting once the last batch was indexed
+        self._left = 0  # records that left since ``_since``
+        self._since: float | None = None
+        self._measured: float | None = None
+
+    def before(self, waiting: int, now: float, configured: float | None) -> float:
+        """Records/s leaving, as a batch is about to be indexed with ``waiting`` waiting."""
+        if self._since is None:
+            self._since = now
+        self._left += max(0, self._after - waiting)
+        if now - self._since >= 1.0:
+            self._measured = self._left / (now - self._since)
+            self._left, self._since = 0, now
+        if self._measured is not None:
+            return self._measured
+        return math.inf if configured is None else configured
+
+    def after(self, waiting: int) -> None:
+        """The batch is indexed: ``waiting`` wait now."""
+        self._after = waiting
 
 
 class Overflow:
@@ -139,6 +182,7 @@ class Backlog:
         # other letters, in bounded turns, its payloads held within a budget.
         self.overflow = Overflow(settings.buffer_memory // 8)
         self.parking = Parking(settings, self)
+        self.departures = Departures()  # from a flat core: whether records are packed
 
     @property
     def waiting(self) -> bool:
@@ -170,6 +214,7 @@ class Backlog:
         self.overflow.clear()
         self.cached = 0
         self.parking.clear()
+        self.departures.after(0)  # the new core holds nothing: none left the old one
 
     def index(self, records: list[Parsed], txn: Transaction) -> None:  # noqa: PLR0915 (flat hot path)
         """Index handed-over records in the core, or turn them into dead letters; a parked
@@ -193,7 +238,8 @@ class Backlog:
         if flat is not None:
             admit = flat.push_admitted  # type: ignore[assignment]  # the stored form too
             waiting = len(flat)
-            if waiting >= COMPACT_AT:
+            leaving = self.departures.before(waiting, self.clock.now(), self.rule.rate)
+            if worth_packing(waiting, leaving):
                 compact = True
                 flat.store_as(unpack)
             elif not waiting:
@@ -277,6 +323,8 @@ class Backlog:
                 core.push(tenant, new(Parsed, bare), cost)
             pushed += 1
         self.cached, flood.held = cached, held
+        if flat is not None:
+            self.departures.after(len(flat))
         if to_park:
             self.parking.park_new(txn, to_park)
         if pushed:

@@ -170,6 +170,10 @@ class Driver:
         return [(r.value, dict(r.headers)[wire.DLQ_REASON]) for r in self.cluster.committed(DLQ)]
 
 
+def _slowly(self: backlog.Departures, waiting: int, now: float, configured: float | None) -> float:
+    return 0.1  # records leave the core at 0.1/s: whatever waits will wait long
+
+
 @pytest.fixture(params=["as-parsed", "packed"])
 def cluster(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
@@ -178,6 +182,7 @@ def cluster(
     # a flat core keeps them once COMPACT_AT wait (here: from the first).
     if request.param == "packed":
         monkeypatch.setattr(backlog, "COMPACT_AT", 0)
+        monkeypatch.setattr(backlog.Departures, "before", _slowly)
     # The emitter runs under the scheduler's collector thresholds (``run.GC_THRESHOLDS``):
     # under the interpreter's defaults the cyclic collector walks every buffered record
     # again and again, which was more than a third of the 100,000-gap case's time.
@@ -346,9 +351,11 @@ def test_a_record_without_headers_waits_as_its_value_alone(cluster: MemoryCluste
 def test_records_wait_packed_once_many_wait_and_go_out_as_they_came(
     cluster: MemoryCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # From COMPACT_AT records waiting, a flat core keeps new records without headers packed
-    # in one bytes object each (``records.pack``); they leave it as the records they were.
+    # From COMPACT_AT records waiting, and while they leave too slowly to go within
+    # COMPACT_WAIT, a flat core keeps new records without headers packed in one bytes object
+    # each (``records.pack``); they leave it as the records they were.
     monkeypatch.setattr(backlog, "COMPACT_AT", 3)
+    monkeypatch.setattr(backlog.Departures, "before", _slowly)
     driver = Driver(cluster)
     driver.produce("a", "b", "c")
     driver.ingest()  # a batch indexed with none waiting: as parsed

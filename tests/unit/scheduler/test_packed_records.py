@@ -3,6 +3,7 @@ and made a ``Parsed`` again as it leaves the core (``records.unpack``)."""
 
 from __future__ import annotations
 
+import math
 import sys
 
 from hypothesis import given
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from fairstream.adapters.tenant_series import OTHER
 from fairstream.core import FairScheduler, ManualClock, TenantPolicy
+from fairstream.scheduler.emitter.backlog import COMPACT_AT, Departures, worth_packing
 from fairstream.scheduler.emitter.demotions import oldest_quiet_age
 from fairstream.scheduler.observe import backlog_top
 from fairstream.scheduler.records import Parsed, enqueued_of, new, pack, unpack
@@ -59,3 +61,29 @@ def test_the_oldest_quiet_record_is_read_from_packed_heads_too() -> None:
     top = backlog_top(core, 1)  # one record each: any one of them named, the others summed
     assert len(top) == 2
     assert top[OTHER] == 2
+
+
+def test_departures_are_the_configured_rate_until_a_second_has_been_measured() -> None:
+    departures = Departures()
+    assert departures.before(0, 10.0, None) == math.inf  # unlimited, nothing measured yet
+    departures.after(500)
+    assert departures.before(300, 10.5, 40.0) == 40.0  # 200 left; under a second: the rate's
+    departures.after(900)
+    assert departures.before(600, 11.0, 40.0) == 500.0  # 500 left in the second
+    departures.after(600)
+    assert departures.before(600, 11.5, None) == 500.0  # the last measure holds meanwhile
+    departures.after(600)
+    assert departures.before(590, 13.0, None) == 5.0  # 10 left over two seconds
+    departures.after(0)  # a rewind: the core replaced, empty
+    departures.after(40)
+    assert departures.before(40, 13.5, None) == 5.0  # none left yet; measured at 14 s
+    assert departures.before(40, 14.0, None) == 0.0
+
+
+def test_records_are_packed_only_where_they_will_wait() -> None:
+    # At 100,000 waiting and 50,000 leaving a second (a backlog drained at full speed) the
+    # next records would go within 2 s: not worth packing; at 5,000 a second, 20 s: packed.
+    assert not worth_packing(100_000, 50_000.0)
+    assert worth_packing(100_000, 5_000.0)
+    assert not worth_packing(COMPACT_AT - 1, 0.0)
+    assert not worth_packing(10**7, math.inf)
