@@ -74,6 +74,7 @@ from fairstream.core.rings import (
     ClassRings,
     Pick,
     TenantRecord,
+    extended,
     new_pick,
 )
 from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicies, TenantPolicy
@@ -144,9 +145,9 @@ class FairScheduler(TenantPolicies, Generic[T]):
         if not t.first_cost:  # TenantRecord.append, inline: once per record
             t.first, t.first_cost = item, cost
         elif t.rest is None:
-            t.rest = deque((item, cost))
+            t.rest = (item, cost)
         else:
-            t.rest.extend((item, cost))
+            t.rest = extended(t.rest, item, cost)
         t.cost += cost
         self._len += 1
 
@@ -312,11 +313,14 @@ class FairScheduler(TenantPolicies, Generic[T]):
                     item = restore(t.name, item)
                 head = new_pick(Pick, (t.name, item, cost))
                 rest = t.rest
-                if rest:
-                    t.first = rest.popleft()
-                    t.first_cost = rest.popleft()
-                else:
+                if not rest:
                     t.first, t.first_cost = None, 0
+                elif type(rest) is tuple:  # a second item, the last (``TenantRecord``)
+                    t.first, t.first_cost = rest
+                    t.rest = None
+                else:
+                    t.first = rest.popleft()  # type: ignore[union-attr]  # a deque
+                    t.first_cost = rest.popleft()  # type: ignore[union-attr]
                 t.cost -= cost
                 self._len -= 1
                 if not t.first_cost:

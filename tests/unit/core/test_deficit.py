@@ -605,3 +605,27 @@ def test_the_surveys_agree_with_asking_tenant_by_tenant(
     for t in tenants:
         expected[id(core.policy(t))] = expected.get(id(core.policy(t)), 0) + 1
     assert counted == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["push", "pick", "front", "take"]), max_size=40))
+def test_one_tenants_queue_keeps_its_order_through_every_size(ops: list[str]) -> None:
+    # A queue's second item waits in a tuple, a third turns it into a deque (``rings``):
+    # whatever the size, pushes, picks, pushes to the front and a take keep FIFO order.
+    core: FairScheduler[int] = FairScheduler(ManualClock())
+    model: list[int] = []
+    for n, op in enumerate(ops):
+        if op == "push":
+            core.push("A", n)
+            model.append(n)
+        elif op == "pick":
+            picked = core.pick()
+            assert (picked.item if picked else None) == (model.pop(0) if model else None)
+        elif op == "front":
+            core.push_front("A", n)
+            model.insert(0, n)
+        else:
+            assert [p.item for p in core.take_backlog("A")] == model
+            model = []
+        assert core.backlog("A")[0] == len(model)
+        assert core.peek("A") == (model[0] if model else None)
