@@ -165,10 +165,22 @@ class FairScheduler(TenantPolicies, Generic[T]):
         t = self._tenants.get(tenant)
         if t is None:
             verdict = over_limits(self._policies.get(tenant, self._default), 0, 0, cost)
+            if verdict != ADMITTED:
+                return verdict
+            t = self._new_tenant(tenant)
         else:
             verdict = over_limits(t.policy, len(t), t.cost, cost)
-        if verdict == ADMITTED:
-            self.push(tenant, item, cost)
+            if verdict != ADMITTED:
+                return verdict
+        # ``push``, inline, on the record just looked up: once per record indexed.
+        if not t.first_cost:
+            t.first, t.first_cost = item, cost
+        elif t.rest is None:
+            t.rest = (item, cost)
+        else:
+            t.rest = extended(t.rest, item, cost)
+        t.cost += cost
+        self._len += 1
         return verdict
 
     def store_as(self, restore: Callable[[str, Any], T] | None) -> None:
