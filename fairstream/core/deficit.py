@@ -74,7 +74,6 @@ from fairstream.core.rings import (
     ClassRings,
     Pick,
     TenantRecord,
-    extended,
     new_pick,
 )
 from fairstream.core.tenant import DEFAULT_POLICY, TenantPolicies, TenantPolicy
@@ -142,12 +141,7 @@ class FairScheduler(TenantPolicies, Generic[T]):
         t = self._tenants.get(tenant)
         if t is None:
             t = self._new_tenant(tenant)
-        if not t.first_cost:  # TenantRecord.append, inline: once per record
-            t.first, t.first_cost = item, cost
-        elif t.rest is None:
-            t.rest = (item, cost)
-        else:
-            t.rest = extended(t.rest, item, cost)
+        t.append(item, cost)
         t.cost += cost
         self._len += 1
 
@@ -172,13 +166,7 @@ class FairScheduler(TenantPolicies, Generic[T]):
             verdict = over_limits(t.policy, len(t), t.cost, cost)
             if verdict != ADMITTED:
                 return verdict
-        # ``push``, inline, on the record just looked up: once per record indexed.
-        if not t.first_cost:
-            t.first, t.first_cost = item, cost
-        elif t.rest is None:
-            t.rest = (item, cost)
-        else:
-            t.rest = extended(t.rest, item, cost)
+        t.append(item, cost)  # ``push``, on the record just looked up
         t.cost += cost
         self._len += 1
         return verdict

@@ -127,12 +127,14 @@ class TenantRecord(Generic[T]):
         name, flat = self.name, list(rest)
         return [head, *(new_pick(Pick, (name, *flat[i : i + 2])) for i in range(0, len(flat), 2))]
 
-    def append(self, pick: Pick[T]) -> None:
-        """``pick`` at the tail."""
+    def append(self, item: T, cost: int) -> None:
+        """``item`` of ``cost`` at the tail (``cost``, the total, is the caller's to count)."""
         if not self.first_cost:
-            self.first, self.first_cost = pick[1], pick[2]
+            self.first, self.first_cost = item, cost
+        elif self.rest is None:
+            self.rest = (item, cost)
         else:
-            self.rest = extended(self.rest, pick[1], pick[2])
+            self.rest = extended(self.rest, item, cost)
 
     def appendleft(self, pick: Pick[T]) -> None:
         """``pick`` at the head."""
