@@ -139,9 +139,10 @@ class TenantRecord(Generic[T]):
     def appendleft(self, pick: Pick[T]) -> None:
         """``pick`` at the head."""
         if self.first_cost:
-            rest = deque(self.rest or ())
-            rest.extendleft((self.first_cost, self.first))  # extendleft reverses
-            self.rest = rest
+            rest = self.rest
+            if type(rest) is not deque:  # none or one item behind: a deque now, once
+                rest = self.rest = deque(rest or ())
+            rest.extendleft((self.first_cost, self.first))  # extendleft reverses; O(1)
         self.first, self.first_cost = pick[1], pick[2]
 
     def pop(self) -> Pick[T]:

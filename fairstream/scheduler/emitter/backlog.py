@@ -183,6 +183,7 @@ class Backlog:
         self.overflow = Overflow(settings.buffer_memory // 8)
         self.parking = Parking(settings, self)
         self.departures = Departures()  # from a flat core: whether records are packed
+        self.packing = False  # whether the last batch was indexed packed (``keep``)
 
     @property
     def waiting(self) -> bool:
@@ -214,6 +215,7 @@ class Backlog:
         self.overflow.clear()
         self.cached = 0
         self.parking.clear()
+        self.packing = False
         self.departures.after(0)  # the new core holds nothing: none left the old one
 
     def index(self, records: list[Parsed], txn: Transaction) -> None:  # noqa: PLR0915 (flat hot path)
@@ -244,6 +246,7 @@ class Backlog:
                 flat.store_as(unpack)
             elif not waiting:
                 flat.store_as(None)  # none waits packed: they leave as they are, unchecked
+        self.packing = compact
         # With tenant groups, the room left in each tenant's backlog (records, cost) under
         # its policy is worked out once per batch, then counted down, as is its group's.
         room: dict[str, list[float]] = {}
@@ -354,6 +357,18 @@ class Backlog:
         letters.append(new(Letter, (tenant, new(Parsed, (*item[:6], None, None)), *why)))
         return held
 
+    def keep(self, tenant: str, entry: Parsed) -> None:
+        """Put ``entry``, taken out of the core (``remove_tenant``), back at its tenant's tail:
+        packed again while records are indexed packed (``records.pack``), so that moving
+        records out and back (a revocation, a purge, a park put off) does not unpack them for
+        good. Caller: this backlog and its parking."""
+        core, msg = self.rule.core, entry.msg
+        if self.packing and type(msg) is bytes and entry.cost == 1 and entry.deadline is None:
+            packed = pack(entry.partition, entry.offset, entry.enqueued, msg)
+            core.push(tenant, packed)  # type: ignore[arg-type]  # the stored form
+        else:
+            core.push(tenant, entry, entry.cost)
+
     def drop(self, gone: set[int]) -> None:
         """Forget the buffered records (and dead letters to be) of the partitions in ``gone``.
 
@@ -366,7 +381,7 @@ class Backlog:
                     if entry.msg is not None:
                         self.cached -= footprint(entry.msg)
                 else:
-                    core.push(tenant, entry, entry.cost)
+                    self.keep(tenant, entry)
         held = self.rule.pending
         if held is not None and held.item.partition in gone:
             self.rule.cancel()
@@ -389,7 +404,7 @@ class Backlog:
             core.push(tenant, held.item, held.cost)  # dead-lettered just below
         for entry in core.remove_tenant(tenant):
             if entry.enqueued > before_ms:
-                core.push(tenant, entry, entry.cost)
+                self.keep(tenant, entry)
                 kept += 1
                 continue
             if entry.msg is not None:

@@ -92,6 +92,8 @@ class Owner(Protocol):
 
     def free(self, msg: Held) -> None: ...
 
+    def keep(self, tenant: str, entry: Parsed) -> None: ...
+
     def letter(self, tenant: str | None, entry: Parsed, reason: str, detail: str) -> None: ...
 
 
@@ -245,11 +247,11 @@ class Parking:
             # Some of its parked records are still to be read back: written now, these would
             # overtake them. Put everything back, in order, and try at a later commit.
             for entry in items:
-                core.push(tenant, entry, entry.cost)
+                self.sink.keep(tenant, entry)
             return 0
         for entry in items:
             if entry.partition not in (partition, back):
-                core.push(tenant, entry, entry.cost)  # another partition's: stays
+                self.sink.keep(tenant, entry)  # another partition's: stays
         for i, entry in enumerate(mine):
             if not self._write(txn, partition, hold, tenant, entry):
                 # Its payload cannot be read back now (``fetch``): it and the rest stay in the

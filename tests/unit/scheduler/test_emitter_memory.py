@@ -386,6 +386,29 @@ def test_records_wait_packed_once_many_wait_and_go_out_as_they_came(
     assert cluster.offsets[GROUP][(INGEST, 0)] == 6
 
 
+def test_records_taken_out_and_put_back_stay_packed(
+    cluster: MemoryCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A purge takes a tenant's records out of the core and puts back those it keeps
+    # (``Backlog.keep``): while records are indexed packed, they go back packed, the first
+    # of them too, which was indexed as parsed.
+    monkeypatch.setattr(backlog, "COMPACT_AT", 1)
+    monkeypatch.setattr(backlog.Departures, "before", _slowly)
+    driver = Driver(cluster)
+    driver.produce("a", "b")
+    driver.ingest()  # none waiting: as parsed
+    driver.produce("a", "a")
+    driver.ingest()  # packed
+    core = driver.emitter.rule.core
+    record = core._tenants["a"]  # type: ignore[union-attr]  # the core's own, for this test
+    assert type(record.first) is Parsed
+    assert driver.emitter.backlog.purge("a", 0) == 3  # enqueued after 0: all kept
+    record = core._tenants["a"]  # type: ignore[union-attr]
+    assert [type(record.first), *map(type, list(record.rest)[::2])] == [bytes] * 3
+    driver.emit_and_commit()
+    assert sorted(driver.egress()) == [b"a:0", b"a:2", b"a:3", b"b:1"]
+
+
 def test_a_paused_tenant_among_a_busy_ones_records_is_parked_and_never_wedges_it(
     cluster: MemoryCluster,
 ) -> None:
