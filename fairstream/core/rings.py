@@ -131,10 +131,14 @@ class TenantRecord(Generic[T]):
         """``item`` of ``cost`` at the tail (``cost``, the total, is the caller's to count)."""
         if not self.first_cost:
             self.first, self.first_cost = item, cost
-        elif self.rest is None:
+            return
+        rest = self.rest
+        if rest is None:
             self.rest = (item, cost)
+        elif type(rest) is tuple:
+            self.rest = deque((*rest, item, cost))
         else:
-            self.rest = extended(self.rest, item, cost)
+            rest.extend((item, cost))  # type: ignore[union-attr]  # a deque
 
     def appendleft(self, pick: Pick[T]) -> None:
         """``pick`` at the head."""
@@ -172,17 +176,6 @@ class TenantRecord(Generic[T]):
         fresh.deficit = self.deficit
         self.state = RETIRED
         return fresh
-
-
-def extended(rest: Rest | None, item: Any, cost: int) -> Rest:
-    """``rest`` (``TenantRecord.rest``) with ``item`` of ``cost`` at its tail: a 2-tuple for
-    a second item, a deque from a third on."""
-    if rest is None:
-        return (item, cost)
-    if type(rest) is tuple:
-        return deque((*rest, item, cost))
-    rest.extend((item, cost))  # type: ignore[union-attr]  # a deque
-    return rest
 
 
 class ClassRings(Generic[T]):
