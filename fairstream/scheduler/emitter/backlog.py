@@ -83,10 +83,10 @@ def worth_packing(waiting: int, leaving: float) -> bool:
 
 
 class Departures:
-    """How fast records leave the core (records/s), worked out about every second from how
-    many waited after one batch was indexed and before the next; until then, the rate the
-    emission rule sends at (``None``: unlimited). Caller: ``Backlog.index``, on the emitter
-    thread, with its clock."""
+    """How fast records leave the core (records/s), worked out about every second in which
+    some left, from how many waited after one batch was indexed and before the next; until
+    then, the rate the emission rule sends at (``None``: unlimited). Caller:
+    ``Backlog.index``, on the emitter thread, with its clock."""
 
     __slots__ = ("_after", "_left", "_measured", "_since")
 
@@ -102,7 +102,12 @@ class Departures:
             self._since = now
         self._left += max(0, self._after - waiting)
         if now - self._since >= 1.0:
-            self._measured = self._left / (now - self._since)
+            # A second in which none left says nothing of how fast records go: the emitter
+            # warming up after a start (records wait for every partition's end), or none
+            # allowed to go for now. Measured then, a backlog about to be drained at full
+            # speed was packed, and every pick paid for unpacking until it was empty.
+            if self._left:
+                self._measured = self._left / (now - self._since)
             self._left, self._since = 0, now
         if self._measured is not None:
             return self._measured

@@ -76,8 +76,18 @@ def test_departures_are_the_configured_rate_until_a_second_has_been_measured() -
     assert departures.before(590, 13.0, None) == 5.0  # 10 left over two seconds
     departures.after(0)  # a rewind: the core replaced, empty
     departures.after(40)
-    assert departures.before(40, 13.5, None) == 5.0  # none left yet; measured at 14 s
-    assert departures.before(40, 14.0, None) == 0.0
+    assert departures.before(40, 13.5, None) == 5.0
+    assert departures.before(40, 14.0, None) == 5.0  # a second of none leaving: no measure
+    departures.after(40)
+    assert departures.before(39, 15.0, None) == 1.0
+
+
+def test_a_warm_up_in_which_none_leaves_is_not_taken_for_a_slow_drain() -> None:
+    departures = Departures()
+    departures.after(150_000)  # indexed while the emitter warms up
+    assert departures.before(150_000, 1.0, None) == math.inf
+    assert departures.before(150_000, 2.5, None) == math.inf  # none left: still unknown
+    assert not worth_packing(150_000, departures.before(150_000, 2.6, None))
 
 
 def test_records_are_packed_only_where_they_will_wait() -> None:
