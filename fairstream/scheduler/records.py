@@ -37,6 +37,7 @@ __all__ = [
     "held_value",
     "new",
     "pack",
+    "stored",
     "unpack",
 ]
 
@@ -99,6 +100,15 @@ def pack(partition: int, offset: int, enqueued: int, value: bytes) -> bytes:
     """A valid record without headers (its ``msg`` its value alone), packed: what ``unpack``
     makes a ``Parsed`` again, given its tenant."""
     return _PACK(partition, offset, enqueued) + value
+
+
+def stored(entry: Parsed) -> Parsed | bytes:
+    """``entry`` packed (``pack``) if it is what ``unpack`` rebuilds (its value alone, cost
+    1, no deadline); else ``entry`` as it is."""
+    msg = entry.msg
+    if type(msg) is bytes and entry.cost == 1 and entry.deadline is None:
+        return pack(entry.partition, entry.offset, entry.enqueued, msg)
+    return entry
 
 
 def unpack(tenant: str, stored: Parsed | bytes) -> Parsed:

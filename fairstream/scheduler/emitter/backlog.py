@@ -51,7 +51,7 @@ from fairstream.scheduler.records import (
     held_key,
     held_value,
     new,
-    pack,
+    stored,
     unpack,
 )
 from fairstream.wire.dead_letter import (
@@ -297,10 +297,7 @@ class Backlog:
             size = FOOTPRINT + len(msg) if type(msg) is bytes else footprint(msg)  # inlined
             if admit is not None:
                 if cached + size <= budget:
-                    if compact and type(msg) is bytes and cost == 1 and deadline is None:
-                        verdict = admit(tenant, pack(partition, offset, enqueued, msg), cost)
-                    else:
-                        verdict = admit(tenant, item, cost)
+                    verdict = admit(tenant, stored(item) if compact else item, cost)
                     if not verdict:
                         cached += size
                 else:  # read back when it goes
@@ -367,12 +364,8 @@ class Backlog:
         packed again while records are indexed packed (``records.pack``), so that moving
         records out and back (a revocation, a purge, a park put off) does not unpack them for
         good. Caller: this backlog and its parking."""
-        core, msg = self.rule.core, entry.msg
-        if self.packing and type(msg) is bytes and entry.cost == 1 and entry.deadline is None:
-            packed = pack(entry.partition, entry.offset, entry.enqueued, msg)
-            core.push(tenant, packed)  # type: ignore[arg-type]  # the stored form
-        else:
-            core.push(tenant, entry, entry.cost)
+        item = stored(entry) if self.packing else entry
+        self.rule.core.push(tenant, item, entry.cost)  # type: ignore[arg-type]  # stored form
 
     def drop(self, gone: set[int]) -> None:
         """Forget the buffered records (and dead letters to be) of the partitions in ``gone``.

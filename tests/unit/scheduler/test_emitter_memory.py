@@ -174,6 +174,12 @@ def _slowly(self: backlog.Departures, waiting: int, now: float, configured: floa
     return 0.1  # records leave the core at 0.1/s: whatever waits will wait long
 
 
+def _packing_from(monkeypatch: pytest.MonkeyPatch, waiting: int) -> None:
+    """Records are packed from ``waiting`` records waiting: they leave slowly (``_slowly``)."""
+    monkeypatch.setattr(backlog, "COMPACT_AT", waiting)
+    monkeypatch.setattr(backlog.Departures, "before", _slowly)
+
+
 @pytest.fixture(params=["as-parsed", "packed"])
 def cluster(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
@@ -181,8 +187,7 @@ def cluster(
     # Each case twice: records waiting as they were parsed, and packed (``records.pack``), as
     # a flat core keeps them once COMPACT_AT wait (here: from the first).
     if request.param == "packed":
-        monkeypatch.setattr(backlog, "COMPACT_AT", 0)
-        monkeypatch.setattr(backlog.Departures, "before", _slowly)
+        _packing_from(monkeypatch, 0)
     # The emitter runs under the scheduler's collector thresholds (``run.GC_THRESHOLDS``):
     # under the interpreter's defaults the cyclic collector walks every buffered record
     # again and again, which was more than a third of the 100,000-gap case's time.
@@ -354,8 +359,7 @@ def test_records_wait_packed_once_many_wait_and_go_out_as_they_came(
     # From COMPACT_AT records waiting, and while they leave too slowly to go within
     # COMPACT_WAIT, a flat core keeps new records without headers packed in one bytes object
     # each (``records.pack``); they leave it as the records they were.
-    monkeypatch.setattr(backlog, "COMPACT_AT", 3)
-    monkeypatch.setattr(backlog.Departures, "before", _slowly)
+    _packing_from(monkeypatch, 3)
     driver = Driver(cluster)
     driver.produce("a", "b", "c")
     driver.ingest()  # a batch indexed with none waiting: as parsed
@@ -392,8 +396,7 @@ def test_records_taken_out_and_put_back_stay_packed(
     # A purge takes a tenant's records out of the core and puts back those it keeps
     # (``Backlog.keep``): while records are indexed packed, they go back packed, the first
     # of them too, which was indexed as parsed.
-    monkeypatch.setattr(backlog, "COMPACT_AT", 1)
-    monkeypatch.setattr(backlog.Departures, "before", _slowly)
+    _packing_from(monkeypatch, 1)
     driver = Driver(cluster)
     driver.produce("a", "b")
     driver.ingest()  # none waiting: as parsed
