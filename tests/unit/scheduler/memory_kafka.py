@@ -35,15 +35,33 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from fairstream.wire.partition import partition_of_key
 
 
+class Outcome:
+    """What became of one transaction: "open", "committed" or "aborted". Its records share
+    it, so a commit or an abort changes one object, whatever the number of records."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: str) -> None:
+        self.state = state
+
+
+COMMITTED = Outcome("committed")  # records appended outside any transaction
+
+
 @dataclass(slots=True)
 class Stored:
-    """One record in a partition, and the state of the transaction that wrote it."""
+    """One record in a partition, and the outcome of the transaction that wrote it."""
 
     key: bytes | None
     value: bytes | None
     headers: Sequence[tuple[str, str | bytes | None]]
     timestamp: int | None
-    state: str = "open"  # "open", "committed" or "aborted"
+    outcome: Outcome = COMMITTED
+
+    @property
+    def state(self) -> str:
+        """Its transaction's outcome: "open", "committed" or "aborted"."""
+        return self.outcome.state
 
 
 @dataclass(frozen=True)
@@ -67,9 +85,9 @@ class MemoryCluster:
     starts: dict[tuple[str, int], int] = field(default_factory=dict)  # log starts
     _faults: dict[str, deque[KafkaError]] = field(default_factory=dict)
     _open: dict[str, MemoryProducer] = field(default_factory=dict)  # id -> its producer
-    # Keyed records' partitions, by (key, partition count): a test appends hundreds of
+    # Keyed records' partitions, by partition count, then key: a test appends hundreds of
     # thousands of records of a few keys, and murmur2 in Python would be most of its time.
-    _homes: dict[tuple[bytes, int], int] = field(default_factory=dict)
+    _homes: dict[int, dict[bytes | None, int]] = field(default_factory=dict)
 
     def producer(self, config: dict[str, Any]) -> MemoryProducer:
         """A producer on ``config`` (a ``ProducerFactory``)."""
@@ -91,14 +109,17 @@ class MemoryCluster:
         log = self.log(topic)
         if partition is None:
             partition = self.home(key, len(log))
-        log[partition].append(Stored(key, value, list(headers or []), None, "committed"))
+        log[partition].append(Stored(key, value, list(headers or []), None))
         return len(log[partition]) - 1
 
     def home(self, key: bytes | None, count: int) -> int:
         """The partition of ``count`` a record keyed ``key`` goes to (a Java client's)."""
-        home = self._homes.get((key or b"", count))
+        homes = self._homes.get(count)
+        if homes is None:
+            homes = self._homes[count] = {}
+        home = homes.get(key)
         if home is None:
-            home = self._homes[(key or b"", count)] = partition_of_key(key or b"", count)
+            home = homes[key] = partition_of_key(key or b"", count)
         return home
 
     def extend(self, topic: str, partition: int, keys: list[bytes], values: list[bytes]) -> None:
@@ -106,7 +127,7 @@ class MemoryCluster:
         headers."""
         if len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys for {len(values)} values")
-        stored = map(Stored, keys, values, repeat(()), repeat(None), repeat("committed"))
+        stored = map(Stored, keys, values, repeat(()), repeat(None))
         self.log(topic)[partition].extend(stored)
 
     def trim(self, topic: str, partition: int, start: int) -> None:
@@ -152,7 +173,7 @@ class MemoryProducer:
         self.transactional_id = transactional_id
         self.epoch: int | None = None  # set by init_transactions
         self.open = False
-        self._written: list[Stored] = []
+        self._outcome = Outcome("open")  # the open transaction's, shared by its records
         self._offsets: tuple[str, dict[tuple[str, int], int]] | None = None
 
     def _alive(self) -> None:
@@ -181,6 +202,7 @@ class MemoryProducer:
         if self.open:
             raise KafkaException(KafkaError(KafkaError._STATE, "a transaction is open"))
         self.open = True
+        self._outcome = Outcome("open")
         self.cluster._open[self.transactional_id] = self
 
     def produce(
@@ -205,9 +227,7 @@ class MemoryProducer:
         log = cluster.topics.get(topic) or cluster.log(topic)
         if partition < 0:
             partition = cluster.home(key, len(log))
-        record = Stored(key, value, headers or (), timestamp or None)
-        log[partition].append(record)
-        self._written.append(record)
+        log[partition].append(Stored(key, value, headers or (), timestamp or None, self._outcome))
 
     def poll(self, timeout: float = 0) -> int:
         return 0
@@ -245,9 +265,7 @@ class MemoryProducer:
         self._end("aborted")
 
     def _end(self, state: str) -> None:
-        for record in self._written:
-            record.state = state
-        self._written = []
+        self._outcome.state = state  # every record of the transaction at once
         self._offsets = None
         self.open = False
         if self.cluster._open.get(self.transactional_id) is self:
@@ -287,9 +305,11 @@ class MemoryConsumer:
         for (topic, partition), position in self.positions.items():
             records = cluster.log(topic)[partition]
             at = max(position, cluster.starts.get((topic, partition), 0))
-            while at < len(records) and len(out) < num_messages:
-                record = records[at]
-                state = record.state
+            # Records are read up to the last stable offset (the first of a transaction still
+            # open), and as many as are asked for.
+            stop = min(len(records), at + num_messages - len(out))
+            for record in records[at:stop]:
+                state = record.outcome.state
                 if state == "open":
                     break  # the last stable offset: nothing past it is read yet
                 if state == "committed":
