@@ -99,16 +99,23 @@ class FairScheduler(TenantPolicies, Generic[T]):
         self,
         clock: Clock,
         *,
-        quantum: float = 1,
+        quantum: object = 1,
         default_policy: TenantPolicy = DEFAULT_POLICY,
     ) -> None:
-        """``quantum`` is the base quantum in cost units; a tenant's is ``weight * quantum``."""
+        """``quantum`` is the base quantum in cost units, a positive number; a tenant's is
+        ``weight * quantum``.
+
+        The entry points that check their arguments (``quantum``, ``push``'s cost,
+        ``charge``'s amount) take any value and say what is wrong with it: compiled
+        (``fairstream.native``), a parameter typed ``int`` or ``float`` would refuse a value
+        of another type with its own TypeError before the check, and take True as 1.
+        """
         if isinstance(quantum, bool) or not isinstance(quantum, int | float) or not quantum > 0:
             raise ValueError(f"quantum must be a positive number of cost units, got {quantum!r}")
         if quantum == float("inf"):
             raise ValueError("quantum must be finite")
         self._clock = clock
-        self._quantum = quantum
+        self._quantum = float(quantum)
         self._default = default_policy
         self._policies: dict[str, TenantPolicy] = {}  # explicit policies only
         self._buckets: dict[str, TokenBucket] = {}  # rate-capped tenants' token buckets
@@ -126,7 +133,7 @@ class FairScheduler(TenantPolicies, Generic[T]):
 
     # -- queues ----------------------------------------------------------------------------
 
-    def push(self, tenant: str, item: T, cost: int = 1) -> None:
+    def push(self, tenant: str, item: T, cost: object = 1) -> None:
         """Append ``item`` of ``cost`` (a positive int) to the tail of ``tenant``'s queue.
 
         Does not check admission (see ``admit``): the service also pushes when rebuilding
@@ -182,7 +189,7 @@ class FairScheduler(TenantPolicies, Generic[T]):
         leave, not which or when."""
         self._restore = restore
 
-    def push_front(self, tenant: str, item: T, cost: int = 1) -> None:
+    def push_front(self, tenant: str, item: T, cost: object = 1) -> None:
         """Put ``item`` back at the head of ``tenant``'s queue: a pick the service could not
         send now (its payload could not be read back yet), so that it goes first, before
         the tenant's later items, whenever the tenant is picked again.
@@ -193,7 +200,7 @@ class FairScheduler(TenantPolicies, Generic[T]):
         t = self._tenants[tenant]
         t.appendleft(t.pop())  # the item just appended goes to the head: O(1)
 
-    def charge(self, tenant: str, amount: float) -> bool:
+    def charge(self, tenant: str, amount: object) -> bool:
         """Charge a backlogged ``tenant``'s deficit ``amount`` more cost units (a negative
         amount refunds), e.g. the measured cost of a request minus the cost it declared.
 
@@ -439,10 +446,10 @@ class FairScheduler(TenantPolicies, Generic[T]):
             if t.state != PAUSED:
                 t = self._detach(t)
                 t.state = PAUSED
-                t.deficit = 0
+                t.deficit = 0.0
             return
         if t.state == PAUSED:
-            t.deficit = 0
+            t.deficit = 0.0
             self._join_tail(t)
         elif t.state == PARKED:
             # The due time in the heap belongs to the old cap; file the tenant afresh.
@@ -450,7 +457,7 @@ class FairScheduler(TenantPolicies, Generic[T]):
             self._join_head_or_park(t)
         elif old.priority != policy.priority:
             t = self._detach(t)
-            t.deficit = 0
+            t.deficit = 0.0
             self._join_tail(t)
         elif old.weight != policy.weight:
             self._refile(t)

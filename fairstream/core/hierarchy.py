@@ -122,7 +122,7 @@ class GroupScheduler(TenantPolicies, Generic[T]):
         self,
         clock: Clock,
         *,
-        quantum: float = 1,
+        quantum: object = 1,  # checked by ``FairScheduler``, as are costs and charges
         default_policy: TenantPolicy = DEFAULT_POLICY,
         group_default_policy: TenantPolicy = DEFAULT_POLICY,
         group_of: Callable[[str], str | None] | None = None,
@@ -147,7 +147,7 @@ class GroupScheduler(TenantPolicies, Generic[T]):
 
     # -- queues ----------------------------------------------------------------------------
 
-    def push(self, tenant: str, item: T, cost: int = 1, group: str | None = None) -> None:
+    def push(self, tenant: str, item: T, cost: object = 1, group: str | None = None) -> None:
         """Append ``item`` of ``cost`` to ``tenant``'s queue, as ``FairScheduler.push``.
 
         ``group``: the group the record names (a header, say), for a tenant that has no
@@ -164,7 +164,7 @@ class GroupScheduler(TenantPolicies, Generic[T]):
                 return
         self._push_in(g, tenant, item, cost, front=False)
 
-    def push_front(self, tenant: str, item: T, cost: int = 1, group: str | None = None) -> None:
+    def push_front(self, tenant: str, item: T, cost: object = 1, group: str | None = None) -> None:
         """Put ``item`` back at the head of ``tenant``'s queue, as
         ``FairScheduler.push_front``: it goes before the tenant's staged records too."""
         g = self._where.get(tenant)
@@ -175,7 +175,7 @@ class GroupScheduler(TenantPolicies, Generic[T]):
                 return
         self._push_in(g, tenant, item, cost, front=True)
 
-    def _push_in(self, g: Group[T], tenant: str, item: T, cost: int, *, front: bool) -> None:
+    def _push_in(self, g: Group[T], tenant: str, item: T, cost: object, *, front: bool) -> None:
         if type(cost) is not int or cost < 1:
             raise ValueError(f"cost must be a positive integer, got {cost!r}")
         inner = g.inner
@@ -197,7 +197,7 @@ class GroupScheduler(TenantPolicies, Generic[T]):
         if g.live < STAGED:
             self._fill(g, None)
 
-    def charge(self, tenant: str, amount: float) -> bool:
+    def charge(self, tenant: str, amount: object) -> bool:
         """Charge ``tenant``'s deficit ``amount`` (negative: refund), as
         ``FairScheduler.charge``; a grouped tenant's group is charged the same at the outer
         level, so the group's share follows its members' real costs. True when a deficit

@@ -98,7 +98,7 @@ class TenantRecord(Generic[T]):
         # The items after it (item, cost, item, cost...), once there were two.
         self.rest: Rest | None = None
         self.cost = 0  # total cost waiting
-        self.deficit: float = 0
+        self.deficit = 0.0
         self.credited = 0  # last round of self.cls whose quantum is in self.deficit
         self.round = 0  # round of the ring holding this record, while ACTIVE
         self.cls: ClassRings[T] | None = None

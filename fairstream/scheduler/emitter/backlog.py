@@ -28,6 +28,7 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable
+from typing import Protocol
 
 from fairstream import wire
 from fairstream.config import Settings
@@ -80,6 +81,15 @@ def worth_packing(waiting: int, leaving: float) -> bool:
     ``leaving`` records/s leaving it: COMPACT_AT or more wait, and the next ones would wait
     COMPACT_WAIT seconds or more."""
     return waiting >= COMPACT_AT and waiting >= leaving * COMPACT_WAIT
+
+
+class LeavingRate(Protocol):
+    """What ``Backlog.index`` asks of ``Departures``: a test gives its own (records leaving
+    slowly, so that they are packed)."""
+
+    def before(self, waiting: int, now: float, configured: float | None) -> float: ...
+
+    def after(self, waiting: int) -> None: ...
 
 
 class Departures:
@@ -187,7 +197,8 @@ class Backlog:
         # other letters, in bounded turns, its payloads held within a budget.
         self.overflow = Overflow(settings.buffer_memory // 8)
         self.parking = Parking(settings, self)
-        self.departures = Departures()  # from a flat core: whether records are packed
+        # How fast records leave a flat core: whether records are packed.
+        self.departures: LeavingRate = Departures()
         self.packing = False  # whether the last batch was indexed packed (``keep``)
 
     @property

@@ -68,6 +68,8 @@ class Driver:
     thread does after an assignment or the rewind the emitter asked for. The holding log
     is written, never read back here."""
 
+    slowly = False  # records seen to leave slowly, so packed (``_packing_from``)
+
     def __init__(
         self, cluster: MemoryCluster, *, wait_for_policies: bool = False, **settings: Any
     ) -> None:
@@ -90,6 +92,8 @@ class Driver:
         self.readers = Readers(
             reader_config({}, GROUP), INGEST, holding_topic(GROUP), connect=cluster.consumer
         )
+        if self.slowly:
+            self.emitter.backlog.departures = Slowly()
         self._tenants: dict[bytes, str] = {}
         self.emitter.init_transactions()
         self.assign()
@@ -170,14 +174,21 @@ class Driver:
         return [(r.value, dict(r.headers)[wire.DLQ_REASON]) for r in self.cluster.committed(DLQ)]
 
 
-def _slowly(self: backlog.Departures, waiting: int, now: float, configured: float | None) -> float:
-    return 0.1  # records leave the core at 0.1/s: whatever waits will wait long
+class Slowly:
+    """Records leave the core at 0.1/s: whatever waits will wait long (``LeavingRate``)."""
+
+    def before(self, waiting: int, now: float, configured: float | None) -> float:
+        return 0.1
+
+    def after(self, waiting: int) -> None:
+        pass
 
 
 def _packing_from(monkeypatch: pytest.MonkeyPatch, waiting: int) -> None:
-    """Records are packed from ``waiting`` records waiting: they leave slowly (``_slowly``)."""
+    """Records are packed from ``waiting`` records waiting: the drivers made from now on see
+    them leave slowly (``Slowly``)."""
     monkeypatch.setattr(backlog, "COMPACT_AT", waiting)
-    monkeypatch.setattr(backlog.Departures, "before", _slowly)
+    monkeypatch.setattr(Driver, "slowly", True)
 
 
 @pytest.fixture(params=["as-parsed", "packed"])
