@@ -10,7 +10,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from fairstream.errors import Error
+from fairstream import native as _native
+
+_native.choose()  # compiled modules, or their source (``fairstream.native``): before any loads
+
+from fairstream.errors import Error  # noqa: E402 (after the switch above)
 
 __version__ = "0.1.0"
 

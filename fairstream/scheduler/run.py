@@ -14,6 +14,7 @@ import signal
 import sys
 from typing import Any
 
+from fairstream import native
 from fairstream.adapters.admin import (
     TopicError,
     admin_client,
@@ -178,6 +179,7 @@ def _run(settings: Settings, service_class: Any, start_web: Any) -> int:
                 raise
             failed_to_serve.append(_port_in_use(settings, exc))
             return
+        log.info("the per-record path: %s", native.describe())
         log.info(
             "web endpoints on %s:%d (%s/healthz /readyz /metrics /tenants)",
             settings.web_host,
