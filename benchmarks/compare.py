@@ -17,6 +17,10 @@ sending meanwhile): the dead letters written per second, the time to take the fl
 the quiet tenants' p99, per revision; with ``--raised`` the same burst with the cap raised
 above it (nothing dead-lettered: ``benchmarks/burst.py``'s run).
 
+Each worktree is built as ``make install`` builds a checkout: a revision with a compiled build
+(setup.py) runs its per-record modules compiled (``--pure``: from source, as every revision
+before it did).
+
 Prints one line per drain (records/s, ratio to the loop run just before, µs of scheduler
 CPU per record, commits) and the medians. The shared machine's speed drifts within minutes:
 compare medians of alternating rounds, never two single runs.
@@ -29,6 +33,7 @@ import contextlib
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,8 +44,10 @@ from benchmarks.common import REPO, Broker, delete_topics, log
 
 
 @contextlib.contextmanager
-def worktrees(revisions: list[str]) -> Iterator[list[Path]]:
-    """A detached worktree per revision (the same virtualenv: only the code differs)."""
+def worktrees(revisions: list[str], *, pure: bool = False) -> Iterator[list[Path]]:
+    """A detached worktree per revision (the same virtualenv: only the code differs), built
+    as ``make install`` builds it: the per-record modules compiled where the revision has a
+    compiled build (setup.py), unless ``pure``."""
     root = Path(tempfile.mkdtemp(prefix="fairstream-compare-"))
     trees = []
     try:
@@ -52,6 +59,15 @@ def worktrees(revisions: list[str]) -> Iterator[list[Path]]:
                 capture_output=True,
             )
             trees.append(tree)
+            if not pure and (tree / "setup.py").is_file():
+                log(f"{rev}: compiling its per-record modules (setup.py)")
+                subprocess.run(
+                    [sys.executable, "setup.py", "--quiet", "build_ext", "--inplace"],
+                    cwd=tree,
+                    env={**os.environ, "FAIRSTREAM_NATIVE": "1"},
+                    check=True,
+                    capture_output=True,
+                )
         yield trees
     finally:
         for tree in trees:
@@ -75,13 +91,21 @@ def main() -> None:
     )
     parser.add_argument("--raised", action="store_true", help="--overflow with the cap raised")
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
+    parser.add_argument(
+        "--pure", action="store_true", help="run each revision's source, compiled or not"
+    )
     args = parser.parse_args()
     broker = Broker.find(args.bootstrap)
     sampling.broker_pid = broker.pid
     if args.overflow:
         try:
             compare_overflow(
-                broker.bootstrap, args.revisions, args.rounds, args.overflow, raised=args.raised
+                broker.bootstrap,
+                args.revisions,
+                args.rounds,
+                args.overflow,
+                raised=args.raised,
+                pure=args.pure,
             )
         finally:
             broker.stop()
@@ -90,7 +114,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="fairstream-compare-data-"))
     topics = throughput.shared_topic(broker.bootstrap, args.records)
     try:
-        with worktrees(args.revisions) as trees:
+        with worktrees(args.revisions, pure=args.pure) as trees:
             for round_ in range(args.rounds):
                 for i, (rev, tree) in enumerate(zip(args.revisions, trees, strict=True)):
                     harness.REPO = tree  # the scheduler's working directory: its code
@@ -157,12 +181,18 @@ def overflow_row(
 
 
 def compare_overflow(
-    bootstrap: str, revisions: list[str], rounds: int, records: int, *, raised: bool = False
+    bootstrap: str,
+    revisions: list[str],
+    rounds: int,
+    records: int,
+    *,
+    raised: bool = False,
+    pure: bool = False,
 ) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="fairstream-compare-data-"))
     rows: dict[str, list[dict[str, float | None]]] = {rev: [] for rev in revisions}
     try:
-        with worktrees(revisions) as trees:
+        with worktrees(revisions, pure=pure) as trees:
             for round_ in range(rounds):
                 for i, (rev, tree) in enumerate(zip(revisions, trees, strict=True)):
                     harness.REPO = tree
