@@ -571,8 +571,13 @@ class FairScheduler(TenantPolicies, Generic[T]):
 
     def heads(self) -> Iterator[tuple[str, Any]]:
         """Each backlogged, unpaused tenant with its oldest item as it was pushed (in the
-        caller's stored form, if it has one: see ``store_as``), in no particular order."""
-        return ((t.name, t.first) for t in self._tenants.values() if not t.policy.paused)
+        caller's stored form, if it has one: see ``store_as``), in no particular order.
+
+        A generator function, not a generator expression: compiled (``fairstream.native``),
+        an expression is made a list first, a million tuples at a million tenants."""
+        for t in self._tenants.values():
+            if not t.policy.paused:
+                yield t.name, t.first
 
     def policy_counts(self) -> list[tuple[TenantPolicy, int]]:
         """The policies in force for the backlogged tenants (paused ones included), each with

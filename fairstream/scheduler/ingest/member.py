@@ -93,8 +93,12 @@ def parse(
     validated so far (their tenant ids), added to. Once per ingest record: flat."""
     # A record's offset is an int (confluent-kafka types it int | None for errors).
     append: Callable[[Any], None] = queue.append
-    now_ms = wire.now_ms()
-    shared = -1  # the last producer timestamp seen
+    now_ms: object = wire.now_ms()
+    # The last producer timestamp seen. Typed object, as ``enqueued``: compiled
+    # (``fairstream.native``), an int variable holds its value unboxed, and each record's
+    # tuple would get an int object of its own.
+    shared: object = -1
+    enqueued: object
     for msg in messages:
         err = msg.error()
         if err is not None:
