@@ -34,6 +34,7 @@ NATIVE = (
     "fairstream.core.hierarchy",
     "fairstream.core.rings",
     "fairstream.scheduler.emitter.backlog",
+    "fairstream.scheduler.emitter.checkpoint",
     "fairstream.scheduler.emitter.egress",
     "fairstream.scheduler.emitter.holding",
     "fairstream.scheduler.emitter.send",
