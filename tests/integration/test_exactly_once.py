@@ -33,6 +33,21 @@ pytestmark = pytest.mark.integration
 # -- helpers ----------------------------------------------------------------------------------
 
 
+def not_seen(scheduler: SchedulerProcess, egress: TopicReader, expected: set[bytes]) -> str:
+    """What a wait for every record on egress says when it times out: which are missing,
+    what the scheduler holds and says of itself, and its log."""
+    egress.poll()
+    missing = sorted(expected - {m.value() for m in egress.messages})
+    held = {
+        name: metric(scheduler, name).get("", -1.0)
+        for name in ("fairstream_ready", "fairstream_backlog_records", "fairstream_parked_records")
+    }
+    return (
+        f"{len(missing)} of {len(expected)} missing (the first: {missing[:5]}); {held}; "
+        f"log:\n{scheduler.tail()}"
+    )
+
+
 def metric(process: SchedulerProcess, name: str) -> dict[str, float]:
     """Samples of one metric from /metrics: label text (or "") -> value."""
     status, text = process.get("/metrics")
@@ -128,7 +143,7 @@ def test_kill_9_repeatedly_emits_every_record_exactly_once(
         wait_until(
             lambda: all_seen(egress, expected),
             120,
-            lambda: f"every record reaches egress; log:\n{scheduler.tail()}",
+            lambda: f"every record reaches egress: {not_seen(scheduler, egress, expected)}",
             interval=0,
         )
         assert scheduler.terminate() == 0, scheduler.tail()
