@@ -41,6 +41,7 @@ NATIVE = (
     "fairstream.scheduler.ingest.member",
     "fairstream.scheduler.progress",
     "fairstream.scheduler.records",
+    "fairstream.scheduler.tallies",
 )
 
 

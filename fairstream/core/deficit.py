@@ -579,6 +579,13 @@ class FairScheduler(TenantPolicies, Generic[T]):
             if not t.policy.paused:
                 yield t.name, t.first
 
+    def backlogs(self) -> Iterator[tuple[str, int, TenantPolicy]]:
+        """Each backlogged tenant (paused ones included) with how many items it has waiting
+        and the policy in force for it, in no particular order. A generator function (see
+        ``heads``)."""
+        for t in self._tenants.values():
+            yield t.name, len(t), t.policy
+
     def policy_counts(self) -> list[tuple[TenantPolicy, int]]:
         """The policies in force for the backlogged tenants (paused ones included), each with
         how many tenants it applies to. Counted by identity: tenants following the default,

@@ -2,21 +2,21 @@
 what is wrong with it now (``Conditions``: readiness reasons any thread can raise), and how
 often a read over every tenant may run on the emitter thread (``Reused``).
 
-Bounded: the last ``DWELL_SAMPLES`` dwell times of the ``DWELL_TENANTS`` latest emitters.
-Caller: the emitter thread (the only writer); read for ``/tenants`` and by the audit thread
-(``fairstream.scheduler.audit.auditor``) through the same thread (``Handoff.call``). Everything here
-is derived when it is read, never per record: ``committed`` runs once per committed
-transaction, the rest when ``/tenants`` or the auditor asks.
+The counting itself, once per committed transaction per tenant in it, is ``tallies``'
+(compiled), and bounded there. Caller: the emitter thread (the only writer); read for
+``/tenants`` and by the audit thread (``fairstream.scheduler.audit.auditor``) through the same
+thread (``Handoff.call``). Everything here is derived when it is read, never per record:
+``committed`` runs once per committed transaction, the rest when ``/tenants`` or the auditor
+asks.
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 import threading
-from collections import OrderedDict, defaultdict, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Generic, TypeVar
@@ -26,19 +26,18 @@ from fairstream.analysis.stats import percentile
 from fairstream.analysis.tree import Entry, entitle
 from fairstream.core import Clock, Core, FairScheduler, GroupScheduler
 from fairstream.core.budget import BudgetState
+from fairstream.scheduler.tallies import (
+    EMITTED_TENANTS,
+    Tallies,
+    TenantLoad,
+    tenant_loads,
+)
 from fairstream.scheduler.tenant_tree import GroupCounts, TreeSnapshot
 
-DWELL_TENANTS = 1000  # tenants whose recent dwell times are kept, most recent emitters
-EMITTED_TENANTS = 100_000  # tenants whose emitted counts are kept one by one
 SCRAPE_TENANTS = 100  # largest backlogs named in a scrape (``backlog_top``)
 COST_TENANTS = 10_000  # tenants whose declared and measured costs are kept
-DWELL_SAMPLES = 256  # recent dwell times kept per tenant
 
 R = TypeVar("R")
-
-# A backlogged tenant at a fairness-window boundary: backlog (records), weight, priority
-# class, paused, rate cap (records/s or None).
-TenantLoad = tuple[int, float, int, bool, float | None]
 
 
 @dataclass(frozen=True)
@@ -93,36 +92,29 @@ class Probe:
 
 
 class Observed:
-    def __init__(self) -> None:
-        self.emitted_by_tenant: dict[str, int] = defaultdict(int)
-        self.dwell_by_tenant: OrderedDict[str, deque[float]] = OrderedDict()
-        self._since_probe: dict[str, int] = {}
+    def __init__(self, *, emitted_tenants: int = EMITTED_TENANTS) -> None:
+        # Records committed per tenant, and their newest dwell times (compiled: ``tallies``).
+        self.tallies = Tallies(emitted_tenants)
         # Cost the workers reported against what the records declared, per tenant (the
         # COST_TENANTS most recently reported): how far declared costs are from real usage.
         self.cost_by_tenant: dict[str, list[int]] = {}
         # Records emitted per tenant group, and the groups' snapshot (``tenant_tree``).
         self.groups = GroupCounts()
 
+    @property
+    def emitted_by_tenant(self) -> dict[str, int]:
+        """Records committed per tenant since the start (``Tallies.emitted``)."""
+        return self.tallies.emitted
+
+    @property
+    def dwell_by_tenant(self) -> OrderedDict[str, deque[float]]:
+        """The newest dwell times of the latest emitters, latest last (``Tallies.dwell``)."""
+        return self.tallies.dwell
+
     def emitted(self, counts: dict[str, int]) -> None:
         """Count a committed transaction's egress records per tenant."""
-        since = self._since_probe
-        emitted = self.emitted_by_tenant
-        for tenant, count in counts.items():
-            emitted[tenant] += count
-            since[tenant] = since.get(tenant, 0) + count
+        self.tallies.counted(counts)
         self.groups.emitted(counts)
-        if len(emitted) > EMITTED_TENANTS:
-            self._fold()
-
-    def _fold(self) -> None:
-        """Keep the counts of the tenants that emitted most; fold the rest into __other__
-        (the metrics' label for everyone else), so that churning tenants cannot grow this
-        without bound while every total stays right."""
-        emitted = self.emitted_by_tenant
-        keep = dict(heapq.nlargest(EMITTED_TENANTS // 2, emitted.items(), key=itemgetter(1)))
-        folded = sum(emitted.values()) - sum(keep.values())
-        self.emitted_by_tenant = defaultdict(int, keep)
-        self.emitted_by_tenant[OTHER] += folded
 
     def cost(self, tenant: str, declared: int, reported: int) -> None:
         """One request's declared and measured cost (feedback)."""
@@ -138,23 +130,8 @@ class Observed:
 
     def committed(self, dwells: dict[str, list[float]]) -> None:
         """A committed transaction: per tenant, the dwell times (seconds) of its egress
-        records, in emission order. Counts them (``emitted``) and keeps the newest."""
-        self.emitted({tenant: len(seconds) for tenant, seconds in dwells.items()})
-        by_tenant = self.dwell_by_tenant
-        latest: Iterable[tuple[str, list[float]]] = dwells.items()
-        if len(dwells) > DWELL_TENANTS:
-            # Only the latest DWELL_TENANTS would stay: the others' samples would be made
-            # and dropped again within this loop (a transaction over many tenants).
-            latest = itertools.islice(latest, len(dwells) - DWELL_TENANTS, None)
-        for tenant, seconds in latest:
-            samples = by_tenant.get(tenant)
-            if samples is None:
-                samples = by_tenant[tenant] = deque(maxlen=DWELL_SAMPLES)
-                if len(by_tenant) > DWELL_TENANTS:
-                    by_tenant.popitem(last=False)
-            else:
-                by_tenant.move_to_end(tenant)
-            samples.extend(seconds)
+        records, in emission order. Counts them and keeps the newest (``Tallies``)."""
+        self.groups.emitted(self.tallies.committed(dwells))
 
     def probe(self, core: Core[Any], top: int, *, backlogged: bool) -> Probe:
         """What was committed since the last probe, per tenant, and the dwell p99 of the
@@ -163,7 +140,7 @@ class Observed:
         Caller: the auditor, through ``Handoff.call``. O(tenants emitted since the last
         probe), plus O(backlogged tenants) when ``backlogged``.
         """
-        counts, self._since_probe = self._since_probe, {}
+        counts = self.tallies.take_since_probe()
         self.groups.file(core)  # each second, so that few counts wait unfiled
         dwell: dict[str, float] = {}
         for tenant, count in heapq.nlargest(top, counts.items(), key=itemgetter(1)):
@@ -172,27 +149,7 @@ class Observed:
                 # The newest `count` dwell times are (about) those of the records counted.
                 newest = list(samples)[-min(count, len(samples)) :]
                 dwell[tenant] = percentile(newest, 99)
-        loads: dict[str, TenantLoad] | None = None
-        if backlogged:
-            loads = {}
-            # Tenants with as many records under one policy share their load: the auditor
-            # keeps the probe a whole window, and a million one-record tenants of the default
-            # policy made a million equal tuples (96 bytes each).
-            shared: dict[tuple[int, int], TenantLoad] = {}
-            for tenant in core.tenants():
-                records = core.backlog(tenant)[0]
-                if records:
-                    policy = core.policy(tenant)
-                    load = shared.get((records, id(policy)))
-                    if load is None:
-                        load = shared[(records, id(policy))] = (
-                            records,
-                            policy.weight,
-                            policy.priority,
-                            policy.paused,
-                            policy.rate_cap,
-                        )
-                    loads[tenant] = load
+        loads = tenant_loads(core) if backlogged else None
         if not isinstance(core, GroupScheduler):
             return Probe(counts, dwell, loads)
         return Probe(counts, dwell, loads, *_group_probe(core, counts, loads))

@@ -41,7 +41,8 @@ from fairstream.adapters.tenant_series import OTHER
 from fairstream.analysis.levels import GROUP_MARK
 from fairstream.analysis.stats import WindowFairness, window_fairness
 from fairstream.scheduler.metrics import Metrics
-from fairstream.scheduler.observe import Probe, TenantLoad
+from fairstream.scheduler.observe import Probe
+from fairstream.scheduler.tallies import TenantLoad
 
 TICK = 1.0  # seconds between probes
 RATE_SPAN = 10.0  # seconds over which a tenant's egress rate is reported

@@ -13,7 +13,8 @@ from fairstream.adapters.tenant_series import OTHER
 from fairstream.core import ManualClock
 from fairstream.scheduler.audit.auditor import CHART_TENANTS, Auditor, _largest
 from fairstream.scheduler.metrics import Metrics
-from fairstream.scheduler.observe import Probe, TenantLoad
+from fairstream.scheduler.observe import Probe
+from fairstream.scheduler.tallies import TenantLoad
 
 
 class Emitter:

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from fairstream.adapters.tenant_series import OTHER
 from fairstream.core import ManualClock
-from fairstream.scheduler import observe
 from fairstream.scheduler.observe import SHARE, Observed, Reused
 
 
-def test_churning_tenants_fold_into_other_without_losing_counts(monkeypatch) -> None:
-    monkeypatch.setattr(observe, "EMITTED_TENANTS", 100)
-    seen = Observed()
+def test_churning_tenants_fold_into_other_without_losing_counts() -> None:
+    seen = Observed(emitted_tenants=100)
     seen.emitted({"big": 1000})
     for i in range(1000):
         seen.emitted({f"t{i}": 1 + i % 3})

@@ -1,0 +1,144 @@
+"""What the emitter counts per tenant: the records each committed transaction held
+(``Tallies``), and every backlogged tenant's load for the fairness audit (``tenant_loads``).
+
+Both run over tenants, not records, yet with many tenants of a record or two that is about
+once a record: at 100,000 such tenants a transaction's tally was a tenth of the emitter's
+time. Compiled (``fairstream.native``); ``observe.Observed`` owns a ``Tallies`` and reads it.
+
+Caller: the emitter thread only (``Observed`` on it: the checkpoint at each commit, the
+auditor's probe and the scrapes through ``Handoff.call``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator, Mapping
+from operator import itemgetter
+from typing import Any, cast
+
+from fairstream.adapters.tenant_series import OTHER
+from fairstream.core import Core, FairScheduler
+from fairstream.core.tenant import TenantPolicy
+
+__all__ = [
+    "DWELL_SAMPLES",
+    "DWELL_TENANTS",
+    "EMITTED_TENANTS",
+    "Tallies",
+    "TenantLoad",
+    "tenant_loads",
+]
+
+DWELL_TENANTS = 1000  # tenants whose recent dwell times are kept, most recent emitters
+EMITTED_TENANTS = 100_000  # tenants whose emitted counts are kept one by one
+DWELL_SAMPLES = 256  # recent dwell times kept per tenant
+
+# A backlogged tenant at a fairness-window boundary: backlog (records), weight, priority
+# class, paused, rate cap (records/s or None).
+TenantLoad = tuple[int, float, int, bool, float | None]
+
+
+class Tallies:
+    """Records committed per tenant: since the start (``emitted``), since the auditor's last
+    probe (``since_probe``), and the newest dwell times (seconds) of the latest emitters
+    (``dwell``, latest last).
+
+    Bounded: ``emitted`` keeps the ``limit`` tenants that emitted most and folds the others
+    into ``OTHER`` (every total stays right); ``dwell`` keeps ``DWELL_SAMPLES`` of each of the
+    ``DWELL_TENANTS`` latest; ``since_probe`` holds the tenants of one probe interval."""
+
+    def __init__(self, limit: int = EMITTED_TENANTS) -> None:
+        self.limit = limit
+        self.emitted: dict[str, int] = {}
+        self.since_probe: dict[str, int] = {}
+        self.dwell: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def committed(self, dwells: dict[str, list[float]]) -> dict[str, int]:
+        """A committed transaction: per tenant, the dwell times of its egress records in
+        emission order. Counts them and keeps the newest; the records per tenant."""
+        counts: dict[str, int] = {}
+        emitted, since = self.emitted, self.since_probe
+        for tenant, seconds in dwells.items():
+            n = len(seconds)
+            counts[tenant] = n
+            emitted[tenant] = emitted.get(tenant, 0) + n
+            since[tenant] = since.get(tenant, 0) + n
+        if len(emitted) > self.limit:
+            self._fold()
+        latest: Iterable[tuple[str, list[float]]] = dwells.items()
+        if len(dwells) > DWELL_TENANTS:
+            # Only the latest DWELL_TENANTS would stay: the others' samples would be made
+            # and dropped again within this loop (a transaction over many tenants).
+            latest = itertools.islice(latest, len(dwells) - DWELL_TENANTS, None)
+        by_tenant = self.dwell
+        for tenant, seconds in latest:
+            samples = by_tenant.get(tenant)
+            if samples is None:
+                samples = by_tenant[tenant] = deque(maxlen=DWELL_SAMPLES)
+                if len(by_tenant) > DWELL_TENANTS:
+                    by_tenant.popitem(last=False)
+            else:
+                by_tenant.move_to_end(tenant)
+            samples.extend(seconds)
+        return counts
+
+    def counted(self, counts: Mapping[str, int]) -> None:
+        """Records per tenant committed, without their dwell times."""
+        emitted, since = self.emitted, self.since_probe
+        for tenant, n in counts.items():
+            emitted[tenant] = emitted.get(tenant, 0) + n
+            since[tenant] = since.get(tenant, 0) + n
+        if len(emitted) > self.limit:
+            self._fold()
+
+    def take_since_probe(self) -> dict[str, int]:
+        """The counts since the last probe; the next ones start from none."""
+        counts, self.since_probe = self.since_probe, {}
+        return counts
+
+    def _fold(self) -> None:
+        """Keep the counts of the half of ``limit`` tenants that emitted most; fold the rest
+        into __other__ (the metrics' label for everyone else), so that churning tenants
+        cannot grow this without bound while every total stays right."""
+        emitted = self.emitted
+        keep = dict(heapq.nlargest(self.limit // 2, emitted.items(), key=itemgetter(1)))
+        folded = sum(emitted.values()) - sum(keep.values())
+        keep[OTHER] = keep.get(OTHER, 0) + folded
+        self.emitted = keep
+
+
+def tenant_loads(core: Core[Any]) -> dict[str, TenantLoad]:
+    """Every backlogged tenant's load (``TenantLoad``), for a fairness window's boundary.
+
+    Tenants with as many records under one policy share one load: the auditor keeps it a
+    whole window, and a million one-record tenants of the default policy made a million
+    equal tuples (96 bytes each). The loads are handled as objects here, so that compiled
+    they stay the shared tuples (a value typed as a tuple is boxed again at each store)."""
+    loads: dict[str, object] = {}
+    by_policy: dict[int, dict[int, object]] = {}
+    last: TenantPolicy | None = None
+    shared: dict[int, object] = {}
+    for tenant, records, policy in _backlogs(core):
+        if not records:
+            continue
+        if policy is not last:  # most neighbours follow one policy (the default)
+            last = policy
+            shared = by_policy.setdefault(id(policy), {})
+        load = shared.get(records)
+        if load is None:
+            # Boxed once, here (typed ``object``: ``load`` would be narrowed to the tuple,
+            # compiled held unboxed and boxed again at each store).
+            made: object = (records, policy.weight, policy.priority, policy.paused, policy.rate_cap)
+            shared[records] = load = made
+        loads[tenant] = load
+    return cast(dict[str, TenantLoad], loads)
+
+
+def _backlogs(core: Core[Any]) -> Iterator[tuple[str, int, TenantPolicy]]:
+    if type(core) is FairScheduler:  # one pass inside the core
+        yield from core.backlogs()
+        return
+    for tenant in core.tenants():
+        yield tenant, core.backlog(tenant)[0], core.policy(tenant)
