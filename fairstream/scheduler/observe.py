@@ -131,7 +131,8 @@ class Observed:
     def committed(self, dwells: dict[str, list[float]]) -> None:
         """A committed transaction: per tenant, the dwell times (seconds) of its egress
         records, in emission order. Counts them and keeps the newest (``Tallies``)."""
-        self.groups.emitted(self.tallies.committed(dwells))
+        self.tallies.committed(dwells)
+        self.groups.emitted(dwells)
 
     def probe(self, core: Core[Any], top: int, *, backlogged: bool) -> Probe:
         """What was committed since the last probe, per tenant, and the dwell p99 of the

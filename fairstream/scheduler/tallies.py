@@ -55,14 +55,12 @@ class Tallies:
         self.since_probe: dict[str, int] = {}
         self.dwell: OrderedDict[str, deque[float]] = OrderedDict()
 
-    def committed(self, dwells: dict[str, list[float]]) -> dict[str, int]:
+    def committed(self, dwells: dict[str, list[float]]) -> None:
         """A committed transaction: per tenant, the dwell times of its egress records in
-        emission order. Counts them and keeps the newest; the records per tenant."""
-        counts: dict[str, int] = {}
+        emission order. Counts them and keeps the newest."""
         emitted, since = self.emitted, self.since_probe
         for tenant, seconds in dwells.items():
             n = len(seconds)
-            counts[tenant] = n
             emitted[tenant] = emitted.get(tenant, 0) + n
             since[tenant] = since.get(tenant, 0) + n
         if len(emitted) > self.limit:
@@ -82,7 +80,6 @@ class Tallies:
             else:
                 by_tenant.move_to_end(tenant)
             samples.extend(seconds)
-        return counts
 
     def counted(self, counts: Mapping[str, int]) -> None:
         """Records per tenant committed, without their dwell times."""

@@ -50,6 +50,8 @@ RECENT = 10_000  # latest grouped emitters whose group is remembered (for the gr
 EMITTED_GROUPS = 10_000  # groups whose emitted counts are kept one by one
 UNFILED = 64  # transactions' counts kept unread before they are added up (no reads)
 GroupRow = tuple[str, int, int, float, float]  # group, backlog, emitted, share, entitlement
+# A committed transaction's records per tenant: a count, or the dwell time of each record.
+Emitted = Mapping[str, int] | Mapping[str, list[float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +107,12 @@ class GroupCounts:
         # The transactions' per-tenant counts since the last read, kept as they came: a flat
         # core (no tenant groups) drops them at the read, unread. Past UNFILED of them
         # (no reads), they are added up into the first.
-        self._unfiled: list[Mapping[str, int]] = []
+        self._unfiled: list[Emitted] = []
 
-    def emitted(self, counts: Mapping[str, int]) -> None:
-        """A committed transaction's records per tenant (``counts`` is not changed after)."""
+    def emitted(self, counts: Emitted) -> None:
+        """A committed transaction's records per tenant (``counts`` is not changed after):
+        a count, or the dwell time of each (the checkpoint's tally as it is, counted only
+        when filed under a grouped core)."""
         self._unfiled.append(counts)
         if len(self._unfiled) > UNFILED:
             self._unfiled = [_added_up(self._unfiled)]
@@ -188,12 +192,12 @@ class GroupCounts:
         return TreeSnapshot(tuple(groups), tuple(ungrouped), sum(self.by_group.values()))
 
 
-def _added_up(batches: list[Mapping[str, int]]) -> dict[str, int]:
+def _added_up(batches: list[Emitted]) -> dict[str, int]:
     """Counts per tenant, added up over ``batches``."""
     total: dict[str, int] = {}
     for counts in batches:
         for tenant, count in counts.items():
-            total[tenant] = total.get(tenant, 0) + count
+            total[tenant] = total.get(tenant, 0) + (count if isinstance(count, int) else len(count))
     return total
 
 
