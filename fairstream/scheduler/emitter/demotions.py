@@ -161,5 +161,9 @@ def oldest_quiet_age(core: Core[Any], demotions: Demotions | None, now_ms: int) 
     now = now_ms / 1000
     if demotions is not None:
         return demotions.demotion.oldest_quiet_age(_heads(core), now)
-    oldest = min((enqueued for _, enqueued in _heads(core)), default=None)
+    if type(core) is FairScheduler:  # one pass inside the core, records as stored
+        oldest_ms = core.oldest_head(enqueued_of)
+        oldest = None if oldest_ms is None else oldest_ms / 1000
+    else:
+        oldest = min((enqueued for _, enqueued in _heads(core)), default=None)
     return None if oldest is None else max(0.0, now - oldest)

@@ -578,8 +578,8 @@ _POLICIES = [
 def test_the_surveys_agree_with_asking_tenant_by_tenant(
     ops: list[tuple[str, int, str, int]], k: int
 ) -> None:
-    # largest_backlogs, heads and policy_counts read every backlogged tenant in one pass;
-    # they answer what backlog, peek and policy answer one tenant at a time.
+    # largest_backlogs, heads, oldest_head, backlogs and policy_counts read every backlogged
+    # tenant in one pass; they answer what backlog, peek and policy answer one at a time.
     clock = ManualClock()
     core: FairScheduler[int] = FairScheduler(clock)
     for n, (tenant, cost, op, p) in enumerate(ops):
@@ -599,6 +599,11 @@ def test_the_surveys_agree_with_asking_tenant_by_tenant(
     assert all(core.backlog(t)[0] == n for t, n in largest)
     assert sorted(core.heads()) == sorted(
         (t, core.peek(t)) for t in tenants if not core.policy(t).paused
+    )
+    keys = [-h for t in tenants if not core.policy(t).paused and (h := core.peek(t)) is not None]
+    assert core.oldest_head(lambda item: -item) == min(keys, default=None)
+    assert sorted(core.backlogs()) == sorted(
+        (t, core.backlog(t)[0], core.policy(t)) for t in tenants
     )
     counted = {id(policy): n for policy, n in core.policy_counts()}
     expected: dict[int, int] = {}
