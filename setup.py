@@ -13,42 +13,42 @@ beside them; ``FAIRSTREAM_PURE=1`` at run time loads the ``.py`` instead
 
 from __future__ import annotations
 
-import ast
-import hashlib
+import importlib.util
 import os
 from pathlib import Path
+from types import ModuleType
 
 from setuptools import setup
 
 
-def native_sources() -> list[str]:
-    """The source files of ``fairstream.native.NATIVE``: the modules every record passes
-    through (read from that module's text: the package is not importable while it builds)."""
-    tree = ast.parse(Path("fairstream/native.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "NATIVE":
-            names = ast.literal_eval(node.value)
-            return [name.replace(".", "/") + ".py" for name in names]
-    raise SystemExit("fairstream/native.py defines no NATIVE")
+def native() -> ModuleType:
+    """``fairstream/native.py``, loaded by its path: the one owner of the list of compiled
+    modules and of the manifest (the package is not importable while it builds)."""
+    path = Path(__file__).resolve().parent / "fairstream" / "native.py"
+    spec = importlib.util.spec_from_file_location("fairstream_native", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 ext_modules = []
 if os.environ.get("FAIRSTREAM_NATIVE") == "1":
     from mypyc.build import mypycify
 
-    NATIVE = native_sources()
+    build = native()
+    # As mypyc names modules: paths relative to this directory.
+    here = Path(__file__).resolve().parent
+    sources = [str(path.relative_to(here)) for path in build.sources()]
     # What the build is made of: a module edited since then runs from source
     # (``fairstream.native.choose``).
-    manifest = [
-        f"{path[:-3].replace('/', '.')} {hashlib.sha256(Path(path).read_bytes()).hexdigest()}"
-        for path in NATIVE
-    ]
-    Path("fairstream/compiled.sha256").write_text("\n".join(manifest) + "\n")
+    build.write_manifest()
 
     # pyproject.toml configures mypy for the whole tree; some of its sections name modules
     # outside these, which mypy would otherwise report as unused (an error to mypyc).
     ext_modules = mypycify(
-        ["--no-warn-unused-configs", *NATIVE], opt_level="3", group_name="fairstream.compiled"
+        ["--no-warn-unused-configs", *sources], opt_level="3", group_name="fairstream.compiled"
     )
 
 setup(ext_modules=ext_modules)

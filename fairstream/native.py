@@ -10,6 +10,11 @@ imported, and every ``.py`` is loaded instead (``prefer_source``):
   a way to rule the compiled build out when something looks wrong;
 - when a source changed since the build (a checkout edited, not rebuilt), with a warning:
   compiled modules call each other directly, so one stale module means none is used.
+
+The one owner of the list and the manifest: setup.py loads this file by its path (the package
+is not importable while it builds) for ``sources`` and ``write_manifest``, and the Makefile
+runs it (``python fairstream/native.py`` prints the sources) for what the build depends on.
+Standard library only, for both.
 """
 
 from __future__ import annotations
@@ -89,6 +94,17 @@ def built(name: str) -> bool:
     return any(stem.with_name(stem.name + suffix).is_file() for suffix in EXTENSION_SUFFIXES)
 
 
+def sources() -> list[Path]:
+    """The ``.py`` of each module of ``NATIVE``: what the build compiles."""
+    return [source(name) for name in NATIVE]
+
+
+def write_manifest() -> None:
+    """Record the digest of each source of ``NATIVE`` (``MANIFEST``): what the build is made
+    of. Caller: setup.py, as it compiles them."""
+    MANIFEST.write_text("".join(f"{name} {digest(name)}\n" for name in NATIVE))
+
+
 def digest(name: str) -> str:
     """The sha256 of ``name``'s source, as the manifest records it."""
     return hashlib.sha256(source(name).read_bytes()).hexdigest()
@@ -152,3 +168,7 @@ def prefer_source() -> None:
     """Load fairstream's modules from their source from now on (idempotent)."""
     if not any(isinstance(finder, SourceFirst) for finder in sys.meta_path):
         sys.meta_path.insert(0, SourceFirst())
+
+
+if __name__ == "__main__":  # the Makefile: the sources a compiled build depends on
+    print("\n".join(str(path.relative_to(ROOT.parent)) for path in sources()))

@@ -41,16 +41,13 @@ def _tree(root: Path, monkeypatch: pytest.MonkeyPatch, *, compiled: bool) -> Non
     extension's name beside each) or not, with a manifest of their digests."""
     monkeypatch.setattr(native, "ROOT", root)
     monkeypatch.setattr(native, "MANIFEST", root / "compiled.sha256")
-    lines = []
-    for name in native.NATIVE:
-        source = native.source(name)
+    for name, source in zip(native.NATIVE, native.sources(), strict=True):
         source.parent.mkdir(parents=True, exist_ok=True)
         source.write_text(f"# {name}\n")
         if compiled:
             stem = source.with_suffix("")
             stem.with_name(stem.name + native.EXTENSION_SUFFIXES[0]).touch()
-        lines.append(f"{name} {native.digest(name)}")
-    native.MANIFEST.write_text("\n".join(lines) + "\n")
+    native.write_manifest()  # as setup.py does
 
 
 def test_a_build_is_stale_once_a_source_changes_or_a_module_is_missing(
