@@ -104,15 +104,21 @@ class GroupCounts:
     def __init__(self) -> None:
         self.by_group: dict[str, int] = {}
         self.recent: OrderedDict[str, str] = OrderedDict()  # tenant -> group, latest last
-        # The transactions' per-tenant counts since the last read, kept as they came: a flat
-        # core (no tenant groups) drops them at the read, unread. Past UNFILED of them
-        # (no reads), they are added up into the first.
+        # The transactions' per-tenant counts since the last read, kept as they came. Past
+        # UNFILED of them (no reads), they are added up into the first.
         self._unfiled: list[Emitted] = []
+        # Whether the core was flat (no tenant groups) at the last read: then nothing is kept
+        # (a transaction's tally held until the next read kept its dwell times alive, a second
+        # of them). A core grouped since is known at the next read; what was committed
+        # meanwhile is not filed under its groups.
+        self.flat = False
 
     def emitted(self, counts: Emitted) -> None:
         """A committed transaction's records per tenant (``counts`` is not changed after):
         a count, or the dwell time of each (the checkpoint's tally as it is, counted only
         when filed under a grouped core)."""
+        if self.flat:
+            return
         self._unfiled.append(counts)
         if len(self._unfiled) > UNFILED:
             self._unfiled = [_added_up(self._unfiled)]
@@ -120,6 +126,7 @@ class GroupCounts:
     def file(self, core: Core[Any]) -> None:
         """File the counts since the last read under the tenants' groups (the core's now)."""
         batches, self._unfiled = self._unfiled, []
+        self.flat = not isinstance(core, GroupScheduler)
         if not isinstance(core, GroupScheduler):
             return
         by_group, recent = self.by_group, self.recent
