@@ -61,13 +61,19 @@ def worktrees(revisions: list[str], *, pure: bool = False) -> Iterator[list[Path
             trees.append(tree)
             if not pure and (tree / "setup.py").is_file():
                 log(f"{rev}: compiling its per-record modules (setup.py)")
-                subprocess.run(
+                built = subprocess.run(
                     [sys.executable, "setup.py", "--quiet", "build_ext", "--inplace"],
                     cwd=tree,
                     env={**os.environ, "FAIRSTREAM_NATIVE": "1"},
-                    check=True,
+                    check=False,
                     capture_output=True,
+                    text=True,
                 )
+                if built.returncode:  # mypyc's errors go to stdout, the compiler's to stderr
+                    raise SystemExit(
+                        f"{rev} does not compile (setup.py exited {built.returncode}):\n"
+                        f"{built.stdout[-4000:]}{built.stderr[-4000:]}"
+                    )
         yield trees
     finally:
         for tree in trees:
