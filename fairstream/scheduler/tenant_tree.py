@@ -126,9 +126,10 @@ class GroupCounts:
     def file(self, core: Core[Any]) -> None:
         """File the counts since the last read under the tenants' groups (the core's now)."""
         batches, self._unfiled = self._unfiled, []
-        self.flat = not isinstance(core, GroupScheduler)
         if not isinstance(core, GroupScheduler):
+            self.flat = True
             return
+        self.flat = False
         by_group, recent = self.by_group, self.recent
         for tenant, count in _added_up(batches).items():
             group = core.group_of(tenant)

@@ -7,11 +7,16 @@ from fairstream.core import ManualClock
 from fairstream.scheduler.observe import SHARE, Observed, Reused
 
 
+def commit(observed: Observed, counts: dict[str, int]) -> None:
+    """A committed transaction of ``counts`` records per tenant (each dwelt 0 s)."""
+    observed.committed({tenant: [0.0] * n for tenant, n in counts.items()})
+
+
 def test_churning_tenants_fold_into_other_without_losing_counts() -> None:
     seen = Observed(emitted_tenants=100)
-    seen.emitted({"big": 1000})
+    commit(seen, {"big": 1000})
     for i in range(1000):
-        seen.emitted({f"t{i}": 1 + i % 3})
+        commit(seen, {f"t{i}": 1 + i % 3})
     total = 1000 + sum(1 + i % 3 for i in range(1000))
     assert len(seen.emitted_by_tenant) <= 101
     assert sum(seen.emitted_by_tenant.values()) == total

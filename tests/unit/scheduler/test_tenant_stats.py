@@ -16,6 +16,11 @@ from fairstream.scheduler.observe import (
 )
 
 
+def commit(observed: Observed, counts: dict[str, int]) -> None:
+    """A committed transaction of ``counts`` records per tenant (each dwelt 0 s)."""
+    observed.committed({tenant: [0.0] * n for tenant, n in counts.items()})
+
+
 def row(tenant, backlog, rate, weight=1.0, priority=0, paused=False, cap=None):
     return {
         "tenant": tenant,
@@ -76,10 +81,10 @@ def test_a_scrape_is_a_copy_the_emitter_goes_on_without():
     core.push("a", 1)
     core.push("a", 2)
     observed = Observed()
-    observed.emitted({"a": 3})
+    commit(observed, {"a": 3})
     observed.cost("a", 2, 5)
     scrape = observed.scrape(core, in_flight=7, payload_bytes=64)
-    observed.emitted({"a": 1, "b": 1})
+    commit(observed, {"a": 1, "b": 1})
     observed.cost("a", 2, 9)
     core.push("b", 3)
     assert scrape.backlog_by_tenant == {"a": 2, OTHER: 0}

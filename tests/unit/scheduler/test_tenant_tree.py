@@ -22,6 +22,11 @@ from fairstream.scheduler.tenant_tree import (
 )
 
 
+def commit(observed: Observed, counts: dict[str, int]) -> None:
+    """A committed transaction of ``counts`` records per tenant (each dwelt 0 s)."""
+    observed.committed({tenant: [0.0] * n for tenant, n in counts.items()})
+
+
 def grouped_core() -> GroupScheduler[int]:
     """Group A: ten users of 100 records; group B (weight 1): one of 1,000; ungrouped solo."""
     core: GroupScheduler[int] = GroupScheduler(ManualClock(), group_of=by_separator("/"))
@@ -45,7 +50,7 @@ def stats(observed: Observed, core: GroupScheduler[int], rates: dict[str, float]
 def test_tenants_gain_the_groups_each_level_against_its_entitlement():
     core = grouped_core()
     observed = Observed()
-    observed.emitted({**{f"A/u{i}": 3 for i in range(10)}, "B/solo": 30, "solo": 30})
+    commit(observed, {**{f"A/u{i}": 3 for i in range(10)}, "B/solo": 30, "solo": 30})
     rates = {**{f"A/u{i}": 2.0 for i in range(10)}, "B/solo": 20.0, "solo": 20.0}
     result = stats(observed, core, rates)
     json.dumps(result)  # the snapshot object is taken out
@@ -77,7 +82,7 @@ def test_group_weights_members_gone_quiet_and_the_limits():
     core.set_group_policy("A", TenantPolicy(weight=3))
     core.set_policy("A/u0", TenantPolicy(weight=2))
     observed = Observed()
-    observed.emitted({"A/gone": 5})  # emitted, no backlog now: still A's member
+    commit(observed, {"A/gone": 5})  # emitted, no backlog now: still A's member
     rates = {"A/gone": 4.0, "A/u0": 1.0}
     result = stats(observed, core, rates, limit=3)
     [a, b] = result["groups"]  # the busiest first
@@ -111,8 +116,8 @@ def test_the_group_metrics_are_bounded_and_their_emitted_sum_only_grows():
     for g in range(5):
         for n in range(10 * (g + 1)):
             core.push(f"g{g}/t", n)
-    observed.emitted({f"g{g}/t": 1 for g in range(5)})
-    observed.emitted({"old/t": 7})  # a group that went quiet
+    commit(observed, {f"g{g}/t": 1 for g in range(5)})
+    commit(observed, {"old/t": 7})  # a group that went quiet
     rows = group_series(observed.scrape(core, 0, 0).tree, {"g4/t": 3.0, "g3/t": 1.0}, 4.0, 2)
     assert [r[0] for r in rows] == ["g4", "g3", OTHER]
     g4, _, other = rows
@@ -136,7 +141,7 @@ def test_the_auditors_probe_names_the_groups():
     core = grouped_core()
     core.set_group_policy("B", TenantPolicy(weight=2))
     observed = Observed()
-    observed.emitted({"A/u1": 2, "A/u2": 3, "B/solo": 4, "solo": 5})
+    commit(observed, {"A/u1": 2, "A/u2": 3, "B/solo": 4, "solo": 5})
     probe = observed.probe(core, 8, backlogged=True)
     assert probe.group_counts == {"A": 5, "B": 4}
     assert probe.groups == {"A": (1000, 1.0, 0, False, None), "B": (1000, 2.0, 0, False, None)}
