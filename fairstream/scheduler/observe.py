@@ -12,13 +12,11 @@ asks.
 
 from __future__ import annotations
 
-import heapq
 import math
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import Any, Generic, TypeVar
 
 from fairstream.adapters.tenant_series import OTHER, top_named, top_of
@@ -30,6 +28,7 @@ from fairstream.scheduler.tallies import (
     EMITTED_TENANTS,
     Tallies,
     TenantLoad,
+    busiest,
     tenant_loads,
 )
 from fairstream.scheduler.tenant_tree import GroupCounts, TreeSnapshot
@@ -82,6 +81,7 @@ class Probe:
     """One look at the emitter for the auditor (see ``Observed.probe``)."""
 
     counts: dict[str, int]  # records committed per tenant since the previous probe
+    busiest: list[str]  # the tenants with the largest counts, largest first (``busiest``)
     dwell_p99: dict[str, float]  # p99 dwell of those records, for the busiest tenants
     backlogged: dict[str, TenantLoad] | None  # every backlogged tenant, when asked for
     # With tenant groups (a grouped core): ``counts`` per group, and (with ``backlogged``)
@@ -107,14 +107,9 @@ class Observed:
         return self.tallies.emitted
 
     @property
-    def dwell_by_tenant(self) -> OrderedDict[str, deque[float]]:
+    def dwell_by_tenant(self) -> OrderedDict[str, list[float]]:
         """The newest dwell times of the latest emitters, latest last (``Tallies.dwell``)."""
         return self.tallies.dwell
-
-    def emitted(self, counts: dict[str, int]) -> None:
-        """Count a committed transaction's egress records per tenant."""
-        self.tallies.counted(counts)
-        self.groups.emitted(counts)
 
     def cost(self, tenant: str, declared: int, reported: int) -> None:
         """One request's declared and measured cost (feedback)."""
@@ -135,25 +130,25 @@ class Observed:
         self.groups.emitted(dwells)
 
     def probe(self, core: Core[Any], top: int, *, backlogged: bool) -> Probe:
-        """What was committed since the last probe, per tenant, and the dwell p99 of the
-        ``top`` busiest; with ``backlogged``, every tenant with a backlog and its policy.
+        """What was committed since the last probe, per tenant, and the ``top`` busiest with
+        the dwell p99 of each; with ``backlogged``, every tenant with a backlog and its policy.
 
         Caller: the auditor, through ``Handoff.call``. O(tenants emitted since the last
         probe), plus O(backlogged tenants) when ``backlogged``.
         """
         counts = self.tallies.take_since_probe()
         self.groups.file(core)  # each second, so that few counts wait unfiled
+        names = busiest(counts, top)
         dwell: dict[str, float] = {}
-        for tenant, count in heapq.nlargest(top, counts.items(), key=itemgetter(1)):
+        for tenant in names:
             samples = self.dwell_by_tenant.get(tenant)
             if samples:
                 # The newest `count` dwell times are (about) those of the records counted.
-                newest = list(samples)[-min(count, len(samples)) :]
-                dwell[tenant] = percentile(newest, 99)
+                dwell[tenant] = percentile(samples[-min(counts[tenant], len(samples)) :], 99)
         loads = tenant_loads(core) if backlogged else None
         if not isinstance(core, GroupScheduler):
-            return Probe(counts, dwell, loads)
-        return Probe(counts, dwell, loads, *_group_probe(core, counts, loads))
+            return Probe(counts, names, dwell, loads)
+        return Probe(counts, names, dwell, loads, *_group_probe(core, counts, loads))
 
     def scrape(self, core: Core[Any], in_flight: int, payload_bytes: int) -> Scrape:
         """Copies of what ``/metrics`` shows (on the emitter thread: ``Handoff.call``)."""

@@ -28,13 +28,11 @@ least fairly among themselves (the same rule, within each group, by their weight
 
 from __future__ import annotations
 
-import heapq
 import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from operator import neg
 from typing import Any
 
 from fairstream.adapters.tenant_series import OTHER
@@ -42,7 +40,7 @@ from fairstream.analysis.levels import GROUP_MARK
 from fairstream.analysis.stats import WindowFairness, window_fairness
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Probe
-from fairstream.scheduler.tallies import TenantLoad
+from fairstream.scheduler.tallies import TenantLoad, add_counts
 
 TICK = 1.0  # seconds between probes
 RATE_SPAN = 10.0  # seconds over which a tenant's egress rate is reported
@@ -124,10 +122,8 @@ class Auditor:
             return
         if self._last is not None:
             self._sample(now, now - self._last, probe)
-            for tenant, count in probe.counts.items():
-                self._window_served[tenant] = self._window_served.get(tenant, 0) + count
-            for group, count in (probe.group_counts or {}).items():
-                self._window_group_served[group] = self._window_group_served.get(group, 0) + count
+            add_counts(self._window_served, probe.counts)
+            add_counts(self._window_group_served, probe.group_counts or {})
         self._last = now
         if probe.backlogged is not None:
             if self._window_start is not None:
@@ -143,7 +139,7 @@ class Auditor:
 
     def _sample(self, now: float, span: float, probe: Probe) -> None:
         counts = probe.counts
-        top = _largest(counts, CHART_TENANTS)
+        top = probe.busiest[:CHART_TENANTS]  # chosen once, with their dwell (``tallies.busiest``)
         rates = {t: counts[t] / span for t in top}
         rest = sum(counts.values()) - sum(counts[t] for t in top)
         if rest:
@@ -281,14 +277,3 @@ class Auditor:
         """The per-second samples taken after ``since_ms`` (epoch ms), oldest first."""
         with self._lock:
             return [s for s in self._history if s["t"] > since_ms]
-
-
-def _largest(counts: dict[str, int], k: int) -> list[str]:
-    """The ``k`` tenants with the largest counts, ties by name: what sorting every tenant by
-    (-count, name) gives, at each tick without sorting every tenant.
-
-    One pass of a heap of k, in C, over (-count, tenant) pairs. (It had sorted every tenant
-    at or above the k-th largest count: all of them when most were tied, as 100,000
-    tenants of two records each are, a fifth of a second of the audit thread at each tick.)"""
-    pairs = zip(map(neg, counts.values()), counts, strict=True)
-    return [tenant for _, tenant in heapq.nsmallest(k, pairs)]

@@ -11,10 +11,10 @@ from prometheus_client import generate_latest
 
 from fairstream.adapters.tenant_series import OTHER
 from fairstream.core import ManualClock
-from fairstream.scheduler.audit.auditor import CHART_TENANTS, Auditor, _largest
+from fairstream.scheduler.audit.auditor import CHART_TENANTS, Auditor
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Probe
-from fairstream.scheduler.tallies import TenantLoad
+from fairstream.scheduler.tallies import TenantLoad, busiest
 
 
 class Emitter:
@@ -26,7 +26,12 @@ class Emitter:
 
     def probe(self, backlogged: bool) -> Probe:
         counts, self.counts = self.counts, {}
-        return Probe(counts, dict.fromkeys(counts, 0.05), dict(self.loads) if backlogged else None)
+        return Probe(
+            counts,
+            busiest(counts, CHART_TENANTS),
+            dict.fromkeys(counts, 0.05),
+            dict(self.loads) if backlogged else None,
+        )
 
 
 def load(backlog: int, weight: float = 1.0, **kw) -> TenantLoad:
@@ -191,8 +196,8 @@ def test_the_chart_names_the_busiest_tenants_ties_by_name(seed):
     rng = random.Random(seed)
     counts = {f"t{rng.randrange(10_000)}": rng.randrange(1, 6) for _ in range(3_000)}
     expected = sorted(counts, key=lambda t: (-counts[t], t))[:CHART_TENANTS]
-    assert _largest(counts, CHART_TENANTS) == expected
-    assert _largest({"b": 1, "a": 1}, CHART_TENANTS) == ["a", "b"]
+    assert busiest(counts, CHART_TENANTS) == expected
+    assert busiest({"b": 1, "a": 1}, CHART_TENANTS) == ["a", "b"]
 
 
 class GroupEmitter(Emitter):
@@ -211,6 +216,7 @@ class GroupEmitter(Emitter):
                 by_group[self.group[tenant]] = by_group.get(self.group[tenant], 0) + count
         return Probe(
             flat.counts,
+            flat.busiest,
             flat.dwell_p99,
             flat.backlogged,
             by_group,

@@ -1,0 +1,56 @@
+"""What the emitter counts per tenant at each commit (``fairstream.scheduler.tallies``): counts
+that add up, dwell times bounded to the newest of the latest emitters, and transactions'
+lists kept without being changed."""
+
+from __future__ import annotations
+
+from fairstream.scheduler.tallies import DWELL_SAMPLES, DWELL_TENANTS, Tallies, add_counts
+
+
+def test_counts_add_up_since_the_start_and_since_the_probe() -> None:
+    tallies = Tallies()
+    tallies.committed({"a": [0.1, 0.2], "b": [0.3]})
+    tallies.committed({"a": [0.4]})
+    assert tallies.emitted == {"a": 3, "b": 1}
+    assert tallies.take_since_probe() == {"a": 3, "b": 1}
+    tallies.committed({"b": [0.5, 0.6]})
+    assert tallies.take_since_probe() == {"b": 2}
+    assert tallies.take_since_probe() == {}
+    assert tallies.emitted == {"a": 3, "b": 3}
+
+
+def test_a_tenant_keeps_its_newest_dwell_times_in_order() -> None:
+    tallies = Tallies()
+    sent = 0
+    given: list[tuple[list[float], list[float]]] = []  # each transaction's list, and a copy
+    for size in (1, 3, DWELL_SAMPLES - 2, 5, 2 * DWELL_SAMPLES, 7, 1):
+        seconds = [float(sent + i) for i in range(size)]
+        sent += size
+        given.append((seconds, list(seconds)))
+        tallies.committed({"a": seconds})
+        kept = tallies.dwell["a"]
+        assert kept == [float(i) for i in range(max(0, sent - DWELL_SAMPLES), sent)]
+    # The lists are kept as they came, never changed by later ones (a group count reads them).
+    assert all(seconds == copy for seconds, copy in given)
+
+
+def test_only_the_latest_emitters_keep_dwell_times_latest_last() -> None:
+    tallies = Tallies()
+    tallies.committed({"old": [1.0]})
+    tallies.committed({f"t{i}": [0.5] for i in range(DWELL_TENANTS - 1)})
+    tallies.committed({"old": [2.0]})  # emitted again: the latest now
+    assert len(tallies.dwell) == DWELL_TENANTS
+    assert next(reversed(tallies.dwell)) == "old"
+    assert tallies.dwell["old"] == [1.0, 2.0]
+    # A transaction over more tenants than are kept: its latest ones, in its order.
+    many = {f"n{i}": [float(i)] for i in range(3 * DWELL_TENANTS)}
+    tallies.committed(many)
+    assert list(tallies.dwell) == list(many)[-DWELL_TENANTS:]
+    assert tallies.dwell[f"n{3 * DWELL_TENANTS - 1}"] == [float(3 * DWELL_TENANTS - 1)]
+
+
+def test_add_counts() -> None:
+    into = {"a": 1}
+    add_counts(into, {"a": 2, "b": 3})
+    add_counts(into, {})
+    assert into == {"a": 3, "b": 3}
