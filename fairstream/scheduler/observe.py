@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -107,7 +107,7 @@ class Observed:
         return self.tallies.emitted
 
     @property
-    def dwell_by_tenant(self) -> OrderedDict[str, list[float]]:
+    def dwell_by_tenant(self) -> OrderedDict[str, list[float] | deque[float]]:
         """The newest dwell times of the latest emitters, latest last (``Tallies.dwell``)."""
         return self.tallies.dwell
 
@@ -144,7 +144,8 @@ class Observed:
             samples = self.dwell_by_tenant.get(tenant)
             if samples:
                 # The newest `count` dwell times are (about) those of the records counted.
-                dwell[tenant] = percentile(samples[-min(counts[tenant], len(samples)) :], 99)
+                newest = list(samples)[-min(counts[tenant], len(samples)) :]
+                dwell[tenant] = percentile(newest, 99)
         loads = tenant_loads(core) if backlogged else None
         if not isinstance(core, GroupScheduler):
             return Probe(counts, names, dwell, loads)
