@@ -7,8 +7,8 @@ once a record: at 100,000 such tenants a transaction's tally was a tenth of the 
 time. Compiled (``fairstream.native``); ``observe.Observed`` owns a ``Tallies`` and reads it.
 
 Caller: the emitter thread (``Observed`` on it: the checkpoint at each commit, the
-auditor's probe and the scrapes through ``Handoff.call``); ``add_counts`` the audit thread, on
-its own dicts.
+auditor's probe and the scrapes through ``Handoff.call``); ``add_counts`` the auditor, on dicts
+of its own (its window on the audit thread, the rates on a web handler's).
 """
 
 from __future__ import annotations
@@ -131,8 +131,9 @@ def busiest(counts: dict[str, int], k: int) -> list[str]:
 
 
 def add_counts(into: dict[str, int], counts: Mapping[str, int]) -> None:
-    """Add ``counts`` into ``into``, tenant by tenant (the auditor's window, at each probe:
-    a hundred thousand tenants a second, compiled)."""
+    """Add ``counts`` into ``into``, tenant by tenant (the auditor's window at each probe, a
+    hundred thousand tenants a second at 100,000 tenants, and its rates over the last
+    samples; compiled)."""
     for tenant, count in counts.items():
         into[tenant] = into.get(tenant, 0) + count
 

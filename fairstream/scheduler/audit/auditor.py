@@ -256,8 +256,7 @@ class Auditor:
         span = sum(s for _, s, _ in recent)
         totals: dict[str, int] = {}
         for _, _, counts in recent:
-            for tenant, count in counts.items():
-                totals[tenant] = totals.get(tenant, 0) + count
+            add_counts(totals, counts)
         rates: tuple[Mapping[str, float], float]
         if span <= 0:
             rates = ({}, 0.0)
