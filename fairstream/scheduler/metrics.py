@@ -8,7 +8,6 @@ get their own label, and the rest are summed under ``tenant="__other__"``. A dep
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TypeVar
@@ -19,6 +18,7 @@ from prometheus_client.registry import Collector
 
 from fairstream.adapters.tenant_series import OTHER, top_tenants
 from fairstream.core.budget import BudgetState, format_budget, scope_name
+from fairstream.scheduler.tallies import bucket_dwells
 
 _Family = TypeVar("_Family", GaugeMetricFamily, CounterMetricFamily)
 DWELL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
@@ -192,26 +192,24 @@ class CheapHistogram(Collector):
     """A histogram with a value per egress record, observed from one thread.
 
     prometheus_client's Histogram takes a lock and walks its buckets on every observation
-    (about 2 µs, a tenth of a record's whole emission cost); this one does a bisect and an
-    increment per value, and builds the cumulative buckets at scrape time.
+    (about 2 µs, a tenth of a record's whole emission cost); this one does a binary search
+    and an increment per value, compiled (``tallies.bucket_dwells``: about 50 ns a value,
+    against 170 interpreted), and builds the cumulative buckets at scrape time.
     """
 
     def __init__(self, name: str, documentation: str, buckets: tuple[float, ...]) -> None:
         self.name = name
         self.documentation = documentation
         self.bounds = list(buckets)
+        # The same bounds, each a float: compiled code reads a float without converting an int.
+        self._floats = [float(bound) for bound in buckets]
         self.counts = [0] * (len(buckets) + 1)  # the last one is +Inf
         self.sum = 0.0
 
-    def observe_many(self, values: Iterable[float]) -> None:
-        """Observe each of ``values``. Caller: one thread only (the emitter, once per
-        committed transaction)."""
-        counts, bounds, where = self.counts, self.bounds, bisect.bisect_left
-        total = 0.0
-        for value in values:
-            counts[where(bounds, value)] += 1
-            total += value
-        self.sum += total
+    def observe_lists(self, lists: Iterable[list[float]]) -> None:
+        """Observe each value of each of ``lists`` (``tallies.bucket_dwells``, compiled).
+        Caller: one thread only (the emitter, once per committed transaction)."""
+        self.sum += bucket_dwells(self._floats, self.counts, lists)
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
         family = HistogramMetricFamily(self.name, self.documentation)

@@ -123,11 +123,12 @@ class Observed:
     def _costs(self, tenant: str) -> list[int] | None:
         return self.cost_by_tenant.get(tenant)
 
-    def committed(self, dwells: dict[str, list[float]]) -> None:
+    def committed(self, dwells: dict[str, list[float]]) -> int:
         """A committed transaction: per tenant, the dwell times (seconds) of its egress
-        records, in emission order. Counts them and keeps the newest (``Tallies``)."""
-        self.tallies.committed(dwells)
+        records, in emission order. Counts them and keeps the newest (``Tallies``); returns
+        how many records it held."""
         self.groups.emitted(dwells)
+        return self.tallies.committed(dwells)
 
     def probe(self, core: Core[Any], top: int, *, backlogged: bool) -> Probe:
         """What was committed since the last probe, per tenant, and the ``top`` busiest with

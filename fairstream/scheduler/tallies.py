@@ -1,6 +1,7 @@
 """What the emitter counts per tenant: the records each committed transaction held
 (``Tallies``); for the fairness audit, every backlogged tenant's load (``tenant_loads``), the
-busiest tenants of a probe (``busiest``) and counts added up over a window (``add_counts``).
+busiest tenants of a probe (``busiest``) and counts added up over a window (``add_counts``);
+for the dwell histogram, each committed record's bucket (``bucket_dwells``).
 
 Both run over tenants, not records, yet with many tenants of a record or two that is about
 once a record: at 100,000 such tenants a transaction's tally was a tenth of the emitter's
@@ -31,6 +32,7 @@ __all__ = [
     "Tallies",
     "TenantLoad",
     "add_counts",
+    "bucket_dwells",
     "busiest",
     "tenant_loads",
 ]
@@ -66,12 +68,15 @@ class Tallies:
         self.since_probe: dict[str, int] = {}
         self.dwell: OrderedDict[str, list[float] | deque[float]] = OrderedDict()
 
-    def committed(self, dwells: dict[str, list[float]]) -> None:
+    def committed(self, dwells: dict[str, list[float]]) -> int:
         """A committed transaction: per tenant, the dwell times of its egress records in
-        emission order (not changed after this call). Counts them and keeps the newest."""
+        emission order (not changed after this call). Counts them and keeps the newest;
+        returns how many records it held."""
         emitted, since = self.emitted, self.since_probe
+        records = 0
         for tenant, seconds in dwells.items():
             n = len(seconds)
+            records += n
             emitted[tenant] = emitted.get(tenant, 0) + n
             since[tenant] = since.get(tenant, 0) + n
         if len(emitted) > self.limit:
@@ -98,6 +103,7 @@ class Tallies:
                     kept = deque(samples, maxlen=DWELL_SAMPLES)
                     kept.extend(seconds)
                     by_tenant[tenant] = kept
+        return records
 
     def take_since_probe(self) -> dict[str, int]:
         """The counts since the last probe; the next ones start from none."""
@@ -136,6 +142,28 @@ def add_counts(into: dict[str, int], counts: Mapping[str, int]) -> None:
     samples; compiled)."""
     for tenant, count in counts.items():
         into[tenant] = into.get(tenant, 0) + count
+
+
+def bucket_dwells(bounds: list[float], counts: list[int], dwells: Iterable[list[float]]) -> float:
+    """Count each dwell time of ``dwells`` in ``counts`` under the first of the ascending
+    ``bounds`` it does not exceed (``counts[len(bounds)]``: above them all), as
+    ``bisect_left`` places it; returns their sum. The dwell histogram's observations, once
+    per egress record: compiled, a binary search over the bounds inline (interpreted, with
+    a call to ``bisect`` per value, it took about 2.5 times as long)."""
+    total = 0.0
+    n = len(bounds)
+    for seconds in dwells:
+        for d in seconds:
+            lo, hi = 0, n
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if bounds[mid] < d:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            counts[lo] += 1
+            total += d
+    return total
 
 
 def tenant_loads(core: Core[Any]) -> dict[str, TenantLoad]:

@@ -187,10 +187,9 @@ class Checkpoint:
                 self.seqs[holding_id(partition)] = seq
         dwells = self.dwell
         if dwells:
-            self.metrics.emitted.inc(sum(len(seconds) for seconds in dwells.values()))
+            self.metrics.emitted.inc(self.observed.committed(dwells))
             self.metrics.emitted_cost.inc(self.cost)
-            self.metrics.dwell.observe_many(d for seconds in dwells.values() for d in seconds)
-            self.observed.committed(dwells)
+            self.metrics.dwell.observe_lists(dwells.values())
         for reason, count in self.letters.items():
             self.metrics.dead_letters.labels(reason).inc(count)
         if self.ledger is not None:

@@ -4,13 +4,23 @@ lists kept without being changed."""
 
 from __future__ import annotations
 
-from fairstream.scheduler.tallies import DWELL_SAMPLES, DWELL_TENANTS, Tallies, add_counts
+import bisect
+import random
+
+from fairstream.scheduler.metrics import DWELL_BUCKETS, CheapHistogram
+from fairstream.scheduler.tallies import (
+    DWELL_SAMPLES,
+    DWELL_TENANTS,
+    Tallies,
+    add_counts,
+    bucket_dwells,
+)
 
 
 def test_counts_add_up_since_the_start_and_since_the_probe() -> None:
     tallies = Tallies()
-    tallies.committed({"a": [0.1, 0.2], "b": [0.3]})
-    tallies.committed({"a": [0.4]})
+    assert tallies.committed({"a": [0.1, 0.2], "b": [0.3]}) == 3
+    assert tallies.committed({"a": [0.4]}) == 1
     assert tallies.emitted == {"a": 3, "b": 1}
     assert tallies.take_since_probe() == {"a": 3, "b": 1}
     tallies.committed({"b": [0.5, 0.6]})
@@ -54,3 +64,27 @@ def test_add_counts() -> None:
     add_counts(into, {"a": 2, "b": 3})
     add_counts(into, {})
     assert into == {"a": 3, "b": 3}
+
+
+def test_dwell_times_fall_in_the_buckets_bisect_gives() -> None:
+    bounds = [0.01, 0.1, 0.5, 1.0, 5.0]
+    rng = random.Random(7)
+    lists = [[rng.uniform(0, 6) for _ in range(rng.randrange(0, 50))] for _ in range(40)]
+    lists.append([0.0, *bounds, 6.0])  # on each bound, below and above them all
+    expected = [0] * (len(bounds) + 1)
+    for d in (d for seconds in lists for d in seconds):
+        expected[bisect.bisect_left(bounds, d)] += 1
+    counts = [0] * (len(bounds) + 1)
+    total = bucket_dwells(bounds, counts, lists)
+    assert counts == expected
+    assert total == sum(d for seconds in lists for d in seconds)
+
+
+def test_the_dwell_histogram_observes_each_value_of_each_list() -> None:
+    histogram = CheapHistogram("dwell", "dwell", DWELL_BUCKETS)
+    histogram.observe_lists([[0.0, DWELL_BUCKETS[-1] + 1], [], [DWELL_BUCKETS[0]]])
+    (family,) = histogram.collect()
+    buckets = {s.labels["le"]: s.value for s in family.samples if s.name.endswith("_bucket")}
+    assert buckets["+Inf"] == 3
+    assert next(iter(buckets.values())) == 2  # 0.0 and the first bound: le is inclusive
+    assert histogram.sum == DWELL_BUCKETS[-1] + 1 + DWELL_BUCKETS[0]
