@@ -36,7 +36,9 @@ EXTENSION_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 NATIVE = (
     "fairstream.core.admission",
     "fairstream.core.deficit",
+    "fairstream.core.emission",
     "fairstream.core.hierarchy",
+    "fairstream.core.ratelimit",
     "fairstream.core.rings",
     "fairstream.scheduler.emitter.backlog",
     "fairstream.scheduler.emitter.checkpoint",

@@ -690,12 +690,13 @@ class EmissionRule(Generic[T]):
         """The fraction of the group's rate this rule sends."""
         return self._share
 
-    def set_share(self, share: float) -> None:
+    def set_share(self, share: object) -> None:
         """Send ``share`` (0 to 1, or above for an over-committed instance) of the group rate
         and burst from now on. Tokens spent stay spent; a smaller burst trims the buckets.
 
         Caller: the service, on a rebalance, a new group share or a new adaptive rate.
-        Affects: the limiter's rates and bursts.
+        Affects: the limiter's rates and bursts. (``share`` is typed ``object``: checked here,
+        compiled as well as from source; see ``ratelimit._check_rate``.)
         """
         if isinstance(share, bool) or not isinstance(share, int | float):
             raise ValueError(f"share must be a number, got {share!r}")
@@ -829,7 +830,7 @@ class EmissionRule(Generic[T]):
         self.inflight.set_limit(self._slot_part())
         self.groups.set_share(share)
 
-    def set_max_concurrency(self, limit: int | None) -> None:
+    def set_max_concurrency(self, limit: object) -> None:
         """The group's limit of requests in flight is ``limit`` from now on (None:
         unlimited), of which this rule holds its share's part, at least one slot while it
         has a share (a limit found at run time may be smaller than the instances: none may
@@ -837,12 +838,14 @@ class EmissionRule(Generic[T]):
         until given back; slots taken before a limit existed were not counted.
 
         Caller: the service, on the adaptive concurrency limit. Affects: the slot limits.
+        (``limit`` is typed ``object``: checked here, compiled as well as from source.)
         """
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
-        ):
-            raise ValueError(f"limit must be an integer >= 1 or None, got {limit!r}")
-        self._group_limit = limit
+        checked: int | None = None
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise ValueError(f"limit must be an integer >= 1 or None, got {limit!r}")
+            checked = limit
+        self._group_limit = checked
         self._found_limit = True
         self.inflight.set_limit(self._slot_part())
 

@@ -25,11 +25,16 @@ __all__ = ["EgressLimiter", "TokenBucket"]
 _EPSILON: Final = 1e-9
 
 
-def _check_rate(name: str, value: float) -> None:
+def _check_rate(name: str, value: object) -> float:
+    """``value`` as a float when it is a positive finite number (not a bool), else a
+    ValueError that says why. Typed ``object``, as the parameters it checks: compiled
+    (``fairstream.native``), a parameter typed ``float`` would take ``True`` as 1.0 and refuse
+    a string with a TypeError of its own before this check could say what is wrong."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"{name} must be a number, got {value!r}")
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
 
 
 class TokenBucket:
@@ -40,11 +45,13 @@ class TokenBucket:
 
     __slots__ = ("_burst", "_rate", "_tokens", "_updated")
 
-    def __init__(self, rate: float, burst: float, now: float, tokens: float | None = None) -> None:
-        _check_rate("rate", rate)
-        _check_rate("burst", burst)
-        self._rate = float(rate)
-        self._burst = float(burst)
+    def __init__(
+        self, rate: object, burst: object, now: float, tokens: float | None = None
+    ) -> None:
+        """``rate`` (tokens/s) and ``burst`` (tokens): positive finite numbers, checked
+        (``_check_rate``)."""
+        self._rate = _check_rate("rate", rate)
+        self._burst = _check_rate("burst", burst)
         self._tokens = self._burst if tokens is None else min(float(tokens), self._burst)
         self._updated = now
 
@@ -95,7 +102,7 @@ class TokenBucket:
             return 0.0
         return missing / self._rate
 
-    def reconfigure(self, rate: float, burst: float, now: float) -> None:
+    def reconfigure(self, rate: object, burst: object, now: float) -> None:
         """Change rate and burst from ``now`` on, keeping the tokens earned so far.
 
         Tokens up to ``now`` accrue at the old rate; a smaller burst trims the bucket.
@@ -103,11 +110,10 @@ class TokenBucket:
         Caller: the scheduler on a policy change; ``EgressLimiter.set_rate``.
         Affects: rate, burst and tokens.
         """
-        _check_rate("rate", rate)
-        _check_rate("burst", burst)
+        checked_rate, checked_burst = _check_rate("rate", rate), _check_rate("burst", burst)
         self._refill(now)
-        self._rate = float(rate)
-        self._burst = float(burst)
+        self._rate = checked_rate
+        self._burst = checked_burst
         self._tokens = min(self._tokens, self._burst)
 
     def __repr__(self) -> str:
@@ -155,10 +161,8 @@ class EgressLimiter:
     ) -> TokenBucket | None:
         if rate is None:
             return None
-        _check_rate(name, rate)
-        if burst is None:
-            burst = max(1.0, float(rate))
-        return TokenBucket(rate, burst, now)
+        checked = _check_rate(name, rate)
+        return TokenBucket(checked, max(1.0, checked) if burst is None else burst, now)
 
     @property
     def rate(self) -> float | None:
