@@ -49,6 +49,7 @@ NATIVE = (
     "fairstream.scheduler.progress",
     "fairstream.scheduler.records",
     "fairstream.scheduler.tallies",
+    "fairstream.wire.verdicts",
 )
 
 

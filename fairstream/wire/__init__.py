@@ -2,15 +2,17 @@
 egress, dead-letter, feedback and policy records. No Kafka client, no I/O.
 
 - ``records``: header names, dead-letter reasons, limits;
-- ``rules``: the tenant-id, cost, request-id, integer-header and deadline rules, ``now_ms``;
-- ``ingest``: validating an ingest record, building one's headers;
+- ``verdicts``: each rule's verdict on an id, a header or a whole ingest record
+  (``validate_ingest``), what is wrong said in a sentence (compiled);
+- ``rules``: the producer's checks of the same rules, raising; deadlines, ``now_ms``;
+- ``ingest``: building an ingest record's headers;
 - ``dead_letter``: a dead letter's headers, cut to fit the topic, its sentences;
 - ``partition``: which ingest partition a tenant lands on (Kafka's murmur2; by name);
 - ``feedback``: the workers' feedback records and their Avro codec (import it by name);
 - ``policy`` and ``canonical``: the policy topic's Avro codec and schema fingerprints
   (import them by name: they load the ``avro`` library).
 
-The names of the first four are re-exported here: ``from fairstream import wire``,
+The names of the first five are re-exported here: ``from fairstream import wire``,
 ``wire.REQUEST_ID``, ``wire.validate_ingest(...)``.
 """
 
@@ -23,14 +25,7 @@ from fairstream.wire.dead_letter import (
     lost_detail,
     purge_detail,
 )
-from fairstream.wire.ingest import (
-    HeaderInput,
-    Invalid,
-    Valid,
-    default_request_id,
-    ingest_headers,
-    validate_ingest,
-)
+from fairstream.wire.ingest import HeaderInput, default_request_id, ingest_headers
 from fairstream.wire.records import (
     BACKLOG_FULL,
     BUDGET_EXHAUSTED,
@@ -68,14 +63,19 @@ from fairstream.wire.rules import (
     check_group,
     check_request_id,
     deadline_ms,
+    now_ms,
+    tenant_key,
+    utf8_bytes,
+)
+from fairstream.wire.verdicts import (
+    Invalid,
+    Valid,
     group_problem,
     header_int,
-    now_ms,
     request_id_problem,
-    tenant_key,
     tenant_of,
     tenant_problem,
-    utf8_bytes,
+    validate_ingest,
 )
 
 __all__ = [

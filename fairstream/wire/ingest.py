@@ -1,111 +1,23 @@
-"""The ingest contract: what a valid ingest record is, from both ends.
+"""The ingest contract's producer side: the headers of an ingest record (``ingest_headers``)
+and the request id of one that brought none.
 
 An ingest record is keyed by tenant id (UTF-8, 1 to 255 bytes); its value is opaque bytes;
-``fairstream-*`` headers are optional and ASCII. ``validate_ingest`` turns a raw record into
-the fields the scheduler needs, or into a dead-letter reason and a sentence;
-``ingest_headers`` builds the headers of a record that passes it (the producer's side).
-Pure.
+``fairstream-*`` headers are optional and ASCII. Whether a raw record keeps that contract,
+and the fields the scheduler needs from it, is ``verdicts.validate_ingest``'s to say; a
+record built here passes it. Pure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 
-from fairstream.wire.records import (
-    COST,
-    DEADLINE_MS,
-    INVALID_HEADER,
-    INVALID_KEY,
-    INVALID_VALUE,
-    MAX_COST,
-    MAX_EPOCH_MS,
-    REQUEST_ID,
-    RESERVED_PREFIX,
-    Headers,
-)
-from fairstream.wire.rules import (
-    check_cost,
-    check_request_id,
-    deadline_ms,
-    header_int,
-    request_id_problem,
-    tenant_of,
-    tenant_problem,
-)
+from fairstream.wire.records import COST, DEADLINE_MS, REQUEST_ID, RESERVED_PREFIX
+from fairstream.wire.rules import check_cost, check_request_id, deadline_ms
 
-__all__ = [
-    "HeaderInput",
-    "Invalid",
-    "Valid",
-    "default_request_id",
-    "ingest_headers",
-    "validate_ingest",
-]
+__all__ = ["HeaderInput", "default_request_id", "ingest_headers"]
 
 HeaderInput = Mapping[str, str | bytes] | Iterable[tuple[str, str | bytes]]
-
-
-@dataclass(frozen=True, slots=True)
-class Valid:
-    """An ingest record that may be buffered."""
-
-    tenant: str
-    cost: int
-    deadline_ms: int | None
-    request_id: str | None  # None: the default ``<topic>-<partition>-<offset>`` applies
-
-
-@dataclass(frozen=True, slots=True)
-class Invalid:
-    """An ingest record that goes to the dead-letter topic."""
-
-    reason: str
-    detail: str
-
-
-def validate_ingest(key: bytes | None, value: bytes | None, headers: Headers) -> Valid | Invalid:
-    """Check an ingest record against the contract.
-
-    Caller: the scheduler's ingest, for every record. Affects: nothing (pure).
-    """
-    if key is None:
-        return Invalid(INVALID_KEY, "the record has no key; the key must be the tenant id")
-    tenant = tenant_of(key)
-    if tenant is None:
-        return Invalid(INVALID_KEY, f"{tenant_problem(key)} (the record key)")
-    if value is None:
-        return Invalid(
-            INVALID_VALUE,
-            "the record value is null (a tombstone); send an empty value for an empty payload",
-        )
-    cost = 1
-    deadline: int | None = None
-    request_id: str | None = None
-    for name, raw in headers:
-        if not name.startswith(RESERVED_PREFIX):
-            continue
-        if name in (COST, DEADLINE_MS):
-            parsed = header_int(name, raw, MAX_COST if name == COST else MAX_EPOCH_MS)
-            if isinstance(parsed, str):
-                return Invalid(INVALID_HEADER, parsed)
-            if name == COST:
-                cost = parsed
-            else:
-                deadline = parsed
-        elif name == REQUEST_ID:
-            if raw is None:
-                return Invalid(INVALID_HEADER, f"header {name} has no value")
-            try:
-                text = raw.decode("ascii")
-            except UnicodeDecodeError:
-                return Invalid(INVALID_HEADER, f"header {name} is not ASCII: {raw[:40]!r}")
-            problem = request_id_problem(text)
-            if problem is not None:
-                return Invalid(INVALID_HEADER, f"header {name}: {problem}")
-            request_id = text
-    return Valid(tenant, cost, deadline, request_id)
 
 
 def default_request_id(topic: str, partition: int, offset: int) -> str:

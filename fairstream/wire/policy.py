@@ -34,7 +34,7 @@ from fairstream.core.budget import Budget
 from fairstream.core.tenant import TenantPolicy
 from fairstream.errors import Error
 from fairstream.wire.canonical import fingerprint
-from fairstream.wire.rules import group_problem, tenant_problem
+from fairstream.wire.verdicts import group_problem, tenant_problem
 
 __all__ = [
     "DEFAULT_POLICY_KEY",

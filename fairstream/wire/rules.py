@@ -1,10 +1,12 @@
-"""The contract's rules, one place each: tenant and group ids, costs, request ids, integer headers,
-deadlines, and the clock of epoch milliseconds the records carry.
+"""The contract's rules as the producer's side meets them: a check per rule that returns
+the value it was given when the contract accepts it, and raises ``ValueError``/``TypeError``
+(naming the caller's wrong value) when not. Tenant and group ids, costs, request ids,
+deadlines, and the clock of epoch milliseconds the records carry. Callers: the SDK, the
+command line, the policy writer.
 
-Each rule comes as a function that says what is wrong (a sentence) or nothing, so that the
-scheduler can turn it into a dead letter, and as a checking function that raises
-``ValueError``/``TypeError`` for the producer side (SDK, command line, policy writer).
-Pure, but for ``now_ms``.
+Each rule itself, saying what is wrong in a sentence for the scheduler to turn into a dead
+letter, is ``verdicts``' (compiled); a check here asks it, so that the two sides cannot
+disagree. Pure, but for ``now_ms``.
 """
 
 from __future__ import annotations
@@ -12,20 +14,16 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from fairstream.wire.records import MAX_COST, MAX_EPOCH_MS, MAX_REQUEST_ID_BYTES, MAX_TENANT_BYTES
+from fairstream.wire.records import MAX_COST, MAX_EPOCH_MS, MAX_TENANT_BYTES
+from fairstream.wire.verdicts import group_problem, request_id_problem
 
 __all__ = [
     "check_cost",
     "check_group",
     "check_request_id",
     "deadline_ms",
-    "group_problem",
-    "header_int",
     "now_ms",
-    "request_id_problem",
     "tenant_key",
-    "tenant_of",
-    "tenant_problem",
     "utf8_bytes",
 ]
 
@@ -35,43 +33,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-# -- tenant ids --------------------------------------------------------------------------
-
-
-def tenant_problem(key: bytes) -> str | None:
-    """Why ``key`` is not a tenant id (1 to 255 bytes of UTF-8), or None when it is one."""
-    return _id_problem("the tenant id", key)
-
-
-def tenant_of(key: bytes) -> str | None:
-    """The tenant id ``key`` spells, or None when it is not one (``tenant_problem`` says
-    why). Once per new tenant on the ingest path: one decode, no sentence."""
-    if not 1 <= len(key) <= MAX_TENANT_BYTES:
-        return None
-    try:
-        return key.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
-def _id_problem(name: str, raw: bytes) -> str | None:
-    # The rule is ``tenant_of``'s; this only says which part of it ``raw`` breaks.
-    if tenant_of(raw) is not None:
-        return None
-    if not 1 <= len(raw) <= MAX_TENANT_BYTES:
-        return f"{name} must be 1 to {MAX_TENANT_BYTES} UTF-8 bytes, got {len(raw)}"
-    return f"{name} is not valid UTF-8: {raw[:40]!r}"
-
-
-def group_problem(group: bytes | str) -> str | None:
-    """Why ``group`` is not a tenant-group id (1 to 255 bytes of UTF-8, as a tenant id), or
-    None when it is one."""
-    if isinstance(group, str):
-        try:
-            group = group.encode("utf-8")
-        except UnicodeEncodeError as exc:  # lone surrogates
-            return f"the group id is not encodable as UTF-8: {exc}"
-    return _id_problem("the group id", group)
+# -- tenant and group ids ----------------------------------------------------------------
 
 
 def check_group(group: str) -> str:
@@ -114,17 +76,6 @@ def check_cost(cost: int) -> int:
     return cost
 
 
-def request_id_problem(request_id: str) -> str | None:
-    """Why ``request_id`` is not a request id (1 to 1,024 ASCII bytes), or None."""
-    if not request_id:
-        return "the request id must not be empty"
-    if not request_id.isascii():
-        return f"the request id must be ASCII, got {request_id[:40]!r}"
-    if len(request_id) > MAX_REQUEST_ID_BYTES:
-        return f"the request id is {len(request_id)} bytes; at most {MAX_REQUEST_ID_BYTES} allowed"
-    return None
-
-
 def check_request_id(request_id: str) -> str:
     """``request_id`` when the contract accepts it; TypeError/ValueError else."""
     if not isinstance(request_id, str):
@@ -133,31 +84,6 @@ def check_request_id(request_id: str) -> str:
     if problem is not None:
         raise ValueError(problem)
     return request_id
-
-
-# -- integer headers ---------------------------------------------------------------------
-
-
-def header_int(name: str, raw: bytes | None, limit: int) -> int | str:
-    """The value of integer header ``name``: ASCII digits (white space around them
-    allowed) of a number from 1 to ``limit``; otherwise a sentence saying what is wrong.
-
-    The one rule for ``fairstream-cost`` (limit ``MAX_COST``) and the epoch-ms headers
-    (``MAX_EPOCH_MS``), on ingest (a dead letter) and in the worker (the default).
-    """
-    if raw is None:
-        return f"header {name} has no value"
-    try:
-        text = raw.decode("ascii")
-    except UnicodeDecodeError:
-        return f"header {name} is not ASCII: {raw[:40]!r}"
-    stripped = text.strip()
-    if not stripped.isdigit():
-        return f"header {name} must be a positive integer, got {text[:40]!r}"
-    # Length first: int() refuses (raises on) strings of more than 4,300 digits.
-    if len(stripped) > len(str(limit)) or not 1 <= int(stripped) <= limit:
-        return f"header {name} must be between 1 and {limit}, got {stripped[:40]}"
-    return int(stripped)
 
 
 # -- deadlines ---------------------------------------------------------------------------
