@@ -314,13 +314,22 @@ def backlog_option(records: int) -> list[str]:
 # -- writing records -------------------------------------------------------------------------
 
 
-def _write(producer: Producer, topic: str, records: int, tenants: int, value: bytes) -> float:
+# With ``headed``, each record carries what a cost-weighted producer's does: a
+# ``fairstream-cost`` header (1 to 4) and a header of its own (a W3C trace context).
+TRACEPARENT = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+HEADED = [[("fairstream-cost", b"%d" % c), ("traceparent", TRACEPARENT)] for c in (1, 2, 3, 4)]
+
+
+def _write(
+    producer: Producer, topic: str, records: int, tenants: int, value: bytes, headed: bool = False
+) -> float:
     keys = [f"tenant-{i:05d}".encode() for i in range(tenants)]
     started = time.monotonic()
     for i in range(records):
+        headers = HEADED[i % 4] if headed else None
         while True:
             try:
-                producer.produce(topic, key=keys[i % tenants], value=value)
+                producer.produce(topic, key=keys[i % tenants], value=value, headers=headers)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -329,9 +338,12 @@ def _write(producer: Producer, topic: str, records: int, tenants: int, value: by
     return started
 
 
-def produce(bootstrap: str, topic: str, records: int, tenants: int, size: int) -> float:
+def produce(
+    bootstrap: str, topic: str, records: int, tenants: int, size: int, headed: bool = False
+) -> float:
     """Write ``records`` zero-filled records round-robin over ``tenants`` keys (murmur2, as
-    the README tells producers to); seconds it took."""
+    the README tells producers to), with headers when ``headed`` (``HEADED``); seconds it
+    took."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -341,17 +353,23 @@ def produce(bootstrap: str, topic: str, records: int, tenants: int, size: int) -
             "partitioner": "murmur2_random",
         }
     )
-    started = _write(producer, topic, records, tenants, bytes(size))
+    started = _write(producer, topic, records, tenants, bytes(size), headed)
     remaining = producer.flush(120)
     if remaining:
         raise RuntimeError(f"{remaining} records not acknowledged by the broker")
     return time.monotonic() - started
 
 
-def prefill(bootstrap: str, topic: str, records: int, tenants: int) -> dict[str, Any]:
+def prefill(
+    bootstrap: str, topic: str, records: int, tenants: int, headed: bool = False
+) -> dict[str, Any]:
     """``produce`` for run_all's phases, logged; what was written."""
-    seconds = produce(bootstrap, topic, records, tenants, VALUE_SIZE)
-    log(f"pre-filled {topic}: {records:,} records, {tenants:,} tenants in {seconds:.1f} s")
+    seconds = produce(bootstrap, topic, records, tenants, VALUE_SIZE, headed)
+    with_headers = ", with cost headers" if headed else ""
+    log(
+        f"pre-filled {topic}: {records:,} records, {tenants:,} tenants{with_headers} "
+        f"in {seconds:.1f} s"
+    )
     return {"records": records, "tenants": tenants, "producer_seconds": round(seconds, 2)}
 
 

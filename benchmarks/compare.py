@@ -1,12 +1,14 @@
 """Compare the end-to-end throughput of two commits, alternating, on one broker.
 
     .venv/bin/python -m benchmarks.compare REV_A REV_B [--rounds 4] [--records 200000]
-        [--overflow N [--raised]] [--bootstrap HOST:PORT]
+        [--cost-headers] [--overflow N [--raised]] [--bootstrap HOST:PORT]
 
 Each revision is checked out in a git worktree of its own (under a temporary directory,
 removed at the end). Each round runs, for each revision in turn, one round of
 ``throughput.max_throughput``: the plain consume->produce loop, then a scheduler with no
-rate limit draining a pre-filled topic, run from the revision's worktree. The scheduler
+rate limit draining a pre-filled topic, run from the revision's worktree. With
+``--cost-headers`` every record carries a ``fairstream-cost`` header and a trace header, as
+cost-weighted producers write them (the loop copies the headers too). The scheduler
 runs as ``python -m fairstream`` with the worktree as its working directory, which is what
 makes it import that revision: ``-m`` puts the working directory first on ``sys.path``, ahead of
 ``PYTHONPATH`` (so setting ``PYTHONPATH`` alone compares a checkout with itself).
@@ -96,6 +98,12 @@ def main() -> None:
         "--overflow", type=int, metavar="N", help="compare the overflow scenario of N records"
     )
     parser.add_argument("--raised", action="store_true", help="--overflow with the cap raised")
+    parser.add_argument(
+        "--cost-headers",
+        action="store_true",
+        help="records with a fairstream-cost header and a header of their own, as cost-weighted "
+        "producers write them (default: no headers)",
+    )
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     parser.add_argument(
         "--pure", action="store_true", help="run each revision's source, compiled or not"
@@ -118,7 +126,7 @@ def main() -> None:
         return
     results: dict[str, list[dict[str, float]]] = {rev: [] for rev in args.revisions}
     workdir = Path(tempfile.mkdtemp(prefix="fairstream-compare-data-"))
-    topics = throughput.shared_topic(broker.bootstrap, args.records)
+    topics = throughput.shared_topic(broker.bootstrap, args.records, args.cost_headers)
     try:
         with worktrees(args.revisions, pure=args.pure) as trees:
             for round_ in range(args.rounds):

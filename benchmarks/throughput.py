@@ -57,12 +57,13 @@ QUIX_PYTHON = REPO / ".venv" / "peer-quix" / "bin" / "python"
 Cleanup = list[Callable[[], None]]
 
 
-def shared_topic(bootstrap: str, records: int) -> list[str]:
-    """The pre-filled 1,000-tenant topic and the ceiling's copy of it: [source, copy]."""
+def shared_topic(bootstrap: str, records: int, headed: bool = False) -> list[str]:
+    """The pre-filled 1,000-tenant topic and the ceiling's copy of it: [source, copy].
+    ``headed``: each record with a cost header and one of its own (``common.HEADED``)."""
     source = f"{unique('bench')}.source"
     topics = [source, source + ".copy"]
     create_topics(bootstrap, topics, PARTITIONS)
-    prefill(bootstrap, source, records, 1000)
+    prefill(bootstrap, source, records, 1000, headed)
     return topics
 
 
