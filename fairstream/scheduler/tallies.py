@@ -3,13 +3,15 @@
 busiest tenants of a probe (``busiest``) and counts added up over a window (``add_counts``);
 for the dwell histogram, each committed record's bucket (``bucket_dwells``).
 
-Both run over tenants, not records, yet with many tenants of a record or two that is about
-once a record: at 100,000 such tenants a transaction's tally was a tenth of the emitter's
-time. Compiled (``fairstream.native``); ``observe.Observed`` owns a ``Tallies`` and reads it.
+The tallies and the audit's passes run over tenants, not records, yet with many tenants of
+a record or two that is about once a record: at 100,000 such tenants a transaction's tally
+was a tenth of the emitter's time. ``bucket_dwells`` runs once per committed record.
+Compiled (``fairstream.native``); ``observe.Observed`` owns a ``Tallies`` and reads it.
 
-Caller: the emitter thread (``Observed`` on it: the checkpoint at each commit, the
-auditor's probe and the scrapes through ``Handoff.call``); ``add_counts`` the auditor, on dicts
-of its own (its window on the audit thread, the rates on a web handler's).
+Callers: the emitter thread (``Observed`` on it: the checkpoint at each commit, the
+auditor's probe and the scrapes through ``Handoff.call``; ``bucket_dwells`` through the dwell
+histogram's ``metrics.CheapHistogram.observe_lists`` at each commit); ``add_counts`` the
+auditor, on dicts of its own (its window on the audit thread, the rates on a web handler's).
 """
 
 from __future__ import annotations
