@@ -50,7 +50,10 @@ def footprint(msg: Held) -> int:
     headers = held_headers(msg)
     size = FOOTPRINT + len(msg)
     if headers:
-        size += 64 * len(headers) + sum(len(v) for _, v in headers if v)
+        size += 64 * len(headers)
+        for _, given in headers:  # a loop, not sum(...): a list made first, compiled
+            if given:
+                size += len(given)
     return size
 
 
@@ -164,27 +167,39 @@ class Stamper:
                 (_ENQUEUED_MS, self._enqueued_ms),
                 (_SCHEDULED_MS, scheduled),
             ]
-        # The headers fairstream stamps replace any a producer set under the same names.
-        headers = [(n, v) for n, v in original if n not in STAMPED]
-        size += sum(len(n) + (len(v) if v else 0) for n, v in headers)
-        request_id: bytes | None
-        for name, given in headers:
-            if name == wire.REQUEST_ID:
-                request_id = given
-                break
-        else:
-            request_id = self._default_id(partition, offset)
-            headers.append((wire.REQUEST_ID, request_id))
+        # A record with headers of its own (a cost, a trace context): once per egress record
+        # of cost-weighted producers, so one pass keeps them, sizes them and finds a request
+        # id. The headers fairstream stamps replace any a producer set under the same names.
+        headers: HeaderList = []
+        request_id: bytes | None = None
+        for header in original:
+            name, given = header
+            if name in STAMPED:
+                continue
+            headers.append(header)
+            size += len(name)
+            if given is not None:
+                size += len(given)
+                if request_id is None and name == _REQUEST_ID:
+                    request_id = given
+        if request_id is None:
+            prefix = self._prefixes.get(partition) or self._default_id.prefix(partition)
+            request_id = prefix + b"%d" % offset
+            headers.append((_REQUEST_ID, request_id))
         if size > self.limit:
             self.size = size
             return None
-        if self.recent is not None and request_id is not None:
+        if self.recent is not None:
             self.recent.add(request_id)
-        headers.append((wire.TENANT, key))
-        headers.append((wire.ENQUEUED_MS, b"%d" % enqueued))
-        headers.append((wire.SCHEDULED_MS, b"%d" % stamp))
+        if enqueued != self._enqueued:
+            self._enqueued, self._enqueued_ms = enqueued, b"%d" % enqueued
+        if stamp != self._scheduled:
+            self._scheduled, self._scheduled_ms = stamp, b"%d" % stamp
+        headers.append((_TENANT, key))
+        headers.append((_ENQUEUED_MS, self._enqueued_ms))
+        headers.append((_SCHEDULED_MS, self._scheduled_ms))
         if self.paced:
-            headers.append((wire.START_MS, b"%d" % stamp))
+            headers.append((_START_MS, self._scheduled_ms))
         return headers
 
     def too_large(self, egress_topic: str) -> str:
