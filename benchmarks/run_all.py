@@ -8,6 +8,9 @@ cleaning up its processes and topics):
   consume->produce loop, fairstream with no rate limit, and ingest to buffered for
   fairstream and a Quix Streams peer (``benchmarks/quix_peer.py``, in its own virtualenv).
   Targets: absorption 0.5x the loop, end to end 0.3x (goal 0.5x).
+- ``max_throughput_headers``: ``max_throughput`` again on a topic of the same records, each
+  with a ``fairstream-cost`` header (1 to 4) and a trace header, as cost-weighted producers
+  write them, against the loop copying them (reported, no target of its own).
 - ``noisy`` (``benchmarks/noisy.py``): quiet tenants' dwell beside three noisy ones at
   ``--rate 200``, against FIFO and GPS; Jain's index per 1 s window.
 - ``rate`` (``benchmarks/rate.py``): ``--rate 500`` precision over 30 s.
@@ -150,6 +153,7 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
     deadline, quick = args.deadline, args.quick
     phases = Phases(set(args.only.split(",")) if args.only else None)
     shared: list[str] = []  # the pre-filled 1,000-tenant topic and its copy
+    headed: list[str] = []  # the same with a cost header and a trace header on each record
     try:
         if phases.wanted("ceiling", "max_throughput", "absorption"):
             shared += throughput.shared_topic(bootstrap, records)
@@ -172,6 +176,16 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
             phases.run(
                 "absorption",
                 lambda c: throughput.absorption(bootstrap, workdir, shared, records, deadline, c),
+            )
+        if phases.wanted("max_throughput_headers"):
+            # The same drain over records as cost-weighted producers write them (a cost
+            # header and a trace header each): a path of its own, and a slower one.
+            headed += throughput.shared_topic(bootstrap, records, headed=True)
+            phases.run(
+                "max_throughput_headers",
+                lambda c: throughput.max_throughput(
+                    bootstrap, workdir, headed, records, deadline, c, None, 1 if quick else 3
+                ),
             )
         for name, module in (("noisy", noisy), ("rate", rate)):
             phases.run(name, lambda c, m=module: m.phase(bootstrap, workdir, quick, c))
@@ -207,8 +221,8 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
                 always=True,
             )
     finally:
-        if shared:
-            delete_topics(bootstrap, shared)
+        if shared or headed:
+            delete_topics(bootstrap, shared + headed)
     return phases.results
 
 

@@ -73,6 +73,12 @@ def throughput_tables(r: dict[str, Any]) -> list[str]:
         f"{num(g('max_throughput', 'us_per_record'), '.1f')} | "
         f"{num(g('max_throughput', 'ratio_to_ceiling'), '.2f')} | "
         f"{_cores(g('max_throughput', 'cores_used'))} |",
+        f"| the same, each record with a cost header and a trace header (against its own loop "
+        f"run, {num(g('max_throughput_headers', 'ceiling_records_per_s'))} records/s) | "
+        f"{num(g('max_throughput_headers', 'end_to_end_records_per_s'))} | "
+        f"{num(g('max_throughput_headers', 'us_per_record'), '.1f')} | "
+        f"{num(g('max_throughput_headers', 'ratio_to_ceiling'), '.2f')} | "
+        f"{_cores(g('max_throughput_headers', 'cores_used'))} |",
         "",
         "**Absorption** (ingest to indexed per tenant, same pre-filled topic; fairstream "
         "keeps the ingest log as the buffer and writes nothing per record; the Quix Streams "
