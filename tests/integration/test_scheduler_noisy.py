@@ -13,7 +13,7 @@ from fairstream import wire
 from fairstream.analysis.stats import percentile
 from fairstream_dev.harness.kafka import wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
-from tests.integration.exactly_once import start_ms
+from tests.integration.exactly_once import read_to_end, start_ms
 
 PARTITIONS = 8
 NOISY, QUIET = b"A", [b"B", b"C", b"D", b"E", b"F"]
@@ -55,35 +55,44 @@ def test_quiet_tenants_do_not_wait_behind_a_burst(kafka_bootstrap: str, tmp_path
     egress = TopicReader(kafka_bootstrap, deployment.topics.egress)
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
     try:
-        for i in range(20_000):
-            producer.produce(deployment.topics.ingest, key=NOISY, value=b"burst-%d" % i)
-            if i % 5000 == 0:
-                producer.poll(0)
-        assert producer.flush(30) == 0
-        start = time.monotonic()
-        for second in range(10):
-            for tenant in QUIET:
-                producer.produce(deployment.topics.ingest, key=tenant, value=b"q%d" % second)
-            assert producer.flush(10) == 0
-            # Pace the quiet producers at 1 record/s each, reading egress meanwhile.
-            while time.monotonic() < start + second + 1:
-                egress.poll(min(0.2, max(0.0, start + second + 1 - time.monotonic())))
+        try:
+            for i in range(20_000):
+                producer.produce(deployment.topics.ingest, key=NOISY, value=b"burst-%d" % i)
+                if i % 5000 == 0:
+                    producer.poll(0)
+            assert producer.flush(30) == 0
+            start = time.monotonic()
+            for second in range(10):
+                for tenant in QUIET:
+                    producer.produce(deployment.topics.ingest, key=tenant, value=b"q%d" % second)
+                assert producer.flush(10) == 0
+                # Pace the quiet producers at 1 record/s each, reading egress meanwhile.
+                while time.monotonic() < start + second + 1:
+                    egress.poll(min(0.2, max(0.0, start + second + 1 - time.monotonic())))
 
-        def quiet_seen() -> int:
-            return sum(1 for m in egress.messages if m.key() in QUIET)
+            def quiet_seen() -> int:
+                return sum(1 for m in egress.messages if m.key() in QUIET)
 
-        def all_quiet() -> bool:
-            egress.poll()
-            return quiet_seen() >= 50
+            def all_quiet() -> bool:
+                egress.poll()
+                return quiet_seen() >= 50
 
-        wait_until(all_quiet, 30, lambda: f"the 50 quiet records (have {quiet_seen()})", interval=0)
+            wait_until(
+                all_quiet, 30, lambda: f"the 50 quiet records (have {quiet_seen()})", interval=0
+            )
+        finally:
+            scheduler.terminate()
+        # Everything it emitted, read to the end: egress is spread over the partitions, so
+        # the reader, stopped once the quiet records arrived, may not have fetched the last
+        # burst records of every partition yet (a start-order check over them then saw a
+        # hole where a record was only unread).
+        messages = read_to_end(kafka_bootstrap, egress, deployment.topics.egress, PARTITIONS)
     finally:
         egress.close()
-        scheduler.terminate()
 
-    quiet = [m for m in egress.messages if m.key() in QUIET]
-    noisy = [m for m in egress.messages if m.key() == NOISY]
-    ahead = overtaken(egress.messages)
+    quiet = [m for m in messages if m.key() in QUIET]
+    noisy = [m for m in messages if m.key() == NOISY]
+    ahead = overtaken(messages)
     dwell = [m.timestamp()[1] - stamp(m, wire.ENQUEUED_MS) for m in quiet]
     print(
         f"\nquiet tenants: {len(quiet)} records; burst records emitted ahead of one once it was "

@@ -48,78 +48,85 @@ def test_weights_weight_change_and_pause(kafka_bootstrap: str, tmp_path: Path) -
     scheduler.start().wait_ready()
     egress = TopicReader(kafka_bootstrap, deployment.topics.egress)
     try:
-        produce(kafka_bootstrap, deployment.topics.ingest, [b"heavy", b"light"], 1000)
-        egress.read_until(300, timeout=30)
+        try:
+            produce(kafka_bootstrap, deployment.topics.ingest, [b"heavy", b"light"], 1000)
+            egress.read_until(300, timeout=30)
 
-        # Phase 1, weights 3 and 1: served cost stays within one round of 3:1.
-        first = [m.key() for m in departures(egress)[20:300]]
-        worst = drift(first, 3)
-        heavy, light = first.count(b"heavy"), first.count(b"light")
-        print(f"\nweights 3:1 -> {heavy}:{light}, largest lead over 3:1 {worst}")
-        assert worst <= 4, "more than one round (3 + 1 records) away from 3:1"
+            # Phase 1, weights 3 and 1: served cost stays within one round of 3:1.
+            first = [m.key() for m in departures(egress)[20:300]]
+            worst = drift(first, 3)
+            heavy, light = first.count(b"heavy"), first.count(b"light")
+            print(f"\nweights 3:1 -> {heavy}:{light}, largest lead over 3:1 {worst}")
+            assert worst <= 4, "more than one round (3 + 1 records) away from 3:1"
 
-        # Phase 2: light gets weight 3 too. Within TAKES_EFFECT_WITHIN records the served
-        # counts turn 1:1 and stay within one round (3 + 3 records) of it for 150 records.
-        changed_at = set_policy(kafka_bootstrap, policy_topic, b"light", weight=3)
+            # Phase 2: light gets weight 3 too. Within TAKES_EFFECT_WITHIN records the served
+            # counts turn 1:1 and stay within one round (3 + 3 records) of it for 150 records.
+            changed_at = set_policy(kafka_bootstrap, policy_topic, b"light", weight=3)
 
-        def after(written_at: float) -> list[bytes]:
-            egress.poll()
-            return [m.key() for m in departures(egress) if scheduled_s(m) > written_at]
+            def after(written_at: float) -> list[bytes]:
+                egress.poll()
+                return [m.key() for m in departures(egress) if scheduled_s(m) > written_at]
 
-        def told(written_at: float) -> str:
-            keys = after(written_at)
-            return (
-                f"{len(keys)} records since, {keys.count(b'heavy')} heavy's; within a round of "
-                f"1:1 from record {holds_from(keys, 1, 3)} on; the last 12: {keys[-12:]}"
+            def told(written_at: float) -> str:
+                keys = after(written_at)
+                return (
+                    f"{len(keys)} records since, {keys.count(b'heavy')} heavy's; within a round of "
+                    f"1:1 from record {holds_from(keys, 1, 3)} on; the last 12: {keys[-12:]}"
+                )
+
+            def balanced() -> tuple[int, list[bytes]] | None:
+                keys = after(changed_at)
+                start = holds_from(keys, 1, 3)
+                return (start, keys) if len(keys) - start >= 150 else None
+
+            start, keys = wait_until(
+                balanced,
+                30,
+                lambda: f"150 records within a round of 1:1 after the change: {told(changed_at)}",
+                interval=0,
             )
+            print(f"after the change: 1:1 from its record {start} on, {len(keys) - start} records")
+            assert start <= TAKES_EFFECT_WITHIN, "the weight change took effect late"
 
-        def balanced() -> tuple[int, list[bytes]] | None:
-            keys = after(changed_at)
-            start = holds_from(keys, 1, 3)
-            return (start, keys) if len(keys) - start >= 150 else None
+            # Phase 3: pause heavy: within TAKES_EFFECT_WITHIN records nothing of it goes out
+            # any more (100 records in a row all light's), and it keeps its backlog.
+            paused_at = set_policy(kafka_bootstrap, policy_topic, b"heavy", weight=3, paused=True)
 
-        start, keys = wait_until(
-            balanced,
-            30,
-            lambda: f"150 records within a round of 1:1 after the change: {told(changed_at)}",
-            interval=0,
-        )
-        print(f"after the change: 1:1 from its record {start} on, {len(keys) - start} records")
-        assert start <= TAKES_EFFECT_WITHIN, "the weight change took effect late"
+            def light_only() -> tuple[int, list[bytes]] | None:
+                keys = after(paused_at)
+                stop = max((i + 1 for i, key in enumerate(keys) if key == b"heavy"), default=0)
+                return (stop, keys) if len(keys) - stop >= 100 else None
 
-        # Phase 3: pause heavy: within TAKES_EFFECT_WITHIN records nothing of it goes out
-        # any more (100 records in a row all light's), and it keeps its backlog.
-        paused_at = set_policy(kafka_bootstrap, policy_topic, b"heavy", weight=3, paused=True)
+            stop, keys = wait_until(
+                light_only,
+                30,
+                lambda: f"100 of light's records in a row after the pause: {told(paused_at)}",
+                interval=0,
+            )
+            print(f"paused: heavy's last record was the {stop}th after the pause")
+            assert stop <= TAKES_EFFECT_WITHIN, "the pause took effect late"
+            _, metrics = scheduler.get("/metrics")
+            assert 'fairstream_tenant_backlog_records{tenant="heavy"}' in metrics
 
-        def light_only() -> tuple[int, list[bytes]] | None:
-            keys = after(paused_at)
-            stop = max((i + 1 for i, key in enumerate(keys) if key == b"heavy"), default=0)
-            return (stop, keys) if len(keys) - stop >= 100 else None
+            # Phase 4: resume: heavy flows again.
+            resumed_at = set_policy(kafka_bootstrap, policy_topic, b"heavy", weight=3)
 
-        stop, keys = wait_until(
-            light_only,
-            30,
-            lambda: f"100 of light's records in a row after the pause: {told(paused_at)}",
-            interval=0,
-        )
-        print(f"paused: heavy's last record was the {stop}th after the pause")
-        assert stop <= TAKES_EFFECT_WITHIN, "the pause took effect late"
-        _, metrics = scheduler.get("/metrics")
-        assert 'fairstream_tenant_backlog_records{tenant="heavy"}' in metrics
+            def heavy_again() -> bool:
+                egress.poll()
+                return any(
+                    m.key() == b"heavy" and scheduled_s(m) > resumed_at for m in egress.messages
+                )
 
-        # Phase 4: resume: heavy flows again.
-        resumed_at = set_policy(kafka_bootstrap, policy_topic, b"heavy", weight=3)
-
-        def heavy_again() -> bool:
-            egress.poll()
-            return any(m.key() == b"heavy" and scheduled_s(m) > resumed_at for m in egress.messages)
-
-        wait_until(heavy_again, 10, "heavy flows again after resume", interval=0)
+            wait_until(heavy_again, 10, "heavy flows again after resume", interval=0)
+        finally:
+            scheduler.terminate()
+        # Everything it emitted, read to the end: the reader stopped once heavy flowed again,
+        # maybe before it fetched heavy's last records on every egress partition.
+        messages = read_to_end(kafka_bootstrap, egress, deployment.topics.egress, 4)
     finally:
         egress.close()
-        scheduler.terminate()
     # Its start order: spread over the egress partitions, its records carry their stamps.
-    heavy = sorted((m for m in egress.messages if m.key() == b"heavy"), key=start_ms)
+    heavy = sorted((m for m in messages if m.key() == b"heavy"), key=start_ms)
     heavy_values = [m.value() for m in heavy]
     assert heavy_values == [b"heavy-%d" % i for i in range(len(heavy_values))]
 
