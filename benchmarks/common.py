@@ -314,22 +314,41 @@ def backlog_option(records: int) -> list[str]:
 # -- writing records -------------------------------------------------------------------------
 
 
-# With ``headed``, each record carries what a cost-weighted producer's does: a
-# ``fairstream-cost`` header (1 to 4) and a header of its own (a W3C trace context).
+# Header sets a benchmark's records may carry, by name (``--headers`` of benchmarks.compare),
+# cycled over the records. "cost-trace" is what a cost-weighted producer writes: a
+# ``fairstream-cost`` header (1 to 4) and a header of its own (a W3C trace context). The
+# others take it apart: "trace" a header of its own alone, "cost1-trace" both headers with
+# every cost 1 (records with headers, tenants that drain alike), "cost" the cost header alone
+# (tenants that drain at four speeds).
 TRACEPARENT = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-HEADED = [[("fairstream-cost", b"%d" % c), ("traceparent", TRACEPARENT)] for c in (1, 2, 3, 4)]
+Headers = list[tuple[str, bytes]]
+HEADER_SETS: dict[str, list[Headers]] = {
+    "cost-trace": [
+        [("fairstream-cost", b"%d" % c), ("traceparent", TRACEPARENT)] for c in (1, 2, 3, 4)
+    ],
+    "trace": [[("traceparent", TRACEPARENT)]],
+    "cost1-trace": [[("fairstream-cost", b"1"), ("traceparent", TRACEPARENT)]],
+    "cost": [[("fairstream-cost", b"%d" % c)] for c in (1, 2, 3, 4)],
+}
+COST_TRACE = "cost-trace"
 
 
 def _write(
-    producer: Producer, topic: str, records: int, tenants: int, value: bytes, headed: bool = False
+    producer: Producer,
+    topic: str,
+    records: int,
+    tenants: int,
+    value: bytes,
+    headers: str | None = None,
 ) -> float:
     keys = [f"tenant-{i:05d}".encode() for i in range(tenants)]
+    sets = HEADER_SETS[headers] if headers else [None]
     started = time.monotonic()
     for i in range(records):
-        headers = HEADED[i % 4] if headed else None
+        own = sets[i % len(sets)]
         while True:
             try:
-                producer.produce(topic, key=keys[i % tenants], value=value, headers=headers)
+                producer.produce(topic, key=keys[i % tenants], value=value, headers=own)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -339,11 +358,11 @@ def _write(
 
 
 def produce(
-    bootstrap: str, topic: str, records: int, tenants: int, size: int, headed: bool = False
+    bootstrap: str, topic: str, records: int, tenants: int, size: int, headers: str | None = None
 ) -> float:
     """Write ``records`` zero-filled records round-robin over ``tenants`` keys (murmur2, as
-    the README tells producers to), with headers when ``headed`` (``HEADED``); seconds it
-    took."""
+    the README tells producers to), with the header set ``headers`` names (``HEADER_SETS``;
+    None: no headers); seconds it took."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -353,7 +372,7 @@ def produce(
             "partitioner": "murmur2_random",
         }
     )
-    started = _write(producer, topic, records, tenants, bytes(size), headed)
+    started = _write(producer, topic, records, tenants, bytes(size), headers)
     remaining = producer.flush(120)
     if remaining:
         raise RuntimeError(f"{remaining} records not acknowledged by the broker")
@@ -361,11 +380,11 @@ def produce(
 
 
 def prefill(
-    bootstrap: str, topic: str, records: int, tenants: int, headed: bool = False
+    bootstrap: str, topic: str, records: int, tenants: int, headers: str | None = None
 ) -> dict[str, Any]:
     """``produce`` for run_all's phases, logged; what was written."""
-    seconds = produce(bootstrap, topic, records, tenants, VALUE_SIZE, headed)
-    with_headers = ", with cost headers" if headed else ""
+    seconds = produce(bootstrap, topic, records, tenants, VALUE_SIZE, headers)
+    with_headers = f", with headers {headers}" if headers else ""
     log(
         f"pre-filled {topic}: {records:,} records, {tenants:,} tenants{with_headers} "
         f"in {seconds:.1f} s"

@@ -1,17 +1,19 @@
 """Compare the end-to-end throughput of two commits, alternating, on one broker.
 
     .venv/bin/python -m benchmarks.compare REV_A REV_B [--rounds 4] [--records 200000]
-        [--cost-headers] [--overflow N [--raised]] [--bootstrap HOST:PORT]
+        [--headers SET | --cost-headers] [--overflow N [--raised]] [--bootstrap HOST:PORT]
 
 Each revision is checked out in a git worktree of its own (under a temporary directory,
 removed at the end). Each round runs, for each revision in turn, one round of
 ``throughput.max_throughput``: the plain consume->produce loop, then a scheduler with no
 rate limit draining a pre-filled topic, run from the revision's worktree. With
-``--cost-headers`` every record carries a ``fairstream-cost`` header and a trace header, as
-cost-weighted producers write them (the loop copies the headers too). The scheduler
-runs as ``python -m fairstream`` with the worktree as its working directory, which is what
-makes it import that revision: ``-m`` puts the working directory first on ``sys.path``, ahead of
-``PYTHONPATH`` (so setting ``PYTHONPATH`` alone compares a checkout with itself).
+``--cost-headers`` (``--headers cost-trace``) every record carries a ``fairstream-cost``
+header and a trace header, as cost-weighted producers write them (the loop copies the headers
+too); the other sets of ``--headers`` take that apart (``benchmarks.common.HEADER_SETS``).
+The scheduler runs as ``python -m fairstream`` with the worktree as its working directory,
+which is what makes it import that revision: ``-m`` puts the working directory first on
+``sys.path``, ahead of ``PYTHONPATH`` (so setting ``PYTHONPATH`` alone compares a checkout
+with itself).
 
 With ``--overflow N`` a round is instead the overflow scenario of ``benchmarks/overflow.py``
 (N records flooding partition 0 of 4 at ``--rate 500``, the default cap, quiet tenants
@@ -42,7 +44,7 @@ from pathlib import Path
 
 import fairstream_dev.harness.scheduler as harness
 from benchmarks import burst, sampling, throughput
-from benchmarks.common import REPO, Broker, delete_topics, log
+from benchmarks.common import COST_TRACE, HEADER_SETS, REPO, Broker, delete_topics, log
 
 
 @contextlib.contextmanager
@@ -99,10 +101,18 @@ def main() -> None:
     )
     parser.add_argument("--raised", action="store_true", help="--overflow with the cap raised")
     parser.add_argument(
+        "--headers",
+        choices=sorted(HEADER_SETS),
+        help="the headers each record carries (default: none): cost-trace as cost-weighted "
+        "producers write them (a fairstream-cost header, 1 to 4, and a trace header), trace "
+        "the trace header alone, cost1-trace both with every cost 1, cost the cost header alone",
+    )
+    parser.add_argument(
         "--cost-headers",
-        action="store_true",
-        help="records with a fairstream-cost header and a header of their own, as cost-weighted "
-        "producers write them (default: no headers)",
+        action="store_const",
+        const=COST_TRACE,
+        dest="headers",
+        help="--headers cost-trace",
     )
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
     parser.add_argument(
@@ -126,7 +136,7 @@ def main() -> None:
         return
     results: dict[str, list[dict[str, float]]] = {rev: [] for rev in args.revisions}
     workdir = Path(tempfile.mkdtemp(prefix="fairstream-compare-data-"))
-    topics = throughput.shared_topic(broker.bootstrap, args.records, args.cost_headers)
+    topics = throughput.shared_topic(broker.bootstrap, args.records, args.headers)
     try:
         with worktrees(args.revisions, pure=args.pure) as trees:
             for round_ in range(args.rounds):

@@ -105,7 +105,7 @@ from benchmarks import (
     slow_api,
     throughput,
 )
-from benchmarks.common import REPO, Broker, delete_topics, get, log
+from benchmarks.common import COST_TRACE, REPO, Broker, delete_topics, get, log
 from benchmarks.fairness_doc import section, with_section
 from benchmarks.report import markdown
 from benchmarks.targets import targets
@@ -180,7 +180,7 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
         if phases.wanted("max_throughput_headers"):
             # The same drain over records as cost-weighted producers write them (a cost
             # header and a trace header each): a path of its own, and a slower one.
-            headed += throughput.shared_topic(bootstrap, records, headed=True)
+            headed += throughput.shared_topic(bootstrap, records, COST_TRACE)
             phases.run(
                 "max_throughput_headers",
                 lambda c: throughput.max_throughput(

@@ -57,13 +57,13 @@ QUIX_PYTHON = REPO / ".venv" / "peer-quix" / "bin" / "python"
 Cleanup = list[Callable[[], None]]
 
 
-def shared_topic(bootstrap: str, records: int, headed: bool = False) -> list[str]:
+def shared_topic(bootstrap: str, records: int, headers: str | None = None) -> list[str]:
     """The pre-filled 1,000-tenant topic and the ceiling's copy of it: [source, copy].
-    ``headed``: each record with a cost header and one of its own (``common.HEADED``)."""
+    ``headers``: the header set the records carry (``common.HEADER_SETS``; None: none)."""
     source = f"{unique('bench')}.source"
     topics = [source, source + ".copy"]
     create_topics(bootstrap, topics, PARTITIONS)
-    prefill(bootstrap, source, records, 1000, headed)
+    prefill(bootstrap, source, records, 1000, headers)
     return topics
 
 
