@@ -34,6 +34,7 @@ from fairstream_dev.kafka import DevBroker
 REPO = Path(__file__).resolve().parents[1]
 INGESTED = "fairstream_ingested_records_total"
 EGRESS = "fairstream_egress_records_total"
+PROGRESS_MAX_BYTES = "fairstream_progress_record_max_bytes"
 DEAD_LETTERS = "fairstream_dead_letters_total"  # labelled by reason
 BACKLOG = "fairstream_backlog_records"
 VALUE_SIZE = 100  # bytes per record value

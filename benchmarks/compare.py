@@ -41,6 +41,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import fairstream_dev.harness.scheduler as harness
 from benchmarks import burst, sampling, throughput
@@ -134,7 +135,7 @@ def main() -> None:
         finally:
             broker.stop()
         return
-    results: dict[str, list[dict[str, float]]] = {rev: [] for rev in args.revisions}
+    results: dict[str, list[dict[str, Any]]] = {rev: [] for rev in args.revisions}
     workdir = Path(tempfile.mkdtemp(prefix="fairstream-compare-data-"))
     topics = throughput.shared_topic(broker.bootstrap, args.records, args.headers)
     try:
@@ -144,34 +145,14 @@ def main() -> None:
                     harness.REPO = tree  # the scheduler's working directory: its code
                     data = workdir / f"round{round_}-{i}"  # a fresh scheduler identity
                     data.mkdir()
-                    cleanup: throughput.Cleanup = []
-                    try:
-                        # One round: a loop run, then the drain compared with it.
-                        out = throughput.max_throughput(
-                            broker.bootstrap,
-                            data,
-                            topics,
-                            args.records,
-                            args.deadline,
-                            cleanup,
-                            None,
-                            rounds=1,
-                        )
-                    finally:
-                        for undo in reversed(cleanup):
-                            with contextlib.suppress(Exception):
-                                undo()
-                    rate = out["end_to_end_records_per_s"]
-                    cores = out["cores_used"].get("scheduler") or 0.0
-                    row = {
-                        "records_per_s": rate,
-                        "ratio": out["ratio_to_ceiling"],
-                        "cpu_us": cores / rate * 1e6,
-                    }
+                    # One round: a loop run, then the drain compared with it.
+                    row = throughput.compared_round(
+                        broker.bootstrap, data, topics, args.records, args.deadline
+                    )
                     results[rev].append(row)
                     log(
-                        f"round {round_ + 1} {rev}: {rate:,} records/s, {row['ratio']:.3f}x "
-                        f"the loop ({out['ceiling_records_per_s']:,}/s), "
+                        f"round {round_ + 1} {rev}: {row['records_per_s']:,} records/s, "
+                        f"{row['ratio']:.3f}x the loop ({row['ceiling_records_per_s']:,}/s), "
                         f"{row['cpu_us']:.1f} µs CPU/record"
                     )
     finally:

@@ -20,7 +20,6 @@ four speeds (costs 1 to 4) with one header, ``cost-trace`` both.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import tempfile
@@ -31,40 +30,6 @@ from benchmarks import sampling, throughput
 from benchmarks.common import HEADER_SETS, Broker, delete_topics, log
 
 NONE = "none"
-
-
-def drain_round(
-    bootstrap: str, workdir: Path, topics: list[str], records: int, deadline: float
-) -> dict[str, Any]:
-    """One loop run and one drain of ``topics``; the drain's row, with its largest progress
-    record."""
-    cleanup: throughput.Cleanup = []
-    largest: list[float] = []
-    wait_for = throughput.wait_for
-
-    def watched(*args: Any, **kwargs: Any) -> sampling.Samples:
-        samples = wait_for(*args, **kwargs)
-        largest.append(samples[-1][1].get("fairstream_progress_record_max_bytes", 0.0))
-        return samples
-
-    throughput.wait_for = watched  # the drain's last metrics, for the progress record size
-    try:
-        out = throughput.max_throughput(
-            bootstrap, workdir, topics, records, deadline, cleanup, None, rounds=1
-        )
-    finally:
-        throughput.wait_for = wait_for
-        for undo in reversed(cleanup):
-            with contextlib.suppress(Exception):
-                undo()
-    rate = out["end_to_end_records_per_s"]
-    cores = out["cores_used"].get("scheduler") or 0.0
-    return {
-        "records_per_s": rate,
-        "ratio": out["ratio_to_ceiling"],
-        "cpu_us": cores / rate * 1e6,
-        "progress_bytes": largest[-1] if largest else 0.0,
-    }
 
 
 def main() -> None:
@@ -97,7 +62,9 @@ def main() -> None:
             for name in sets:
                 data = workdir / f"round{round_}-{name}"  # a fresh scheduler identity
                 data.mkdir()
-                row = drain_round(broker.bootstrap, data, topics[name], args.records, args.deadline)
+                row = throughput.compared_round(
+                    broker.bootstrap, data, topics[name], args.records, args.deadline
+                )
                 results[name].append(row)
                 log(
                     f"round {round_ + 1} {name}: {row['records_per_s']:,} records/s, "

@@ -162,13 +162,12 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
             )
             phases.run(
                 "max_throughput",
-                lambda c: throughput.max_throughput(
+                lambda _c: throughput.max_throughput(
                     bootstrap,
                     workdir,
                     shared,
                     records,
                     deadline,
-                    c,
                     get(phases.results, "ceiling", "records_per_s"),
                     1 if quick else 3,
                 ),
@@ -183,16 +182,16 @@ def run_phases(args: argparse.Namespace, bootstrap: str, workdir: Path) -> dict[
             headed += throughput.shared_topic(bootstrap, records, COST_TRACE)
             phases.run(
                 "max_throughput_headers",
-                lambda c: throughput.max_throughput(
-                    bootstrap, workdir, headed, records, deadline, c, None, 1 if quick else 3
+                lambda _c: throughput.max_throughput(
+                    bootstrap, workdir, headed, records, deadline, None, 1 if quick else 3
                 ),
             )
         for name, module in (("noisy", noisy), ("rate", rate)):
             phases.run(name, lambda c, m=module: m.phase(bootstrap, workdir, quick, c))
         phases.run(
             "scale",
-            lambda c: throughput.scale(
-                bootstrap, workdir, records, deadline, c, get(phases.results, "max_throughput")
+            lambda _c: throughput.scale(
+                bootstrap, workdir, records, deadline, get(phases.results, "max_throughput")
             ),
         )
         module_phases: tuple[tuple[str, Callable[..., dict[str, Any]]], ...] = (

@@ -38,6 +38,7 @@ from benchmarks import sampling
 from benchmarks.common import (
     EGRESS,
     INGESTED,
+    PROGRESS_MAX_BYTES,
     REPO,
     delete_all,
     delete_topics,
@@ -201,6 +202,9 @@ def drain(
         "start_to_first_ingest_seconds": round(first - launched, 2),
         "memory_mib": memory,
         "cores_used": cores_used(samples, start),
+        # The settled ranges above the partitions' marks, as the last commit wrote them:
+        # they multiply when tenants drain at different speeds (costs, weights).
+        "progress_record_max_bytes": samples[-1][1].get(PROGRESS_MAX_BYTES, 0.0),
     }
 
 
@@ -226,7 +230,6 @@ def max_throughput(
     topics: list[str],
     records: int,
     timeout: float,
-    cleanup: Cleanup,
     ceiling_rate: float | None,
     rounds: int = 3,
 ) -> dict[str, Any]:
@@ -250,6 +253,24 @@ def max_throughput(
     return median
 
 
+def compared_round(
+    bootstrap: str, workdir: Path, topics: list[str], records: int, timeout: float
+) -> dict[str, Any]:
+    """One loop run over ``topics`` and one drain of them (``max_throughput``, one round),
+    as ``benchmarks.compare`` and ``benchmarks.headers`` line their rounds up: records/s,
+    the ratio to the loop, µs of scheduler CPU a record, the largest progress record."""
+    out = max_throughput(bootstrap, workdir, topics, records, timeout, None, rounds=1)
+    rate = out["end_to_end_records_per_s"]
+    cores = out["cores_used"].get("scheduler") or 0.0
+    return {
+        "records_per_s": rate,
+        "ceiling_records_per_s": out["ceiling_records_per_s"],
+        "ratio": out["ratio_to_ceiling"],
+        "cpu_us": cores / rate * 1e6,
+        "progress_bytes": out["progress_record_max_bytes"],
+    }
+
+
 def spread(result: dict[str, Any] | None) -> str:
     """The ratios of ``max_throughput``'s rounds, as they ran: "0.35x, 0.31x, 0.28x"."""
     rounds = (result or {}).get("rounds") or []
@@ -261,7 +282,6 @@ def scale(
     workdir: Path,
     records: int,
     timeout: float,
-    cleanup: Cleanup,
     reuse: dict[str, Any] | None,
     rounds: int = 5,
 ) -> dict[str, Any]:
@@ -276,14 +296,13 @@ def scale(
 
     def run(tenants: int) -> dict[str, Any]:
         topic = f"{unique('bench')}.scale{tenants}"
-        create_topics(bootstrap, [topic], PARTITIONS)
-        cleanup.append(functools.partial(delete_topics, bootstrap, [topic]))
-        prefill(bootstrap, topic, records, tenants)
         name = f"scale{tenants}-{len(rows)}"  # a data directory of its own per run
         try:
+            create_topics(bootstrap, [topic], PARTITIONS)
+            prefill(bootstrap, topic, records, tenants)
             row = drain_alone(bootstrap, workdir, topic, records, name, timeout)
         finally:
-            delete_topics(bootstrap, [topic])
+            delete_topics(bootstrap, [topic])  # before the next run, not at the phase's end
         log(f"scale {tenants}: {row}")
         return {"tenants": tenants, **row}
 
