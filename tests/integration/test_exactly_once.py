@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from fairstream import wire
+from fairstream.adapters.admin import topic_configs
 from fairstream_dev.harness.kafka import committed_offsets, wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 from tests.integration.exactly_once import (
@@ -292,15 +293,10 @@ def test_oversized_records_are_dead_lettered_and_the_rest_flows(
         # replays the metadata log, later on a loaded machine. A scheduler started before
         # read the old limit (4 KiB more) and the broker still took both large records on
         # egress: no dead letter came (CI, once).
-        described = admin.describe_configs(
-            [
-                ConfigResource(ConfigResource.Type.TOPIC, name)
-                for name in (topics.egress, topics.dlq)
-            ]
-        )
+        # Read as the scheduler reads a topic's limit at its start.
         return all(
-            future.result(timeout=30)["max.message.bytes"].value == "1048588"
-            for future in described.values()
+            topic_configs(admin, name, ("max.message.bytes",))["max.message.bytes"] == "1048588"
+            for name in (topics.egress, topics.dlq)
         )
 
     wait_until(limits_applied, 60, "the broker applies max.message.bytes 1048588")
