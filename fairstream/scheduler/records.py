@@ -2,7 +2,9 @@
 
 ``Parsed``: an ingest record the ingest thread read and checked (``handoff``); the same
 object then waits in its tenant's backlog in the core (``backlog``), its payload dropped
-(``msg`` None) when ``--buffer-memory`` is spent. ``Letter``: a dead letter to be written
+(``msg`` None) when ``--buffer-memory`` is spent. Its payload (``Held``) is its value alone
+without headers, a ``Headed`` with headers, and the consumer's message only when it is
+invalid or was read back. ``Letter``: a dead letter to be written
 (``backlog``, ``send``, ``holding``). ``Prepared``: a record picked and stamped while a
 commit was in flight (``send``).
 
@@ -21,17 +23,21 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 from confluent_kafka import Message
 
 from fairstream import wire
+from fairstream.wire.dead_letter import HeaderList
 
 if TYPE_CHECKING:
     from fairstream.core import Pick
-    from fairstream.wire.dead_letter import HeaderList
 
 __all__ = [
+    "FOOTPRINT",
+    "HEADER_FOOTPRINT",
+    "Headed",
     "Held",
     "Letter",
     "Parsed",
     "Prepared",
     "enqueued_of",
+    "headed",
     "held_headers",
     "held_key",
     "held_value",
@@ -44,11 +50,43 @@ __all__ = [
 new = tuple.__new__  # new(Parsed, (partition, offset, ...)): a Parsed, with no Python frame
 
 
-# A record as the backlog holds it: the consumer's message, or, for a valid record without
-# headers, its value alone (its key is its tenant id, ``Parsed.tenant``). A message costs 248
-# bytes beyond its value (the object, its key, a topic string of its own), which a million
-# one-record tenants paid a million times.
-Held = Message | bytes
+# What a held payload costs besides its value, in bytes (the tuples and objects that hold it
+# in the backlog), and what each header of its own adds besides its name and value.
+FOOTPRINT = 456
+HEADER_FOOTPRINT = 64
+
+
+class Headed(NamedTuple):
+    """A valid record with headers of its own (a cost, a trace context), as the backlog
+    holds it: its value, its headers as the consumer gave them, and its footprint
+    (``headed``). Its key is its tenant id (``Parsed.tenant``)."""
+
+    value: bytes | None
+    headers: HeaderList
+    size: int  # bytes it costs in memory, roughly (``buffer-memory``'s count)
+
+
+# A record as the backlog holds it: for a valid record without headers, its value alone; for
+# a valid record with headers, a ``Headed``; the consumer's message only for a record that
+# breaks the ingest contract (a dead letter to be, whose key may be no tenant id) or one read
+# back. A message costs 248 bytes beyond its value (the object, its key, a topic string of
+# its own), which a million one-record tenants paid a million times. Records with headers
+# are cost-weighted producers' every record: held as messages, each emission read the message
+# and walked its headers for the footprint long after it arrived, out of the CPU's caches,
+# as their tenants drained at different speeds.
+Held = Message | bytes | Headed
+
+
+def headed(value: bytes | None, headers: HeaderList) -> Headed:
+    """A valid record with headers of its own as the backlog holds it, its footprint
+    reckoned once, as it arrives. Caller: the ingest thread, once per such record."""
+    size = FOOTPRINT + HEADER_FOOTPRINT * len(headers)
+    if value is not None:
+        size += len(value)
+    for _, given in headers:  # a loop, not sum(...): a list made first, compiled
+        if given:
+            size += len(given)
+    return new(Headed, (value, headers, size))
 
 
 class Parsed(NamedTuple):
@@ -68,20 +106,26 @@ class Parsed(NamedTuple):
 
 def held_value(msg: Held) -> bytes | None:
     """The record's value."""
-    return msg if type(msg) is bytes else cast(Message, msg).value()
+    if type(msg) is bytes:
+        return msg
+    if type(msg) is Headed:
+        return msg.value
+    return cast(Message, msg).value()
 
 
 def held_headers(msg: Held) -> HeaderList | None:
     """The record's own headers (None: it has none)."""
     if type(msg) is bytes:
         return None
+    if type(msg) is Headed:
+        return msg.headers
     return cast("HeaderList | None", cast(Message, msg).headers())
 
 
 def held_key(msg: Held, tenant: str | None) -> bytes | None:
     """The record's key: a valid record's is its tenant id."""
-    if type(msg) is bytes:
-        assert tenant is not None  # only a valid record is held as its value alone
+    if type(msg) is bytes or type(msg) is Headed:
+        assert tenant is not None  # only a valid record is held without its message
         return tenant.encode()
     return cast(Message, msg).key()
 

@@ -15,7 +15,15 @@ from dataclasses import dataclass
 
 from fairstream import wire
 from fairstream.scheduler.recent import RecentRequests
-from fairstream.scheduler.records import Held, held_headers, held_key, held_value
+from fairstream.scheduler.records import (
+    FOOTPRINT,
+    HEADER_FOOTPRINT,
+    Headed,
+    Held,
+    held_headers,
+    held_key,
+    held_value,
+)
 from fairstream.wire.dead_letter import RECORD_OVERHEAD, HeaderList, fit
 
 __all__ = [
@@ -30,7 +38,6 @@ __all__ = [
 ]
 
 STAMPED = frozenset({wire.TENANT, wire.ENQUEUED_MS, wire.SCHEDULED_MS, wire.START_MS})
-FOOTPRINT = 456  # bytes a held payload costs besides its value, when it has no headers
 # The stamped header names as module constants: read once per egress record.
 _REQUEST_ID, _TENANT = wire.REQUEST_ID, wire.TENANT
 _ENQUEUED_MS, _SCHEDULED_MS, _START_MS = wire.ENQUEUED_MS, wire.SCHEDULED_MS, wire.START_MS
@@ -45,12 +52,15 @@ class Limits:
 
 
 def footprint(msg: Held) -> int:
-    """Memory a held payload costs, roughly: the value (``len(msg)``), the key (at most 255
-    bytes), the objects, and the headers when there are some."""
+    """Memory a held payload costs, roughly: the value, the key (at most 255 bytes), the
+    objects, and the headers when there are some (a ``Headed`` record's, reckoned as it
+    arrived: ``records.headed``)."""
+    if type(msg) is Headed:
+        return msg.size
     headers = held_headers(msg)
-    size = FOOTPRINT + len(msg)
+    size = FOOTPRINT + len(msg)  # a message's length is its value's
     if headers:
-        size += 64 * len(headers)
+        size += HEADER_FOOTPRINT * len(headers)
         for _, given in headers:  # a loop, not sum(...): a list made first, compiled
             if given:
                 size += len(given)

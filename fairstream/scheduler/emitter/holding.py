@@ -290,7 +290,7 @@ class Parking:
                 key, value = tenant.encode(), msg
             else:
                 headers = self._headers(msg, partition, offset)
-                key, value = msg.key(), msg.value()
+                key, value = held_key(msg, tenant), held_value(msg)
             try:
                 produce(
                     topic,

@@ -56,7 +56,15 @@ from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
-from fairstream.scheduler.records import Parsed, Prepared, held_headers, held_key, held_value, new
+from fairstream.scheduler.records import (
+    Headed,
+    Parsed,
+    Prepared,
+    held_headers,
+    held_key,
+    held_value,
+    new,
+)
 from fairstream.wire.dead_letter import HeaderList, budget_detail, expired_detail, lost_detail
 from fairstream.wire.partition import partition_of_key
 
@@ -173,6 +181,8 @@ class Sender:
                 if msg is not None and txn.open:
                     if type(msg) is bytes:  # its value alone (``records.Held``)
                         key, value, own = tenant.encode(), msg, None
+                    elif type(msg) is Headed:  # its value and headers
+                        key, value, own = tenant.encode(), msg[0], msg[1]
                     else:
                         key, value, own = msg.key(), msg.value(), msg.headers()
                     headers = stamp_headers(own, key, value, partition, offset, enqueued, stamp)

@@ -42,9 +42,10 @@ from fairstream.config.topics import holding_topic
 from fairstream.scheduler.handoff import Handoff, high_water
 from fairstream.scheduler.ingest.readers import Readers, reader_config
 from fairstream.scheduler.messages import Assign, Heard, Revoke, Stop
-from fairstream.scheduler.records import Parsed, new
+from fairstream.scheduler.records import Held, Parsed, headed, new
 from fairstream.scheduler.recovery import Recovery, holding_id
 from fairstream.scheduler.supervise import FatalError
+from fairstream.wire.dead_letter import HeaderList
 
 log = logging.getLogger("fairstream.ingest")
 
@@ -141,7 +142,10 @@ def parse(
         if key is not None and len(tenants) < TENANT_CACHE:
             tenants[key] = verdict.tenant
         tenant, cost, until = verdict.tenant, verdict.cost, verdict.deadline_ms
-        append(new(Parsed, (partition, msg.offset(), tenant, cost, until, enqueued, msg, None)))
+        # With headers of its own, held as its value and headers (``records.Headed``), its
+        # footprint reckoned now, while it is in the CPU's caches; the message is let go.
+        held: Held = msg if headers is None else headed(value, cast(HeaderList, headers))
+        append(new(Parsed, (partition, msg.offset(), tenant, cost, until, enqueued, held, None)))
 
 
 class Ingest:

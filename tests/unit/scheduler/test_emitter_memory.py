@@ -40,7 +40,7 @@ from fairstream.scheduler.ingest.readers import Readers, reader_config
 from fairstream.scheduler.messages import Assign, PoliciesRead, PolicyChange, Stop
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
-from fairstream.scheduler.records import Parsed
+from fairstream.scheduler.records import Headed, Parsed
 from fairstream.scheduler.recovery import holding_id
 from fairstream.scheduler.run import GC_THRESHOLDS
 from fairstream.scheduler.supervise import FatalError
@@ -343,7 +343,8 @@ def test_a_payload_retention_deleted_before_its_turn_is_a_lost_dead_letter(
 def test_a_record_without_headers_waits_as_its_value_alone(cluster: MemoryCluster) -> None:
     # A consumer's message costs about 250 bytes beyond its value: a record without headers
     # waits as its value (``records.Held``) and goes out keyed by its tenant id; one with
-    # headers keeps its message, and its headers go out with it.
+    # headers waits as its value and headers (``records.Headed``), and its headers go out
+    # with it. What they were counted in memory is given back as they go.
     driver = Driver(cluster)
     driver.produce("a")
     cluster.append(INGEST, b"b", b"b:1", [("trace", b"t-1")], partition=0)
@@ -354,14 +355,63 @@ def test_a_record_without_headers_waits_as_its_value_alone(cluster: MemoryCluste
     assert traced is not None
     assert type(plain.msg) is bytes
     assert plain.msg == b"a:0"
-    assert traced.msg is not None
-    assert not isinstance(traced.msg, bytes)
+    assert type(traced.msg) is Headed
+    assert traced.msg.headers == [("trace", b"t-1")]
+    assert driver.emitter.backlog.cached > 0
     driver.emit_and_commit()
+    assert driver.emitter.backlog.cached == 0
     out = {r.key: r for r in cluster.committed(EGRESS)}
     assert out[b"a"].value == b"a:0"
     assert out[b"b"].value == b"b:1"
     assert dict(out[b"b"].headers)["trace"] == b"t-1"
     assert dict(out[b"a"].headers)[wire.TENANT] == b"a"
+
+
+def _traced(cluster: MemoryCluster, *tenants: str) -> None:
+    """Records of ``tenants`` with a header of their own (``trace``: ``t-<offset>``), value
+    ``tenant:offset``, written to ingest partition 0."""
+    start = len(cluster.log(INGEST)[0])
+    for i, tenant in enumerate(tenants):
+        at, key = start + i, tenant.encode()
+        cluster.append(INGEST, key, b"%s:%d" % (key, at), [("trace", b"t-%d" % at)], partition=0)
+
+
+def test_a_flood_of_records_with_headers_is_dead_lettered_with_their_keys_and_headers(
+    cluster: MemoryCluster,
+) -> None:
+    driver = Driver(cluster, max_backlog=2)
+    _traced(cluster, *"aaab")
+    driver.ingest()
+    driver.emit_and_commit()
+    assert sorted(driver.egress()) == [b"a:0", b"a:1", b"b:3"]
+    [letter] = cluster.committed(DLQ)
+    assert (letter.key, letter.value) == (b"a", b"a:2")
+    headers = dict(letter.headers)
+    assert headers["trace"] == b"t-2"
+    assert headers[wire.DLQ_REASON] == wire.BACKLOG_FULL.encode()
+    assert driver.emitter.backlog.cached == 0
+    assert cluster.offsets[GROUP][(INGEST, 0)] == 4
+
+
+def test_a_paused_tenants_records_with_headers_are_parked_with_their_keys_and_headers(
+    cluster: MemoryCluster,
+) -> None:
+    # Its records leave gaps above the mark: past --park-ranges, parked in the holding log,
+    # each with its key, its own headers and the request id it would have gone out with.
+    driver = Driver(cluster, park_ranges=16, park_span=1_000)
+    driver.emitter.set_policy("held", TenantPolicy(paused=True))
+    _traced(cluster, *("held", "busy") * 100)
+    while driver.ingest(10):
+        driver.emit_and_commit()
+    assert driver.egress() == [b"busy:%d" % (2 * i + 1) for i in range(100)]
+    parked = cluster.committed(holding_topic(GROUP))
+    assert parked
+    for record in parked:
+        offset = int((record.value or b"").split(b":")[1])
+        assert record.key == b"held"
+        headers = dict(record.headers)
+        assert headers["trace"] == b"t-%d" % offset
+        assert headers[wire.REQUEST_ID] == b"%s-0-%d" % (INGEST.encode(), offset)
 
 
 def test_records_wait_packed_once_many_wait_and_go_out_as_they_came(

@@ -18,7 +18,7 @@ from fairstream.scheduler.emitter.loop import Emitter, Phase
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
-from fairstream.scheduler.records import Parsed
+from fairstream.scheduler.records import Parsed, headed
 from fairstream.scheduler.recovery import holding_id
 from tests.unit.scheduler.test_emit_rule import Fetcher, Txn
 
@@ -59,6 +59,11 @@ def emitter() -> Emitter:
 
 
 def parsed(partition: int, offset: int, tenant: str, value: bytes, headers: Any = None) -> Parsed:
+    """A record as the emitter gets it: from the ingest log, held as the ingest thread holds
+    a valid one (its value, or a ``Headed``); from a holding log, the message read back."""
+    if partition >= 0:
+        held = value if headers is None else headed(value, headers)
+        return Parsed(partition, offset, tenant, 1, None, 1000 + offset, held, None)
     msg = Message(
         topic="t",
         partition=max(partition, 0),

@@ -13,10 +13,12 @@ from fairstream.adapters.heap import HeapTrimmer
 from fairstream.config import Settings
 from fairstream.config.kafka import KafkaConnection
 from fairstream.core import ManualClock
+from fairstream.scheduler.emitter.egress import footprint
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest import member as ingest_module
 from fairstream.scheduler.ingest.member import Ingest
 from fairstream.scheduler.messages import Heard
+from fairstream.scheduler.records import Headed, held_headers, held_key, held_value
 from fairstream.scheduler.recovery import Recovery, RecoveryError
 from fairstream.scheduler.supervise import FatalError
 
@@ -79,6 +81,34 @@ def test_a_slice_goes_to_its_partitions_queue_in_order() -> None:
         assert control == Heard(3)
         ing._hand_over(5, [record(9, b"acme")])  # not (or no longer) owned: dropped
         assert len(queue) == 4
+    finally:
+        ing.consumer.close()
+        ing.readers.close_all()
+
+
+def test_each_record_is_held_in_the_smallest_form_that_keeps_what_it_needs() -> None:
+    """A valid record without headers is held as its value alone; one with headers of its
+    own as a ``Headed`` (value, headers, footprint), its message let go; an invalid one as
+    the consumer's message, whose key may be no tenant id (its dead letter keeps it)."""
+    ing = ingest()
+    try:
+        queue = ing.handoff.open(3)
+        own = [(wire.COST, b"2"), ("traceparent", b"00-abc-01")]
+        ing._hand_over(3, [record(0, b"acme"), record(1, b"acme", own), record(2, b"\xff")])
+        plain, headed, invalid = list(queue)
+        assert plain.msg == b"v"
+        assert type(headed.msg) is Headed
+        assert headed.msg.value == b"v"
+        assert headed.msg.headers == own
+        assert headed.cost == 2
+        # Its footprint, reckoned once as it arrived, is what a message's would be.
+        assert footprint(headed.msg) == footprint(record(1, b"acme", own)) == headed.msg.size
+        assert held_key(headed.msg, "acme") == b"acme"
+        assert held_value(headed.msg) == b"v"
+        assert held_headers(headed.msg) == own
+        assert isinstance(invalid.msg, Message)
+        assert invalid.invalid is not None
+        assert held_key(invalid.msg, None) == b"\xff"
     finally:
         ing.consumer.close()
         ing.readers.close_all()
