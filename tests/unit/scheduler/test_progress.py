@@ -350,6 +350,49 @@ def test_progress_matches_a_set_model(history: tuple[int, list[tuple[str, int]]]
         assert decode(encode("t", prog.lwm, prog.ranges())) == ("t", prog.lwm, prog.ranges())
 
 
+@PROPERTY_SETTINGS
+@given(
+    histories(),
+    st.sets(st.integers(0, 1200), max_size=40),
+    st.integers(1, 12),
+)
+def test_ranges_listed_now_and_then_match_a_set_model(
+    history: tuple[int, list[tuple[str, int]]], recovered: set[int], every: int
+) -> None:
+    # As commits list them: only now and then, ranges stored and merged away in between; a
+    # restart's recovered ranges there from the start, and ranges from settle_range too.
+    start, ops = history
+    prog = PartitionProgress(start, runs(recovered))
+    settled = {o for o in recovered if o >= start}
+    next_offset = start
+    delivered_unsettled: list[int] = []
+    for i, (op, arg) in enumerate(ops):
+        if op == "observe":
+            offset = next_offset + arg
+            while offset in settled:  # a recovered offset is not delivered again
+                offset += 1
+            prog.observe(offset)
+            settled.update(range(next_offset, offset))  # the gap (recovered or skipped)
+            next_offset = max(next_offset, offset + 1)
+            delivered_unsettled.append(offset)
+        elif delivered_unsettled:
+            offset = delivered_unsettled.pop(arg % len(delivered_unsettled))
+            if arg % 5 == 0:
+                prog.settle_range(offset, offset + 1)
+            else:
+                prog.settle(offset)
+            settled.add(offset)
+        if i % every == 0:
+            lwm = prog.lwm
+            assert prog.ranges() == runs({o for o in settled if o > lwm})
+    lwm = start
+    while lwm in settled:
+        lwm += 1
+    assert prog.lwm == lwm
+    assert prog.ranges() == runs({o for o in settled if o > lwm})
+    assert prog.settled_above == len(prog.ranges())
+
+
 @st.composite
 def recoveries(draw: st.DrawFn) -> tuple[int, set[int], int]:
     mark = draw(st.integers(0, 200))
