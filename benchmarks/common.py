@@ -393,9 +393,12 @@ def prefill(
     return {"records": records, "tenants": tenants, "producer_seconds": round(seconds, 2)}
 
 
-def fill(bootstrap: str, topic: str, records: int, tenants: int) -> float:
+def fill(
+    bootstrap: str, topic: str, records: int, tenants: int, headers: str | None = None
+) -> float:
     """``produce`` in larger lz4 batches (the burst and restart backlogs, up to 1,000,000
-    records); seconds until all are acknowledged."""
+    records), with the header set ``headers`` names (``HEADER_SETS``; None: no headers);
+    seconds until all are acknowledged."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -407,7 +410,7 @@ def fill(bootstrap: str, topic: str, records: int, tenants: int) -> float:
             "partitioner": "murmur2_random",
         }
     )
-    started = _write(producer, topic, records, tenants, b"f:".ljust(VALUE_SIZE, b"x"))
+    started = _write(producer, topic, records, tenants, b"f:".ljust(VALUE_SIZE, b"x"), headers)
     unsent = producer.flush(300)
     if unsent:
         raise RuntimeError(f"{unsent} records not acknowledged by the broker")
