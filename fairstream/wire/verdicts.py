@@ -11,7 +11,7 @@ instead of saying (``ValueError``/``TypeError`` with the caller's own wrong valu
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from fairstream.wire.records import (
     COST,
@@ -33,6 +33,7 @@ __all__ = [
     "Valid",
     "group_problem",
     "header_int",
+    "header_terms",
     "request_id_problem",
     "tenant_of",
     "tenant_problem",
@@ -105,6 +106,19 @@ def header_int(name: str, raw: bytes | None, limit: int) -> int | str:
     """
     if raw is None:
         return f"header {name} has no value"
+    # The common case first: ASCII digits alone, in range, read byte by byte (compiled, a
+    # cost of a digit or two takes a few ns, where decode, strip, isdigit and int() took
+    # about 0.2 us). Anything else takes the rule below, which says what is wrong.
+    if 0 < len(raw) <= _MAX_DIGITS:
+        value = 0
+        for i in range(len(raw)):
+            digit = raw[i] - 48  # b"0"
+            if not 0 <= digit <= 9:
+                break
+            value = value * 10 + digit
+        else:
+            if 1 <= value <= limit:
+                return value
     try:
         text = raw.decode("ascii")
     except UnicodeDecodeError:
@@ -140,17 +154,30 @@ class Invalid(NamedTuple):
 # A Valid is made through tuple.__new__, not the NamedTuple's Python __new__: one is made
 # for every record with headers (measured compiled: 0.09 us, against 0.24 us through
 # the class and 0.5 us for the frozen dataclass these were).
-_new = tuple.__new__
+_new: Final = tuple.__new__
+# What every record with headers reads, as this module's finals: compiled, a final is a C
+# static, where a name imported from ``records`` was a dictionary lookup at each use.
+_RESERVED: Final = RESERVED_PREFIX
+_COST: Final = COST
+_DEADLINE_MS: Final = DEADLINE_MS
+_REQUEST_ID: Final = REQUEST_ID
+_MAX_COST: Final = MAX_COST
+_MAX_EPOCH_MS: Final = MAX_EPOCH_MS
+_MAX_DIGITS: Final = len(str(MAX_EPOCH_MS))  # the longest integer header in range
 
 
-def validate_ingest(key: bytes | None, value: bytes | None, headers: Headers) -> Valid | Invalid:
-    """Check an ingest record against the contract.
+def validate_ingest(
+    key: bytes | None, value: bytes | None, headers: Headers, known: str | None = None
+) -> Valid | Invalid:
+    """Check an ingest record against the contract. ``known``: the tenant id ``key``
+    spells, when the caller knows it already: not decoded again.
 
-    Caller: the scheduler's ingest, for every record. Affects: nothing (pure).
+    Caller: the scheduler's ingest, for a record its fast path does not take (a key not
+    seen before, a header that breaks the contract, no value). Affects: nothing (pure).
     """
     if key is None:
         return Invalid(INVALID_KEY, "the record has no key; the key must be the tenant id")
-    tenant = tenant_of(key)
+    tenant = known if known is not None else tenant_of(key)
     if tenant is None:
         return Invalid(INVALID_KEY, f"{tenant_problem(key)} (the record key)")
     if value is None:
@@ -158,29 +185,43 @@ def validate_ingest(key: bytes | None, value: bytes | None, headers: Headers) ->
             INVALID_VALUE,
             "the record value is null (a tombstone); send an empty value for an empty payload",
         )
+    cost, deadline, request_id, problem = header_terms(headers)
+    if problem is not None:
+        return Invalid(INVALID_HEADER, problem)
+    return _new(Valid, (tenant, cost, deadline, request_id))
+
+
+def header_terms(headers: Headers) -> tuple[int, int | None, str | None, str | None]:
+    """What an ingest record's headers say under the contract: its cost, its deadline
+    (epoch ms) and its request id (None: the default applies); and None, or the sentence
+    saying which header breaks the contract (then the rest says nothing).
+
+    Caller: ``validate_ingest``, and the ingest thread for each record with headers of a
+    tenant it knows (whose key and value it checked): compiled, it gets the four back as
+    they are, no verdict built, where a ``Valid`` cost about 0.2 us a record."""
     cost = 1
     deadline: int | None = None
     request_id: str | None = None
     for name, raw in headers:
-        if not name.startswith(RESERVED_PREFIX):
+        if not name.startswith(_RESERVED):
             continue
-        if name in (COST, DEADLINE_MS):
-            parsed = header_int(name, raw, MAX_COST if name == COST else MAX_EPOCH_MS)
+        if name in (_COST, _DEADLINE_MS):
+            parsed = header_int(name, raw, _MAX_COST if name == _COST else _MAX_EPOCH_MS)
             if isinstance(parsed, str):
-                return Invalid(INVALID_HEADER, parsed)
-            if name == COST:
+                return 0, None, None, parsed
+            if name == _COST:
                 cost = parsed
             else:
                 deadline = parsed
-        elif name == REQUEST_ID:
+        elif name == _REQUEST_ID:
             if raw is None:
-                return Invalid(INVALID_HEADER, f"header {name} has no value")
+                return 0, None, None, f"header {name} has no value"
             try:
                 text = raw.decode("ascii")
             except UnicodeDecodeError:
-                return Invalid(INVALID_HEADER, f"header {name} is not ASCII: {raw[:40]!r}")
+                return 0, None, None, f"header {name} is not ASCII: {raw[:40]!r}"
             problem = request_id_problem(text)
             if problem is not None:
-                return Invalid(INVALID_HEADER, f"header {name}: {problem}")
+                return 0, None, None, f"header {name}: {problem}"
             request_id = text
-    return _new(Valid, (tenant, cost, deadline, request_id))
+    return cost, deadline, request_id, None

@@ -46,6 +46,7 @@ from fairstream.scheduler.records import Held, Parsed, headed, new
 from fairstream.scheduler.recovery import Recovery, holding_id
 from fairstream.scheduler.supervise import FatalError
 from fairstream.wire.dead_letter import HeaderList
+from fairstream.wire.verdicts import header_terms
 
 log = logging.getLogger("fairstream.ingest")
 
@@ -135,17 +136,30 @@ def parse(
                     new(Parsed, (partition, msg.offset(), tenant, 1, None, enqueued, value, None))
                 )
                 continue
-        verdict = wire.validate_ingest(key, value, cast(wire.Headers, headers or []))
+        if tenant is not None and value is not None and headers is not None:
+            # A tenant known, headers of its own (a cost, a trace context): what they say,
+            # as it is (``header_terms``), with no verdict built; held as a ``Headed``,
+            # its footprint reckoned now, while it is in the CPU's caches.
+            cost, until, _, problem = header_terms(cast(wire.Headers, headers))
+            if problem is None:
+                held = headed(value, cast(HeaderList, headers))
+                append(
+                    new(
+                        Parsed, (partition, msg.offset(), tenant, cost, until, enqueued, held, None)
+                    )
+                )
+                continue
+        verdict = wire.validate_ingest(key, value, cast(wire.Headers, headers or []), tenant)
         if isinstance(verdict, wire.Invalid):
             append(new(Parsed, (partition, msg.offset(), None, 1, None, enqueued, msg, verdict)))
             continue
         if key is not None and len(tenants) < TENANT_CACHE:
             tenants[key] = verdict.tenant
         tenant, cost, until = verdict.tenant, verdict.cost, verdict.deadline_ms
-        # With headers of its own, held as its value and headers (``records.Headed``), its
-        # footprint reckoned now, while it is in the CPU's caches; the message is let go.
-        held: Held = msg if headers is None else headed(value, cast(HeaderList, headers))
-        append(new(Parsed, (partition, msg.offset(), tenant, cost, until, enqueued, held, None)))
+        # With headers of its own, held as its value and headers (``records.Headed``); the
+        # message is let go.
+        kept: Held = msg if headers is None else headed(value, cast(HeaderList, headers))
+        append(new(Parsed, (partition, msg.offset(), tenant, cost, until, enqueued, kept, None)))
 
 
 class Ingest:

@@ -94,8 +94,10 @@ def test_each_record_is_held_in_the_smallest_form_that_keeps_what_it_needs() -> 
     try:
         queue = ing.handoff.open(3)
         own = [(wire.COST, b"2"), ("traceparent", b"00-abc-01")]
-        ing._hand_over(3, [record(0, b"acme"), record(1, b"acme", own), record(2, b"\xff")])
-        plain, headed, invalid = list(queue)
+        bad = [(wire.COST, b"0"), ("traceparent", b"00-abc-01")]
+        slice_ = [record(0, b"acme"), record(1, b"acme", own), record(2, b"\xff")]
+        ing._hand_over(3, [*slice_, record(3, b"acme", bad)])  # acme known by then
+        plain, headed, invalid, refused = list(queue)
         assert plain.msg == b"v"
         assert type(headed.msg) is Headed
         assert headed.msg.value == b"v"
@@ -109,6 +111,11 @@ def test_each_record_is_held_in_the_smallest_form_that_keeps_what_it_needs() -> 
         assert isinstance(invalid.msg, Message)
         assert invalid.invalid is not None
         assert held_key(invalid.msg, None) == b"\xff"
+        # A known tenant's record whose header breaks the contract: the verdict says why.
+        assert refused.tenant is None
+        assert refused.invalid is not None
+        assert refused.invalid.reason == wire.INVALID_HEADER
+        assert "must be between 1 and" in refused.invalid.detail
     finally:
         ing.consumer.close()
         ing.readers.close_all()
