@@ -18,7 +18,7 @@ record, with ``new``, and the backlog keeps that record rather than building ano
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import TYPE_CHECKING, Final, NamedTuple, cast
 
 from confluent_kafka import Message
 
@@ -52,18 +52,17 @@ new = tuple.__new__  # new(Parsed, (partition, offset, ...)): a Parsed, with no 
 
 # What a held payload costs besides its value, in bytes (the tuples and objects that hold it
 # in the backlog), and what each header of its own adds besides its name and value.
-FOOTPRINT = 456
-HEADER_FOOTPRINT = 64
+FOOTPRINT: Final = 456
+HEADER_FOOTPRINT: Final = 64
 
 
-class Headed(NamedTuple):
-    """A valid record with headers of its own (a cost, a trace context), as the backlog
-    holds it: its value, its headers as the consumer gave them, and its footprint
-    (``headed``). Its key is its tenant id (``Parsed.tenant``)."""
-
-    value: bytes | None
-    headers: HeaderList
-    size: int  # bytes it costs in memory, roughly (``buffer-memory``'s count)
+# A valid record with headers of its own (a cost, a trace context), as the backlog holds it:
+# ``(value, headers, size)``, its value, its headers as the consumer gave them, and its
+# footprint (bytes it costs in memory, roughly: ``--buffer-memory``'s count), reckoned once
+# as it arrives (``headed``). Its key is its tenant id (``Parsed.tenant``). A plain tuple,
+# told apart by its type (``type(msg) is tuple``): compiled, one is built in place, where a
+# NamedTuple went through ``tuple.__new__`` (0.27 us against about 0.1 us for ``headed``).
+Headed = tuple[bytes | None, HeaderList, int]
 
 
 # A record as the backlog holds it: for a valid record without headers, its value alone; for
@@ -86,7 +85,7 @@ def headed(value: bytes | None, headers: HeaderList) -> Headed:
     for _, given in headers:  # a loop, not sum(...): a list made first, compiled
         if given:
             size += len(given)
-    return new(Headed, (value, headers, size))
+    return (value, headers, size)
 
 
 class Parsed(NamedTuple):
@@ -108,8 +107,8 @@ def held_value(msg: Held) -> bytes | None:
     """The record's value."""
     if type(msg) is bytes:
         return msg
-    if type(msg) is Headed:
-        return msg.value
+    if type(msg) is tuple:
+        return msg[0]
     return cast(Message, msg).value()
 
 
@@ -117,14 +116,14 @@ def held_headers(msg: Held) -> HeaderList | None:
     """The record's own headers (None: it has none)."""
     if type(msg) is bytes:
         return None
-    if type(msg) is Headed:
-        return msg.headers
+    if type(msg) is tuple:
+        return msg[1]
     return cast("HeaderList | None", cast(Message, msg).headers())
 
 
 def held_key(msg: Held, tenant: str | None) -> bytes | None:
     """The record's key: a valid record's is its tenant id."""
-    if type(msg) is bytes or type(msg) is Headed:
+    if type(msg) is bytes or type(msg) is tuple:
         assert tenant is not None  # only a valid record is held without its message
         return tenant.encode()
     return cast(Message, msg).key()

@@ -18,7 +18,6 @@ from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.records import (
     FOOTPRINT,
     HEADER_FOOTPRINT,
-    Headed,
     Held,
     held_headers,
     held_key,
@@ -55,8 +54,8 @@ def footprint(msg: Held) -> int:
     """Memory a held payload costs, roughly: the value, the key (at most 255 bytes), the
     objects, and the headers when there are some (a ``Headed`` record's, reckoned as it
     arrived: ``records.headed``)."""
-    if type(msg) is Headed:
-        return msg.size
+    if type(msg) is tuple:
+        return msg[2]
     headers = held_headers(msg)
     size = FOOTPRINT + len(msg)  # a message's length is its value's
     if headers:

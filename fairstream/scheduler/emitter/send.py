@@ -57,7 +57,6 @@ from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.records import (
-    Headed,
     Parsed,
     Prepared,
     held_headers,
@@ -181,7 +180,7 @@ class Sender:
                 if msg is not None and txn.open:
                     if type(msg) is bytes:  # its value alone (``records.Held``)
                         key, value, own = tenant.encode(), msg, None
-                    elif type(msg) is Headed:  # its value and headers
+                    elif type(msg) is tuple:  # its value and headers (``records.Headed``)
                         key, value, own = tenant.encode(), msg[0], msg[1]
                     else:
                         key, value, own = msg.key(), msg.value(), msg.headers()

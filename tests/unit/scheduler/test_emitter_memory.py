@@ -40,7 +40,7 @@ from fairstream.scheduler.ingest.readers import Readers, reader_config
 from fairstream.scheduler.messages import Assign, PoliciesRead, PolicyChange, Stop
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
-from fairstream.scheduler.records import Headed, Parsed
+from fairstream.scheduler.records import Parsed
 from fairstream.scheduler.recovery import holding_id
 from fairstream.scheduler.run import GC_THRESHOLDS
 from fairstream.scheduler.supervise import FatalError
@@ -355,8 +355,8 @@ def test_a_record_without_headers_waits_as_its_value_alone(cluster: MemoryCluste
     assert traced is not None
     assert type(plain.msg) is bytes
     assert plain.msg == b"a:0"
-    assert type(traced.msg) is Headed
-    assert traced.msg.headers == [("trace", b"t-1")]
+    assert type(traced.msg) is tuple  # (value, headers, footprint)
+    assert traced.msg[:2] == (b"b:1", [("trace", b"t-1")])
     assert driver.emitter.backlog.cached > 0
     driver.emit_and_commit()
     assert driver.emitter.backlog.cached == 0

@@ -18,7 +18,7 @@ from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.ingest import member as ingest_module
 from fairstream.scheduler.ingest.member import Ingest
 from fairstream.scheduler.messages import Heard
-from fairstream.scheduler.records import Headed, held_headers, held_key, held_value
+from fairstream.scheduler.records import held_headers, held_key, held_value
 from fairstream.scheduler.recovery import Recovery, RecoveryError
 from fairstream.scheduler.supervise import FatalError
 
@@ -99,12 +99,10 @@ def test_each_record_is_held_in_the_smallest_form_that_keeps_what_it_needs() -> 
         ing._hand_over(3, [*slice_, record(3, b"acme", bad)])  # acme known by then
         plain, headed, invalid, refused = list(queue)
         assert plain.msg == b"v"
-        assert type(headed.msg) is Headed
-        assert headed.msg.value == b"v"
-        assert headed.msg.headers == own
+        assert headed.msg == (b"v", own, footprint(record(1, b"acme", own)))
         assert headed.cost == 2
         # Its footprint, reckoned once as it arrived, is what a message's would be.
-        assert footprint(headed.msg) == footprint(record(1, b"acme", own)) == headed.msg.size
+        assert footprint(headed.msg) == footprint(record(1, b"acme", own))
         assert held_key(headed.msg, "acme") == b"acme"
         assert held_value(headed.msg) == b"v"
         assert held_headers(headed.msg) == own
