@@ -42,7 +42,7 @@ from fairstream.config.topics import holding_topic
 from fairstream.scheduler.handoff import Handoff, high_water
 from fairstream.scheduler.ingest.readers import Readers, reader_config
 from fairstream.scheduler.messages import Assign, Heard, Revoke, Stop
-from fairstream.scheduler.records import Held, Parsed, headed, new
+from fairstream.scheduler.records import Parsed, headed, new
 from fairstream.scheduler.recovery import Recovery, holding_id
 from fairstream.scheduler.supervise import FatalError
 from fairstream.wire.dead_letter import HeaderList
@@ -156,9 +156,9 @@ def parse(
         if key is not None and len(tenants) < TENANT_CACHE:
             tenants[key] = verdict.tenant
         tenant, cost, until = verdict.tenant, verdict.cost, verdict.deadline_ms
-        # With headers of its own, held as its value and headers (``records.Headed``); the
-        # message is let go.
-        kept: Held = msg if headers is None else headed(value, cast(HeaderList, headers))
+        # Valid, and here only with headers of its own (one without took the first path):
+        # held as its value and headers (``records.Headed``); the message is let go.
+        kept = headed(value, cast(HeaderList, headers or []))
         append(new(Parsed, (partition, msg.offset(), tenant, cost, until, enqueued, kept, None)))
 
 

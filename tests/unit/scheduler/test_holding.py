@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from confluent_kafka import Message
 
 from fairstream import wire
 from fairstream.config import Settings
@@ -59,20 +58,11 @@ def emitter() -> Emitter:
 
 
 def parsed(partition: int, offset: int, tenant: str, value: bytes, headers: Any = None) -> Parsed:
-    """A record as the emitter gets it: from the ingest log, held as the ingest thread holds
-    a valid one (its value, or a ``Headed``); from a holding log, the message read back."""
-    if partition >= 0:
-        held = value if headers is None else headed(value, headers)
-        return Parsed(partition, offset, tenant, 1, None, 1000 + offset, held, None)
-    msg = Message(
-        topic="t",
-        partition=max(partition, 0),
-        offset=offset,
-        key=tenant.encode(),
-        value=value,
-        headers=headers,
-    )
-    return Parsed(partition, offset, tenant, 1, None, 1000 + offset, msg, None)
+    """A record as the ingest thread hands it over (``parse``), from the ingest log or a
+    holding log alike: held as its value alone, or with headers of its own (a parked record
+    read back carries at least its request id) as ``(value, headers, size)``."""
+    held = value if headers is None else headed(value, headers)
+    return Parsed(partition, offset, tenant, 1, None, 1000 + offset, held, None)
 
 
 def index(em: Emitter, records: list[Parsed]) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fairstream import wire
@@ -277,9 +277,15 @@ def test_dead_letter_headers_do_not_change_the_input() -> None:
         st.lists(st.integers(0x2F, 0x3A), max_size=20).map(bytes),  # digits, "/" and ":"
         st.text(alphabet="0123456789 \t+-x", max_size=24).map(str.encode),
         st.integers(0, 2**64).map(lambda n: b"%d" % n),
+        st.tuples(st.integers(0, 2**32), st.integers(1, 24)).map(
+            lambda nw: b"%0*d" % (nw[1], nw[0])  # zero-padded: more digits than the limit
+        ),
     ),
     st.sampled_from([(wire.COST, wire.MAX_COST), (wire.DEADLINE_MS, wire.MAX_EPOCH_MS)]),
 )
+@example(b"00000000001", (wire.COST, wire.MAX_COST))
+@example(b"0000000000000000001", (wire.DEADLINE_MS, wire.MAX_EPOCH_MS))
+@example(b"00000000000000000001", (wire.DEADLINE_MS, wire.MAX_EPOCH_MS))
 def test_integer_headers_read_fast_as_the_full_rule_reads_them(
     raw: bytes, header: tuple[str, int]
 ) -> None:
