@@ -37,6 +37,7 @@ __all__ = [
     "Parsed",
     "Prepared",
     "enqueued_of",
+    "footprint_of",
     "headed",
     "held_headers",
     "held_key",
@@ -76,16 +77,23 @@ Headed = tuple[bytes | None, HeaderList, int]
 Held = Message | bytes | Headed
 
 
+def footprint_of(value: bytes | None, headers: HeaderList | None) -> int:
+    """Memory a held payload of ``value`` and ``headers`` costs, roughly: the value, the key
+    (at most 255 bytes), the objects, and the headers when there are some. The one formula
+    for every form a payload is held in (``egress.footprint``)."""
+    size = FOOTPRINT if value is None else FOOTPRINT + len(value)
+    if headers:
+        size += HEADER_FOOTPRINT * len(headers)
+        for _, given in headers:  # a loop, not sum(...): a list made first, compiled
+            if given:
+                size += len(given)
+    return size
+
+
 def headed(value: bytes | None, headers: HeaderList) -> Headed:
     """A valid record with headers of its own as the backlog holds it, its footprint
     reckoned once, as it arrives. Caller: the ingest thread, once per such record."""
-    size = FOOTPRINT + HEADER_FOOTPRINT * len(headers)
-    if value is not None:
-        size += len(value)
-    for _, given in headers:  # a loop, not sum(...): a list made first, compiled
-        if given:
-            size += len(given)
-    return (value, headers, size)
+    return (value, headers, footprint_of(value, headers))
 
 
 class Parsed(NamedTuple):

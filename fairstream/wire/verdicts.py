@@ -109,8 +109,15 @@ def header_int(name: str, raw: bytes | None, limit: int) -> int | str:
     # The common case first: ASCII digits alone, in range, read byte by byte (compiled, a
     # cost of a digit or two takes a few ns, where decode, strip, isdigit and int() took
     # about 0.2 us). Anything else takes the rule below, which says what is wrong.
-    most = _COST_DIGITS if limit == _MAX_COST else _MAX_DIGITS if limit == _MAX_EPOCH_MS else 0
-    if 0 < len(raw) <= (most or len(str(limit))):  # no more digits than the limit has
+    # No more digits than the limit has (the rule's length check), the two limits' counted
+    # once.
+    if limit == _MAX_COST:
+        most = _COST_DIGITS
+    elif limit == _MAX_EPOCH_MS:
+        most = _EPOCH_DIGITS
+    else:
+        most = len(str(limit))
+    if 0 < len(raw) <= most:
         value = 0
         for i in range(len(raw)):
             digit = raw[i] - 48  # b"0"
@@ -164,8 +171,8 @@ _DEADLINE_MS: Final = DEADLINE_MS
 _REQUEST_ID: Final = REQUEST_ID
 _MAX_COST: Final = MAX_COST
 _MAX_EPOCH_MS: Final = MAX_EPOCH_MS
-_MAX_DIGITS: Final = len(str(MAX_EPOCH_MS))  # the digits of the two limits
 _COST_DIGITS: Final = len(str(MAX_COST))
+_EPOCH_DIGITS: Final = len(str(MAX_EPOCH_MS))
 
 
 def validate_ingest(

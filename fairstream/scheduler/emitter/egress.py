@@ -17,8 +17,8 @@ from fairstream import wire
 from fairstream.scheduler.recent import RecentRequests
 from fairstream.scheduler.records import (
     FOOTPRINT,
-    HEADER_FOOTPRINT,
     Held,
+    footprint_of,
     held_headers,
     held_key,
     held_value,
@@ -51,19 +51,11 @@ class Limits:
 
 
 def footprint(msg: Held) -> int:
-    """Memory a held payload costs, roughly: the value, the key (at most 255 bytes), the
-    objects, and the headers when there are some (a ``Headed`` record's, reckoned as it
-    arrived: ``records.headed``)."""
+    """Memory a held payload costs, roughly (``records.footprint_of``); a ``Headed``
+    record's was reckoned as it arrived (``records.headed``)."""
     if type(msg) is tuple:
         return msg[2]
-    headers = held_headers(msg)
-    size = FOOTPRINT + len(msg)  # a message's length is its value's
-    if headers:
-        size += HEADER_FOOTPRINT * len(headers)
-        for _, given in headers:  # a loop, not sum(...): a list made first, compiled
-            if given:
-                size += len(given)
-    return size
+    return footprint_of(held_value(msg), held_headers(msg))
 
 
 def message_headers(msg: Held) -> HeaderList:

@@ -56,14 +56,7 @@ from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.recent import RecentRequests
-from fairstream.scheduler.records import (
-    Parsed,
-    Prepared,
-    held_headers,
-    held_key,
-    held_value,
-    new,
-)
+from fairstream.scheduler.records import Parsed, Prepared, held_headers, held_key, held_value, new
 from fairstream.wire.dead_letter import HeaderList, budget_detail, expired_detail, lost_detail
 from fairstream.wire.partition import partition_of_key
 

@@ -136,28 +136,27 @@ def parse(
                     new(Parsed, (partition, msg.offset(), tenant, 1, None, enqueued, value, None))
                 )
                 continue
+        # With headers of its own (one without took the path above). A tenant known: what
+        # its headers say, as it is (``header_terms``), with no verdict built; otherwise, or
+        # when a header breaks the contract, the verdict, which says why.
+        cost: int = 1
+        until: int | None = None
+        checked = False
         if tenant is not None and value is not None and headers is not None:
-            # A tenant known, headers of its own (a cost, a trace context): what they say,
-            # as it is (``header_terms``), with no verdict built; held as a ``Headed``,
-            # its footprint reckoned now, while it is in the CPU's caches.
             cost, until, _, problem = header_terms(cast(wire.Headers, headers))
-            if problem is None:
-                held = headed(value, cast(HeaderList, headers))
+            checked = problem is None
+        if not checked:
+            verdict = wire.validate_ingest(key, value, cast(wire.Headers, headers or []), tenant)
+            if isinstance(verdict, wire.Invalid):
                 append(
-                    new(
-                        Parsed, (partition, msg.offset(), tenant, cost, until, enqueued, held, None)
-                    )
+                    new(Parsed, (partition, msg.offset(), None, 1, None, enqueued, msg, verdict))
                 )
                 continue
-        verdict = wire.validate_ingest(key, value, cast(wire.Headers, headers or []), tenant)
-        if isinstance(verdict, wire.Invalid):
-            append(new(Parsed, (partition, msg.offset(), None, 1, None, enqueued, msg, verdict)))
-            continue
-        if key is not None and len(tenants) < TENANT_CACHE:
-            tenants[key] = verdict.tenant
-        tenant, cost, until = verdict.tenant, verdict.cost, verdict.deadline_ms
-        # Valid, and here only with headers of its own (one without took the first path):
-        # held as its value and headers (``records.Headed``); the message is let go.
+            if key is not None and len(tenants) < TENANT_CACHE:
+                tenants[key] = verdict.tenant
+            tenant, cost, until = verdict.tenant, verdict.cost, verdict.deadline_ms
+        # Valid: held as its value and headers (``records.Headed``), its footprint reckoned
+        # now, while it is in the CPU's caches; the message is let go.
         kept = headed(value, cast(HeaderList, headers or []))
         append(new(Parsed, (partition, msg.offset(), tenant, cost, until, enqueued, kept, None)))
 
