@@ -46,13 +46,16 @@ class TransactionalProducer(Protocol):
         topic: str,
         value: bytes | None = ...,
         key: bytes | None = ...,
-        *,
         partition: int = ...,
+        callback: Callable[[Any, Any], None] | None = ...,
+        on_delivery: Callable[[Any, Any], None] | None = ...,
         timestamp: int = ...,
         headers: dict[str, str | bytes | None] | list[tuple[str, str | bytes | None]] | None = ...,
     ) -> None:
-        """Queue one record (``timestamp`` in epoch ms). Raises ``BufferError`` when the
-        local queue is full."""
+        """Queue one record (``partition`` -1: the partitioner's choice; ``timestamp`` in
+        epoch ms, 0: now). Raises ``BufferError`` when the local queue is full. The
+        parameters are confluent-kafka's, in its order: the emitter passes them all by
+        position."""
 
     def poll(self, timeout: float = ...) -> int:
         """Serve the client's callbacks (errors, delivery reports)."""

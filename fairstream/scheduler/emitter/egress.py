@@ -95,10 +95,11 @@ class Stamper:
     __slots__ = (
         "_default_id",
         "_enqueued",
-        "_enqueued_ms",
+        "_enqueued_header",
         "_prefixes",
         "_scheduled",
-        "_scheduled_ms",
+        "_scheduled_header",
+        "_start_header",
         "ingest_topic",
         "limit",
         "paced",
@@ -121,10 +122,12 @@ class Stamper:
         self.size = 0  # of the last record found too large
         self._default_id = DefaultIds(ingest_topic)
         self._prefixes = self._default_id.prefixes
-        # The last enqueued and scheduled moments formatted: neighbours in a batch mostly
-        # share their milliseconds, so each is formatted once per run of them.
-        self._enqueued, self._enqueued_ms = -1, b"-1"
-        self._scheduled, self._scheduled_ms = -1, b"-1"
+        # The last enqueued and scheduled moments' headers: neighbours in a batch mostly
+        # share their milliseconds, so each header is formatted and built once per run of
+        # them, and the egress records of the run share it (a tuple: nothing changes it).
+        self._enqueued, self._enqueued_header = -1, (_ENQUEUED_MS, b"-1")
+        self._scheduled, self._scheduled_header = -1, (_SCHEDULED_MS, b"-1")
+        self._start_header = (_START_MS, b"-1")
 
     def headers(
         self,
@@ -150,23 +153,23 @@ class Stamper:
             if self.recent is not None:
                 self.recent.add(default_id)
             if enqueued != self._enqueued:
-                self._enqueued, self._enqueued_ms = enqueued, b"%d" % enqueued
+                self._enqueued_header = (_ENQUEUED_MS, b"%d" % enqueued)
+                self._enqueued = enqueued
             if stamp != self._scheduled:
-                self._scheduled, self._scheduled_ms = stamp, b"%d" % stamp
-            scheduled = self._scheduled_ms
+                self._stamped(stamp)
             if self.paced:
                 return [
                     (_REQUEST_ID, default_id),
                     (_TENANT, key),
-                    (_ENQUEUED_MS, self._enqueued_ms),
-                    (_SCHEDULED_MS, scheduled),
-                    (_START_MS, scheduled),
+                    self._enqueued_header,
+                    self._scheduled_header,
+                    self._start_header,
                 ]
             return [
                 (_REQUEST_ID, default_id),
                 (_TENANT, key),
-                (_ENQUEUED_MS, self._enqueued_ms),
-                (_SCHEDULED_MS, scheduled),
+                self._enqueued_header,
+                self._scheduled_header,
             ]
         # A record with headers of its own (a cost, a trace context): once per egress record
         # of cost-weighted producers, so one pass keeps them, sizes them and finds a request
@@ -193,15 +196,22 @@ class Stamper:
         if self.recent is not None:
             self.recent.add(request_id)
         if enqueued != self._enqueued:
-            self._enqueued, self._enqueued_ms = enqueued, b"%d" % enqueued
+            self._enqueued_header = (_ENQUEUED_MS, b"%d" % enqueued)
+            self._enqueued = enqueued
         if stamp != self._scheduled:
-            self._scheduled, self._scheduled_ms = stamp, b"%d" % stamp
+            self._stamped(stamp)
         headers.append((_TENANT, key))
-        headers.append((_ENQUEUED_MS, self._enqueued_ms))
-        headers.append((_SCHEDULED_MS, self._scheduled_ms))
+        headers.append(self._enqueued_header)
+        headers.append(self._scheduled_header)
         if self.paced:
-            headers.append((_START_MS, self._scheduled_ms))
+            headers.append(self._start_header)
         return headers
+
+    def _stamped(self, stamp: int) -> None:
+        """The scheduled moment's headers (and the start's, the same moment) for ``stamp``."""
+        formatted = b"%d" % stamp
+        self._scheduled, self._scheduled_header = stamp, (_SCHEDULED_MS, formatted)
+        self._start_header = (_START_MS, formatted)
 
     def too_large(self, egress_topic: str) -> str:
         """The dead letter's detail for the last record ``headers`` refused."""

@@ -210,8 +210,9 @@ class MemoryProducer:
         topic: str,
         value: bytes | None = None,
         key: bytes | None = None,
-        *,
         partition: int = -1,
+        callback: Any = None,
+        on_delivery: Any = None,
         timestamp: int = 0,
         headers: Any = None,
     ) -> None:

@@ -23,7 +23,8 @@ from fairstream.scheduler.records import Letter, Parsed, Prepared
 
 class Producer:
     """Sends nowhere; keeps what it was given: ``sent`` (topic, key, value, headers), and
-    ``written`` with the partition and timestamp too (None: not given)."""
+    ``written`` with the partition and timestamp too (-1 and 0: not given, as in
+    confluent-kafka)."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes | None, bytes | None, list[Any]]] = []
@@ -35,9 +36,11 @@ class Producer:
         topic: str,
         value: Any,
         key: Any,
+        partition: int = -1,
+        callback: Any = None,
+        on_delivery: Any = None,
+        timestamp: int = 0,
         headers: Any = None,
-        partition: int | None = None,
-        timestamp: int | None = None,
     ) -> None:
         self.sent.append((topic, key, value, headers))
         self.written.append((topic, partition, key, value, headers, timestamp))
@@ -91,7 +94,7 @@ class Txn(transaction.Transaction):
         extra = {"partition": partition} if partition is not None else {}
         if timestamp is not None:
             extra["timestamp"] = timestamp
-        self.producer.produce(topic, value, key, headers, **extra)
+        self.producer.produce(topic, value, key, headers=headers, **extra)
         self.records += 1
         self.tally(1)
 

@@ -24,9 +24,17 @@ class Placed:
         self.sent: list[tuple[bytes | None, int | None]] = []  # (key, partition)
 
     def produce(
-        self, topic: str, value: Any, key: Any, headers: Any = None, partition: Any = None
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int = -1,
+        callback: Any = None,
+        on_delivery: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
     ) -> None:
-        self.sent.append((key, partition))
+        self.sent.append((key, None if partition < 0 else partition))  # -1: the partitioner
 
     def poll(self, timeout: float) -> int:
         return 0
