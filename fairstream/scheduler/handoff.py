@@ -105,10 +105,6 @@ class Handoff:
         """Whether anything waits for the emitter."""
         return bool(self.controls) or any(queues_of.values())
 
-    def waiting(self, queues_of: dict[int, deque[Parsed]]) -> int:
-        """How many records wait for the emitter in ``queues_of``."""
-        return sum(map(len, queues_of.values()))
-
     def backlog(self, partition: int) -> int:
         queue = self.records.get(partition)
         return len(queue) if queue is not None else 0

@@ -102,9 +102,6 @@ log = logging.getLogger("fairstream.emitter")
 
 APPLY_BATCH = 4096  # handed-over items applied between two rounds of emission
 LETTER_BATCH = 1024  # dead letters sent between two rounds of emission
-# Seconds a paced emitter (waiting on a token, a cap or a hold) lets records being handed
-# over gather before it takes them, unless APPLY_BATCH of them wait first (``_gather``).
-GATHER = 0.002
 WARM_UP = 1.0  # seconds emission may wait for every new partition's first fetch
 
 
@@ -348,39 +345,24 @@ class Emitter:
             emitted = self._emit_some()
             if backlog.waiting:
                 self._send_letters(LETTER_BATCH)
-            elif emitted == 0:
-                paced = sender.paced
-                seconds = idle_seconds(
-                    now,
-                    sender.wait,
-                    paced,
-                    self.txn.records,
-                    self._soonest_commit,
-                    self._next_commit,
+            elif emitted == 0 and not handoff.pending(self._taken()):
+                # Nothing went out: wait as the emission rule says, never past the next commit.
+                self._idle(
+                    idle_seconds(
+                        now,
+                        sender.wait,
+                        sender.paced,
+                        self.txn.records,
+                        self._soonest_commit,
+                        self._next_commit,
+                    )
                 )
-                self._idle(seconds, paced=paced)
 
-    def _idle(self, seconds: float, *, paced: bool = False) -> None:
-        """Wait at most ``seconds`` for news: a control, or records handed over (the ingest
-        thread sets ``wake`` once per round of slices it parsed).
-
-        Unpaced, records already waiting end the wait at once. Paced (the rule waits on a
-        token, a cap or a hold), records waiting end it only once APPLY_BATCH of them do;
-        fewer wait for the next hand-over, at most GATHER seconds. The ingest thread
-        appends each record as it parses it: without this, a paced emitter took the few
-        parsed so far, asked the rule again and looped. Measured during a 1,000,000-record
-        burst at --rate 500: about 14 records a round, 73,000 rounds, the emitter busier
-        than the ingest thread it took the GIL from, and the burst read in 7 to 9 s."""
-        handoff = self.handoff
-        wake = handoff.wake
+    def _idle(self, seconds: float) -> None:
+        wake = self.handoff.wake
         wake.clear()
-        if seconds <= 0 or handoff.controls:
-            return
-        waiting = handoff.waiting(self._taken())
-        if not waiting:
+        if seconds > 0 and not self.handoff.pending(self._taken()):
             wake.wait(seconds)
-        elif paced and waiting < APPLY_BATCH:
-            wake.wait(min(seconds, GATHER))
 
     def _taken(self) -> dict[int, deque[Parsed]]:
         """The handoff queues records are taken from: none until the policies recorded

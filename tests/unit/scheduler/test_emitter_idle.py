@@ -1,6 +1,5 @@
 """How long the emitter waits when it sent nothing (``loop.idle_seconds``, ``Emitter._idle``):
-never spinning while a commit is far off, and never taking a burst a few records at a time
-while the rule waits on a token."""
+never spinning while its next commit is far off, and never waiting while records wait."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import pytest
 from fairstream.config import Settings
 from fairstream.core import ManualClock
 from fairstream.scheduler.emitter.egress import Limits
-from fairstream.scheduler.emitter.loop import APPLY_BATCH, GATHER, Emitter, Phase, idle_seconds
+from fairstream.scheduler.emitter.loop import Emitter, Phase, idle_seconds
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.messages import Call
 from fairstream.scheduler.metrics import Metrics
@@ -94,39 +93,23 @@ def waits(em: Emitter) -> list[float]:
 
 
 def test_nothing_handed_over_waits_the_whole_time(emitter: Emitter) -> None:
-    emitter._idle(0.05, paced=True)
-    emitter._idle(0.07)
-    assert waits(emitter) == [0.05, 0.07]
+    emitter._idle(0.05)
+    assert waits(emitter) == [0.05]
 
 
-def test_unpaced_records_waiting_end_the_wait_at_once(emitter: Emitter) -> None:
+def test_records_waiting_end_the_wait_at_once(emitter: Emitter) -> None:
     handed(emitter, 3)
     emitter._idle(0.05)
     assert waits(emitter) == []
 
 
-def test_paced_a_few_records_waiting_gather_until_the_next_hand_over(emitter: Emitter) -> None:
-    handed(emitter, 14)
-    emitter._idle(0.05, paced=True)
-    emitter._idle(GATHER / 2, paced=True)  # the rule's token comes first
-    assert waits(emitter) == [GATHER, GATHER / 2]
-
-
-def test_paced_a_batch_waiting_is_taken_at_once(emitter: Emitter) -> None:
-    handed(emitter, APPLY_BATCH)
-    emitter._idle(0.05, paced=True)
-    assert waits(emitter) == []
-
-
 def test_a_control_ends_the_wait_at_once(emitter: Emitter) -> None:
     emitter.handoff.controls.append(Call(lambda: None))
-    emitter._idle(0.05, paced=True)
     emitter._idle(0.05)
     assert waits(emitter) == []
 
 
 def test_no_time_left_means_no_wait(emitter: Emitter) -> None:
-    handed(emitter, 1)
-    emitter._idle(0.0, paced=True)
+    emitter._idle(0.0)
     emitter._idle(-0.01)
     assert waits(emitter) == []
