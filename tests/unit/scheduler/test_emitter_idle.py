@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Any
 
 import pytest
 
-from fairstream.config import Settings
-from fairstream.core import ManualClock
-from fairstream.scheduler.emitter.egress import Limits
-from fairstream.scheduler.emitter.loop import Emitter, Phase, idle_seconds
-from fairstream.scheduler.handoff import Handoff
+from fairstream.scheduler.emitter.loop import Emitter, idle_seconds
 from fairstream.scheduler.messages import Call
-from fairstream.scheduler.metrics import Metrics
-from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.records import Parsed
-from tests.unit.scheduler.test_emit_rule import Fetcher, Txn
+from tests.unit.scheduler.test_emit_rule import make
+
+__all__ = ["make"]  # the fixture
 
 NOW = 100.0
 
@@ -61,22 +58,8 @@ class Wake:
 
 
 @pytest.fixture
-def emitter() -> Emitter:
-    em = Emitter(
-        Settings(share_by="partitions", app_id="app", feedback_topic=""),
-        1,
-        Handoff(),
-        Metrics(),
-        clock=ManualClock(),
-        transactional_id="test",
-        limits=Limits(),
-        request_rewind=lambda: None,
-        on_committed=lambda marks, seqs: None,
-        transaction=Txn,
-        fetcher=Fetcher,
-    )
-    em.progress[0] = PartitionProgress(0)
-    em.phase = Phase(joined=True)
+def emitter(make: Any) -> Emitter:
+    em: Emitter = make()
     em.handoff.wake = Wake()  # type: ignore[assignment]
     return em
 

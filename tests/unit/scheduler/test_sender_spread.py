@@ -12,32 +12,18 @@ from fairstream.core.spread import SLACK
 from fairstream.scheduler.emitter.send import PRUNE_EVERY, SPREAD_RETRY, home_partition
 from fairstream.wire.partition import partition_of
 from tests.unit.scheduler.parts import Parts, build, record
-from tests.unit.scheduler.test_emit_rule import Txn
+from tests.unit.scheduler.test_emit_rule import Producer, Txn
 
 EGRESS_PARTITIONS = 4
 
 
-class Placed:
+class Placed(Producer):
     """A producer that sends nowhere and keeps the partition each record was given."""
 
-    def __init__(self) -> None:
-        self.sent: list[tuple[bytes | None, int | None]] = []  # (key, partition)
-
-    def produce(
-        self,
-        topic: str,
-        value: Any,
-        key: Any,
-        partition: int = -1,
-        callback: Any = None,
-        on_delivery: Any = None,
-        timestamp: int = 0,
-        headers: Any = None,
-    ) -> None:
-        self.sent.append((key, None if partition < 0 else partition))  # -1: the partitioner
-
-    def poll(self, timeout: float) -> int:
-        return 0
+    @property
+    def placed(self) -> list[tuple[bytes | None, int | None]]:
+        """(key, partition) of each record, None for the partitioner's choice (-1)."""
+        return [(key, None if part < 0 else part) for _, part, key, *_ in self.written]
 
 
 class SpreadTxn(Txn):
@@ -56,14 +42,14 @@ class SpreadTxn(Txn):
 
 def emit_all(parts: Parts, txn: SpreadTxn, records: int) -> list[tuple[bytes | None, int | None]]:
     """Emit until ``records`` went out, the clock moving on as the rate asks."""
-    placed: list[tuple[bytes | None, int | None]] = txn.producer.sent  # type: ignore[attr-defined]
+    producer: Placed = txn.producer  # type: ignore[assignment]
     for _ in range(10 * records):
-        if len(placed) >= records:
+        if len(producer.written) >= records:
             break
         parts.sender.emit_batch(txn)
         parts.clock.advance(max(parts.sender.wait, 0.001))
-    assert len(placed) == records
-    return placed
+    assert len(producer.written) == records
+    return producer.placed
 
 
 def fill_noisy_and_quiet(parts: Parts, noisy: int) -> None:
@@ -151,9 +137,9 @@ def test_with_concurrency_slots_a_partition_whose_records_stay_out_is_skipped() 
     parts.backlog.index([record(parts, i, "noisy") for i in range(200)], parts.txn)
     placed: list[int | None] = []
     while len(placed) < 200:  # every worker settles at once, but partition 3's never does
-        before = len(txn.producer.sent)  # type: ignore[attr-defined]
+        before = len(txn.producer.placed)  # type: ignore[attr-defined]
         parts.sender.emit_batch(txn)
-        new = txn.producer.sent[before:]  # type: ignore[attr-defined]
+        new = txn.producer.placed[before:]  # type: ignore[attr-defined]
         settled = [
             b"fairstream.ingest-0-%d" % (len(placed) + i) for i, (_, p) in enumerate(new) if p != 3
         ]
