@@ -45,7 +45,7 @@ NATIVE = (
     "fairstream.scheduler.emitter.egress",
     "fairstream.scheduler.emitter.holding",
     "fairstream.scheduler.emitter.send",
-    "fairstream.scheduler.ingest.member",
+    "fairstream.scheduler.parsing",
     "fairstream.scheduler.progress",
     "fairstream.scheduler.records",
     "fairstream.scheduler.tallies",

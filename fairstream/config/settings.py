@@ -229,6 +229,16 @@ class Settings:
         help="MiB of buffered payloads held in memory; beyond that records are indexed "
         "without their payload and read back from the ingest topic when their turn comes.",
     )
+    index_ahead: float = setting(
+        30.0,
+        low=0,
+        high=3600,
+        help="Seconds of emission at the rate a tenant's backlog holds in memory (at least "
+        "20,000 records): beyond that, while emission is paced, its next records are passed "
+        "over as they are read and read again from the ingest topic when its turn nears, so "
+        "a burst does not hold up the records behind it in its partition. 0: every record "
+        "is indexed as it is read.",
+    )
     park_ranges: int = setting(
         10_000,
         low=16,

@@ -57,6 +57,10 @@ class Handoff:
 
     def __init__(self) -> None:
         self.records: dict[int, deque[Parsed]] = {}
+        # Per ingest partition, the keys (and tenant ids) of tenants so far behind that the
+        # ingest thread passes their records over (``emitter.spill``): written by the
+        # emitter, replaced whole at each change (the ingest thread reads a snapshot).
+        self.passing: dict[int, dict[bytes, str]] = {}
         self.controls: deque[Any] = deque()
         self.wake = threading.Event()
         self._turn = 0  # where the next round robin over partitions starts

@@ -354,6 +354,12 @@ class Metrics:
             "Tenants with records waiting in the holding topic.",
             registry=r,
         )
+        self.in_log = Gauge(
+            "fairstream_backlog_in_log_records",
+            "Records of tenants far behind that wait in the ingest topic: passed over as they "
+            "were read, and read again when their tenant's turn nears (--index-ahead).",
+            registry=r,
+        )
         self.held_partitions = Gauge(
             "fairstream_ingest_held_partitions",
             "Ingest partitions read no further for now: twice --park-ranges settled ranges "

@@ -44,6 +44,7 @@ __all__ = [
     "held_value",
     "new",
     "pack",
+    "passed_over",
     "stored",
     "unpack",
 ]
@@ -109,6 +110,17 @@ class Parsed(NamedTuple):
     enqueued: int  # epoch ms
     msg: Held | None
     invalid: wire.Invalid | None
+
+
+def passed_over(partition: int, first: int, tenant: str, count: int) -> Parsed:
+    """A run of ``count`` records of ``tenant`` at consecutive offsets from ``first`` that the
+    ingest thread read and passed over without parsing them: they wait in the ingest log,
+    and the emitter reads them again when their tenant's turn nears (``emitter.spill``).
+
+    In the handoff queue only, it is the one ``Parsed`` without a payload (``msg`` None), and
+    its ``cost`` is the run's length: a record in the queue costs one tuple, and a run of a
+    bursting tenant's records (thousands in a row) costs one too."""
+    return new(Parsed, (partition, first, tenant, count, None, 0, None, None))
 
 
 def held_value(msg: Held) -> bytes | None:

@@ -170,6 +170,91 @@ def test_kill_9_repeatedly_emits_every_record_exactly_once(
     assert not disorder, disorder[:3]
 
 
+# -- 4a': a tenant far behind waits in the log, read again around a kill -9 ------------------
+
+
+def test_a_tenant_far_behind_waits_in_the_log_and_still_goes_exactly_once_in_order(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """60,000 records of one tenant among three quiet tenants' in one partition, at
+    ``--rate 4000 --index-ahead 1``: at most about 20,000 of its records are indexed, the
+    rest are passed over as read and read again from the log as it drains (``spill``), and
+    a kill -9 lands while they wait. Egress still holds every record once, in each tenant's
+    order."""
+    deployment = Deployment(kafka_bootstrap, partitions=2).create()
+    args = ("--rate", "4000", "--index-ahead", "1")
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    sent = dict.fromkeys((b"t00", b"t01", b"t02", b"t03"), 0)
+    expected: set[bytes] = set()
+
+    def put(tenant: bytes) -> None:
+        value = b"%s:%06d" % (tenant, sent[tenant])
+        producer.produce(deployment.topics.ingest, value, tenant, partition=0)
+        sent[tenant] += 1
+        expected.add(value)
+
+    for i in range(60_000):
+        put(b"t00")
+        if i % 500 == 0:
+            for quiet in (b"t01", b"t02", b"t03"):
+                put(quiet)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+
+    def start() -> SchedulerProcess:
+        return SchedulerProcess(deployment, tmp_path, *args, name="sched").start()
+
+    def in_log() -> float:
+        return metric(scheduler, "fairstream_backlog_in_log_records").get("", 0.0)
+
+    scheduler = start().wait_ready()
+    egress = TopicReader(kafka_bootstrap, deployment.topics.egress)
+    waited: list[float] = []
+    try:
+        wait_until(
+            lambda: in_log() > 0,
+            60,
+            lambda: f"records wait in the log; log:\n{scheduler.tail()}",
+        )
+        waited.append(in_log())
+
+        def emitted(count: int) -> bool:
+            egress.poll()
+            return len(egress.messages) >= count
+
+        # Past the first reading again (the core's 20,000 drained to half), then a kill.
+        wait_until(lambda: emitted(25_000), 90, lambda: f"25,000 on egress: {scheduler.tail()}")
+        waited.append(in_log())
+        scheduler.kill()
+        scheduler = start().wait_ready(timeout=120)
+        wait_until(
+            lambda: all_seen(egress, expected),
+            120,
+            lambda: f"every record reaches egress: {not_seen(scheduler, egress, expected)}",
+            interval=0,
+        )
+        assert in_log() == 0
+        assert scheduler.terminate() == 0, scheduler.tail()
+        messages = read_to_end(kafka_bootstrap, egress, deployment.topics.egress, 2)
+    finally:
+        egress.close()
+        if scheduler.alive():
+            scheduler.kill()
+
+    duplicates, missing, unexpected, disorder = exactly_once_report(messages, expected, sent)
+    print(
+        f"\nin the log at first and before the kill: {waited}; egress: {len(messages)} records, "
+        f"{duplicates} duplicates, {missing} missing, {unexpected} unexpected, "
+        f"{len(disorder)} tenants out of order"
+    )
+    assert waited[1] > 0  # still waiting in the log when the kill came
+    assert duplicates == 0
+    assert missing == 0
+    assert unexpected == 0
+    assert not disorder, disorder[:3]
+
+
 # -- 4b: a zombie member comes back after the group moved on ---------------------------------
 
 

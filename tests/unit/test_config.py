@@ -77,7 +77,7 @@ def test_scheduler_help_lists_every_setting_with_its_variable_and_default() -> N
         elif blocks:
             blocks[-1] += " " + line.strip()
     settings = declared(Settings)
-    assert len(settings) == 49  # 6 connection, 4 topics, 39 scheduler
+    assert len(settings) == 50  # 6 connection, 4 topics, 40 scheduler
     for option in settings:
         start = f"{option.flag} / --no-" if option.type is bool else f"{option.flag} "
         rows = [block for block in blocks if block.startswith(start)]

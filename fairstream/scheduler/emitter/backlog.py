@@ -40,6 +40,7 @@ from fairstream.scheduler.emitter.checkpoint import Checkpoint
 from fairstream.scheduler.emitter.egress import FOOTPRINT, dead_letter, footprint
 from fairstream.scheduler.emitter.fetch import Gone, PayloadFetcher
 from fairstream.scheduler.emitter.holding import Parking
+from fairstream.scheduler.emitter.spill import Spill
 from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.policies.tenant_groups import GroupRoom
@@ -174,8 +175,10 @@ class Backlog:
         warming: set[int],
         purges: dict[str, int],
         dlq_limit: int,
+        spill: Spill,
     ) -> None:
         self.rule = rule
+        self.spill = spill  # tenants far behind, whose records wait in the log
         self.progress = progress
         self.fetcher = fetcher
         self.checkpoint = checkpoint
@@ -231,17 +234,30 @@ class Backlog:
         self.overflow.clear()
         self.cached = 0
         self.parking.clear()
+        self.spill.clear()
         self.packing = False
         self.departures.after(0)  # the new core holds nothing: none left the old one
 
-    def index(self, records: list[Parsed], txn: Transaction) -> None:  # noqa: PLR0915 (flat hot path)
+    def index(  # noqa: PLR0915 (flat hot path)
+        self, records: list[Parsed], txn: Transaction, *, again: bool = False
+    ) -> None:
         """Index handed-over records in the core, or turn them into dead letters; a parked
-        tenant's are parked (written to the holding log in ``txn``).
+        tenant's are parked (written to the holding log in ``txn``). A run of records the
+        ingest thread passed over joins its tenant's runs in the log (``spill``), and so
+        does a record of a tenant with runs waiting. ``again``: records of such runs, read
+        again from the log (their progress was counted when they were passed over).
 
         Affects: the progress, the core, ``letters``, ``overflow``, ``cached``, the warming
-        partitions, the metrics.
+        partitions, the spill's runs, the metrics.
         """
         progress, letters, warming, purges = self.progress, self.letters, self.warming, self.purges
+        spill = self.spill
+        runs = spill.runs  # tenants with records waiting in the log (usually none)
+        # Paced, a tenant whose backlog reaches the depth has its next records passed over:
+        # which tenants were indexed is noted as it changes (a burst's batch names one).
+        depth = None if again else spill.depth()
+        touched: list[tuple[int, str]] = []
+        last: str | None = None
         core, budget, cached = self.rule.core, self.budget, self.cached
         flood, held = self.overflow, self.overflow.held  # a flood's overflow (and bytes held)
         pushed = 0
@@ -276,24 +292,44 @@ class Backlog:
         for item in records:
             # Every field is read: unpacked at once (the order is ``Parsed``'s).
             partition, offset, tenant, cost, deadline, enqueued, msg, invalid = item
-            assert msg is not None  # the ingest thread hands each record over with it
             prog = progress.get(partition)
-            if prog is None or offset < prog.next:
-                continue  # not ours (any more), or already seen
-            if warming:
-                warming.discard(partition)
-            if offset < prog.replay_end and prog.recovered(offset):
-                prog.observe(offset)  # settled before the restart
+            if prog is None:
+                continue  # not ours (any more)
+            if msg is None:  # a run passed over (``records.passed_over``): cost is its length
+                assert tenant is not None
+                over = spill.passed(prog, partition, offset, tenant, cost, core.room(tenant)[0])
+                if over:  # beyond its backlog limit (in memory and in the log): overflow
+                    cap = core.policy(tenant).max_backlog
+                    refusal[tenant] = (
+                        wire.BACKLOG_FULL,
+                        f"tenant {tenant!r} already has {cap} records waiting, the most its "
+                        f"policy allows (max_backlog={cap})",
+                    )
+                for start, end in over:  # each read back when its letter is written
+                    for at in range(start, end):
+                        unread = new(Parsed, (partition, at, tenant, 1, None, 0, None, None))
+                        held = self._overflow(unread, True, 0, held, refusal)
                 continue
-            if offset == prog.next:
-                prog.next = offset + 1
-            else:
-                prog.observe(offset)  # a gap first (transaction markers, aborted records)
-            if partition < 0 and tenant is not None:
-                prog.own(offset, tenant)  # type: ignore[attr-defined]  # a HoldingProgress
+            if not again:
+                if offset < prog.next:
+                    continue  # already seen
+                if warming:
+                    warming.discard(partition)
+                if offset < prog.replay_end and prog.recovered(offset):
+                    prog.observe(offset)  # settled before the restart
+                    continue
+                if offset == prog.next:
+                    prog.next = offset + 1
+                else:
+                    prog.observe(offset)  # a gap first (transaction markers, aborted records)
+                if partition < 0 and tenant is not None:
+                    prog.own(offset, tenant)  # type: ignore[attr-defined]  # a HoldingProgress
             if invalid is not None or tenant is None:  # the ingest thread sets one of them
                 reason = invalid.reason if invalid else wire.INVALID_KEY
                 letters.append(Letter(None, item, reason, invalid.detail if invalid else ""))
+                continue
+            if runs and not again and (partition, tenant) in runs:
+                spill.add(partition, tenant, offset, offset + 1)  # behind its runs, in order
                 continue
             if deadline is not None or purges:
                 refused = _refused(purges, tenant, deadline, enqueued, now)
@@ -318,6 +354,9 @@ class Backlog:
                     held = self._overflow(item, verdict == NO_ROOM, size, held, refusal)
                     continue
                 pushed += 1
+                if depth is not None and tenant is not last:
+                    touched.append((partition, tenant))
+                    last = tenant
                 continue
             left = room.get(tenant)
             if left is None:
@@ -338,7 +377,12 @@ class Backlog:
                 bare = (partition, offset, tenant, cost, deadline, enqueued, None, None)
                 core.push(tenant, new(Parsed, bare), cost)
             pushed += 1
+            if depth is not None and tenant is not last:
+                touched.append((partition, tenant))
+                last = tenant
         self.cached, flood.held = cached, held
+        if touched:
+            spill.consider(touched, depth)  # type: ignore[arg-type]  # set when touched
         if flat is not None:
             self.departures.after(len(flat))
         if to_park:
@@ -401,6 +445,7 @@ class Backlog:
             queue.clear()
             queue.extend(kept)
         self.overflow.drop(gone)
+        self.spill.drop(gone)
 
     def purge(self, tenant: str, before_ms: int) -> int:
         """Dead-letter ``tenant``'s buffered records enqueued up to ``before_ms``; how many of

@@ -85,20 +85,36 @@ class Demotions:
         for tenant, records in dwells.items():
             sent(tenant, len(records), now)
 
-    def review(self, core: Core[Any], policies: Policies, now: float) -> list[PolicyAction]:
+    def review(
+        self,
+        core: Core[Any],
+        policies: Policies,
+        now: float,
+        in_log: Mapping[str, int] | None = None,
+    ) -> list[PolicyAction]:
         """What the emitter must do in ``core`` now: the policies (``Policies.demotion``) of
         the tenants turned noisy, one class down, and of those quiet long enough, their own
-        again. Caller: the emitter, every ``REVIEW_EVERY`` seconds (``next_review``).
+        again. ``in_log``: per tenant, its records waiting in the ingest log (``spill``),
+        part of its backlog. Caller: the emitter, every ``REVIEW_EVERY`` seconds
+        (``next_review``).
         Affects: the noisy set, ``policies``' demoted tenants, the counters."""
         return [
-            action for change in self.changes(core, now) for action in policies.demotion(change)
+            action
+            for change in self.changes(core, now, in_log)
+            for action in policies.demotion(change)
         ]
 
-    def changes(self, core: Core[Any], now: float) -> list[Change]:
-        """Who turns noisy and who is quiet long enough now, with ``core``'s backlogs; the
-        next review is due ``REVIEW_EVERY`` seconds on."""
+    def changes(
+        self, core: Core[Any], now: float, in_log: Mapping[str, int] | None = None
+    ) -> list[Change]:
+        """Who turns noisy and who is quiet long enough now, with ``core``'s backlogs (and
+        ``in_log``, the records waiting in the log); the next review is due
+        ``REVIEW_EVERY`` seconds on."""
         self.next_review = now + REVIEW_EVERY
         backlogs = {t: core.backlog(t)[0] for t in core.tenants()} if self.by_backlog else {}
+        if self.by_backlog and in_log:
+            for tenant, waiting in in_log.items():
+                backlogs[tenant] = backlogs.get(tenant, 0) + waiting
         changes = self.demotion.review(backlogs, now)
         for tenant, demote in changes:
             if demote:

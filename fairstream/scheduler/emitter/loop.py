@@ -63,6 +63,7 @@ from fairstream.scheduler.emitter.egress import Limits
 from fairstream.scheduler.emitter.fetch import PayloadFetcher
 from fairstream.scheduler.emitter.pacing import Pacing, new_rule
 from fairstream.scheduler.emitter.send import Sender
+from fairstream.scheduler.emitter.spill import Spill
 from fairstream.scheduler.emitter.transaction import (
     Aborted,
     Renewal,
@@ -222,6 +223,9 @@ class Emitter:
         )
         # What waits (the core's payload bytes, dead letters, parking) and what sends: each
         # holds the rule, the live progress and the fetcher, and owns its own state.
+        # Tenants so far behind that their records wait in the ingest log (``spill``).
+        self.spill = Spill(settings.index_ahead, handoff, self.fetcher, self.rule)
+        metrics.in_log.set_function(lambda: self.spill.waiting)  # an int, read whole
         self.backlog = Backlog(
             settings,
             self.rule,
@@ -233,6 +237,7 @@ class Emitter:
             warming=self.warming,
             purges=self.policies.purges,
             dlq_limit=limits.dlq,
+            spill=self.spill,
         )
         self.sender = Sender(
             settings,
@@ -312,6 +317,8 @@ class Emitter:
             records = handoff.take_records(self._taken(), APPLY_BATCH)
             if records:
                 self._apply(records)
+            if self.spill.runs:
+                self._read_again()
             now = clock.now()
             txn_records = self.txn.records
             if (
@@ -389,6 +396,18 @@ class Emitter:
         """Index handed-over records in the core, or turn them into dead letters."""
         if not self.phase.rewinding:
             self.backlog.index(records, self.txn)
+
+    def _read_again(self) -> None:
+        """Tenants whose records wait in the log and whose backlog ran low: the next of
+        their records are read again and indexed (``spill``)."""
+        if self.phase.rewinding:
+            return
+        backlog, txn = self.backlog, self.txn
+        self.spill.refill(
+            lambda records: backlog.index(records, txn, again=True),
+            backlog.letters.append,
+            backlog.parking.parking(),
+        )
 
     def _control(self, item: Any) -> bool:
         if isinstance(item, Assign):
@@ -549,7 +568,7 @@ class Emitter:
 
     def _review(self, demotions: Demotions, now: float) -> None:
         """Noisy tenants one class down, quiet ones back (``Demotions.review`` says how)."""
-        for action in demotions.review(self.core, self.policies, now):
+        for action in demotions.review(self.core, self.policies, now, self.spill.counts):
             self._act(action)
 
     def set_policy(self, tenant: str, policy: TenantPolicy | None) -> None:
@@ -691,6 +710,9 @@ class Emitter:
         )
         self.pacing.add_slots(stats)
         mark_demoted(stats["tenants"], self.demotions)
+        in_log = self.spill.counts
+        for row in stats["tenants"]:  # beside its backlog in memory, what waits in the log
+            row["in_log"] = in_log.get(row["tenant"], 0)
         if self.rule.budgeted:
             now_ms, held = self.clock.epoch_ms(), self.rule.budget_held()
             for row in stats["tenants"]:

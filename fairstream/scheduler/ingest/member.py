@@ -31,27 +31,24 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from fairstream import wire
 from fairstream.adapters.heap import HeapTrimmer
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic
 from fairstream.scheduler.handoff import Handoff, high_water
 from fairstream.scheduler.ingest.readers import Readers, reader_config
 from fairstream.scheduler.messages import Assign, Heard, Revoke, Stop
-from fairstream.scheduler.records import Parsed, headed, new
+from fairstream.scheduler.parsing import parse
+from fairstream.scheduler.records import Parsed
 from fairstream.scheduler.recovery import Recovery, holding_id
 from fairstream.scheduler.supervise import FatalError
-from fairstream.wire.dead_letter import HeaderList
-from fairstream.wire.verdicts import header_terms
 
 log = logging.getLogger("fairstream.ingest")
 
 BATCH = 2000  # records per consume call
-TENANT_CACHE = 100_000  # tenant ids whose keys were validated (a dict lookup per record)
 REJOIN_EVERY = 60.0  # seconds: a group consumer fenced again sooner is fatal
 
 
@@ -80,85 +77,6 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
     if static is not None:
         config["group.instance.id"] = static
     return config
-
-
-def parse(
-    partition: int,
-    messages: list[Message],
-    queue: deque[Parsed],
-    tenants: dict[bytes, str],
-    heard: Callable[[int], None],
-    failed: Callable[[KafkaError], None],
-) -> None:
-    """Records of ``partition`` to ``Parsed`` tuples at the end of ``queue``; the end of
-    the partition to ``heard``, a consumer error to ``failed``. ``tenants``: the keys
-    validated so far (their tenant ids), added to. Once per ingest record: flat."""
-    # A record's offset is an int (confluent-kafka types it int | None for errors).
-    append: Callable[[Any], None] = queue.append
-    now_ms: object = wire.now_ms()
-    # The last producer timestamp seen. Typed object, as ``enqueued``: compiled
-    # (``fairstream.native``), an int variable holds its value unboxed, and each record's
-    # tuple would get an int object of its own.
-    shared: object = -1
-    enqueued: object
-    for msg in messages:
-        err = msg.error()
-        if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF:
-                heard(partition)
-            else:
-                failed(err)
-            continue
-        key = msg.key()
-        headers = msg.headers()
-        tenant = tenants.get(key) if key is not None else None
-        kind, timestamp = msg.timestamp()
-        if kind != 0 and timestamp > 0:
-            if timestamp != shared:
-                shared = timestamp
-            # Neighbours share a millisecond: one int object for them all (32 bytes a
-            # record that waits in the backlog).
-            enqueued = shared
-        else:
-            enqueued = now_ms
-        value = msg.value()
-        if headers is None and value is not None:
-            if tenant is None and key is not None:
-                # A tenant first seen (or past the cache): no headers, so its id is all
-                # there is to check (``validate_ingest`` says what is wrong, if anything).
-                tenant = wire.tenant_of(key)
-                if tenant is not None and len(tenants) < TENANT_CACHE:
-                    tenants[key] = tenant
-            if tenant is not None:
-                # The common case: a tenant id, no headers, a payload, held as its value
-                # alone (``records.Held``).
-                append(
-                    new(Parsed, (partition, msg.offset(), tenant, 1, None, enqueued, value, None))
-                )
-                continue
-        # With headers of its own (one without took the path above). A tenant known: what
-        # its headers say, as it is (``header_terms``), with no verdict built; otherwise, or
-        # when a header breaks the contract, the verdict, which says why.
-        cost: int = 1
-        until: int | None = None
-        checked = False
-        if tenant is not None and value is not None and headers is not None:
-            cost, until, _, problem = header_terms(cast(wire.Headers, headers))
-            checked = problem is None
-        if not checked:
-            verdict = wire.validate_ingest(key, value, cast(wire.Headers, headers or []), tenant)
-            if isinstance(verdict, wire.Invalid):
-                append(
-                    new(Parsed, (partition, msg.offset(), None, 1, None, enqueued, msg, verdict))
-                )
-                continue
-            if key is not None and len(tenants) < TENANT_CACHE:
-                tenants[key] = verdict.tenant
-            tenant, cost, until = verdict.tenant, verdict.cost, verdict.deadline_ms
-        # Valid: held as its value and headers (``records.Headed``), its footprint reckoned
-        # now, while it is in the CPU's caches; the message is let go.
-        kept = headed(value, cast(HeaderList, headers or []))
-        append(new(Parsed, (partition, msg.offset(), tenant, cost, until, enqueued, kept, None)))
 
 
 class Ingest:
@@ -316,7 +234,9 @@ class Ingest:
         self.recovery.close()
 
     def _parse(self, partition: int, messages: list[Message], queue: deque[Parsed]) -> None:
-        parse(partition, messages, queue, self._tenants, self._heard, self._consumer_error)
+        # The emitter's latest word on whom to pass over (a snapshot, replaced whole).
+        passing = self.handoff.passing.get(partition)
+        parse(partition, messages, queue, self._tenants, self._heard, self._consumer_error, passing)
 
     def _heard(self, partition: int) -> None:
         self.handoff.put(Heard(partition))

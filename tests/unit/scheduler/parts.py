@@ -17,6 +17,8 @@ from fairstream.scheduler.emitter.backlog import Backlog
 from fairstream.scheduler.emitter.checkpoint import Checkpoint
 from fairstream.scheduler.emitter.egress import Limits
 from fairstream.scheduler.emitter.send import Sender
+from fairstream.scheduler.emitter.spill import Spill
+from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.progress import PartitionProgress
@@ -106,6 +108,7 @@ def build(*, max_backlog: int | None = None, **settings: Any) -> Parts:
         warming=set(),
         purges={},
         dlq_limit=limits.dlq,
+        spill=Spill(config.index_ahead, Handoff(), fetcher, rule),  # type: ignore[arg-type]
     )
     sender = Sender(
         config,

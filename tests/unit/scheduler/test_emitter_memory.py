@@ -35,10 +35,10 @@ from fairstream.scheduler.emitter.fetch import PayloadFetcher
 from fairstream.scheduler.emitter.loop import Emitter
 from fairstream.scheduler.emitter.transaction import Transaction
 from fairstream.scheduler.handoff import Handoff
-from fairstream.scheduler.ingest.member import parse
 from fairstream.scheduler.ingest.readers import Readers, reader_config
 from fairstream.scheduler.messages import Assign, PoliciesRead, PolicyChange, Stop
 from fairstream.scheduler.metrics import Metrics
+from fairstream.scheduler.parsing import parse
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress
 from fairstream.scheduler.records import Parsed
 from fairstream.scheduler.recovery import holding_id
