@@ -33,6 +33,7 @@ from fairstream_dev.kafka import DevBroker
 
 REPO = Path(__file__).resolve().parents[1]
 INGESTED = "fairstream_ingested_records_total"
+IN_LOG = "fairstream_backlog_in_log_records"  # read, passed over, waiting in the log
 EGRESS = "fairstream_egress_records_total"
 PROGRESS_MAX_BYTES = "fairstream_progress_record_max_bytes"
 DEAD_LETTERS = "fairstream_dead_letters_total"  # labelled by reason
