@@ -299,12 +299,7 @@ class Backlog:
                 assert tenant is not None
                 over = spill.passed(prog, partition, offset, tenant, cost, core.room(tenant)[0])
                 if over:  # beyond its backlog limit (in memory and in the log): overflow
-                    cap = core.policy(tenant).max_backlog
-                    refusal[tenant] = (
-                        wire.BACKLOG_FULL,
-                        f"tenant {tenant!r} already has {cap} records waiting, the most its "
-                        f"policy allows (max_backlog={cap})",
-                    )
+                    refusal[tenant] = _full(core, tenant)
                 for start, end in over:  # each read back when its letter is written
                     for at in range(start, end):
                         unread = new(Parsed, (partition, at, tenant, 1, None, 0, None, None))
@@ -329,7 +324,11 @@ class Backlog:
                 letters.append(Letter(None, item, reason, invalid.detail if invalid else ""))
                 continue
             if runs and not again and (partition, tenant) in runs:
-                spill.add(partition, tenant, offset, offset + 1)  # behind its runs, in order
+                # Behind its runs, in log order, if its backlog limit leaves room.
+                if not spill.join(partition, offset, tenant, core.room(tenant)[0]):
+                    refusal[tenant] = _full(core, tenant)
+                    size = FOOTPRINT + len(msg) if type(msg) is bytes else footprint(msg)
+                    held = self._overflow(item, True, size, held, refusal)
                 continue
             if deadline is not None or purges:
                 refused = _refused(purges, tenant, deadline, enqueued, now)
@@ -569,6 +568,17 @@ def _refused(
     if before is not None and enqueued <= before:
         return wire.PURGED, purge_detail(tenant, before)
     return None
+
+
+def _full(core: Core[Parsed], tenant: str) -> tuple[str, str]:
+    """The refusal of a record of ``tenant`` whose backlog, in the core and in the log
+    (``spill``), holds as many records as its policy allows."""
+    cap = core.policy(tenant).max_backlog
+    return (
+        wire.BACKLOG_FULL,
+        f"tenant {tenant!r} already has {cap} records waiting, the most its policy allows "
+        f"(max_backlog={cap})",
+    )
 
 
 def _refusal(

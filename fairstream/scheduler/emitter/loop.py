@@ -317,7 +317,7 @@ class Emitter:
             records = handoff.take_records(self._taken(), APPLY_BATCH)
             if records:
                 self._apply(records)
-            if self.spill.runs:
+            if self.spill.active:
                 self._read_again()
             now = clock.now()
             txn_records = self.txn.records

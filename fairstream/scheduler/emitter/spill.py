@@ -61,7 +61,7 @@ from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.records import Letter, Parsed, new
 from fairstream.wire.dead_letter import lost_detail
 
-__all__ = ["MIN_DEPTH", "Spill"]
+__all__ = ["MIN_DEPTH", "REFILL_BATCH", "Spill"]
 
 log = logging.getLogger("fairstream.spill")
 
@@ -69,6 +69,9 @@ log = logging.getLogger("fairstream.spill")
 # the core never runs dry between two reads (one read brings the next half), few enough that
 # a burst costs the core megabytes, not hundreds of them.
 MIN_DEPTH = 20_000
+# Records read again per turn of the emitter's loop at most: a tenant's half depth can be
+# hundreds of thousands (a fast rate), and emission goes on between two turns.
+REFILL_BATCH = 4096
 
 
 class Spill:
@@ -183,13 +186,14 @@ class Spill:
             partition, tenant = key
             if partition < 0 or key in self._passing:
                 continue
-            if core.backlog(tenant)[0] >= depth and math.isinf(core.room(tenant)[1]):
+            have = core.backlog(tenant)[0]
+            if have >= depth and math.isinf(core.room(tenant)[1]):
                 self._publish(key, on=True)
                 log.debug(
                     "tenant %r: %d records in the core; its next records of partition %d "
                     "wait in the log",
                     tenant,
-                    depth,
+                    have,
                     partition,
                 )
 
@@ -211,6 +215,11 @@ class Spill:
 
     # -- reading again --------------------------------------------------------------------------
 
+    @property
+    def active(self) -> bool:
+        """Whether any tenant has records in the log or is passed over (``refill`` has work)."""
+        return bool(self.runs or self._passing)
+
     def refill(
         self,
         index: Callable[[list[Parsed]], None],
@@ -218,33 +227,46 @@ class Spill:
         parked: dict[int, dict[str, int]],
     ) -> int:
         """Read again the oldest runs of each tenant whose backlog in the core fell below
-        half of the depth, up to the depth, and ``index`` them; records the log no longer
-        holds go to ``letter``. A tenant parked in the partition (``parked``: the parking's
-        counts, ``holding``) is read again whatever its backlog: its records go on to the
-        holding log as they are indexed, and its runs must not pin the mark the parking
-        moves on. How many records were read. Caller: the emitter's loop, while ``runs`` is
-        not empty."""
-        depth = self.depth() or self.min_depth  # unpaced now: what waits is read all the same
+        half of the depth, up to the depth and at most ``REFILL_BATCH`` records a call, and
+        ``index`` them; records the log no longer holds go to ``letter``. A tenant parked in
+        the partition (``parked``: the parking's counts, ``holding``) is read again whatever
+        its backlog: its records go on to the holding log as they are indexed, and its runs
+        must not pin the mark the parking moves on.
+
+        Also keeps what the ingest thread is told true: a tenant with runs is passed over
+        while paced (its records would join its runs anyway, parsed for nothing), unless
+        parked; a tenant without runs whose backlog fell below half the depth is not, nor is
+        any once emission is no longer paced. How many records were read or found gone.
+        Caller: the emitter's loop, while ``active``."""
+        paced = self.depth()
+        depth = paced or self.min_depth  # unpaced now: what waits is read all the same
         core = self.rule.core
-        read = 0
+        budget = REFILL_BATCH
+        for key in [k for k in self._passing if k not in self.runs or paced is None]:
+            if paced is None or core.backlog(key[1])[0] < depth // 2:
+                self._publish(key, on=False)
         for key in list(self.runs):
             partition, tenant = key
-            have = core.backlog(tenant)[0]
             moving = tenant in parked.get(partition, ())
-            if have >= depth // 2 and not moving:
+            if paced is not None and (key in self._passing) == moving:
+                self._publish(key, on=not moving)
+            have = core.backlog(tenant)[0]
+            if budget <= 0 or (have >= depth // 2 and not moving):
                 continue
-            messages = self._read(key, depth if moving else depth - have, letter)
+            want = min(budget, depth if moving else depth - have)
+            messages, taken = self._read(key, want, letter)
+            budget -= taken
             if messages:
                 parsed: deque[Parsed] = deque()
                 parse(partition, messages, parsed, self._tenants, _ignore, _ignore)
                 index(list(parsed))
-                read += len(messages)
-        return read
+        return REFILL_BATCH - budget
 
     def _read(
         self, key: tuple[int, str], want: int, letter: Callable[[Letter], None]
-    ) -> list[Message]:
-        """Up to ``want`` records from the front of ``key``'s runs, taken out of them."""
+    ) -> tuple[list[Message], int]:
+        """Up to ``want`` records from the front of ``key``'s runs, taken out of them, and
+        how many were taken (those the log no longer holds too: ``lost`` letters)."""
         partition, tenant = key
         runs = self.runs[key]
         fetcher = self.fetcher
@@ -256,18 +278,37 @@ class Spill:
             got = fetcher.get(partition, offset)
             if got is None:
                 break  # not now: the fetcher backs off, the runs wait
+            if isinstance(got, Gone):
+                # Retention took the log below its start: every run offset below it is gone,
+                # lettered at once rather than asked for one by one.
+                while runs and runs[0][0] < got.log_start:
+                    run = runs[0]
+                    end = min(run[1], got.log_start)
+                    for at in range(run[0], end):
+                        bare = new(Parsed, (partition, at, tenant, 1, None, 0, None, None))
+                        detail = lost_detail(partition, at, got.log_start)
+                        letter(Letter(tenant, bare, wire.LOST, detail))
+                    taken += end - run[0]
+                    run[0] = end
+                    if run[0] == run[1]:
+                        runs.popleft()
+                continue
             taken += 1
             run[0] = offset + 1
             if run[0] == run[1]:
                 runs.popleft()
-            if isinstance(got, Gone):
-                bare = new(Parsed, (partition, offset, tenant, 1, None, 0, None, None))
-                detail = lost_detail(partition, offset, got.log_start)
-                letter(Letter(tenant, bare, wire.LOST, detail))
-            else:
-                out.append(got)
+            out.append(got)
         self._taken(key, tenant, taken)
-        return out
+        return out, taken
+
+    def join(self, partition: int, offset: int, tenant: str, room: float) -> bool:
+        """A record of ``tenant`` the ingest thread parsed while its runs wait: it joins them
+        (after them in log order) if its backlog limit (``room``: what the core may still
+        take) leaves room for it beside the records in the log; False: refused."""
+        if room - self.counts.get(tenant, 0) < 1:
+            return False
+        self.add(partition, tenant, offset, offset + 1)
+        return True
 
     def _taken(self, key: tuple[int, str], tenant: str, count: int) -> None:
         self.waiting -= count

@@ -10,6 +10,7 @@ from typing import Any
 from fairstream import wire
 from fairstream.core import TenantPolicy
 from fairstream.scheduler.emitter.fetch import Gone
+from fairstream.scheduler.emitter.spill import REFILL_BATCH
 from fairstream.scheduler.parsing import parse
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.records import Parsed, passed_over
@@ -137,14 +138,18 @@ def test_index_ahead_zero_turns_passing_off() -> None:
     assert parts.backlog.spill.handoff.passing == {}
 
 
-def test_a_record_the_log_no_longer_holds_becomes_a_lost_letter() -> None:
+def test_records_the_log_no_longer_holds_become_lost_letters_at_once() -> None:
     parts = build(rate=100.0)
-    parts.backlog.index([passed_over(0, 0, "B", 2)], parts.txn)
-    parts.fetcher.answers = {0: Gone(1), 1: message(0, 1, "B")}
-    assert read_again(parts) == 1
-    [letter] = parts.backlog.letters
-    assert (letter.tenant, letter.entry.offset, letter.reason) == ("B", 0, wire.LOST)
-    assert offsets_of(parts, "B") == [1]
+    parts.backlog.index([passed_over(0, 0, "B", 3), passed_over(0, 4, "B", 2)], parts.txn)
+    parts.fetcher.answers = {0: Gone(5), 5: message(0, 5, "B")}
+    assert read_again(parts) == 5
+    assert parts.fetcher.asked == [0, 5]  # below the log start: lettered, not asked for
+    letters = parts.backlog.letters
+    assert [(x.tenant, x.entry.offset, x.reason) for x in letters] == [
+        ("B", at, wire.LOST) for at in (0, 1, 2, 4)
+    ]
+    assert offsets_of(parts, "B") == [5]
+    assert not parts.backlog.spill.runs
 
 
 def test_a_read_that_fails_now_leaves_the_runs_waiting() -> None:
@@ -221,3 +226,37 @@ def test_a_parked_tenant_is_read_again_whatever_its_backlog() -> None:
     # Parked: what is read again moves on to the holding log, so its runs must not wait.
     assert read_again(parts, {0: {"B": 4}}) == 3
     assert not spill.runs
+
+
+def test_a_record_parsed_behind_runs_is_refused_beyond_the_backlog_limit() -> None:
+    parts = build(rate=100.0, max_backlog=3)
+    parts.backlog.index([passed_over(0, 0, "B", 2), record(parts, 2, "B")], parts.txn)
+    parts.backlog.index([record(parts, 3, "B")], parts.txn)  # 3 in the log: the limit
+    assert parts.backlog.spill.runs == {(0, "B"): deque([[0, 3]])}
+    [letter] = parts.backlog.overflow.letters
+    assert (letter.entry.offset, letter.reason) == (3, wire.BACKLOG_FULL)
+    assert letter.entry.msg is not None  # parsed: its payload is at hand
+
+
+def test_a_tenant_with_runs_is_passed_over_while_paced_and_not_once_unpaced() -> None:
+    parts = build(rate=100.0)
+    spill = parts.backlog.spill
+    # Runs, but not passed over (its key was withdrawn before these arrived, say).
+    parts.backlog.index([passed_over(0, 0, "B", 2)], parts.txn)
+    parts.core.push("B", record(parts, 9, "B"), 1)  # a backlog: nothing to read yet
+    spill.min_depth = 2
+    read_again(parts)
+    assert spill.handoff.passing == {0: {b"B": "B"}}
+    spill.index_ahead = 0  # as unpaced: nobody is passed over
+    read_again(parts)
+    assert spill.handoff.passing == {}
+    assert spill.runs  # the runs are still read again, as their turn comes
+
+
+def test_a_turn_reads_at_most_a_batch() -> None:
+    parts = build(rate=100.0)
+    spill = parts.backlog.spill
+    parts.backlog.index([passed_over(0, 0, "B", 10_000)], parts.txn)
+    parts.fetcher.answers = {o: message(0, o, "B") for o in range(10_000)}
+    assert read_again(parts) == REFILL_BATCH
+    assert spill.waiting == 10_000 - REFILL_BATCH
