@@ -28,7 +28,7 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from fairstream import wire
 from fairstream.config import Settings
@@ -64,7 +64,7 @@ from fairstream.wire.dead_letter import (
     purge_detail,
 )
 
-__all__ = ["Backlog", "Overflow"]
+__all__ = ["Backlog", "Overflow", "Refused"]
 
 log = logging.getLogger("fairstream.emitter")
 
@@ -129,14 +129,29 @@ class Departures:
         self._after = waiting
 
 
+class Refused(NamedTuple):
+    """The dead letters of a run of records the ingest thread passed over (``spill``) and
+    their tenant's backlog limit refused: ``entry`` the first (without its payload), ``end``
+    the offset past the last. Each letter is made, its payload read back, as it is written
+    (``Backlog.send_letters``): a flood's 900,000 refused records made at once held the
+    emitter for seconds."""
+
+    tenant: str
+    entry: Parsed
+    reason: str
+    detail: str
+    end: int
+
+
 class Overflow:
-    """The dead letters of records refused by their tenant's backlog limits, in ingest
-    order, and the bytes of the payloads they hold (at most ``budget``)."""
+    """The dead letters of records refused by their tenant's backlog limits (a letter each,
+    or a ``Refused`` run), in ingest order, and the bytes of the payloads they hold (at most
+    ``budget``)."""
 
     __slots__ = ("budget", "held", "letters")
 
     def __init__(self, budget: int) -> None:
-        self.letters: deque[Letter] = deque()
+        self.letters: deque[Letter | Refused] = deque()
         self.held = 0
         self.budget = budget
 
@@ -300,10 +315,9 @@ class Backlog:
                 over = spill.passed(prog, partition, offset, tenant, cost, core.room(tenant)[0])
                 if over:  # beyond its backlog limit (in memory and in the log): overflow
                     refusal[tenant] = _full(core, tenant)
-                for start, end in over:  # each read back when its letter is written
-                    for at in range(start, end):
-                        unread = new(Parsed, (partition, at, tenant, 1, None, 0, None, None))
-                        held = self._overflow(unread, True, 0, held, refusal)
+                for start, end in over:  # lettered as written, each read back then
+                    first = new(Parsed, (partition, start, tenant, 1, None, 0, None, None))
+                    flood.letters.append(Refused(tenant, first, *refusal[tenant], end))
                 continue
             if not again:
                 if offset < prog.next:
@@ -495,6 +509,9 @@ class Backlog:
         held = self.overflow.held
         while overflow and sent < limit:
             letter = overflow.popleft()
+            if isinstance(letter, Refused):
+                sent += self._send_refused(txn, letter, limit - sent)
+                continue
             sent += 1
             _tenant, entry, reason, detail = letter
             partition, offset, msg = entry.partition, entry.offset, entry.msg
@@ -527,6 +544,20 @@ class Backlog:
         for reason, count in counts.items():
             self.checkpoint.lettered(reason, count)
         return sent
+
+    def _send_refused(self, txn: Transaction, refused: Refused, most: int) -> int:
+        """Up to ``most`` letters of a ``Refused`` run, its first ones; the rest stays at the
+        overflow's head. How many were written (or wait in ``unread_letters``)."""
+        tenant, entry, reason, detail, end = refused
+        partition, start = entry.partition, entry.offset
+        stop = min(end, start + most)
+        for at in range(start, stop):
+            bare = new(Parsed, (partition, at, tenant, 1, None, 0, None, None))
+            self._send_letter(txn, tenant, bare, reason, detail)
+        if stop < end:
+            rest = new(Parsed, (partition, stop, tenant, 1, None, 0, None, None))
+            self.overflow.letters.appendleft(Refused(tenant, rest, reason, detail, end))
+        return stop - start
 
     def _send_letter(
         self, txn: Transaction, tenant: str | None, entry: Parsed, reason: str, detail: str

@@ -9,6 +9,7 @@ from typing import Any
 
 from fairstream import wire
 from fairstream.core import TenantPolicy
+from fairstream.scheduler.emitter.backlog import Refused
 from fairstream.scheduler.emitter.fetch import Gone
 from fairstream.scheduler.emitter.spill import REFILL_BATCH
 from fairstream.scheduler.parsing import parse
@@ -193,17 +194,27 @@ def test_revoked_partitions_forget_their_runs_and_keys() -> None:
 
 def test_a_backlog_limit_counts_the_records_in_the_log_and_refuses_beyond_it() -> None:
     parts = build(rate=100.0, index_ahead=0.01, max_backlog=10)
-    spill = parts.backlog.spill
+    spill, backlog = parts.backlog.spill, parts.backlog
     spill.min_depth = 4
-    parts.backlog.index([record(parts, o, "B") for o in range(4)], parts.txn)
+    backlog.index([record(parts, o, "B") for o in range(4)], parts.txn)
     assert spill.handoff.passing == {0: {b"B": "B"}}
-    parts.backlog.index([passed_over(0, 4, "B", 4), passed_over(0, 9, "B", 3)], parts.txn)
+    backlog.index([passed_over(0, 4, "B", 4), passed_over(0, 9, "B", 10)], parts.txn)
     assert spill.runs == {(0, "B"): deque([[4, 8], [9, 11]])}  # 4 + 6 = 10, the limit
-    letters = parts.backlog.overflow.letters
-    assert [(x.entry.offset, x.entry.msg, x.reason) for x in letters] == [
-        (11, None, wire.BACKLOG_FULL)  # its payload read back when its letter is written
-    ]
-    assert "max_backlog=10" in letters[0].detail
+    # The 8 refused (11-18) wait as one run of letters, each made as it is written.
+    [refused] = backlog.overflow.letters
+    assert isinstance(refused, Refused)
+    assert (refused.entry.offset, refused.end, refused.reason) == (11, 19, wire.BACKLOG_FULL)
+    assert "max_backlog=10" in refused.detail
+    parts.fetcher.answers = {o: message(0, o, "B") for o in range(11, 19)}
+    assert backlog.send_letters(parts.txn, 5) == 5
+    assert parts.fetcher.asked == [11, 12, 13, 14, 15]  # payloads read back as written
+    [rest] = backlog.overflow.letters
+    assert isinstance(rest, Refused)
+    assert (rest.entry.offset, rest.end) == (16, 19)
+    prog = parts.progress[0]
+    prog.settle(0)
+    assert backlog.send_letters(parts.txn, 10) == 3
+    assert not backlog.overflow.letters
 
 
 def test_a_tenant_with_a_limit_on_its_backlog_cost_is_never_passed_over() -> None:
@@ -234,6 +245,7 @@ def test_a_record_parsed_behind_runs_is_refused_beyond_the_backlog_limit() -> No
     parts.backlog.index([record(parts, 3, "B")], parts.txn)  # 3 in the log: the limit
     assert parts.backlog.spill.runs == {(0, "B"): deque([[0, 3]])}
     [letter] = parts.backlog.overflow.letters
+    assert not isinstance(letter, Refused)
     assert (letter.entry.offset, letter.reason) == (3, wire.BACKLOG_FULL)
     assert letter.entry.msg is not None  # parsed: its payload is at hand
 
