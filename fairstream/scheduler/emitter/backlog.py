@@ -510,7 +510,10 @@ class Backlog:
         while overflow and sent < limit:
             letter = overflow.popleft()
             if isinstance(letter, Refused):
-                sent += self._send_refused(txn, letter, limit - sent)
+                taken, stalled = self._send_refused(txn, letter, limit - sent)
+                sent += taken
+                if stalled:
+                    break  # its next payload cannot be read now: the run waits, at the head
                 continue
             sent += 1
             _tenant, entry, reason, detail = letter
@@ -545,19 +548,53 @@ class Backlog:
             self.checkpoint.lettered(reason, count)
         return sent
 
-    def _send_refused(self, txn: Transaction, refused: Refused, most: int) -> int:
-        """Up to ``most`` letters of a ``Refused`` run, its first ones; the rest stays at the
-        overflow's head. How many were written (or wait in ``unread_letters``)."""
+    def _send_refused(self, txn: Transaction, refused: Refused, most: int) -> tuple[int, bool]:
+        """Up to ``most`` letters of a ``Refused`` run, its first ones, each payload read back
+        (``fetch``); the rest stays at the overflow's head. How many were written, and
+        whether a read could not be done now (the run waits for the fetcher's next try).
+
+        A run is one tenant, one reason, one sentence: its headers but the coordinates are
+        built once, as for the overflow's letters with payloads (``send_letters``); a record
+        with headers of its own, or too large to go as it is, takes ``_send_letter``."""
         tenant, entry, reason, detail, end = refused
         partition, start = entry.partition, entry.offset
         stop = min(end, start + most)
-        for at in range(start, stop):
-            bare = new(Parsed, (partition, at, tenant, 1, None, 0, None, None))
-            self._send_letter(txn, tenant, bare, reason, detail)
-        if stop < end:
-            rest = new(Parsed, (partition, stop, tenant, 1, None, 0, None, None))
+        fetcher, produce, topic = self.fetcher, txn.produce, self.dlq_topic
+        prog = self.progress.get(partition)
+        fixed = wire.dead_letter_headers([], reason, detail, (self.ingest_topic, 0, 0))[:-2]
+        room = self.dlq_limit - (RECORD_OVERHEAD + 64 + 255 + 2 * 64)
+        room -= sum(header_bytes(h) for h in fixed)
+        written = 0
+        at = start
+        stalled = False
+        while at < stop:
+            read = fetcher.get(partition, at)
+            if read is None:
+                stalled = True
+                break
+            if isinstance(read, Gone):
+                bare = new(Parsed, (partition, at, tenant, 1, None, 0, None, None))
+                lost = lost_detail(partition, at, read.log_start)
+                self._send_letter(txn, tenant, bare, wire.LOST, lost)
+            else:
+                key, value = read.key(), read.value()
+                if read.headers() is not None or len(value or b"") + len(key or b"") > room:
+                    held = new(Parsed, (partition, at, tenant, 1, None, 0, read, None))
+                    self._send_letter(txn, tenant, held, reason, detail)
+                else:
+                    coordinates = [(wire.DLQ_PARTITION, b"%d" % partition)]
+                    coordinates.append((wire.DLQ_OFFSET, b"%d" % at))
+                    produce(topic, value, key, [*fixed, *coordinates])
+                    if prog is not None:
+                        prog.settle(at)
+                    written += 1
+            at += 1
+        if written:
+            self.checkpoint.lettered(reason, written)
+        if at < end:
+            rest = new(Parsed, (partition, at, tenant, 1, None, 0, None, None))
             self.overflow.letters.appendleft(Refused(tenant, rest, reason, detail, end))
-        return stop - start
+        return at - start, stalled
 
     def _send_letter(
         self, txn: Transaction, tenant: str | None, entry: Parsed, reason: str, detail: str

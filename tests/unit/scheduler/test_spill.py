@@ -272,3 +272,17 @@ def test_a_turn_reads_at_most_a_batch() -> None:
     parts.fetcher.answers = {o: message(0, o, "B") for o in range(10_000)}
     assert read_again(parts) == REFILL_BATCH
     assert spill.waiting == 10_000 - REFILL_BATCH
+
+
+def test_a_refused_run_whose_payload_cannot_be_read_now_waits_at_the_head() -> None:
+    parts = build(rate=100.0, max_backlog=2)
+    backlog = parts.backlog
+    backlog.index([record(parts, 0, "B"), record(parts, 1, "B")], parts.txn)
+    backlog.index([passed_over(0, 2, "B", 4)], parts.txn)  # all four over the limit
+    parts.fetcher.answers = {2: message(0, 2, "B"), 3: message(0, 3, "B")}  # 4: not now
+    assert backlog.send_letters(parts.txn, 100) == 2
+    [rest] = backlog.overflow.letters
+    assert isinstance(rest, Refused)
+    assert rest.entry.offset == 4
+    assert backlog.send_letters(parts.txn, 100) == 0  # still not: no spin, no loss
+    assert parts.progress[0].settled_above == 1  # 2 and 3, one range above the mark
