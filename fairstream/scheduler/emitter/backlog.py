@@ -38,7 +38,7 @@ from fairstream.core.admission import NO_ROOM
 from fairstream.core.emission import EmissionRule
 from fairstream.scheduler.emitter.checkpoint import Checkpoint
 from fairstream.scheduler.emitter.egress import FOOTPRINT, dead_letter, footprint
-from fairstream.scheduler.emitter.fetch import Gone, PayloadFetcher
+from fairstream.scheduler.emitter.fetch import PATIENT, Gone, PayloadFetcher
 from fairstream.scheduler.emitter.holding import Parking
 from fairstream.scheduler.emitter.spill import Spill
 from fairstream.scheduler.emitter.transaction import Transaction
@@ -568,7 +568,7 @@ class Backlog:
         at = start
         stalled = False
         while at < stop:
-            read = fetcher.get(partition, at)
+            read = fetcher.get(partition, at, PATIENT)  # a letter holds no one up
             if read is None:
                 stalled = True
                 break

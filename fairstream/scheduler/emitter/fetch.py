@@ -46,6 +46,7 @@ MAX_BACKOFF = 5.0
 BATCH = 1000  # records one consume call takes at most
 READ_AHEAD = 10_000  # records already fetched that a read keeps beyond the one it wanted
 SKIP_AHEAD = 20_000  # offsets a read passes over rather than seek
+PATIENT = 0.01  # seconds a read that need not hold the emitter up waits (``get``'s patience)
 
 
 @dataclass(frozen=True)
@@ -109,9 +110,18 @@ class PayloadFetcher:
     def _reader(self) -> AssignedReader:
         return self._consumer.get()
 
-    def get(self, partition: int, offset: int) -> Message | Gone | None:
+    def get(
+        self, partition: int, offset: int, patience: float | None = None
+    ) -> Message | Gone | None:
         """The record at ``offset``; ``Gone`` when the log no longer has it (its log start
-        is past it); None when it cannot be read now (try again after ``retry_in``)."""
+        is past it); None when it cannot be read now (try again after ``retry_in``).
+
+        ``patience``: seconds this read may wait for its record, for a read that need not
+        hold the emitter up (a dead letter, records read again ahead of their turn). Past
+        them it answers None with no backoff (not yet, not a failure): the reader goes on
+        fetching from there, and the next ``get`` takes what came meanwhile. The first read
+        of a flood's letters, during the flood, waited 0.3-1.0 s for its fetch, and so did
+        every record emitted after it."""
         key = (partition, offset)
         hit = self._window.pop(key, None)
         if hit is not None:
@@ -121,10 +131,12 @@ class PayloadFetcher:
         if failing is not None and self.clock.now() < failing.retry_at:
             return None  # backing off: the emitter serves others meanwhile
         self.reads += 1
-        found, error = self._read(partition, offset)
+        found, error, passed = self._read(partition, offset, patience)
         if found is not None:
             self._recovered(partition)
             return found
+        if patience is not None and not passed:
+            return None  # not yet
         try:
             low, _high = self._reader().get_watermark_offsets(
                 TopicPartition(self.topic, partition), timeout=WATERMARK_TIMEOUT, cached=False
@@ -151,9 +163,13 @@ class PayloadFetcher:
         """When (by the clock) the first backing-off partition is read again (0: none)."""
         return min((f.retry_at for f in self.failing.values()), default=0.0)
 
-    def _read(self, partition: int, offset: int) -> tuple[Message | None, str]:
+    def _read(
+        self, partition: int, offset: int, patience: float | None
+    ) -> tuple[Message | None, str, bool]:
+        """The record at ``offset`` if read within the patience (``READ_TIMEOUT`` without
+        one); why not; and whether the log went past it without it."""
         if faults.take("readback"):  # tests only: a read that finds nothing in time
-            return None, "injected miss (FAIRSTREAM_TEST_FAULTS)"
+            return None, "injected miss (FAIRSTREAM_TEST_FAULTS)", False
         reader = self._reader()
         topic, real = self.topic, partition
         if partition < 0 and self.holding is not None:
@@ -166,13 +182,14 @@ class PayloadFetcher:
             # passing over a few thousand records costs less than a seek's round trip.
             reader.assign([TopicPartition(topic, real, offset)])
         self._next = None
-        deadline = time.monotonic() + READ_TIMEOUT
+        wait = READ_TIMEOUT if patience is None else patience
+        deadline = time.monotonic() + wait
         found: Message | None = None
         passed = False  # the log is past ``offset`` without it: deleted, or so it seems
-        error = f"not read within {READ_TIMEOUT:g} s"
+        error = f"not read within {wait:g} s"
         last = -1
         while found is None and not passed and time.monotonic() < deadline:
-            for msg in reader.consume(num_messages=BATCH, timeout=0.5):
+            for msg in reader.consume(num_messages=BATCH, timeout=min(0.5, wait)):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
@@ -196,24 +213,29 @@ class PayloadFetcher:
                         error = f"offset {at} came first"
                     self._keep((partition, at), msg)
         if found is not None:
-            # What the reader has fetched already is kept too (the next turns want the
-            # neighbours), without waiting for more.
-            taken = 0
-            while taken < READ_AHEAD:
-                batch = reader.consume(num_messages=BATCH, timeout=0)
-                if not batch:
-                    break
-                taken += len(batch)
-                for msg in batch:
-                    at = msg.offset()
-                    if msg.error() is None and msg.partition() == real and at is not None:
-                        last = max(last, at)
-                        self._keep((partition, at), msg)
             # The reader stands after the last record it handed over (transaction markers
             # between are skipped by the next consume).
-            self._next = (partition, last + 1)
+            self._next = (partition, self._read_ahead(reader, partition, real, last) + 1)
+        elif not passed and last < 0:
+            self._next = (partition, offset)  # nothing came yet: the reader stands there
         self._trim()
-        return found, error
+        return found, error, passed
+
+    def _read_ahead(self, reader: AssignedReader, partition: int, real: int, last: int) -> int:
+        """What the reader has fetched already is kept too (the next turns want the
+        neighbours), without waiting for more. The last offset it handed over."""
+        taken = 0
+        while taken < READ_AHEAD:
+            batch = reader.consume(num_messages=BATCH, timeout=0)
+            if not batch:
+                break
+            taken += len(batch)
+            for msg in batch:
+                at = msg.offset()
+                if msg.error() is None and msg.partition() == real and at is not None:
+                    last = max(last, at)
+                    self._keep((partition, at), msg)
+        return last
 
     def _failed(self, partition: int, offset: int, error: str) -> None:
         now = self.clock.now()

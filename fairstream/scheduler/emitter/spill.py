@@ -54,7 +54,7 @@ from confluent_kafka import Message
 from fairstream import wire
 from fairstream.core import FairScheduler
 from fairstream.core.emission import EmissionRule
-from fairstream.scheduler.emitter.fetch import Gone, PayloadFetcher
+from fairstream.scheduler.emitter.fetch import PATIENT, Gone, PayloadFetcher
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.parsing import parse
 from fairstream.scheduler.progress import PartitionProgress
@@ -275,9 +275,9 @@ class Spill:
         while runs and taken < want:
             run = runs[0]
             offset = run[0]
-            got = fetcher.get(partition, offset)
+            got = fetcher.get(partition, offset, PATIENT)  # emission goes on meanwhile
             if got is None:
-                break  # not now: the fetcher backs off, the runs wait
+                break  # not yet (or the fetcher backs off): the runs wait for the next turn
             if isinstance(got, Gone):
                 # Retention took the log below its start: every run offset below it is gone,
                 # lettered at once rather than asked for one by one.

@@ -34,7 +34,7 @@ class Readback:
         self.asked: list[int] = []
         self.retry_at = 0.0
 
-    def get(self, partition: int, offset: int) -> Any:
+    def get(self, partition: int, offset: int, patience: float | None = None) -> Any:
         self.asked.append(offset)
         return self.answers.get(offset)
 

@@ -103,7 +103,7 @@ class Fetcher:
     def __init__(self, *args: Any) -> None:
         pass
 
-    def get(self, partition: int, offset: int) -> None:
+    def get(self, partition: int, offset: int, patience: float | None = None) -> None:
         return None
 
     def forget(self, partition: int) -> None:
@@ -453,7 +453,7 @@ class Readback:
         self.failing: dict[int, Any] = {}
         self.retry_at = 0.0
 
-    def get(self, partition: int, offset: int) -> Any:
+    def get(self, partition: int, offset: int, patience: float | None = None) -> Any:
         self.asked.append(offset)
         return self.answers.get(offset)
 

@@ -33,14 +33,25 @@ def fetcher(monkeypatch: pytest.MonkeyPatch) -> tuple[PayloadFetcher, Watermarks
     reads: list[int] = []
     found: dict[int, Message] = {}
 
-    def read(partition: int, offset: int) -> tuple[Message | None, str]:
+    def read(
+        partition: int, offset: int, patience: float | None
+    ) -> tuple[Message | None, str, bool]:
         reads.append(offset)
-        return found.get(offset), "not read within 2 s"
+        return found.get(offset), "not read within 2 s", False
 
     monkeypatch.setattr(f, "_reader", lambda: marks)
     monkeypatch.setattr(f, "_read", read)
     f.found = found  # type: ignore[attr-defined]
     return f, marks, reads
+
+
+def test_a_patient_read_not_done_yet_is_neither_gone_nor_a_failure(fetcher) -> None:
+    f, marks, reads = fetcher
+    marks.low = 5  # the log start would say gone: a read not done yet never asks it
+    assert f.get(0, 3, 0.01) is None
+    assert f.failing == {}
+    assert f.retry_in(0) == 0.0
+    assert reads == [3]
 
 
 def test_a_record_below_the_log_start_is_gone_with_the_log_start(fetcher) -> None:
