@@ -45,6 +45,7 @@ NATIVE = (
     "fairstream.scheduler.emitter.egress",
     "fairstream.scheduler.emitter.holding",
     "fairstream.scheduler.emitter.send",
+    "fairstream.scheduler.ingest.member",
     "fairstream.scheduler.parsing",
     "fairstream.scheduler.progress",
     "fairstream.scheduler.records",
