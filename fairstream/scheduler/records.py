@@ -1,6 +1,7 @@
 """The records the scheduler's stages pass on, one type per stage, with named fields.
 
-``Parsed``: an ingest record the ingest thread read and checked (``handoff``); the same
+``Parsed``: an ingest record the ingest thread read and checked (``handoff``; there also a
+run of records it passed over, ``passed_over``); the same
 object then waits in its tenant's backlog in the core (``backlog``), its payload dropped
 (``msg`` None) when ``--buffer-memory`` is spent. Its payload (``Held``) is its value alone
 without headers, a ``Headed`` with headers, and the consumer's message only when it is
