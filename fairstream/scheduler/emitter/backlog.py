@@ -527,9 +527,7 @@ class Backlog:
             key, value = held_key(msg, _tenant), held_value(msg)
             if run != (reason, detail):
                 run = (reason, detail)
-                fixed = wire.dead_letter_headers([], reason, detail, (ingest_topic, 0, 0))[:-2]
-                room = limit_bytes - (RECORD_OVERHEAD + 64 + 255 + 2 * 64)
-                room -= sum(header_bytes(h) for h in fixed)
+                fixed, room = _run_headers(ingest_topic, limit_bytes, reason, detail)
             if len(value or b"") + len(key or b"") > room:
                 self._send_letter(txn, *letter)  # fitted to the topic
                 continue
@@ -561,9 +559,7 @@ class Backlog:
         stop = min(end, start + most)
         fetcher, produce, topic = self.fetcher, txn.produce, self.dlq_topic
         prog = self.progress.get(partition)
-        fixed = wire.dead_letter_headers([], reason, detail, (self.ingest_topic, 0, 0))[:-2]
-        room = self.dlq_limit - (RECORD_OVERHEAD + 64 + 255 + 2 * 64)
-        room -= sum(header_bytes(h) for h in fixed)
+        fixed, room = _run_headers(self.ingest_topic, self.dlq_limit, reason, detail)
         written = 0
         at = start
         stalled = False
@@ -636,6 +632,18 @@ def _refused(
     if before is not None and enqueued <= before:
         return wire.PURGED, purge_detail(tenant, before)
     return None
+
+
+def _run_headers(
+    ingest_topic: str, limit_bytes: int, reason: str, detail: str
+) -> tuple[list[tuple[str, bytes | None]], int]:
+    """A run of overflow letters' headers but the coordinates (one tenant, one reason, one
+    sentence: built once per run), and the key and value bytes a letter of the run may
+    hold and still plainly fit the dead-letter topic (``fit``'s arithmetic, done once)."""
+    fixed = wire.dead_letter_headers([], reason, detail, (ingest_topic, 0, 0))[:-2]
+    room = limit_bytes - (RECORD_OVERHEAD + 64 + 255 + 2 * 64)
+    room -= sum(header_bytes(h) for h in fixed)
+    return fixed, room
 
 
 def _full(core: Core[Parsed], tenant: str) -> tuple[str, str]:

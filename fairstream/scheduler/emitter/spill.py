@@ -106,10 +106,6 @@ class Spill:
             return None
         return max(self.min_depth, int(rate * self.index_ahead))
 
-    def __contains__(self, key: tuple[int, str]) -> bool:
-        """Whether the tenant has records of the partition waiting in the log."""
-        return key in self.runs
-
     # -- what the ingest thread hands over ----------------------------------------------------
 
     def passed(
