@@ -21,6 +21,7 @@ __all__ = [
     "NO_ROOM",
     "Decision",
     "admit",
+    "backlog_full",
     "over_limits",
     "room",
 ]
@@ -102,6 +103,17 @@ def room(policy: TenantPolicy, backlog_records: int, backlog_cost: int) -> list[
     ]
 
 
+def backlog_full(who: str, backlog_records: int, max_backlog: int | None) -> Decision:
+    """The refusal of a record because ``who`` (``admit``'s words: a tenant, or a tenant's
+    group) already holds ``backlog_records``, as many records as its ``max_backlog`` allows.
+    Also the emitter's, when the records waiting in the ingest log count too."""
+    return Decision.reject(
+        BACKLOG_FULL,
+        f"{who} already has {backlog_records} records waiting, "
+        f"the most its policy allows (max_backlog={max_backlog})",
+    )
+
+
 def _admit(
     who: str, policy: TenantPolicy, backlog_records: int, backlog_cost: int, cost: int
 ) -> Decision:
@@ -110,11 +122,7 @@ def _admit(
     if verdict == ADMITTED:
         return ACCEPT
     if verdict == NO_ROOM:
-        return Decision.reject(
-            BACKLOG_FULL,
-            f"{who} already has {backlog_records} records waiting, "
-            f"the most its policy allows (max_backlog={policy.max_backlog})",
-        )
+        return backlog_full(who, backlog_records, policy.max_backlog)
     cost_limit = policy.max_backlog_cost
     assert cost_limit is not None  # NO_COST_ROOM: there is one
     if cost > cost_limit:

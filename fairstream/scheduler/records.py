@@ -48,6 +48,7 @@ __all__ = [
     "passed_over",
     "stored",
     "unpack",
+    "unread",
 ]
 
 new = tuple.__new__  # new(Parsed, (partition, offset, ...)): a Parsed, with no Python frame
@@ -122,6 +123,13 @@ def passed_over(partition: int, first: int, tenant: str, count: int) -> Parsed:
     its ``cost`` is the run's length: a record in the queue costs one tuple, and a run of a
     bursting tenant's records (thousands in a row) costs one too."""
     return new(Parsed, (partition, first, tenant, count, None, 0, None, None))
+
+
+def unread(partition: int, offset: int, tenant: str, msg: Held | None = None) -> Parsed:
+    """One record of ``tenant`` known by its place alone: an offset of a run in the log (a
+    refused run's next letter, a record gone from the log), to be read back when it is
+    written; or, with ``msg``, what that read gave. Cost 1, no deadline, never enqueued."""
+    return new(Parsed, (partition, offset, tenant, 1, None, 0, msg, None))
 
 
 def held_value(msg: Held) -> bytes | None:

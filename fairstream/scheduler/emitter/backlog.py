@@ -34,7 +34,7 @@ from fairstream import wire
 from fairstream.config import Settings
 from fairstream.config.topics import holding_topic
 from fairstream.core import Core, FairScheduler, RecordClock
-from fairstream.core.admission import NO_ROOM
+from fairstream.core.admission import NO_ROOM, backlog_full
 from fairstream.core.emission import EmissionRule
 from fairstream.scheduler.emitter.checkpoint import Checkpoint
 from fairstream.scheduler.emitter.egress import FOOTPRINT, dead_letter, footprint
@@ -55,6 +55,7 @@ from fairstream.scheduler.records import (
     new,
     stored,
     unpack,
+    unread,
 )
 from fairstream.wire.dead_letter import (
     RECORD_OVERHEAD,
@@ -316,7 +317,7 @@ class Backlog:
                 if over:  # beyond its backlog limit (in memory and in the log): overflow
                     refusal[tenant] = _full(core, tenant)
                 for start, end in over:  # lettered as written, each read back then
-                    first = new(Parsed, (partition, start, tenant, 1, None, 0, None, None))
+                    first = unread(partition, start, tenant)
                     flood.letters.append(Refused(tenant, first, *refusal[tenant], end))
                 continue
             if not again:
@@ -559,7 +560,9 @@ class Backlog:
         stop = min(end, start + most)
         fetcher, produce, topic = self.fetcher, txn.produce, self.dlq_topic
         prog = self.progress.get(partition)
-        fixed, room = _run_headers(self.ingest_topic, self.dlq_limit, reason, detail)
+        # Built at the first payload read, not at each turn the fetcher keeps the run waiting.
+        fixed: list[tuple[str, bytes | None]] | None = None
+        room = 0
         written = 0
         at = start
         stalled = False
@@ -569,13 +572,15 @@ class Backlog:
                 stalled = True
                 break
             if isinstance(read, Gone):
-                bare = new(Parsed, (partition, at, tenant, 1, None, 0, None, None))
+                bare = unread(partition, at, tenant)
                 lost = lost_detail(partition, at, read.log_start)
                 self._send_letter(txn, tenant, bare, wire.LOST, lost)
             else:
+                if fixed is None:
+                    fixed, room = _run_headers(self.ingest_topic, self.dlq_limit, reason, detail)
                 key, value = read.key(), read.value()
                 if read.headers() is not None or len(value or b"") + len(key or b"") > room:
-                    held = new(Parsed, (partition, at, tenant, 1, None, 0, read, None))
+                    held = unread(partition, at, tenant, read)
                     self._send_letter(txn, tenant, held, reason, detail)
                 else:
                     coordinates = [(wire.DLQ_PARTITION, b"%d" % partition)]
@@ -588,7 +593,7 @@ class Backlog:
         if written:
             self.checkpoint.lettered(reason, written)
         if at < end:
-            rest = new(Parsed, (partition, at, tenant, 1, None, 0, None, None))
+            rest = unread(partition, at, tenant)
             self.overflow.letters.appendleft(Refused(tenant, rest, reason, detail, end))
         return at - start, stalled
 
@@ -650,11 +655,8 @@ def _full(core: Core[Parsed], tenant: str) -> tuple[str, str]:
     """The refusal of a record of ``tenant`` whose backlog, in the core and in the log
     (``spill``), holds as many records as its policy allows."""
     cap = core.policy(tenant).max_backlog
-    return (
-        wire.BACKLOG_FULL,
-        f"tenant {tenant!r} already has {cap} records waiting, the most its policy allows "
-        f"(max_backlog={cap})",
-    )
+    decision = backlog_full(f"tenant {tenant!r}", cap or 0, cap)
+    return (decision.reason or wire.BACKLOG_FULL, decision.detail or "")
 
 
 def _refusal(

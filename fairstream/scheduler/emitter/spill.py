@@ -58,7 +58,7 @@ from fairstream.scheduler.emitter.fetch import PATIENT, Gone, PayloadFetcher
 from fairstream.scheduler.handoff import Handoff
 from fairstream.scheduler.parsing import parse
 from fairstream.scheduler.progress import PartitionProgress
-from fairstream.scheduler.records import Letter, Parsed, new
+from fairstream.scheduler.records import Letter, Parsed, unread
 from fairstream.wire.dead_letter import lost_detail
 
 __all__ = ["MIN_DEPTH", "REFILL_BATCH", "Spill"]
@@ -281,7 +281,7 @@ class Spill:
                     run = runs[0]
                     end = min(run[1], got.log_start)
                     for at in range(run[0], end):
-                        bare = new(Parsed, (partition, at, tenant, 1, None, 0, None, None))
+                        bare = unread(partition, at, tenant)
                         detail = lost_detail(partition, at, got.log_start)
                         letter(Letter(tenant, bare, wire.LOST, detail))
                     taken += end - run[0]
