@@ -52,6 +52,9 @@ class Row:
     kind: str = "tenant"
     group: str | None = None
     budget: str | None = None  # its budget with the least room: "spent/limit window"
+    # Records of a tenant far behind that wait in the ingest log, to be read again when its
+    # turn nears (not in ``backlog``, which counts what is in memory).
+    in_log: int = 0
 
 
 def budget_cell(row: dict[str, Any]) -> str | None:
@@ -118,17 +121,17 @@ def compute_rows(
     total = sum(rates.values())
     class_weight: dict[int, float] = {}
     for row in new.values():
-        if row["backlog"] > 0 and not row["paused"]:
+        if _waiting(row) > 0 and not row["paused"]:
             class_weight[row["priority"]] = class_weight.get(row["priority"], 0.0) + row["weight"]
     rows = []
     for tenant, row in new.items():
-        backlogged = row["backlog"] > 0 and not row["paused"]
+        backlogged = _waiting(row) > 0 and not row["paused"]
         cap = row.get("rate_cap")
         if row["paused"]:
             state = "paused"
         elif cap is not None and rates[tenant] >= 0.95 * cap:
             state = "capped"
-        elif row["backlog"] > 0:
+        elif _waiting(row) > 0:
             state = "backlogged"
         else:
             state = "idle"
@@ -145,10 +148,17 @@ def compute_rows(
                 cost_declared=row.get("cost_declared"),
                 cost_reported=row.get("cost_reported"),
                 budget=budget_cell({**row, "tenant": tenant}),
+                in_log=row.get("in_log", 0),
             )
         )
-    rows.sort(key=lambda r: (-r.emitted_per_s, -r.backlog, r.tenant))
+    rows.sort(key=lambda r: (-r.emitted_per_s, -r.backlog - r.in_log, r.tenant))
     return rows
+
+
+def _waiting(row: dict[str, Any]) -> int:
+    """A tenant's records waiting: in memory, and in the ingest log (``in_log``; a scheduler
+    from before it counted those gives none)."""
+    return int(row["backlog"]) + int(row.get("in_log", 0))
 
 
 def _groups(snapshots: list[Snapshot | None]) -> dict[str, dict[str, Any]] | None:
@@ -326,10 +336,12 @@ def render(
     """The view as text: a header, the tenants, and the group's instances if any. Pure."""
     up = sum(1 for s in snapshots if s is not None)
     backlog = sum(s["backlog"] for s in snapshots if s)
+    in_log = sum(s.get("in_log", 0) for s in snapshots if s)
     out = sum(r.emitted_per_s for r in rows if r.kind != "member")  # a group's are its members'
+    waiting = f", {in_log} waiting in the ingest log" if in_log else ""
     lines = [
         f"fairstream top: {up}/{len(urls)} schedulers answering, "
-        f"{backlog} records buffered, {out:.1f} records/s out"
+        f"{backlog} records buffered{waiting}, {out:.1f} records/s out"
     ]
     if feedback is not None:
         limited = (
@@ -341,11 +353,13 @@ def render(
             f"{limited} 429s/s reported"
         )
     costs = any(r.cost_declared is not None for r in rows)
+    logged = any(r.in_log for r in rows)  # a column only while a tenant is far behind
     columns = [
         ("tenant", "<"),
         ("state", "<"),
         ("weight", ">"),
         ("backlog", ">"),
+        *((("in log", ">"),) if logged else ()),
         ("out/s", ">"),
         ("share", ">"),
         ("entitled", ">"),
@@ -364,6 +378,7 @@ def render(
             r.state,
             f"{r.weight:g}",
             str(r.backlog),
+            *((str(r.in_log),) if logged else ()),
             f"{r.emitted_per_s:.1f}",
             "-" if r.share is None else f"{r.share:.0%}",
             "-" if r.entitlement is None else f"{r.entitlement:.0%}",

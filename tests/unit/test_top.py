@@ -251,3 +251,28 @@ def test_budgets_show_the_tightest_and_a_tenant_waiting_for_one() -> None:
     lines = render(list(rows.values()), after, ["http://x:1"]).splitlines()
     header = next(line for line in lines if line.startswith("tenant"))
     assert header.endswith("budget spent/limit")
+
+
+def test_records_waiting_in_the_log_show_beside_the_backlog_in_memory() -> None:
+    # A tenant far behind: part of its backlog waits in the ingest log (``in_log``), and its
+    # memory backlog may even be empty between two reads; it is still backlogged, entitled.
+    far = tenant("far", 100, 0, in_log=40_000)
+    near = tenant("near", 10, 5, in_log=0)
+    before = [snap(tenant("far", 90, 0, in_log=41_000), tenant("near", 5, 5))]
+    after = [{**snap(far, near), "in_log": 40_000}]
+    rows = {r.tenant: r for r in compute_rows(before, after, 1.0)}
+    assert rows["far"].state == "backlogged"
+    assert rows["far"].entitlement == 0.5
+    assert rows["far"].in_log == 40_000
+    text = render(list(rows.values()), after, ["http://a"])
+    assert "5 records buffered, 40000 waiting in the ingest log" in text
+    header = text.splitlines()[2]
+    assert header.split()[:5] == ["tenant", "state", "weight", "backlog", "in"]
+    assert "40000" in next(line for line in text.splitlines() if line.startswith("far"))
+
+
+def test_no_column_for_the_log_while_nothing_waits_there() -> None:
+    after = [snap(tenant("a", 1, 1))]
+    text = render(compute_rows(after, after, 1.0), after, ["http://a"])
+    assert "in log" not in text
+    assert "waiting in the ingest log" not in text

@@ -713,6 +713,7 @@ class Emitter:
         in_log = self.spill.counts
         for row in stats["tenants"]:  # beside its backlog in memory, what waits in the log
             row["in_log"] = in_log.get(row["tenant"], 0)
+        stats["in_log"] = self.spill.waiting
         if self.rule.budgeted:
             now_ms, held = self.clock.epoch_ms(), self.rule.budget_held()
             for row in stats["tenants"]:
