@@ -55,7 +55,8 @@ nothing. Measured on the machine it runs on, with whatever else runs there.
         [--scenario strict,slow-workers,queueing-api,plain-consumers,faust-agents,
                     faust-queueing-api]
         [--rate R --burst B]
-        [--playout-delay SECONDS|off] [--scheduler-args "OPTIONS"] [--json PATH]
+        [--playout-delay SECONDS|off] [--scheduler-args "OPTIONS"] [--noisy RECORDS]
+        [--json PATH]
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 
 from benchmarks.common import (
+    IN_LOG,
     Broker,
     Row,
     delete_all,
@@ -94,6 +96,7 @@ from benchmarks.common import (
     get,
     keys_for,
     logger,
+    metrics,
     partitions_shared,
     prefill,
     start_scheduler,
@@ -764,7 +767,12 @@ def _noisy(bootstrap: str, topic: str, records: int) -> None:
         {"bootstrap.servers": bootstrap, "linger.ms": 5, "partitioner": "murmur2_random"}
     )
     for i in range(records):
-        producer.produce(topic, key=NOISY.encode(), value=b"n %d" % i)
+        while True:
+            try:
+                producer.produce(topic, key=NOISY.encode(), value=b"n %d" % i)
+                break
+            except BufferError:  # a --noisy backlog past the client's queue: let it drain
+                producer.poll(0.1)
         if i % 1000 == 999:
             producer.poll(0)
     if producer.flush(60):
@@ -881,10 +889,12 @@ def run_quiet(
         quiet.start()
         end = t0 + seconds
         deadline = end + sizes["drain_s"]
+        in_log = [0.0]  # the most records seen waiting in the ingest log (a tenant far behind)
         try:
 
             def drained() -> bool:
                 _check(scheduler)
+                in_log[0] = max(in_log[0], metrics(scheduler).get(IN_LOG, 0.0))
                 if time.time() < end:
                     return False
                 # Distinct requests: a record redelivered at a rebalance is called twice.
@@ -909,6 +919,7 @@ def run_quiet(
         "call_s": set_up.call_s,
         "api_slots": set_up.slots,
         "noisy_records": sizes["noisy"],
+        "noisy_in_log_max": int(in_log[0]),
         "quiet_tenants": len(tenants),
         "drain_s": sizes["drain_s"],
         "playout_delay": used,
@@ -948,10 +959,14 @@ def phase(
     rows: Sequence[tuple[float, float]] = STRICT_ROWS,
     playout: str = "default",
     scheduler_args: Sequence[str] = (),
+    noisy: int | None = None,
 ) -> dict[str, Any]:
     """Every scenario asked for; each run cleans up after itself. ``scheduler_args`` go to
-    the quiet scenarios' scheduler."""
+    the quiet scenarios' scheduler; ``noisy``: the noisy tenant's backlog instead of the
+    size's default."""
     sizes = _sizes(quick)
+    if noisy is not None:
+        sizes["noisy"] = noisy
     strict: dict[str, Any] = {}
     quiet: dict[str, Any] = {}
     for scenario in scenarios:
@@ -1019,7 +1034,13 @@ def report(result: dict[str, Any]) -> list[str]:
         lines += [
             f"{key}: --rate {run['rate']:g}; {run['workers']} {who(run)} x concurrency "
             f"{run['concurrency']} x {run['call_s']:g} s calls, {slots}; {run['noisy_records']:,}"
-            f" noisy records, {run['quiet_sent']} quiet requests ({run['quiet_tenants']} tenants)"
+            f" noisy records"
+            + (
+                f" (up to {run['noisy_in_log_max']:,} waiting in the ingest log)"
+                if run.get("noisy_in_log_max")
+                else ""
+            )
+            + f", {run['quiet_sent']} quiet requests ({run['quiet_tenants']} tenants)"
             f" over {run['window_s']:g} s; playout delay {run['playout_delay']}"
             + (f"; scheduler {run['scheduler_args']}" if run.get("scheduler_args") else ""),
             f"  quiet wait, arrival to the API taking it: p50 {_s(wait, 'p50_s', censored)} s, "
@@ -1073,8 +1094,16 @@ def main() -> None:
         default="",
         help="more scheduler options for the quiet scenarios, as one string",
     )
+    parser.add_argument(
+        "--noisy",
+        type=int,
+        help="the quiet scenarios' noisy backlog, in records (default 5,000; --quick 3,000): "
+        "past 20,000 at --rate 100 it is far behind, and the rest waits in the ingest log",
+    )
     parser.add_argument("--json", type=Path, help="write the JSON here instead of stdout")
     args = parser.parse_args()
+    if args.noisy is not None and args.noisy < 1:
+        parser.error("--noisy: at least one record")
     scenarios = [s.strip() for s in args.scenario.split(",") if s.strip()]
     unknown = set(scenarios) - set(SCENARIOS)
     if unknown:
@@ -1093,6 +1122,7 @@ def main() -> None:
             rows,
             args.playout_delay,
             shlex.split(args.scheduler_args),
+            args.noisy,
         )
     finally:
         broker.stop()
