@@ -255,6 +255,87 @@ def test_a_tenant_far_behind_waits_in_the_log_and_still_goes_exactly_once_in_ord
     assert not disorder, disorder[:3]
 
 
+def test_a_tenant_far_behind_moves_to_another_instance_and_still_goes_exactly_once_in_order(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The same 60,000 records in partition 0 of 2, at ``--rate 8000 --index-ahead 1``, and
+    two instances. The one that owns partition 0 passes its tenant's records over to wait in
+    the log, and stops (a graceful exit, its partitions revoked) while they wait: the other
+    takes partition 0 over from the committed mark, which the records in the log held back.
+    Egress holds every record once, in each tenant's order."""
+    deployment = Deployment(kafka_bootstrap, partitions=2).create()
+    args = ("--rate", "8000", "--index-ahead", "1")
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    sent = dict.fromkeys((b"t00", b"t01", b"t02", b"t03"), 0)
+    expected: set[bytes] = set()
+    for i in range(60_000):
+        for tenant in (b"t00", b"t01", b"t02", b"t03") if i % 500 == 0 else (b"t00",):
+            value = b"%s:%06d" % (tenant, sent[tenant])
+            producer.produce(deployment.topics.ingest, value, tenant, partition=0)
+            sent[tenant] += 1
+            expected.add(value)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+
+    def in_log(process: SchedulerProcess) -> float:
+        return metric(process, "fairstream_backlog_in_log_records").get("", 0.0)
+
+    instances = [
+        SchedulerProcess(deployment, tmp_path, *args, name=name).start() for name in ("a", "b")
+    ]
+    egress = TopicReader(kafka_bootstrap, deployment.topics.egress)
+    try:
+        for process in instances:
+            process.wait_ready()
+        wait_until(
+            lambda: (
+                sum(map(assigned, instances)) == 2
+                and all(map(assigned, instances))
+                and any(in_log(p) > 0 for p in instances)
+            ),
+            60,
+            lambda: (
+                "each instance owns a partition, records wait in the log; logs:\n"
+                + "\n".join(p.tail() for p in instances)
+            ),
+        )
+        owner, other = sorted(instances, key=in_log, reverse=True)  # partition 0's, the other
+        at_stop = in_log(owner)
+        assert owner.terminate() == 0, owner.tail()
+        wait_until(
+            lambda: assigned(other) == 2,
+            60,
+            lambda: f"the other instance owns both partitions; its log:\n{other.tail()}",
+        )
+        wait_until(
+            lambda: all_seen(egress, expected),
+            120,
+            lambda: f"every record reaches egress: {not_seen(other, egress, expected)}",
+            interval=0,
+        )
+        assert in_log(other) == 0
+        assert other.terminate() == 0, other.tail()
+        messages = read_to_end(kafka_bootstrap, egress, deployment.topics.egress, 2)
+    finally:
+        egress.close()
+        for process in instances:
+            if process.alive():
+                process.kill()
+
+    duplicates, missing, unexpected, disorder = exactly_once_report(messages, expected, sent)
+    print(
+        f"\nin the log as partition 0's owner stopped: {at_stop}; egress: {len(messages)} "
+        f"records, {duplicates} duplicates, {missing} missing, {unexpected} unexpected, "
+        f"{len(disorder)} tenants out of order"
+    )
+    assert at_stop > 0  # records still waited in the log when the partition moved
+    assert duplicates == 0
+    assert missing == 0
+    assert unexpected == 0
+    assert not disorder, disorder[:3]
+
+
 # -- 4b: a zombie member comes back after the group moved on ---------------------------------
 
 
