@@ -3,10 +3,11 @@
 It polls each scheduler's ``/tenants`` endpoint, merges the instances (each tenant lives on
 exactly one), and derives rates from the difference between two snapshots: records emitted
 per second, each tenant's share of the egress against its entitlement (its weight over the
-weights of the backlogged tenants of its priority class), dwell p99 and state. With a
-feedback topic it also shows the adaptive rate against ``--rate``, the 429s the
-workers reported per second, and each tenant's cost as the workers measured it against the
-cost its requests declared.
+weights of the backlogged tenants of its priority class), dwell p99 and state; while a tenant
+far behind has records waiting in the ingest log, how many (``in log``, beside its backlog in
+memory). With a feedback topic it also shows the adaptive rate against ``--rate``, the 429s
+the workers reported per second, and each tenant's cost as the workers measured it against
+the cost its requests declared.
 
 With tenant groups the table is their tree: a row per group (its members'
 records/s summed over every instance, its share of the egress against its entitlement among
