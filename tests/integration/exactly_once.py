@@ -74,7 +74,11 @@ class LoadProducer:
 
 
 def produce_backlog(bootstrap: str, topic: str, tenants: int, per_tenant: int) -> set[bytes]:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    # Idempotent: a retried batch may not land after the next one (per-tenant order is
+    # judged against the order the records were sent in).
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
     values: set[bytes] = set()
     for i in range(per_tenant):
         for t in range(tenants):

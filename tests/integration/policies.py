@@ -28,7 +28,9 @@ def set_policy(bootstrap: str, topic: str, tenant: bytes, **fields: object) -> f
 
 def produce(bootstrap: str, topic: str, tenants: list[bytes], count: int) -> None:
     """``count`` records of each tenant, round robin: ``b"<tenant>-<i>"``."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
     for i in range(count):
         for tenant in tenants:
             producer.produce(topic, key=tenant, value=b"%s-%d" % (tenant, i))

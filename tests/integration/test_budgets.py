@@ -58,7 +58,9 @@ def produce(
     partition: int | None = None,
 ) -> None:
     """``count`` records of ``tenant`` declaring a cost of COST: ``<tenant>-<i>``."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
     for i in range(start, start + count):
         extra = {} if partition is None else {"partition": partition}
         producer.produce(

@@ -250,7 +250,9 @@ def test_console_shows_live_tenants_and_charts(
     scheduler.wait_ready()
     quiet = ["quiet-1", "quiet-2", "quiet-3"]
     stop = threading.Event()
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
     for i in range(1500):  # two backlogs the scheduler drains at 40/s for the whole test
         for tenant in (b"noisy", b"bulk"):
             producer.produce(deployment.topics.ingest, key=tenant, value=f"{SECRET}-{i}".encode())

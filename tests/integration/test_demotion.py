@@ -74,7 +74,9 @@ def test_a_flood_is_demoted_a_quiet_burst_goes_first_and_the_flood_is_promoted_b
         .wait_ready()
     )
     egress = TopicReader(kafka_bootstrap, deployment.topics.egress)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
     try:
         assert metric(scheduler, "fairstream_noisy_tenants") == 0
         for i in range(FLOOD):

@@ -65,7 +65,9 @@ def test_a_backlogged_tenant_spreads_over_the_workers_and_keeps_its_start_order(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     deployment = Deployment(kafka_bootstrap, partitions=PARTITIONS).create()
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
     expected: dict[str, list[bytes]] = {"busy": [b"busy:%d" % i for i in range(BUSY)]}
     for value in expected["busy"]:
         producer.produce(deployment.topics.ingest, value, b"busy")

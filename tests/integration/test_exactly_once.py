@@ -183,7 +183,12 @@ def test_a_tenant_far_behind_waits_in_the_log_and_still_goes_exactly_once_in_ord
     order."""
     deployment = Deployment(kafka_bootstrap, partitions=2).create()
     args = ("--rate", "4000", "--index-ahead", "1")
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    # Idempotent: without it a retried batch can land after the next one (seen on a loaded
+    # broker: the log began with records 20,268-23,534), and the log's order is the order
+    # the scheduler keeps.
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
     sent = dict.fromkeys((b"t00", b"t01", b"t02", b"t03"), 0)
     expected: set[bytes] = set()
 
@@ -265,7 +270,12 @@ def test_a_tenant_far_behind_moves_to_another_instance_and_still_goes_exactly_on
     Egress holds every record once, in each tenant's order."""
     deployment = Deployment(kafka_bootstrap, partitions=2).create()
     args = ("--rate", "8000", "--index-ahead", "1")
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    # Idempotent: without it a retried batch can land after the next one (seen on a loaded
+    # broker: the log began with records 20,268-23,534), and the log's order is the order
+    # the scheduler keeps.
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
     sent = dict.fromkeys((b"t00", b"t01", b"t02", b"t03"), 0)
     expected: set[bytes] = set()
     for i in range(60_000):

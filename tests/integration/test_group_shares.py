@@ -72,7 +72,9 @@ def wait_for_split(procs: list[SchedulerProcess], partitions: int) -> None:
 
 def backlog(bootstrap: str, topic: str, placement: dict[bytes, int], per_tenant: int) -> None:
     """``per_tenant`` records for each tenant, into the partition chosen for it."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
     for i in range(per_tenant):
         for tenant, partition in placement.items():
             producer.produce(topic, b"%s-%d" % (tenant, i), tenant, partition=partition)

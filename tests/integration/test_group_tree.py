@@ -54,7 +54,9 @@ BACKLOGS = {"acme/alice": 4000, "acme/bob": 4000, "globex/g1": 8000, "solo": 400
 
 
 def backlog(bootstrap: str, topic: str, counts: dict[str, int]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
     for i in range(max(counts.values())):
         for tenant, count in counts.items():
             if i < count:

@@ -41,7 +41,9 @@ def test_egress_stamps_keep_rate_times_window_plus_burst(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     deployment = Deployment(kafka_bootstrap, partitions=3).create()
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
     for i in range(RECORDS):
         producer.produce(deployment.topics.ingest, b"r-%d" % i, b"tenant-%d" % (i % 4))
     assert producer.flush(30) == 0
@@ -109,7 +111,9 @@ def test_a_strict_api_refuses_none_of_the_workers_paced_calls(
 ) -> None:
     rate, burst, calls = 200, 5, 800
     deployment = Deployment(kafka_bootstrap, partitions=3).create()
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
     for i in range(2 * calls):  # a backlog that never runs out while calls are counted
         producer.produce(deployment.topics.ingest, b"r-%d" % i, b"tenant-%d" % (i % 4))
     assert producer.flush(30) == 0
@@ -151,7 +155,9 @@ def test_two_instances_keep_the_group_rate_at_the_call_start(
     its share on its own schedule: the merged calls conform to one strict bucket."""
     rate, burst, calls, partitions = 200, 10, 800, 4
     deployment = Deployment(kafka_bootstrap, partitions=partitions).create()
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
     for i in range(4000):  # a backlog on every partition that outlasts the count
         producer.produce(deployment.topics.ingest, b"r-%d" % i, b"tenant-%d" % (i % 8))
     assert producer.flush(30) == 0

@@ -14,7 +14,9 @@ from tests.integration.exactly_once import read_to_end, start_ms
 
 
 def produce_tenants(bootstrap: str, topic: str, tenants: int, per_tenant: int) -> set[bytes]:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
     values: set[bytes] = set()
     for i in range(per_tenant):
         for t in range(tenants):

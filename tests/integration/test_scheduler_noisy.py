@@ -53,7 +53,9 @@ def test_quiet_tenants_do_not_wait_behind_a_burst(kafka_bootstrap: str, tmp_path
     deployment = Deployment(kafka_bootstrap, partitions=PARTITIONS).create()
     scheduler = SchedulerProcess(deployment, tmp_path, "--rate", "200").start().wait_ready()
     egress = TopicReader(kafka_bootstrap, deployment.topics.egress)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
     try:
         try:
             for i in range(20_000):

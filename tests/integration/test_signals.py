@@ -30,7 +30,9 @@ def sample(text: str, name: str, labels: str = "") -> float | None:
 
 
 def produce(bootstrap: str, topic: str, count: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
     for i in range(count):
         producer.produce(topic, key=b"t%d" % (i % 5), value=b"v%d" % i)
     assert producer.flush(30) == 0

@@ -175,7 +175,9 @@ def write_policies(bootstrap: str, topic: str, records: dict[bytes, PolicyRecord
 
 def backlog(bootstrap: str, topic: str, counts: dict[str, int]) -> None:
     """``counts[tenant]`` records for each tenant, round robin while each has some left."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
     for i in range(max(counts.values())):
         for tenant, count in counts.items():
             if i < count:
