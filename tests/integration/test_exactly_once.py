@@ -173,6 +173,30 @@ def test_kill_9_repeatedly_emits_every_record_exactly_once(
 # -- 4a': a tenant far behind waits in the log, read again around a kill -9 ------------------
 
 
+def write_far_behind(bootstrap: str, topic: str) -> tuple[dict[bytes, int], set[bytes]]:
+    """The far-behind tests' log: 60,000 records of tenant t00 in partition 0, with a record
+    of each quiet tenant (t01-t03) every 500 of them. Each record its tenant's sequence number
+    (``t00:000042``). Returns the counts sent per tenant and every value."""
+    # Idempotent: without it a retried batch can land after the next one (seen on a loaded
+    # broker: the log began with records 20,268-23,534), and the log's order is the order
+    # the scheduler keeps.
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
+    sent = dict.fromkeys((b"t00", b"t01", b"t02", b"t03"), 0)
+    expected: set[bytes] = set()
+    for i in range(60_000):
+        for tenant in (b"t00", b"t01", b"t02", b"t03") if i % 500 == 0 else (b"t00",):
+            value = b"%s:%06d" % (tenant, sent[tenant])
+            producer.produce(topic, value, tenant, partition=0)
+            sent[tenant] += 1
+            expected.add(value)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    return sent, expected
+
+
 def test_a_tenant_far_behind_waits_in_the_log_and_still_goes_exactly_once_in_order(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -183,29 +207,7 @@ def test_a_tenant_far_behind_waits_in_the_log_and_still_goes_exactly_once_in_ord
     order."""
     deployment = Deployment(kafka_bootstrap, partitions=2).create()
     args = ("--rate", "4000", "--index-ahead", "1")
-    # Idempotent: without it a retried batch can land after the next one (seen on a loaded
-    # broker: the log began with records 20,268-23,534), and the log's order is the order
-    # the scheduler keeps.
-    producer = Producer(
-        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5, "enable.idempotence": True}
-    )
-    sent = dict.fromkeys((b"t00", b"t01", b"t02", b"t03"), 0)
-    expected: set[bytes] = set()
-
-    def put(tenant: bytes) -> None:
-        value = b"%s:%06d" % (tenant, sent[tenant])
-        producer.produce(deployment.topics.ingest, value, tenant, partition=0)
-        sent[tenant] += 1
-        expected.add(value)
-
-    for i in range(60_000):
-        put(b"t00")
-        if i % 500 == 0:
-            for quiet in (b"t01", b"t02", b"t03"):
-                put(quiet)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    assert producer.flush(60) == 0
+    sent, expected = write_far_behind(kafka_bootstrap, deployment.topics.ingest)
 
     def start() -> SchedulerProcess:
         return SchedulerProcess(deployment, tmp_path, *args, name="sched").start()
@@ -270,23 +272,7 @@ def test_a_tenant_far_behind_moves_to_another_instance_and_still_goes_exactly_on
     Egress holds every record once, in each tenant's order."""
     deployment = Deployment(kafka_bootstrap, partitions=2).create()
     args = ("--rate", "8000", "--index-ahead", "1")
-    # Idempotent: without it a retried batch can land after the next one (seen on a loaded
-    # broker: the log began with records 20,268-23,534), and the log's order is the order
-    # the scheduler keeps.
-    producer = Producer(
-        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5, "enable.idempotence": True}
-    )
-    sent = dict.fromkeys((b"t00", b"t01", b"t02", b"t03"), 0)
-    expected: set[bytes] = set()
-    for i in range(60_000):
-        for tenant in (b"t00", b"t01", b"t02", b"t03") if i % 500 == 0 else (b"t00",):
-            value = b"%s:%06d" % (tenant, sent[tenant])
-            producer.produce(deployment.topics.ingest, value, tenant, partition=0)
-            sent[tenant] += 1
-            expected.add(value)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    assert producer.flush(60) == 0
+    sent, expected = write_far_behind(kafka_bootstrap, deployment.topics.ingest)
 
     def in_log(process: SchedulerProcess) -> float:
         return metric(process, "fairstream_backlog_in_log_records").get("", 0.0)
