@@ -269,14 +269,14 @@ def add_shares(rows: list[dict[str, Any]], rates: Mapping[str, float], total: fl
 def entitlements(rows: list[dict[str, Any]]) -> None:
     """Each listed tenant's ``entitlement`` and ``backlogged_share``, in place.
 
-    A tenant waits for a share when it is not paused and its backlog would take more than
-    ``WAITING`` seconds at its current rate (a quiet tenant with a record in hand does not).
-    Its entitlement is its weight over the weight of the waiting tenants of its priority
-    class: what a weighted fair scheduler owes it of what they receive together; its
-    ``backlogged_share`` is what it did receive of that, over the last seconds. Others have
-    neither (None): what a quiet tenant takes is its own, not anyone's shortfall. (One level
-    of ``fairstream.analysis.tree``; with tenant groups, ``tenant_tree.add_tree`` puts the
-    tree's in their place.)
+    A tenant waits for a share when it is not paused and its backlog (in memory and in the
+    ingest log: ``waiting``) would take more than ``WAITING`` seconds at its current rate (a
+    quiet tenant with a record in hand does not). Its entitlement is its weight over the
+    weight of the waiting tenants of its priority class: what a weighted fair scheduler owes
+    it of what they receive together; its ``backlogged_share`` is what it did receive of
+    that, over the last seconds. Others have neither (None): what a quiet tenant takes is its
+    own, not anyone's shortfall. (One level of ``fairstream.analysis.tree``; with tenant
+    groups, ``tenant_tree.add_tree`` puts the tree's in their place.)
     """
     entries = [
         Entry(
@@ -284,7 +284,7 @@ def entitlements(rows: list[dict[str, Any]]) -> None:
             r["weight"],
             r["priority"],
             bool(r.get("paused")),
-            r.get("backlog", 0),
+            waiting(r),
             r.get("rate", 0.0),
         )
         for r in rows
@@ -294,13 +294,21 @@ def entitlements(rows: list[dict[str, Any]]) -> None:
 
 
 def tenant_state(row: dict[str, Any], rate: float) -> str:
-    """paused, capped (served at its rate cap), backlogged or idle: as ``fairstream top``."""
+    """paused, capped (served at its rate cap), backlogged (records waiting, in memory or in
+    the ingest log: ``waiting``) or idle: as ``fairstream top``."""
     cap = row.get("rate_cap")
     if row.get("paused"):
         return "paused"
     if cap is not None and rate >= 0.95 * cap:
         return "capped"
-    return "backlogged" if row.get("backlog") else "idle"
+    return "backlogged" if waiting(row) else "idle"
+
+
+def waiting(row: dict[str, Any]) -> int:
+    """A tenant row's records waiting: its backlog in memory and what waits for it in the
+    ingest log (``in_log``: a tenant far behind, read again nearer its turn). Its memory
+    backlog alone can be empty between two reads of the log."""
+    return int(row.get("backlog", 0)) + int(row.get("in_log", 0))
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ CHROMIUM_FLAGS = (
     "--mute-audio",
 )
 WIDTH = 1400
+FAR_BEHIND = 24_000  # noisy's records: 20,000 held in memory at --rate 40, the rest in the log
 SECRET = f"PAYLOAD-NEVER-SHOWN-{uuid.uuid4().hex[:8]}"
 
 
@@ -253,8 +254,12 @@ def test_console_shows_live_tenants_and_charts(
     producer = Producer(
         {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5, "enable.idempotence": True}
     )
-    for i in range(1500):  # two backlogs the scheduler drains at 40/s for the whole test
-        for tenant in (b"noisy", b"bulk"):
+    # Two backlogs the scheduler drains at 40/s for the whole test. Noisy's is far behind:
+    # past the depth a tenant's backlog holds in memory (20,000 records at this rate), its
+    # next records wait in the ingest log, and the console says how many.
+    for i in range(FAR_BEHIND):
+        tenants = (b"noisy", b"bulk") if i < 1500 else (b"noisy",)
+        for tenant in tenants:
             producer.produce(deployment.topics.ingest, key=tenant, value=f"{SECRET}-{i}".encode())
     assert producer.flush(30) == 0
     trickler = threading.Thread(
@@ -280,6 +285,8 @@ def test_console_shows_live_tenants_and_charts(
             if any(number(rows[q]["p99"]) is None for q in quiet):
                 return None
             if number(page["jain"]) is None:  # the first fairness window has closed
+                return None
+            if "in log" not in noisy["backlog"]:  # read up to the depth, the rest passed over
                 return None
             if page["egressPoints"] < 5 or page["dwellPoints"] < 5:
                 return None
@@ -311,6 +318,16 @@ def test_console_shows_live_tenants_and_charts(
         assert (number(rows[tenant]["backlog"]) or 0) > 0
         assert number(rows[tenant]["p50"]) is not None
     assert rows["bulk"]["weight"] == "2"
+    # Noisy's records beyond the depth wait in the ingest log: the table and the backlog card
+    # say how many, as /tenants does; bulk has none there.
+    in_memory, _, in_log = rows["noisy"]["backlog"].partition(" + ")
+    assert (number(in_memory) or 0) > 0
+    assert (number(in_log) or 0) > 0
+    assert (number(in_memory) or 0) + (number(in_log) or 0) <= FAR_BEHIND
+    assert "in log" not in rows["bulk"]["backlog"]
+    assert "more wait in the ingest log" in page["text"]
+    stats = json.loads(tenants_json)
+    assert 0 < stats["in_log"] < FAR_BEHIND
     # Its budget: what it has spent (a record costs 1) of a billion a day; none for noisy.
     assert rows["bulk"]["budget"].endswith("/1000000000/day")
     assert (number(rows["bulk"]["budget"].split("/")[0]) or 0) > 0

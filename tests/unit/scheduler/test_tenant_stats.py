@@ -104,6 +104,20 @@ def test_shares_states_and_entitlements_are_added_to_the_rows():
     assert rows[1]["entitlement"] is None
 
 
+def test_a_tenant_far_behind_is_backlogged_and_entitled_while_its_memory_backlog_is_empty():
+    # Its records wait in the ingest log (``in_log``), read again nearer its turn: between
+    # two reads its backlog in memory can be empty, and it still waits for its share.
+    far = {**row("far", 0, 10.0), "in_log": 40_000}
+    rows = [far, row("busy", 900, 10.0), {**row("done", 0, 10.0), "in_log": 0}]
+    add_shares(rows, {"far": 10.0, "busy": 10.0, "done": 10.0}, 30.0)
+    by = {r["tenant"]: r for r in rows}
+    assert by["far"]["state"] == "backlogged"
+    assert by["far"]["entitlement"] == pytest.approx(0.5)
+    assert by["busy"]["entitlement"] == pytest.approx(0.5)
+    assert by["done"]["state"] == "idle"
+    assert by["done"]["entitlement"] is None
+
+
 def test_with_tenant_groups_each_row_says_its_group():
     from fairstream.core import GroupScheduler
     from fairstream.scheduler.policies.tenant_groups import by_separator

@@ -58,6 +58,9 @@
     }
     text("egress-limit", limit);
     text("backlog", num(d.backlog));
+    // Records of tenants far behind wait in the ingest log, read again nearer their turn.
+    text("backlog-sub", d.in_log > 0 ? "records buffered; " + num(d.in_log) +
+      " more wait in the ingest log" : "records buffered");
     var f = d.fairness;
     if (!f) {
       text("jain", "-"); text("jain-sub", "first window not closed yet");
@@ -105,11 +108,14 @@
   }
 
   function tenantCells(tr, r) {
-    cell(tr, r.state || (r.paused ? "paused" : r.backlog ? "backlogged" : "idle"),
+    cell(tr, r.state || (r.paused ? "paused" : r.backlog || r.in_log ? "backlogged" : "idle"),
          "state-" + (r.state || "idle"));
     cell(tr, has(r.priority) ? String(r.priority) : "-", "num");
     cell(tr, has(r.weight) ? String(r.weight) : "-", "num");
-    cell(tr, num(r.backlog), "num");
+    // In memory, and (a tenant far behind) what waits for it in the ingest log.
+    cell(tr, num(r.backlog) + (r.in_log > 0 ? " + " + num(r.in_log) + " in log" : ""), "num")
+      .title = r.in_log > 0 ? num(r.backlog) + " in memory, " + num(r.in_log) +
+        " waiting in the ingest log" : "records in memory";
     cell(tr, rate(r.rate), "num");
     cell(tr, pct(r.share), "num");
     cell(tr, pct(r.backlogged_share), "num");
