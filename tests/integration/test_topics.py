@@ -19,7 +19,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from fairstream.config import Topics
-from fairstream_dev.harness.kafka import unique
+from fairstream_dev.harness.kafka import unique, wait_until
 from fairstream_dev.harness.scheduler import Deployment, SchedulerProcess, TopicReader
 from fairstream_dev.kafka import free_port
 from tests.integration.exactly_once import read_to_end
@@ -68,9 +68,13 @@ def partitions_of(admin: AdminClient, name: str) -> int | None:
 
 
 def cleanup_policy(admin: AdminClient, name: str) -> str:
+    return topic_config(admin, name, "cleanup.policy")
+
+
+def topic_config(admin: AdminClient, name: str, key: str) -> str:
     resource = ConfigResource(ConfigResource.Type.TOPIC, name)
     configs = admin.describe_configs([resource])[resource].result(timeout=15)
-    return str(configs["cleanup.policy"].value)
+    return str(configs[key].value)
 
 
 def test_create_then_rerun_then_refuse_a_different_partition_count(kafka_bootstrap: str) -> None:
@@ -317,6 +321,12 @@ def test_check_reports_each_wrong_topic_with_its_fix(kafka_bootstrap: str) -> No
     )
     for future in admin.incremental_alter_configs([alter]).values():
         future.result(timeout=60)
+    # The broker acknowledges the change before every read sees it: the check must find it.
+    wait_until(
+        lambda: topic_config(admin, topics.egress, "max.message.bytes") == "1048588",
+        30,
+        "the egress topic's new max.message.bytes visible",
+    )
     faulty = Topics(topics.ingest, topics.egress, topics.dlq, policy)
 
     checked = fairstream(*check_args(kafka_bootstrap, faulty, app_id))
