@@ -7,14 +7,22 @@ load (duplicates, missing, unexpected, per-tenant order).
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Message, Producer
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from fairstream import wire
-from fairstream_dev.harness.kafka import wait_until
+from fairstream_dev.harness.kafka import unique, wait_until
 from fairstream_dev.harness.scheduler import TopicReader
 
 END = b"__end-of-test__"  # key of the markers written after the schedulers stopped
@@ -174,3 +182,54 @@ def exactly_once_report(
         if sequence != list(range(sent[tenant]))
     ]
     return duplicates, missing, unexpected, disorder
+
+
+def whereabouts(
+    bootstrap: str, topics: Mapping[str, str], missing: set[bytes], timeout: float = 30
+) -> str:
+    """Where records a reader never saw are, read afresh: each topic of ``topics`` (a label
+    -> topic name) from its start, with a new consumer assigned every partition, once
+    read_committed (as workers read) and once read_uncommitted (what was written, aborted
+    or not). Says how many of ``missing`` each holds, and the places (partition@offset) of
+    the first few: a failure then tells a reader's miss (read_committed holds them), an
+    aborted write (only read_uncommitted does), a dead letter and a record never written
+    apart."""
+    lines = []
+    for label, topic in topics.items():
+        for isolation in ("read_committed", "read_uncommitted"):
+            found = _read_whole(bootstrap, topic, isolation, missing, timeout)
+            places = ", ".join(f"{p}@{o}" for p, o, _ in sorted(found)[:6])
+            lines.append(f"{label} {isolation}: {len(found)} of them ({places})")
+    return "; ".join(lines)
+
+
+def _read_whole(
+    bootstrap: str, topic: str, isolation: str, wanted: set[bytes], timeout: float
+) -> list[tuple[int, int, bytes]]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("whereabouts"),
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+        }
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        ended: set[int] = set()
+        found: list[tuple[int, int, bytes]] = []
+        deadline = time.monotonic() + timeout
+        while len(ended) < len(partitions) and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=10_000, timeout=0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        ended.add(msg.partition())
+                    continue
+                if msg.value() in wanted:
+                    found.append((msg.partition(), msg.offset(), msg.value()))
+        return found
+    finally:
+        consumer.close()

@@ -27,6 +27,7 @@ from tests.integration.exactly_once import (
     produce_backlog,
     read_to_end,
     tenant_sequences,
+    whereabouts,
 )
 
 pytestmark = pytest.mark.integration
@@ -34,18 +35,27 @@ pytestmark = pytest.mark.integration
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def not_seen(scheduler: SchedulerProcess, egress: TopicReader, expected: set[bytes]) -> str:
+def not_seen(
+    scheduler: SchedulerProcess, egress: TopicReader, expected: set[bytes], deployment: Deployment
+) -> str:
     """What a wait for every record on egress says when it times out: which are missing,
-    what the scheduler holds and says of itself, and its log."""
+    where they are when read afresh (``whereabouts``), what the scheduler holds and says of
+    itself, and its log."""
     egress.poll()
     missing = sorted(expected - {m.value() for m in egress.messages})
     held = {
         name: metric(scheduler, name).get("", -1.0)
         for name in ("fairstream_ready", "fairstream_backlog_records", "fairstream_parked_records")
     }
+    topics = deployment.topics
+    found = whereabouts(
+        deployment.bootstrap,
+        {"egress": topics.egress, "dlq": topics.dlq, "ingest": topics.ingest},
+        set(missing),
+    )
     return (
-        f"{len(missing)} of {len(expected)} missing (the first: {missing[:5]}); {held}; "
-        f"log:\n{scheduler.tail()}"
+        f"every record reaches egress: {len(missing)} of {len(expected)} missing (the "
+        f"first: {missing[:5]}); read afresh: {found}; {held}; log:\n{scheduler.tail()}"
     )
 
 
@@ -144,7 +154,7 @@ def test_kill_9_repeatedly_emits_every_record_exactly_once(
         wait_until(
             lambda: all_seen(egress, expected),
             120,
-            lambda: f"every record reaches egress: {not_seen(scheduler, egress, expected)}",
+            lambda: not_seen(scheduler, egress, expected, deployment),
             interval=0,
         )
         assert scheduler.terminate() == 0, scheduler.tail()
@@ -238,7 +248,7 @@ def test_a_tenant_far_behind_waits_in_the_log_and_still_goes_exactly_once_in_ord
         wait_until(
             lambda: all_seen(egress, expected),
             120,
-            lambda: f"every record reaches egress: {not_seen(scheduler, egress, expected)}",
+            lambda: not_seen(scheduler, egress, expected, deployment),
             interval=0,
         )
         assert in_log() == 0
@@ -307,7 +317,7 @@ def test_a_tenant_far_behind_moves_to_another_instance_and_still_goes_exactly_on
         wait_until(
             lambda: all_seen(egress, expected),
             120,
-            lambda: f"every record reaches egress: {not_seen(other, egress, expected)}",
+            lambda: not_seen(other, egress, expected, deployment),
             interval=0,
         )
         assert in_log(other) == 0
