@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "WAITING",
@@ -31,6 +32,7 @@ __all__ = [
     "MemberNode",
     "entitle",
     "share_tree",
+    "waiting_records",
     "waits",
 ]
 
@@ -76,6 +78,14 @@ def _product(a: float | None, b: float | None) -> float | None:
 def waits(entry: Entry) -> bool:
     """Whether ``entry`` waits for a share (see the module docstring)."""
     return not entry.paused and entry.backlog > max(1.0, entry.rate * WAITING)
+
+
+def waiting_records(row: Mapping[str, Any]) -> int:
+    """A tenant row's records waiting (a row of ``/tenants``): its backlog in memory and what
+    waits for it in the ingest log (``in_log``: a tenant far behind, read again nearer its
+    turn; a scheduler from before it counted those gives none). Its memory backlog alone can
+    be empty between two reads of the log."""
+    return int(row.get("backlog", 0)) + int(row.get("in_log", 0))
 
 
 def entitle(entries: Iterable[Entry]) -> list[Entitled]:

@@ -30,7 +30,7 @@ from typing import Any
 
 import click
 
-from fairstream.analysis.tree import Entitled, Entry, share_tree
+from fairstream.analysis.tree import Entitled, Entry, share_tree, waiting_records
 
 Snapshot = dict[str, Any]
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear the screen
@@ -122,17 +122,17 @@ def compute_rows(
     total = sum(rates.values())
     class_weight: dict[int, float] = {}
     for row in new.values():
-        if _waiting(row) > 0 and not row["paused"]:
+        if waiting_records(row) > 0 and not row["paused"]:
             class_weight[row["priority"]] = class_weight.get(row["priority"], 0.0) + row["weight"]
     rows = []
     for tenant, row in new.items():
-        backlogged = _waiting(row) > 0 and not row["paused"]
+        backlogged = waiting_records(row) > 0 and not row["paused"]
         cap = row.get("rate_cap")
         if row["paused"]:
             state = "paused"
         elif cap is not None and rates[tenant] >= 0.95 * cap:
             state = "capped"
-        elif _waiting(row) > 0:
+        elif waiting_records(row) > 0:
             state = "backlogged"
         else:
             state = "idle"
@@ -154,12 +154,6 @@ def compute_rows(
         )
     rows.sort(key=lambda r: (-r.emitted_per_s, -r.backlog - r.in_log, r.tenant))
     return rows
-
-
-def _waiting(row: dict[str, Any]) -> int:
-    """A tenant's records waiting: in memory, and in the ingest log (``in_log``; a scheduler
-    from before it counted those gives none)."""
-    return int(row["backlog"]) + int(row.get("in_log", 0))
 
 
 def _groups(snapshots: list[Snapshot | None]) -> dict[str, dict[str, Any]] | None:

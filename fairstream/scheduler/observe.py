@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 
 from fairstream.adapters.tenant_series import OTHER, top_named, top_of
 from fairstream.analysis.stats import percentile
-from fairstream.analysis.tree import Entry, entitle
+from fairstream.analysis.tree import Entry, entitle, waiting_records
 from fairstream.core import Clock, Core, FairScheduler, GroupScheduler
 from fairstream.core.budget import BudgetState
 from fairstream.scheduler.tallies import (
@@ -284,7 +284,7 @@ def entitlements(rows: list[dict[str, Any]]) -> None:
             r["weight"],
             r["priority"],
             bool(r.get("paused")),
-            waiting(r),
+            waiting_records(r),
             r.get("rate", 0.0),
         )
         for r in rows
@@ -295,20 +295,13 @@ def entitlements(rows: list[dict[str, Any]]) -> None:
 
 def tenant_state(row: dict[str, Any], rate: float) -> str:
     """paused, capped (served at its rate cap), backlogged (records waiting, in memory or in
-    the ingest log: ``waiting``) or idle: as ``fairstream top``."""
+    the ingest log: ``waiting_records``) or idle: as ``fairstream top``."""
     cap = row.get("rate_cap")
     if row.get("paused"):
         return "paused"
     if cap is not None and rate >= 0.95 * cap:
         return "capped"
-    return "backlogged" if waiting(row) else "idle"
-
-
-def waiting(row: dict[str, Any]) -> int:
-    """A tenant row's records waiting: its backlog in memory and what waits for it in the
-    ingest log (``in_log``: a tenant far behind, read again nearer its turn). Its memory
-    backlog alone can be empty between two reads of the log."""
-    return int(row.get("backlog", 0)) + int(row.get("in_log", 0))
+    return "backlogged" if waiting_records(row) else "idle"
 
 
 @dataclass(frozen=True)

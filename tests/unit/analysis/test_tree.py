@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fairstream.analysis.tree import Entitled, Entry, entitle, share_tree, waits
+from fairstream.analysis.tree import Entitled, Entry, entitle, share_tree, waiting_records, waits
 
 
 def test_an_entry_waits_with_more_than_a_second_of_backlog_at_its_rate():
@@ -85,3 +85,12 @@ def test_a_paused_group_is_owed_nothing_and_its_members_nothing_overall():
     assert [m.overall.entitlement for m in node.members] == [None, None]
     assert [m.share for m in node.members] == [None, None]  # the group sent nothing
     assert ungrouped["t"].entitlement == 1.0
+
+
+def test_a_rows_waiting_records_count_what_waits_in_the_ingest_log():
+    # A tenant far behind: nothing in memory between two reads of the log, 4,000 in it.
+    assert waiting_records({"backlog": 0, "in_log": 4000}) == 4000
+    assert waiting_records({"backlog": 120, "in_log": 30}) == 150
+    # A scheduler from before in_log was counted: the memory backlog alone.
+    assert waiting_records({"backlog": 7}) == 7
+    assert waiting_records({}) == 0
