@@ -25,6 +25,7 @@ produced after that shows that the scheduler went on emitting meanwhile.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -58,18 +59,33 @@ def produce(
     partition: int | None = None,
 ) -> None:
     """``count`` records of ``tenant`` declaring a cost of COST: ``<tenant>-<i>``."""
+    produce_all(bootstrap, topic, {tenant: partition}, count, start=start)
+
+
+def produce_all(
+    bootstrap: str,
+    topic: str,
+    tenants: Mapping[bytes, int | None],
+    count: int,
+    *,
+    start: int = 0,
+) -> None:
+    """``count`` records of each of ``tenants`` (to its partition, or its key's on None),
+    as ``produce``, interleaved and written by one producer: they all land within the same
+    few milliseconds, not one tenant's a producer's start after another's."""
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
     )
     for i in range(start, start + count):
-        extra = {} if partition is None else {"partition": partition}
-        producer.produce(
-            topic,
-            b"%s-%d" % (tenant, i),
-            tenant,
-            headers=[(wire.COST, str(COST).encode())],
-            **extra,
-        )
+        for tenant, partition in tenants.items():
+            extra = {} if partition is None else {"partition": partition}
+            producer.produce(
+                topic,
+                b"%s-%d" % (tenant, i),
+                tenant,
+                headers=[(wire.COST, str(COST).encode())],
+                **extra,
+            )
     assert producer.flush(30) == 0
 
 
@@ -201,12 +217,24 @@ def test_a_group_budget_holds_over_its_members_on_two_instances(
             b"G/b1": second[0],
             b"G/b2": second[-1],
         }
-        for tenant, partition in placement.items():
-            produce(kafka_bootstrap, deployment.topics.ingest, tenant, 100, partition=partition)
+        # All at once: the budget lasts about a second at the group rate, and members whose
+        # records came a producer's start later (about that long) found it spent, which
+        # tested the arrival order, not the split of what is left between the instances.
+        produce_all(kafka_bootstrap, deployment.topics.ingest, placement, 100)
+
+        def in_group_out() -> int:
+            egress.poll()
+            return sum(1 for m in egress.messages if (m.key() or b"").startswith(b"G/"))
+
+        # Spent: what the instances leave unclaimed between them is small (a member waits
+        # for a raise now and then while the budget is shared out: not a sign it is spent).
         wait_until(
-            lambda: all(waiting(p) >= 1 for p in procs),
+            lambda: all(waiting(p) >= 1 for p in procs) and in_group_out() >= 190,
             90,
-            "both instances holding the group's members back",
+            lambda: (
+                f"the group's budget spent and both instances holding its members back: "
+                f"{in_group_out()} of 200 out, waiting {[waiting(p) for p in procs]}"
+            ),
         )
         went_on_past(kafka_bootstrap, deployment.topics.ingest, egress, b"solo", first[0])
         went_on_past(kafka_bootstrap, deployment.topics.ingest, egress, b"solo2", second[0])
@@ -217,9 +245,12 @@ def test_a_group_budget_holds_over_its_members_on_two_instances(
     in_group = sum(n for tenant, n in counts.items() if tenant.startswith("G/"))
     print(f"\ngroup budget 200 over two instances: {in_group} records; {dict(counts)}")
     assert in_group <= 200
-    assert in_group >= 190  # what the instances left unclaimed between them is small
-    assert counts["G/a1"] + counts["G/a2"] > 0
-    assert counts["G/b1"] + counts["G/b2"] > 0
+    assert in_group >= 190
+    # Each instance claims its members' weight over the group's (half here) of what is
+    # left: measured 89-111 each. At least half of that, for the rounds of 0.2 s the first
+    # claims take to see each other.
+    assert counts["G/a1"] + counts["G/a2"] >= 50
+    assert counts["G/b1"] + counts["G/b2"] >= 50
 
 
 def test_under_declared_costs_overrun_by_at_most_the_calls_in_flight(
