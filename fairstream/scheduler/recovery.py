@@ -1,20 +1,30 @@
 """Recovery: where each ingest partition resumes, from what the last transaction committed.
 
 The consumer group's committed offset of an ingest partition is its low-water mark; the
-offset's metadata is the commit token of the transaction that wrote it, and when settled
-ranges lay above the mark (or the partition's holding log is in use), that transaction also
-wrote a progress snapshot carrying the same token to the partition's progress-topic
-partition: one or more chunks (``progress.encode_chunks``), all in that transaction.
-Recovery reads the offset, then every chunk of that token (a set with a chunk missing is
-not used), then the ingest thread reads the log again from the mark, and the holding log
-from its own mark, and the emitter skips the settled ranges of each. Each partition's
-recovered progress comes back under two keys: the partition (its ingest log) and
-``holding_id(partition)`` (its holding log, a ``HoldingProgress`` with the parked counts).
+offset's metadata is the commit token of the transaction that wrote it, and that transaction
+also wrote a progress snapshot carrying the same token to the partition's progress-topic
+partition: one or more chunks (``progress.encode_chunks``), all in that transaction (the
+mark, the settled ranges above it, the holding log's, the budgets' spend). Recovery reads
+the offset, then every chunk of that token (a set with a chunk missing is not used), then
+the ingest thread reads the log again from the mark, and the holding log from its own mark,
+and the emitter skips the settled ranges of each. Each partition's recovered progress comes
+back under two keys: the partition (its ingest log) and ``holding_id(partition)`` (its
+holding log, a ``HoldingProgress`` with the parked counts).
 
 Both reads wait for transactions still open: the committed offsets are fetched with
 ``require_stable`` (librdkafka does under ``isolation.level=read_committed``, KIP-447), so a
 crashed owner's unfinished transaction is resolved first, and the progress record is read
 with read_committed.
+
+An offset is trusted only with its snapshot. A broker can serve an aborted transaction's
+offsets as committed: on Apache Kafka 3.7.2, a scheduler killed (-9) with a transaction
+open had its offsets served after the broker wrote that transaction's abort marker, and the
+records they covered were never on egress (found by the repeated kill -9 test). Such an
+offset's snapshot was aborted with the rest. So when the progress partition holds no open
+transaction and no complete snapshot of the offset's token, the offset is not believed:
+recovery resumes from the latest committed snapshot (its mark, ranges and holding log), the
+last transaction that did commit, and says so. (With no snapshot at all, or an offset
+written before every commit wrote one, the offset is all there is.)
 
 Caller: the ingest thread, inside the group's assignment callback and on a rewind.
 """
@@ -130,6 +140,9 @@ class Recovery:
             snapshot = Snapshot("", mark, [])
             if token:
                 snapshot = self._snapshot(partition, token, mark, deadline)
+                if snapshot.token != token and snapshot.token and snapshot.lwm < mark:
+                    # Not the offset's own: that offset's transaction never committed.
+                    mark = snapshot.lwm
             ranges = snapshot.ranges
             if low > mark:
                 lost += self._deleted(partition, "ingest", low, mark, ranges)
@@ -196,23 +209,28 @@ class Recovery:
             time.sleep(0.2)
 
     def _snapshot(self, partition: int, token: str, mark: int, deadline: float) -> Snapshot:
-        """The progress written with ``token`` (all of its chunks)."""
+        """The progress written with ``token`` (all of its chunks); else, once the partition
+        holds no open transaction (or after ``TOKEN_WAIT``), the latest complete snapshot
+        of another token, whose mark the caller resumes from when it is lower."""
         token_deadline = min(deadline, time.monotonic() + TOKEN_WAIT)
         while True:
-            wanted, latest = self._latest(partition, token, deadline)
+            wanted, latest, settled = self._latest(partition, token, deadline)
             if wanted is not None:
                 return wanted
-            if time.monotonic() >= token_deadline:
-                # An older record is never wrong, only incomplete (records of the last
-                # transaction may be emitted again): say so and go on.
+            if settled or time.monotonic() >= token_deadline:
+                # Nothing open on the partition (or too long): the offset's transaction did
+                # not commit its snapshot, so it did not commit (see the module doc).
                 log.warning(
-                    "ingest partition %d: no complete progress record with commit token %r "
-                    "(latest: %r); resuming from offset %d with %s",
+                    "ingest partition %d: the committed offset %d (commit token %r) has no "
+                    "committed progress record%s; resuming from %s",
                     partition,
-                    token,
-                    latest.token if latest else None,
                     mark,
-                    "an older record" if latest else "no settled ranges",
+                    token,
+                    "" if settled else f" within {TOKEN_WAIT:.0f} s",
+                    f"the latest one (token {latest.token!r}, offset {latest.lwm}): the "
+                    "broker served the offset of a transaction that was not committed"
+                    if latest is not None
+                    else f"offset {mark}, with no settled ranges",
                 )
                 return latest if latest is not None else Snapshot("", mark, [])
             # The transaction's markers reach the progress partition a moment after its
@@ -221,14 +239,18 @@ class Recovery:
 
     def _latest(
         self, partition: int, token: str, deadline: float
-    ) -> tuple[Snapshot | None, Snapshot | None]:
-        """The snapshot of ``token`` if the partition holds all its chunks, and the latest
-        complete snapshot of any token. Reads back from the end in growing windows."""
+    ) -> tuple[Snapshot | None, Snapshot | None, bool]:
+        """The snapshot of ``token`` if the partition holds all its chunks, the latest
+        complete snapshot of any token, and whether the partition was read to its high
+        watermark (read_committed stops at the first open transaction: True means none is
+        open, so whatever was committed is there). Reads back from the end in growing
+        windows."""
         reader = self._progress_reader()
         tp = TopicPartition(self.topic, partition)
         low, high = watermarks(reader, tp, deadline)
         window = 64
         while True:
+            ended = -1  # where read_committed reached the end (the last stable offset)
             start = max(low, high - window)
             reader.assign([TopicPartition(self.topic, partition, start)])
             chunks: dict[str, dict[int, codec.Chunk]] = {}
@@ -259,6 +281,8 @@ class Recovery:
                             order.remove(chunk.token)
                         order.append(chunk.token)
                     elif err.code() == KafkaError._PARTITION_EOF:
+                        at = msg.offset()
+                        ended = at if at is not None else -1
                         done = True
                     else:
                         log.warning("reading progress partition %d: %s", partition, err)
@@ -275,5 +299,7 @@ class Recovery:
             # while the window holds no complete record at all.
             partial = token in chunks and wanted is None
             if wanted is not None or start <= low or (latest is not None and not partial):
-                return wanted, latest
+                # The high watermark asked again: records may have come since the first ask.
+                settled = ended >= 0 and ended >= watermarks(reader, tp, deadline)[1]
+                return wanted, latest, settled
             window *= 8

@@ -3,6 +3,9 @@ snapshot its committed offset names, and never a set with a chunk missing."""
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fairstream.adapters.admin import admin_client, topic_configs
@@ -69,6 +72,56 @@ def test_recovery_reads_every_chunk_of_the_committed_snapshot(kafka_bootstrap: s
         again, _ = recovery.recover(consumer, [0], timeout=60)
         assert again[0].ranges() == ranges  # the :2 snapshot, whole
         assert getattr(again[holding_id(0)], "parked", None) == {"slow": 3, "capped": 1}
+    finally:
+        recovery.close()
+        consumer.close()
+
+
+def test_an_offset_whose_snapshot_never_committed_is_not_believed(
+    kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a broker served after a kill -9 mid-transaction (Apache Kafka 3.7.2): the group's
+    committed offset of a transaction that was aborted, whose snapshot was aborted with it.
+    Recovery resumes from the last snapshot that did commit, not from that offset: the
+    records between the two were never on egress."""
+    d = Deployment(kafka_bootstrap, partitions=1).create()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": unique("tx")})
+    producer.init_transactions(30)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": d.app_id,
+            "isolation.level": "read_committed",
+        }
+    )
+    recovery = Recovery({"bootstrap.servers": kafka_bootstrap}, d.topics.ingest, d.app_id)
+    try:
+        good = Snapshot(f"{d.app_id}:1", 5, [(7, 9)])
+        commit(producer, consumer, d, good, encode_chunks(good))
+        # The aborted transaction's snapshot (mark 20)...
+        lost = Snapshot(f"{d.app_id}:2", 20, [])
+        producer.begin_transaction()
+        producer.produce(
+            progress_topic(d.app_id), encode_chunks(lost)[0], chunk_key(0, 0), partition=0
+        )
+        producer.flush(30)
+        producer.abort_transaction(30)
+        # ... and its offset, as the broker served it: committed, naming that token.
+        producer.begin_transaction()
+        offsets = [TopicPartition(d.topics.ingest, 0, lost.lwm, lost.token)]
+        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+
+        with caplog.at_level(logging.WARNING, logger="fairstream.recovery"):
+            recovered, _ = recovery.recover(consumer, [0], timeout=60)
+        assert recovered[0].lwm == 5
+        assert recovered[0].ranges() == [(7, 9)]
+        [warning] = [
+            r.getMessage() for r in caplog.records if "no committed progress" in r.getMessage()
+        ]
+        # Decided as soon as the partition was read to its end, not after the token's wait.
+        assert "within" not in warning
+        assert f"token '{good.token}', offset 5" in warning
     finally:
         recovery.close()
         consumer.close()

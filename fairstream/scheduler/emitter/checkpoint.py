@@ -142,28 +142,31 @@ class Checkpoint:
         self, txn: Transaction, token: str, changed: list[Changed]
     ) -> list[TopicPartition]:
         """Produce the progress snapshots of ``changed`` partitions into ``txn``; the offsets
-        to commit with them."""
+        to commit with them, each naming ``token`` in its metadata.
+
+        Every committed offset has its snapshot in the same transaction, even one that says
+        no more than the offset (no range above the mark, the holding log unused): recovery
+        then trusts an offset only once it has read that snapshot back committed. A broker
+        can show an aborted transaction's offsets as committed (Apache Kafka 3.7.2, a
+        producer killed mid-transaction: its offsets were served after the abort marker, and
+        the records they covered were never on egress); without the snapshot nothing would
+        tell that offset from a good one (``recovery``)."""
         offsets: list[TopicPartition] = []
         largest = 0
         ledger = self.ledger
         for partition, prog, hold in changed:
             budgets = ledger.export(partition) if ledger is not None else []
-            snapshot = _snapshot(token, prog, hold, budgets)
-            written = 0
-            if snapshot is not None:
-                records = progress_codec.encode_chunks(snapshot)
-                for index, record in enumerate(records):
-                    key = progress_codec.chunk_key(partition, index)
-                    txn.produce(self.progress_topic, record, key, None, partition)
-                    largest = max(largest, len(record))
-                written = len(records)
+            records = progress_codec.encode_chunks(_snapshot(token, prog, hold, budgets))
+            for index, record in enumerate(records):
+                key = progress_codec.chunk_key(partition, index)
+                txn.produce(self.progress_topic, record, key, None, partition)
+                largest = max(largest, len(record))
             # Chunks the last record had and this one has not: tombstones, for compaction.
-            for index in range(max(written, 1), self.chunks.get(partition, 1)):
+            for index in range(len(records), self.chunks.get(partition, 1)):
                 key = progress_codec.chunk_key(partition, index)
                 txn.produce(self.progress_topic, None, key, None, partition)
-            self.chunks[partition] = max(written, 1)
-            metadata = token if snapshot is not None else ""
-            offsets.append(TopicPartition(self.ingest_topic, partition, prog.lwm, metadata))
+            self.chunks[partition] = len(records)
+            offsets.append(TopicPartition(self.ingest_topic, partition, prog.lwm, token))
         if changed:
             self.metrics.progress_bytes.set(largest)
             if largest > self.largest:
@@ -204,14 +207,11 @@ def _changes(prog: PartitionProgress | None) -> int | None:
 
 def _snapshot(
     token: str, prog: PartitionProgress, hold: PartitionProgress | None, budgets: list[Entry]
-) -> Snapshot | None:
-    """What the progress topic must keep for a partition, or None when the committed offset
-    says it all (no settled range above either mark, the holding log unused, no budget
-    spend)."""
+) -> Snapshot:
+    """What the progress topic keeps for a partition: its mark and ranges, and its holding
+    log's when that is in use (a mark past 0, ranges or parked tenants), and the spend."""
     ranges = prog.ranges()
     parked = dict(hold.parked) if isinstance(hold, HoldingProgress) else {}
     if hold is None or (hold.lwm == 0 and not hold.settled_above and not parked):
-        if not ranges and not budgets:
-            return None
         return Snapshot(token, prog.lwm, ranges, budgets=list(budgets))
     return Snapshot(token, prog.lwm, ranges, hold.lwm, hold.ranges(), parked, list(budgets))

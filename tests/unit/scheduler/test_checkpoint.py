@@ -67,20 +67,25 @@ def test_progress_records_and_tokens_tie_the_snapshot_to_the_offsets() -> None:
     for offset in (0, 1, 5):
         prog.settle(offset)  # mark 2, settled [5, 6) above it
     plain = PartitionProgress(0)
-    plain.settle(0)  # mark 1, nothing above: the offset says it all
+    plain.settle(0)  # mark 1, nothing above: a snapshot all the same, for recovery's check
     token = checkpoint.next_token()
     assert token == "test:1:1"
     changed = [(0, prog, None), (1, plain, None)]
     offsets = checkpoint.progress_records(txn, token, changed)
     assert [(tp.partition, tp.offset, tp.metadata) for tp in offsets] == [
         (0, 2, token),
-        (1, 1, ""),
+        (1, 1, token),
     ]
-    [(topic, key, value, _)] = txn.producer.sent
-    assert (topic, key) == ("app-progress", codec.chunk_key(0, 0))
-    snapshot = codec.assemble([codec.decode_chunk(value)])
-    assert snapshot is not None
-    assert (snapshot.token, snapshot.lwm, snapshot.ranges) == (token, 2, [(5, 6)])
+    written = {}
+    for topic, key, value, _ in txn.producer.sent:
+        assert topic == "app-progress"
+        snapshot = codec.assemble([codec.decode_chunk(value)])
+        assert snapshot is not None
+        written[key] = (snapshot.token, snapshot.lwm, snapshot.ranges)
+    assert written == {
+        codec.chunk_key(0, 0): (token, 2, [(5, 6)]),
+        codec.chunk_key(1, 0): (token, 1, []),
+    }
     assert checkpoint.committed(changed) == ({0: 2, 1: 1}, {0: 1, 1: 1})
     assert checkpoint.changed({0: prog, 1: plain}) == []
     assert checkpoint.next_token() == "test:1:2"
@@ -97,11 +102,17 @@ def test_chunks_no_longer_written_are_tombstoned_and_forgotten_partitions_go() -
     assert chunks > 1
     assert len(txn.producer.sent) == chunks
     for offset in range(0, 600_000, 2):
-        prog.settle(offset)  # the mark runs over them all: no snapshot needed
+        prog.settle(offset)  # the mark runs over them all: one small chunk is left
     txn.producer.sent.clear()
-    offsets = checkpoint.progress_records(txn, checkpoint.next_token(), [(0, prog, None)])
-    assert (offsets[0].offset, offsets[0].metadata) == (600_000, "")
-    tombstones = [(key, value) for _, key, value, _ in txn.producer.sent]
+    token = checkpoint.next_token()
+    offsets = checkpoint.progress_records(txn, token, [(0, prog, None)])
+    assert (offsets[0].offset, offsets[0].metadata) == (600_000, token)
+    [(_, first, value, _), *rest] = txn.producer.sent
+    assert first == codec.chunk_key(0, 0)
+    snapshot = codec.assemble([codec.decode_chunk(value)])
+    assert snapshot is not None
+    assert (snapshot.lwm, snapshot.ranges) == (600_000, [])
+    tombstones = [(key, value) for _, key, value, _ in rest]
     assert tombstones == [(codec.chunk_key(0, i), None) for i in range(1, chunks)]
     assert checkpoint.chunks == {0: 1}
     checkpoint.committed([(0, prog, None)])
