@@ -16,6 +16,18 @@ from fairstream_dev.harness.kafka import unique
 from fairstream_dev.harness.scheduler import Deployment
 
 
+def clients(bootstrap: str, d: Deployment) -> tuple[Producer, Consumer, Recovery]:
+    """A transactional producer (initialised), a read_committed member of the deployment's
+    group (its metadata goes with the offsets, and recovery reads its committed offsets),
+    and a ``Recovery``."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("tx")})
+    producer.init_transactions(30)
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": d.app_id, "isolation.level": "read_committed"}
+    )
+    return producer, consumer, Recovery({"bootstrap.servers": bootstrap}, d.topics.ingest, d.app_id)
+
+
 def commit(
     producer: Producer, consumer: Consumer, d: Deployment, snapshot: Snapshot, chunks: list[bytes]
 ) -> None:
@@ -43,16 +55,7 @@ def test_recovery_reads_every_chunk_of_the_committed_snapshot(kafka_bootstrap: s
     chunks = encode_chunks(newer, limit=2048)
     assert len(chunks) > 4
 
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": unique("tx")})
-    producer.init_transactions(30)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": kafka_bootstrap,
-            "group.id": d.app_id,
-            "isolation.level": "read_committed",
-        }
-    )
-    recovery = Recovery({"bootstrap.servers": kafka_bootstrap}, d.topics.ingest, d.app_id)
+    producer, consumer, recovery = clients(kafka_bootstrap, d)
     try:
         commit(producer, consumer, d, older, encode_chunks(older))
         commit(producer, consumer, d, newer, chunks)
@@ -85,16 +88,7 @@ def test_an_offset_whose_snapshot_never_committed_is_not_believed(
     Recovery resumes from the last snapshot that did commit, not from that offset: the
     records between the two were never on egress."""
     d = Deployment(kafka_bootstrap, partitions=1).create()
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": unique("tx")})
-    producer.init_transactions(30)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": kafka_bootstrap,
-            "group.id": d.app_id,
-            "isolation.level": "read_committed",
-        }
-    )
-    recovery = Recovery({"bootstrap.servers": kafka_bootstrap}, d.topics.ingest, d.app_id)
+    producer, consumer, recovery = clients(kafka_bootstrap, d)
     try:
         good = Snapshot(f"{d.app_id}:1", 5, [(7, 9)])
         commit(producer, consumer, d, good, encode_chunks(good))
