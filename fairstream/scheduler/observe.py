@@ -27,6 +27,7 @@ from fairstream.core.budget import BudgetState
 from fairstream.scheduler.tallies import (
     EMITTED_TENANTS,
     Tallies,
+    Tally,
     TenantLoad,
     busiest,
     tenant_loads,
@@ -123,12 +124,13 @@ class Observed:
     def _costs(self, tenant: str) -> list[int] | None:
         return self.cost_by_tenant.get(tenant)
 
-    def committed(self, dwells: dict[str, list[float]]) -> int:
-        """A committed transaction: per tenant, the dwell times (seconds) of its egress
-        records, in emission order. Counts them and keeps the newest (``Tallies``); returns
-        how many records it held."""
-        self.groups.emitted(dwells)
-        return self.tallies.committed(dwells)
+    def committed(self, tally: Tally) -> int:
+        """A committed transaction's egress records, each with its tenant and dwell time
+        (seconds), in emission order. Counts them and keeps the newest (``Tallies``), and
+        under tenant groups counts them for their groups; returns how many it held."""
+        if not self.groups.flat:
+            self.groups.emitted(tally.counts())
+        return self.tallies.committed(tally)
 
     def probe(self, core: Core[Any], top: int, *, backlogged: bool) -> Probe:
         """What was committed since the last probe, per tenant, and the ``top`` busiest with

@@ -1,6 +1,7 @@
-"""What the emitter counts per tenant: the records each committed transaction held
-(``Tallies``); for the fairness audit, every backlogged tenant's load (``tenant_loads``), the
-busiest tenants of a probe (``busiest``) and counts added up over a window (``add_counts``);
+"""What the emitter counts per tenant: the records of the open transaction (``Tally``) and
+what each committed transaction held (``Tallies``); for the fairness audit, every backlogged
+tenant's load (``tenant_loads``), the busiest tenants of a probe (``busiest``) and counts
+added up over a window (``add_counts``);
 for the dwell histogram, each committed record's bucket (``bucket_dwells``).
 
 The tallies and the audit's passes run over tenants, not records, yet with many tenants of
@@ -17,8 +18,7 @@ auditor, on dicts of its own (its window on the audit thread, the rates on a web
 from __future__ import annotations
 
 import heapq
-import itertools
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping
 from operator import itemgetter, neg
 from typing import Any, cast
@@ -32,6 +32,7 @@ __all__ = [
     "DWELL_TENANTS",
     "EMITTED_TENANTS",
     "Tallies",
+    "Tally",
     "TenantLoad",
     "add_counts",
     "bucket_dwells",
@@ -48,6 +49,45 @@ DWELL_SAMPLES = 256  # recent dwell times kept per tenant
 TenantLoad = tuple[int, float, int, bool, float | None]
 
 
+class Tally:
+    """The open transaction's egress records, one entry each in emission order: the tenant
+    (``tenants``) and the dwell time in seconds (``seconds``, the same index).
+
+    Flat, so that the per-record path appends to two lists and nothing else: a list per
+    tenant per transaction, in a dict keyed by tenant, cost a list and a dict entry per record
+    with many tenants of a record or two, then a pass per tenant at the commit (at 100,000
+    such tenants, most of what a tenant cost beyond a record). The commit groups what needs
+    grouping (``Tallies.committed``); ``counts`` and ``by_tenant`` give the other views.
+    Owned by the emitter's checkpoint; not changed once its transaction ends."""
+
+    __slots__ = ("seconds", "tenants")
+
+    def __init__(self) -> None:
+        self.tenants: list[str] = []
+        self.seconds: list[float] = []
+
+    def record(self, tenant: str, seconds: float) -> None:
+        """One egress record of ``tenant`` that waited ``seconds``. (The sender appends to
+        the lists itself, once per record; this is for everyone else.)"""
+        self.tenants.append(tenant)
+        self.seconds.append(seconds)
+
+    def counts(self) -> dict[str, int]:
+        """Records per tenant (counted in C: ``Counter`` over the list)."""
+        return dict(Counter(self.tenants))
+
+    def by_tenant(self) -> dict[str, list[float]]:
+        """Each tenant's dwell times in emission order, tenants in order of their first
+        record."""
+        grouped: dict[str, list[float]] = {}
+        for tenant, seconds in zip(self.tenants, self.seconds, strict=True):
+            grouped.setdefault(tenant, []).append(seconds)
+        return grouped
+
+    def __len__(self) -> int:
+        return len(self.seconds)
+
+
 class Tallies:
     """Records committed per tenant: since the start (``emitted``), since the auditor's last
     probe (``since_probe``), and the newest dwell times (seconds) of the latest emitters
@@ -57,59 +97,52 @@ class Tallies:
     into ``OTHER`` (every total stays right); ``dwell`` keeps ``DWELL_SAMPLES`` of each of the
     ``DWELL_TENANTS`` latest; ``since_probe`` holds the tenants of one probe interval.
 
-    A tenant new among the latest keeps its transaction's own list as it is (the checkpoint
-    never changes one after its commit); one that emits again gets a deque of its own,
-    extended from then on. (A deque made for every tenant new among the latest, and freed
+    The counts are ``Counter``s, added to in C, one increment per record
+    (``Counter.update`` over a transaction's ``Tally.tenants``). A tenant new among the
+    latest keeps the list its commit grouped for it; one that emits again gets a deque of its
+    own, extended from then on. (A deque made for every tenant new among the latest, and freed
     when it left them, was half the cost of a transaction's tally over thousands of tenants
-    of a record or two; a new list at every commit would copy a busy tenant's samples each
-    time.)"""
+    of a record or two.)"""
 
     def __init__(self, limit: int = EMITTED_TENANTS) -> None:
         self.limit = limit
-        self.emitted: dict[str, int] = {}
-        self.since_probe: dict[str, int] = {}
+        self.emitted: Counter[str] = Counter()
+        self.since_probe: Counter[str] = Counter()
         self.dwell: OrderedDict[str, list[float] | deque[float]] = OrderedDict()
 
-    def committed(self, dwells: dict[str, list[float]]) -> int:
-        """A committed transaction: per tenant, the dwell times of its egress records in
-        emission order (not changed after this call). Counts them and keeps the newest;
-        returns how many records it held."""
-        emitted, since = self.emitted, self.since_probe
-        records = 0
-        for tenant, seconds in dwells.items():
-            n = len(seconds)
-            records += n
-            emitted[tenant] = emitted.get(tenant, 0) + n
-            since[tenant] = since.get(tenant, 0) + n
-        if len(emitted) > self.limit:
+    def committed(self, tally: Tally) -> int:
+        """A committed transaction's records (``tally``, not changed after this call):
+        counts them per tenant and keeps the newest dwell times; returns how many it held."""
+        tenants = tally.tenants
+        self.emitted.update(tenants)
+        self.since_probe.update(tenants)
+        if len(self.emitted) > self.limit:
             self._fold()
-        latest: Iterable[tuple[str, list[float]]] = dwells.items()
-        if len(dwells) > DWELL_TENANTS:
-            # Only the latest DWELL_TENANTS would stay: the others' would be filed and dropped
-            # again within this loop (a transaction over many tenants).
-            latest = itertools.islice(latest, len(dwells) - DWELL_TENANTS, None)
+        newest = _newest_by_tenant(tenants, tally.seconds)
         by_tenant = self.dwell
-        for tenant, seconds in latest:
+        for tenant in reversed(newest):  # the latest emitter last
+            seconds = newest[tenant]
+            seconds.reverse()  # oldest first
             samples = by_tenant.get(tenant)
             if samples is None:
-                by_tenant[tenant] = _newest(seconds)
+                by_tenant[tenant] = seconds
                 if len(by_tenant) > DWELL_TENANTS:
                     by_tenant.popitem(last=False)
             else:
                 by_tenant.move_to_end(tenant)
                 if len(seconds) >= DWELL_SAMPLES:
-                    by_tenant[tenant] = _newest(seconds)
+                    by_tenant[tenant] = seconds
                 elif isinstance(samples, deque):
                     samples.extend(seconds)
-                else:  # a transaction's own list, never changed: a deque of its own from now on
+                else:  # kept as its commit grouped it: a deque of its own from now on
                     kept = deque(samples, maxlen=DWELL_SAMPLES)
                     kept.extend(seconds)
                     by_tenant[tenant] = kept
-        return records
+        return len(tenants)
 
     def take_since_probe(self) -> dict[str, int]:
         """The counts since the last probe; the next ones start from none."""
-        counts, self.since_probe = self.since_probe, {}
+        counts, self.since_probe = self.since_probe, Counter()
         return counts
 
     def _fold(self) -> None:
@@ -117,14 +150,30 @@ class Tallies:
         into __other__ (the metrics' label for everyone else), so that churning tenants
         cannot grow this without bound while every total stays right."""
         emitted = self.emitted
-        keep = dict(heapq.nlargest(self.limit // 2, emitted.items(), key=itemgetter(1)))
+        keep = Counter(dict(heapq.nlargest(self.limit // 2, emitted.items(), key=itemgetter(1))))
         folded = sum(emitted.values()) - sum(keep.values())
         keep[OTHER] = keep.get(OTHER, 0) + folded
         self.emitted = keep
 
 
-def _newest(seconds: list[float]) -> list[float]:
-    return seconds if len(seconds) <= DWELL_SAMPLES else seconds[-DWELL_SAMPLES:]
+def _newest_by_tenant(tenants: list[str], seconds: list[float]) -> dict[str, list[float]]:
+    """The dwell times of the latest ``DWELL_TENANTS`` tenants of a transaction (its records'
+    ``tenants`` and ``seconds``), at most ``DWELL_SAMPLES`` each, newest first; the latest
+    emitter first. One pass from the newest record back, through a dict of at most
+    ``DWELL_TENANTS``: the records of the others are passed over."""
+    newest: dict[str, list[float]] = {}
+    i = len(tenants)
+    while i:
+        i -= 1
+        tenant = tenants[i]
+        kept = newest.get(tenant)
+        if kept is None:
+            if len(newest) >= DWELL_TENANTS:
+                continue
+            newest[tenant] = kept = []
+        if len(kept) < DWELL_SAMPLES:
+            kept.append(seconds[i])
+    return newest
 
 
 def busiest(counts: dict[str, int], k: int) -> list[str]:

@@ -51,7 +51,7 @@ EMITTED_GROUPS = 10_000  # groups whose emitted counts are kept one by one
 UNFILED = 64  # transactions' counts kept unread before they are added up (no reads)
 GroupRow = tuple[str, int, int, float, float]  # group, backlog, emitted, share, entitlement
 # A committed transaction's records per tenant: a count, or the dwell time of each record.
-Emitted = Mapping[str, int] | Mapping[str, list[float]]
+Emitted = Mapping[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +114,8 @@ class GroupCounts:
         self.flat = False
 
     def emitted(self, counts: Emitted) -> None:
-        """A committed transaction's records per tenant (``counts`` is not changed after):
-        a count, or the dwell time of each (the checkpoint's tally as it is, counted only
-        when filed under a grouped core)."""
+        """A committed transaction's records per tenant (``counts`` is not changed after),
+        filed under the groups at the next read."""
         if self.flat:
             return
         self._unfiled.append(counts)
@@ -205,7 +204,7 @@ def _added_up(batches: list[Emitted]) -> dict[str, int]:
     total: dict[str, int] = {}
     for counts in batches:
         for tenant, count in counts.items():
-            total[tenant] = total.get(tenant, 0) + (count if isinstance(count, int) else len(count))
+            total[tenant] = total.get(tenant, 0) + count
     return total
 
 

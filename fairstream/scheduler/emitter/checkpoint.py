@@ -9,7 +9,7 @@ to the group's offsets by a commit token, and once the broker has committed, cou
 transaction held and hands the marks on (to the trimmer).
 
 Caller: the emitter thread (``Emitter``), the only owner of the transaction. The emitter's
-sender (``send``) and backlog (``backlog``) report what they produced through ``dwells``,
+sender (``send``) and backlog (``backlog``) report what they produced through ``tally``,
 ``emitted`` and ``lettered``, once per batch.
 """
 
@@ -24,6 +24,7 @@ from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.progress import HoldingProgress, PartitionProgress, Snapshot
 from fairstream.scheduler.recovery import holding_id
+from fairstream.scheduler.tallies import Tally
 
 __all__ = ["Changed", "Checkpoint"]
 
@@ -55,9 +56,9 @@ class Checkpoint:
         # the sequence does not): the trimmer compares the sequence in the group's offset
         # metadata with the one that made a mark, never a previous run's.
         self.token_prefix = token_prefix
-        # The open transaction: per tenant, the dwell (seconds) of each of its records; the
+        # The open transaction: the tenant and dwell (seconds) of each of its records; the
         # cost sent; the dead letters per reason.
-        self.dwell: dict[str, list[float]] = {}
+        self.dwell = Tally()
         self.cost = 0
         self.letters: dict[str, int] = {}
         # Per log (ingest partition, or holding_id of one): what its last commit made of it.
@@ -72,10 +73,10 @@ class Checkpoint:
 
     # -- the open transaction ----------------------------------------------------------------
 
-    def dwells(self) -> dict[str, list[float]]:
-        """The open transaction's dwells (seconds) per tenant, live: the sender appends one
+    def tally(self) -> Tally:
+        """The open transaction's records (tenant and dwell), live: the sender appends one
         per egress record, in order (a call per record would cost the per-record path).
-        Caller: the sender, once per batch (a commit or an abort starts a new dict)."""
+        Caller: the sender, once per batch (a commit or an abort starts a new one)."""
         return self.dwell
 
     def emitted(self, cost: int) -> None:
@@ -88,7 +89,7 @@ class Checkpoint:
 
     def discard(self) -> None:
         """The open transaction was aborted: what it held counts for nothing."""
-        self.dwell, self.cost, self.letters = {}, 0, {}
+        self.dwell, self.cost, self.letters = Tally(), 0, {}
         if self.ledger is not None:
             self.ledger.rewound()
 
@@ -188,11 +189,11 @@ class Checkpoint:
                 self.changes[holding_id(partition)] = hold.changes
                 self.marks[holding_id(partition)] = hold.lwm
                 self.seqs[holding_id(partition)] = seq
-        dwells = self.dwell
-        if dwells:
-            self.metrics.emitted.inc(self.observed.committed(dwells))
+        tally = self.dwell
+        if tally.seconds:
+            self.metrics.emitted.inc(self.observed.committed(tally))
             self.metrics.emitted_cost.inc(self.cost)
-            self.metrics.dwell.observe_lists(dwells.values())
+            self.metrics.dwell.observe_lists((tally.seconds,))
         for reason, count in self.letters.items():
             self.metrics.dead_letters.labels(reason).inc(count)
         if self.ledger is not None:

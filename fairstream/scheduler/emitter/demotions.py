@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator, Mapping, Sized
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from fairstream.config import Settings
@@ -78,12 +78,12 @@ class Demotions:
         policy = demotion_policy(settings)
         return None if policy is None else cls(policy, clock, metrics)
 
-    def committed(self, dwells: Mapping[str, Sized], now: float) -> None:
-        """A transaction committed ``len(dwells[tenant])`` egress records per tenant (the
-        checkpoint's tally). Caller: the emitter, once per commit."""
+    def committed(self, counts: Mapping[str, int], now: float) -> None:
+        """A transaction committed ``counts[tenant]`` egress records per tenant (the
+        checkpoint's tally, counted). Caller: the emitter, once per commit."""
         sent = self.demotion.sent
-        for tenant, records in dwells.items():
-            sent(tenant, len(records), now)
+        for tenant, records in counts.items():
+            sent(tenant, records, now)
 
     def review(
         self,

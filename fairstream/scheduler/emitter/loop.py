@@ -639,10 +639,10 @@ class Emitter:
         self.metrics.commit_seconds.observe(took)
         self.rule.excuse(took)  # a backlog's slots during the commit are owed, not lost
         self.metrics.transactions.labels("committed").inc()
-        counted = checkpoint.dwells()  # per tenant, what the transaction held
+        counted = checkpoint.tally()  # what the transaction held
         marks = checkpoint.committed(changed)
         if self.demotions is not None:
-            self.demotions.committed(counted, self.clock.now())
+            self.demotions.committed(counted.counts(), self.clock.now())
         # The broker's answer to commit_transaction is not yet its word that the offsets are
         # committed (a broker shutting down logged PrepareCommit, then dropped the
         # markers): the trimmer confirms each mark against the group's offsets first.

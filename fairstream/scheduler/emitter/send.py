@@ -133,7 +133,8 @@ class Sender:
         stamp_headers = self.stamper.headers
         epoch_ms = self.clock.epoch_ms  # the wall clock, for deadlines and stamps
         produce, topic, progress = txn.producer.produce, self.egress_topic, self.progress
-        dwells = self.checkpoint.dwells()  # the open transaction's, live
+        tally = self.checkpoint.tally()  # the open transaction's, live
+        tallied, dwelt = tally.tenants.append, tally.seconds.append
         max_records = self.max_in_flight
         spread = self._spread(txn) if self.spreads else None
         if spread is not None:
@@ -214,12 +215,8 @@ class Sender:
             if started is not None:
                 started(tenant, rid)
             cost_sum += cost
-            dwell = (stamp - enqueued) / 1000 if stamp > enqueued else 0.0
-            seconds = dwells.get(tenant)
-            if seconds is None:
-                dwells[tenant] = [dwell]
-            else:
-                seconds.append(dwell)
+            tallied(tenant)
+            dwelt((stamp - enqueued) / 1000 if stamp > enqueued else 0.0)
             if txn.records >= max_records:
                 break
         self._batch_done(txn, freed, cost_sum, inline)

@@ -1,9 +1,10 @@
 """The emitter's parts built on their own, around a ManualClock, a producer that sends
 nowhere and a fetcher whose answers a test sets: for test_backlog, test_sender and
-test_checkpoint."""
+test_checkpoint; and committed transactions' tallies (``tally_of``, ``commit``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -23,6 +24,7 @@ from fairstream.scheduler.metrics import Metrics
 from fairstream.scheduler.observe import Observed
 from fairstream.scheduler.progress import PartitionProgress
 from fairstream.scheduler.records import Parsed
+from fairstream.scheduler.tallies import Tally
 from tests.unit.scheduler.test_emit_rule import Txn
 
 
@@ -150,3 +152,17 @@ def record(
     enqueued = parts.clock.epoch_ms() - round(age * 1000)
     msg = message(partition, offset, tenant, value)
     return Parsed(partition, offset, tenant, cost, deadline, enqueued, msg, None)
+
+
+def tally_of(dwells: Mapping[str, list[float]]) -> Tally:
+    """A transaction's tally of each tenant's records in turn, with these dwell times."""
+    tally = Tally()
+    for tenant, seconds in dwells.items():
+        for d in seconds:
+            tally.record(tenant, d)
+    return tally
+
+
+def commit(observed: Observed, counts: Mapping[str, int]) -> None:
+    """A committed transaction of ``counts`` records per tenant (each dwelt 0 s)."""
+    observed.committed(tally_of({tenant: [0.0] * n for tenant, n in counts.items()}))

@@ -15,27 +15,29 @@ from tests.unit.scheduler.test_emit_rule import Txn
 def test_tallies_are_counted_at_the_commit_and_then_start_again() -> None:
     parts = build()
     checkpoint = parts.checkpoint
-    dwells = checkpoint.dwells()
-    dwells["A"] = [0.5, 1.0]  # as the sender appends them
+    tally = checkpoint.tally()
+    tally.record("A", 0.5)  # as the sender appends them
+    tally.record("A", 1.0)
     checkpoint.emitted(3)
-    dwells["A"].append(2.0)
-    dwells["B"] = [0.1]
+    tally.record("B", 0.1)
+    tally.record("A", 2.0)
     checkpoint.emitted(1)
     checkpoint.lettered(wire.EXPIRED)
     checkpoint.lettered(wire.BACKLOG_FULL, 4)
-    assert checkpoint.dwells() == {"A": [0.5, 1.0, 2.0], "B": [0.1]}
+    assert checkpoint.tally().by_tenant() == {"A": [0.5, 1.0, 2.0], "B": [0.1]}
     assert parts.sample("fairstream_egress_records_total") == 0  # not before the commit
     checkpoint.committed([])
     assert parts.sample("fairstream_egress_records_total") == 4
     assert parts.sample("fairstream_egress_cost_total") == 4
     assert parts.sample("fairstream_dead_letters_total", reason=wire.BACKLOG_FULL) == 4
-    assert (checkpoint.dwells(), checkpoint.cost, checkpoint.letters) == ({}, 0, {})
+    assert (len(checkpoint.tally()), checkpoint.cost, checkpoint.letters) == (0, 0, {})
+    assert tally.by_tenant() == {"A": [0.5, 1.0, 2.0], "B": [0.1]}  # committed: unchanged
     assert checkpoint.observed.emitted_by_tenant == {"A": 3, "B": 1}
 
 
 def test_an_abort_discards_the_tallies() -> None:
     parts = build()
-    parts.checkpoint.dwells()["A"] = [0.5]
+    parts.checkpoint.tally().record("A", 0.5)
     parts.checkpoint.emitted(1)
     parts.checkpoint.lettered(wire.EXPIRED)
     parts.checkpoint.discard()

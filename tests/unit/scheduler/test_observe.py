@@ -5,11 +5,7 @@ from __future__ import annotations
 from fairstream.adapters.tenant_series import OTHER
 from fairstream.core import ManualClock
 from fairstream.scheduler.observe import SHARE, Observed, Reused
-
-
-def commit(observed: Observed, counts: dict[str, int]) -> None:
-    """A committed transaction of ``counts`` records per tenant (each dwelt 0 s)."""
-    observed.committed({tenant: [0.0] * n for tenant, n in counts.items()})
+from tests.unit.scheduler.parts import commit
 
 
 def test_churning_tenants_fold_into_other_without_losing_counts() -> None:

@@ -25,7 +25,7 @@ def test_records_go_out_settled_with_their_dwell_and_cost_tallied() -> None:
     assert parts.txn.records == 2
     assert parts.progress[0].lwm == 2
     assert parts.backlog.cached == 0
-    assert parts.checkpoint.dwells() == {"A": [1.5], "B": [0.25]}  # by the one clock: exact
+    assert parts.checkpoint.tally().by_tenant() == {"A": [1.5], "B": [0.25]}  # one clock: exact
     assert parts.checkpoint.cost == 4
     scheduled = {h[wire.SCHEDULED_MS] for h in headers_of(parts)}
     assert scheduled == {b"%d" % parts.clock.epoch_ms()}

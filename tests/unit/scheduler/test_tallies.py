@@ -1,6 +1,6 @@
 """What the emitter counts per tenant at each commit (``fairstream.scheduler.tallies``): counts
-that add up, dwell times bounded to the newest of the latest emitters, and transactions'
-lists kept without being changed."""
+that add up, dwell times bounded to the newest of the latest emitters, and the views of a
+transaction's flat tally."""
 
 from __future__ import annotations
 
@@ -12,18 +12,20 @@ from fairstream.scheduler.tallies import (
     DWELL_SAMPLES,
     DWELL_TENANTS,
     Tallies,
+    Tally,
     add_counts,
     bucket_dwells,
 )
+from tests.unit.scheduler.parts import tally_of
 
 
 def test_counts_add_up_since_the_start_and_since_the_probe() -> None:
     tallies = Tallies()
-    assert tallies.committed({"a": [0.1, 0.2], "b": [0.3]}) == 3
-    assert tallies.committed({"a": [0.4]}) == 1
+    assert tallies.committed(tally_of({"a": [0.1, 0.2], "b": [0.3]})) == 3
+    assert tallies.committed(tally_of({"a": [0.4]})) == 1
     assert tallies.emitted == {"a": 3, "b": 1}
     assert tallies.take_since_probe() == {"a": 3, "b": 1}
-    tallies.committed({"b": [0.5, 0.6]})
+    tallies.committed(tally_of({"b": [0.5, 0.6]}))
     assert tallies.take_since_probe() == {"b": 2}
     assert tallies.take_since_probe() == {}
     assert tallies.emitted == {"a": 3, "b": 3}
@@ -32,31 +34,48 @@ def test_counts_add_up_since_the_start_and_since_the_probe() -> None:
 def test_a_tenant_keeps_its_newest_dwell_times_in_order() -> None:
     tallies = Tallies()
     sent = 0
-    given: list[tuple[list[float], list[float]]] = []  # each transaction's list, and a copy
+    given: list[tuple[Tally, list[float]]] = []  # each transaction's tally, and a copy
     for size in (1, 3, DWELL_SAMPLES - 2, 5, 2 * DWELL_SAMPLES, 7, 1):
         seconds = [float(sent + i) for i in range(size)]
         sent += size
-        given.append((seconds, list(seconds)))
-        tallies.committed({"a": seconds})
+        tally = tally_of({"a": seconds, "b": [-1.0] * (size % 3)})  # b's between, unkept
+        given.append((tally, list(tally.seconds)))
+        tallies.committed(tally)
         kept = list(tallies.dwell["a"])
         assert kept == [float(i) for i in range(max(0, sent - DWELL_SAMPLES), sent)]
-    # The lists are kept as they came, never changed by later ones (a group count reads them).
-    assert all(seconds == copy for seconds, copy in given)
+    # A committed tally is not changed by its commit or by later ones.
+    assert all(tally.seconds == copy for tally, copy in given)
 
 
 def test_only_the_latest_emitters_keep_dwell_times_latest_last() -> None:
     tallies = Tallies()
-    tallies.committed({"old": [1.0]})
-    tallies.committed({f"t{i}": [0.5] for i in range(DWELL_TENANTS - 1)})
-    tallies.committed({"old": [2.0]})  # emitted again: the latest now
+    tallies.committed(tally_of({"old": [1.0]}))
+    tallies.committed(tally_of({f"t{i}": [0.5] for i in range(DWELL_TENANTS - 1)}))
+    tallies.committed(tally_of({"old": [2.0]}))  # emitted again: the latest now
     assert len(tallies.dwell) == DWELL_TENANTS
     assert next(reversed(tallies.dwell)) == "old"
     assert list(tallies.dwell["old"]) == [1.0, 2.0]
     # A transaction over more tenants than are kept: its latest ones, in its order.
     many = {f"n{i}": [float(i)] for i in range(3 * DWELL_TENANTS)}
-    tallies.committed(many)
+    tallies.committed(tally_of(many))
     assert list(tallies.dwell) == list(many)[-DWELL_TENANTS:]
     assert list(tallies.dwell[f"n{3 * DWELL_TENANTS - 1}"]) == [float(3 * DWELL_TENANTS - 1)]
+
+
+def test_a_transaction_of_interleaved_tenants_keeps_each_ones_newest_in_order() -> None:
+    tally = Tally()
+    for i in range(3 * DWELL_SAMPLES):  # a, b, a, b, ...: each tenant's in emission order
+        tally.record("ab"[i % 2], float(i))
+    tally.record("c", 0.5)
+    assert tally.counts() == {"a": 384, "b": 384, "c": 1}
+    assert tally.by_tenant()["a"] == [float(i) for i in range(0, 3 * DWELL_SAMPLES, 2)]
+    tallies = Tallies()
+    assert tallies.committed(tally) == len(tally) == 3 * DWELL_SAMPLES + 1
+    assert list(tallies.dwell) == ["a", "b", "c"]  # by each one's latest record
+    newest_a = list(range(3 * DWELL_SAMPLES - 2, -1, -2))[:DWELL_SAMPLES][::-1]
+    assert list(tallies.dwell["a"]) == [float(i) for i in newest_a]
+    assert list(tallies.dwell["c"]) == [0.5]
+    assert tallies.emitted == {"a": 384, "b": 384, "c": 1}
 
 
 def test_add_counts() -> None:

@@ -14,11 +14,7 @@ from fairstream.scheduler.observe import (
     entitlements,
     tenant_state,
 )
-
-
-def commit(observed: Observed, counts: dict[str, int]) -> None:
-    """A committed transaction of ``counts`` records per tenant (each dwelt 0 s)."""
-    observed.committed({tenant: [0.0] * n for tenant, n in counts.items()})
+from tests.unit.scheduler.parts import commit
 
 
 def row(tenant, backlog, rate, weight=1.0, priority=0, paused=False, cap=None):

@@ -20,11 +20,7 @@ from fairstream.scheduler.tenant_tree import (
     add_tree,
     group_series,
 )
-
-
-def commit(observed: Observed, counts: dict[str, int]) -> None:
-    """A committed transaction of ``counts`` records per tenant (each dwelt 0 s)."""
-    observed.committed({tenant: [0.0] * n for tenant, n in counts.items()})
+from tests.unit.scheduler.parts import commit
 
 
 def grouped_core() -> GroupScheduler[int]:
@@ -169,17 +165,17 @@ def test_group_counts_kept_unread_are_added_up_and_filed_whole():
 
 
 def test_group_counts_keep_nothing_while_the_core_is_flat():
-    # A flat core's transactions are not held for a read that will drop them (their dwell
-    # times would stay alive until then); once a read finds the core grouped, they are.
+    # A flat core's transactions are not held for a read that will drop them (their counts
+    # would stay alive until then); once a read finds the core grouped, they are.
     core: GroupScheduler[int] = GroupScheduler(ManualClock(), group_of=by_separator("/"))
     core.push("g/t", 1)
     counts = GroupCounts()
     counts.file(FairScheduler(ManualClock()))
-    counts.emitted({"g/t": [0.1, 0.2]})  # the checkpoint's tally as it is: dwell times
+    counts.emitted({"g/t": 2})
     assert counts._unfiled == []
     counts.file(core)  # grouped since: what was committed meanwhile is not filed
     assert counts.by_group == {}
-    counts.emitted({"g/t": [0.1, 0.2], "solo": [0.3]})
+    counts.emitted({"g/t": 2, "solo": 1})
     counts.emitted({"g/t": 1})
     counts.file(core)
     assert counts.by_group == {"g": 3}
