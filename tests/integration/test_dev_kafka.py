@@ -184,7 +184,11 @@ def test_restart_comes_back_on_the_same_port_under_client_load(tmp_path: Path) -
         wait_until(
             lambda: load.delivered >= produced_while_down + 200,
             120,
-            lambda: f"the producer delivering after the restart ({load.delivered} delivered)",
+            lambda: (
+                f"the producer delivering after the restart ({load.delivered} delivered of "
+                f"{load.produced}; {len(load.errors)} delivery errors, the first: "
+                f"{load.errors[:3]})"
+            ),
         )
         load.stop()
         assert not load.errors, load.errors[:3]
