@@ -299,7 +299,10 @@ class Recovery:
             # while the window holds no complete record at all.
             partial = token in chunks and wanted is None
             if wanted is not None or start <= low or (latest is not None and not partial):
-                # The high watermark asked again: records may have come since the first ask.
+                if wanted is not None:
+                    return wanted, latest, True
+                # Only a token not found needs it: the high watermark asked again (records
+                # may have come since the first ask), one more round trip per partition.
                 settled = ended >= 0 and ended >= watermarks(reader, tp, deadline)[1]
                 return wanted, latest, settled
             window *= 8

@@ -209,10 +209,9 @@ def _changes(prog: PartitionProgress | None) -> int | None:
 def _snapshot(
     token: str, prog: PartitionProgress, hold: PartitionProgress | None, budgets: list[Entry]
 ) -> Snapshot:
-    """What the progress topic keeps for a partition: its mark and ranges, and its holding
-    log's when that is in use (a mark past 0, ranges or parked tenants), and the spend."""
-    ranges = prog.ranges()
+    """What the progress topic keeps for a partition: its mark and ranges, its holding
+    log's (none without one), and the spend."""
+    if hold is None:
+        return Snapshot(token, prog.lwm, prog.ranges(), budgets=list(budgets))
     parked = dict(hold.parked) if isinstance(hold, HoldingProgress) else {}
-    if hold is None or (hold.lwm == 0 and not hold.settled_above and not parked):
-        return Snapshot(token, prog.lwm, ranges, budgets=list(budgets))
-    return Snapshot(token, prog.lwm, ranges, hold.lwm, hold.ranges(), parked, list(budgets))
+    return Snapshot(token, prog.lwm, prog.ranges(), hold.lwm, hold.ranges(), parked, list(budgets))
