@@ -1,7 +1,8 @@
 """Compare the end-to-end throughput of two commits, alternating, on one broker.
 
     .venv/bin/python -m benchmarks.compare REV_A REV_B [--rounds 4] [--records 200000]
-        [--headers SET | --cost-headers] [--overflow N [--raised]] [--bootstrap HOST:PORT]
+        [--headers SET | --cost-headers] [--overflow N [--raised]] [--scale]
+        [--bootstrap HOST:PORT]
 
 Each revision is checked out in a git worktree of its own (under a temporary directory,
 removed at the end). Each round runs, for each revision in turn, one round of
@@ -20,6 +21,13 @@ With ``--overflow N`` a round is instead the overflow scenario of ``benchmarks/o
 sending meanwhile): the dead letters written per second, the time to take the flood in and
 the quiet tenants' p99, per revision; with ``--raised`` the same burst with the cap raised
 above it (nothing dead-lettered: ``benchmarks/burst.py``'s run).
+
+With ``--scale`` a round is instead ``throughput.scale``'s round for each revision in turn
+(the order alternating from round to round): N records over 10 tenants drained, then N over
+100,000, each by a scheduler of its own; the result is each revision's median of its
+rounds' ratios of scheduler CPU per record (100,000 tenants against 10). Alternating in one
+run is how two trees are told apart: a single run's ratio moves with the machine by more
+than most changes move it.
 
 Each worktree is built as ``make install`` builds a checkout: a revision with a compiled build
 (setup.py) runs its per-record modules compiled (``--pure``: from source, as every revision
@@ -102,6 +110,11 @@ def main() -> None:
     )
     parser.add_argument("--raised", action="store_true", help="--overflow with the cap raised")
     parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="compare the CPU per record of 100,000 tenants against 10 (throughput.scale)",
+    )
+    parser.add_argument(
         "--headers",
         choices=sorted(HEADER_SETS),
         help="the headers each record carries (default: none): cost-trace as cost-weighted "
@@ -131,6 +144,19 @@ def main() -> None:
                 args.overflow,
                 raised=args.raised,
                 pure=args.pure,
+            )
+        finally:
+            broker.stop()
+        return
+    if args.scale:
+        try:
+            compare_scale(
+                broker.bootstrap,
+                args.revisions,
+                args.rounds,
+                args.records,
+                args.deadline,
+                args.pure,
             )
         finally:
             broker.stop()
@@ -216,6 +242,47 @@ def compare_overflow(
             for key in got[0]
         }
         print(f"{rev}: median of {len(got)} rounds: {medians}")
+
+
+def compare_scale(
+    bootstrap: str, revisions: list[str], rounds: int, records: int, timeout: float, pure: bool
+) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="fairstream-compare-data-"))
+    ratios: dict[str, list[float]] = {rev: [] for rev in revisions}
+    cpu: dict[str, list[tuple[float, float]]] = {rev: [] for rev in revisions}
+    try:
+        with worktrees(revisions, pure=pure) as trees:
+            for round_ in range(rounds):
+                order = list(zip(revisions, trees, strict=True))
+                if round_ % 2:  # neither revision always second
+                    order.reverse()
+                for rev, tree in order:
+                    harness.REPO = tree
+                    name = f"round{round_}-{revisions.index(rev)}"
+                    few, many = (
+                        throughput.scale_run(
+                            bootstrap, workdir, records, n, f"{name}-{n}", timeout
+                        )["cpu_us_per_record"]
+                        for n in (10, 100_000)
+                    )
+                    if not few or not many:  # no CPU figure: the process was gone
+                        log(f"round {round_ + 1} {rev}: no CPU figure ({few}, {many})")
+                        continue
+                    ratios[rev].append(many / few)
+                    cpu[rev].append((few, many))
+                    log(
+                        f"round {round_ + 1} {rev}: 10 tenants {few} µs, 100,000 tenants "
+                        f"{many} µs a record: {many / few:.2f}x"
+                    )
+    finally:
+        harness.REPO = REPO
+    for rev in revisions:
+        print(
+            f"{rev}: median {statistics.median(ratios[rev]):.2f}x "
+            f"(rounds {', '.join(f'{r:.2f}' for r in ratios[rev])}); 10 tenants "
+            f"{statistics.median(f for f, _ in cpu[rev]):.1f} µs, 100,000 tenants "
+            f"{statistics.median(m for _, m in cpu[rev]):.1f} µs a record"
+        )
 
 
 if __name__ == "__main__":

@@ -296,16 +296,10 @@ def scale(
     ratios: list[float] = []
 
     def run(tenants: int) -> dict[str, Any]:
-        topic = f"{unique('bench')}.scale{tenants}"
-        name = f"scale{tenants}-{len(rows)}"  # a data directory of its own per run
-        try:
-            create_topics(bootstrap, [topic], PARTITIONS)
-            prefill(bootstrap, topic, records, tenants)
-            row = drain_alone(bootstrap, workdir, topic, records, name, timeout)
-        finally:
-            delete_topics(bootstrap, [topic])  # before the next run, not at the phase's end
-        log(f"scale {tenants}: {row}")
-        return {"tenants": tenants, **row}
+        # A data directory of its own per run.
+        return scale_run(
+            bootstrap, workdir, records, tenants, f"scale{tenants}-{len(rows)}", timeout
+        )
 
     if reuse and reuse.get("status") == "ok":
         rows.append({"tenants": 1000, **reuse, "note": "max_throughput"})
@@ -323,6 +317,22 @@ def scale(
         "cost_ratios_100k_vs_10": [round(r, 2) for r in ratios],
         "cost_ratio_100k_vs_10": round(statistics.median(ratios), 2) if ratios else None,
     }
+
+
+def scale_run(
+    bootstrap: str, workdir: Path, records: int, tenants: int, name: str, timeout: float
+) -> dict[str, Any]:
+    """One of ``scale``'s runs: N records over ``tenants`` on a topic of their own, drained
+    by a scheduler of its own (data directory ``name``), the topic deleted after."""
+    topic = f"{unique('bench')}.scale{tenants}"
+    try:
+        create_topics(bootstrap, [topic], PARTITIONS)
+        prefill(bootstrap, topic, records, tenants)
+        row = drain_alone(bootstrap, workdir, topic, records, name, timeout)
+    finally:
+        delete_topics(bootstrap, [topic])  # before the next run, not at the phase's end
+    log(f"scale {tenants}: {row}")
+    return {"tenants": tenants, **row}
 
 
 def profiled(
