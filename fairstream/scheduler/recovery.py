@@ -46,6 +46,7 @@ from fairstream.scheduler.progress import HoldingProgress, PartitionProgress, Sn
 log = logging.getLogger("fairstream.recovery")
 
 TOKEN_WAIT = 10.0  # seconds to wait for a progress record matching the committed token
+WINDOW = 64  # progress records read back first, per partition (then 8 times more, and so on)
 
 
 class RecoveryError(Error):
@@ -128,6 +129,9 @@ class Recovery:
         """
         deadline = time.monotonic() + timeout
         marks = self._committed(consumer, partitions, deadline)
+        found = self._found(
+            {partition: token for partition, (_, token) in marks.items() if token}, deadline
+        )
         recovered: dict[int, PartitionProgress] = {}
         lost = 0
         for partition in partitions:
@@ -139,7 +143,7 @@ class Recovery:
                 mark = low  # never committed: everything still in the log is unsettled
             snapshot = Snapshot("", mark, [])
             if token:
-                snapshot = self._snapshot(partition, token, mark, deadline)
+                snapshot = found.get(partition) or self._snapshot(partition, token, mark, deadline)
                 if snapshot.token != token and snapshot.token and snapshot.lwm < mark:
                     # Not the offset's own: that offset's transaction never committed.
                     mark = snapshot.lwm
@@ -208,6 +212,54 @@ class Recovery:
             log.info("waiting for committed offsets: %s", problem)
             time.sleep(0.2)
 
+    def _found(self, tokens: dict[int, str], deadline: float) -> dict[int, Snapshot]:
+        """The snapshots of ``tokens`` (progress partition -> commit token) that the last
+        ``WINDOW`` records of each partition hold complete, read in one pass over all the
+        partitions at once. Every commit writes one (``checkpoint``), so this is what a
+        restart finds; read one partition after another, the reads took 0.5 s of a restart
+        with 12 partitions. A partition whose token is not there complete is left to
+        ``_snapshot`` (a larger window, a transaction still open, or not committed)."""
+        if not tokens:
+            return {}
+        reader = self._progress_reader()
+        starts = {}
+        for partition in tokens:
+            low, high = watermarks(reader, TopicPartition(self.topic, partition), deadline)
+            starts[partition] = max(low, high - WINDOW)
+        reader.assign([TopicPartition(self.topic, p, start) for p, start in starts.items()])
+        chunks: dict[int, dict[int, codec.Chunk]] = {p: {} for p in tokens}
+        ended: set[int] = set()
+        while len(ended) < len(tokens):
+            if time.monotonic() >= deadline:
+                raise RecoveryError("cannot read the progress partitions in time")
+            for msg in reader.consume(num_messages=1000, timeout=0.05):
+                at = msg.partition()
+                err = msg.error()
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("reading the progress partitions: %s", err)
+                    continue
+                if at is None or at not in chunks:
+                    continue
+                if err is not None:  # the end
+                    ended.add(at)
+                    continue
+                value = msg.value()
+                if value is None:
+                    continue  # a tombstone of a chunk no longer used
+                try:
+                    chunk = codec.decode_chunk(value)
+                except codec.ProgressFormatError:
+                    # Not used here; when the token is not found, ``_snapshot`` reads the
+                    # partition again and says which record it could not read.
+                    continue
+                if chunk.token == tokens[at]:
+                    chunks[at][chunk.index] = chunk
+        return {
+            partition: snapshot
+            for partition, got in chunks.items()
+            if (snapshot := codec.assemble(got.values())) is not None
+        }
+
     def _snapshot(self, partition: int, token: str, mark: int, deadline: float) -> Snapshot:
         """The progress written with ``token`` (all of its chunks); else, once the partition
         holds no open transaction (or after ``TOKEN_WAIT``), the latest complete snapshot
@@ -248,7 +300,7 @@ class Recovery:
         reader = self._progress_reader()
         tp = TopicPartition(self.topic, partition)
         low, high = watermarks(reader, tp, deadline)
-        window = 64
+        window = WINDOW
         while True:
             ended = -1  # where read_committed reached the end (the last stable offset)
             start = max(low, high - window)
