@@ -50,7 +50,7 @@ RECENT = 10_000  # latest grouped emitters whose group is remembered (for the gr
 EMITTED_GROUPS = 10_000  # groups whose emitted counts are kept one by one
 UNFILED = 64  # transactions' counts kept unread before they are added up (no reads)
 GroupRow = tuple[str, int, int, float, float]  # group, backlog, emitted, share, entitlement
-# A committed transaction's records per tenant: a count, or the dwell time of each record.
+# A committed transaction's records per tenant, counted.
 Emitted = Mapping[str, int]
 
 
