@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import Counter, deque
@@ -78,9 +79,21 @@ from faust.types import EventT, StreamT
 from fairstream import wire
 from fairstream.config import DEFAULT_DLQ, DEFAULT_EGRESS
 from fairstream.faust._app import DirectSender, check_app, commit_across_markers
-from fairstream.sdk.worker.calling import Ending, OutcomeReport, Retrying, is_async_handler
+from fairstream.sdk.worker.calling import (
+    Begin,
+    Ending,
+    OutcomeReport,
+    Retrying,
+    is_async_handler,
+)
 from fairstream.sdk.worker.handler import RawHeaders, Request, request_of, where
-from fairstream.sdk.worker.pacing import PLAYOUT_DELAY, Playout, start_at, timer_wait
+from fairstream.sdk.worker.pacing import (
+    PLAYOUT_DELAY,
+    Playout,
+    hold_until,
+    start_at,
+    timer_wait,
+)
 from fairstream.sdk.worker.retry import backoff_delay
 from fairstream.sdk.worker.tracking import RecentIds
 from fairstream.wire.feedback import (
@@ -212,12 +225,20 @@ class ActorWindow:
             return None
         return request.start_ms / 1000
 
-    def began(self, held: HeldEvent) -> bool:
-        """``held``'s call begins now (its task got to run after ``startable`` handed it out):
-        the next paced call keeps its distance from this moment. True when the next one is
-        due now (it catches up, ``Playout.began``): the caller looks again at once."""
+    def gate(self, held: HeldEvent, now: float) -> float:
+        """When ``held``'s call (handed out by ``startable``, its lead early) may begin, on
+        the wall clock, asked at ``now``: ``Playout.gate``; its moment for an unpaced call."""
         stamp = self._stamp(held.request)
-        return stamp is not None and self._playout.began(stamp, self._wall())
+        return held.due if stamp is None else self._playout.gate(stamp, held.due, now)
+
+    def began(self, held: HeldEvent, at: float) -> None:
+        """``held``'s call begins at ``at`` (its task got to run after ``startable`` handed
+        it out, and waited out its ``gate``): the next paced call keeps its distance from
+        this moment. The caller looks again (``startable``) once the call is under way: the
+        next one may be due at once (it catches up, ``Playout.began``)."""
+        stamp = self._stamp(held.request)
+        if stamp is not None:
+            self._playout.began(stamp, at)
 
     def startable(self) -> list[HeldEvent]:
         """The events whose calls start now, in order of their start times; each takes a
@@ -370,11 +391,12 @@ class PaidApiAgent(Retrying):
         self._pending[rid] += 1
         return window.hold(event, request)
 
-    async def call(self, held: HeldEvent) -> str:
-        """Run the calls of an admitted event; returns ``ok`` or ``dead-lettered``."""
+    async def call(self, held: HeldEvent, begin: Begin | None = None) -> str:
+        """Run the calls of an admitted event; returns ``ok`` or ``dead-lettered``.
+        ``begin``: awaited right before its first call (the actor's paced gate)."""
         rid = held.request.request_id
         try:
-            outcome = await self._handle(held.event, held.request)
+            outcome = await self._handle(held.event, held.request, begin)
             self.seen.add(rid)
         finally:
             self._pending[rid] -= 1
@@ -394,8 +416,10 @@ class PaidApiAgent(Retrying):
         self.seen.add(request.request_id)
         return outcome
 
-    async def _handle(self, event: EventT[bytes], request: Request) -> str:
-        ending = await self._calls(request, _sleep)
+    async def _handle(
+        self, event: EventT[bytes], request: Request, begin: Begin | None = None
+    ) -> str:
+        ending = await self._calls(request, _sleep, begin)
         assert ending is not None  # _sleep never gives a request up
         if ending.reason is not None:
             return await self._dead_letter(event, request, ending)
@@ -534,11 +558,18 @@ class _Actor:
         if self.reader is not None:
             self.reader.cancel()
 
+    async def _begin(self, held: HeldEvent) -> None:
+        """Hold ``held``'s first call at its gate, then say it began (right before the
+        handler: ``Calling._attempt``)."""
+        window = self.window
+        at = await hold_until(lambda now: window.gate(held, now), self.agent._wall, asyncio.sleep)
+        window.began(held, at)
+        # The starter looks again once the handler is under way: a catch-up goes at once.
+        asyncio.get_running_loop().call_soon(self.wake.set)
+
     async def _call(self, held: HeldEvent) -> None:
-        if self.window.began(held):
-            self.wake.set()  # a catch-up: the starter hands it out at once
         try:
-            await self.agent.call(held)
+            await self.agent.call(held, functools.partial(self._begin, held))
         except Exception as exc:
             log.exception("the paid-API agent failed on %s", where(held.request))
             self._fail(exc)

@@ -37,7 +37,18 @@ from fairstream.wire.feedback import Outcome as Reported
 if TYPE_CHECKING:
     from fairstream.sdk.worker.metrics import WorkerMetrics
 
-__all__ = ["Calling", "Ending", "HandlerCall", "OutcomeReport", "Retrying", "is_async_handler"]
+__all__ = [
+    "Begin",
+    "Calling",
+    "Ending",
+    "HandlerCall",
+    "OutcomeReport",
+    "Retrying",
+    "is_async_handler",
+]
+
+# Awaited right before a request's first call (a paced call's gate: ``pacing.hold_until``).
+Begin = Callable[[], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,13 +126,8 @@ class Calling:
         """Tell the feedback topic (when feedback is on)."""
         raise NotImplementedError
 
-    def _starting(self, request: Request) -> None:
-        """The handler is called for ``request`` right after this returns (a hook: the
-        ``Worker`` paces its next start from this moment)."""
-
     async def _call(self, request: Request) -> Any:
         """Call the handler once; return what it returned (a ``Usage``, or anything)."""
-        self._starting(request)
         if self._is_async:
             return await self.handler(request)
         loop = asyncio.get_running_loop()
@@ -130,12 +136,18 @@ class Calling:
             result = await result
         return result
 
-    async def _attempt(self, request: Request) -> HandlerCall:
+    async def _attempt(self, request: Request, begin: Begin | None = None) -> HandlerCall:
         """Call the handler with ``request`` (its ``attempt`` is the one reported), time the
-        call and report it: ok (with the cost), rate-limited (scope, Retry-After), failed."""
+        call and report it: ok (with the cost), rate-limited (scope, Retry-After), failed.
+        ``begin``, if any, is awaited as the last step before the handler (a paced call's
+        gate), so that the moment it reads is the handler's within microseconds: the
+        metrics come before it (a paced call counts as running while it waits its last
+        fraction of a millisecond at the gate), the latency's start after it."""
         metrics = self.metrics
         if metrics is not None:
             metrics.running.inc()
+        if begin is not None:
+            await begin()
         started = time.perf_counter()
         result: Any = None
         error: Exception | None = None
@@ -207,15 +219,20 @@ class Retrying(Calling):
     _log: logging.Logger  # the owner's logger
 
     async def _calls(
-        self, request: Request, pause: Callable[[float], Awaitable[bool]]
+        self,
+        request: Request,
+        pause: Callable[[float], Awaitable[bool]],
+        begin: Begin | None = None,
     ) -> Ending | None:
         """Call the handler for ``request`` until it succeeds or the request is to be
         dead-lettered; None when ``pause`` (the wait before a next call, False to stop
-        waiting) gave the request up."""
+        waiting) gave the request up. ``begin``: awaited right before the first call
+        (``_attempt``)."""
         attempt = 1
         limited = 0  # rate-limited calls in a row
         while True:
-            call = await self._attempt(replace(request, attempt=attempt))
+            call = await self._attempt(replace(request, attempt=attempt), begin)
+            begin = None
             exc = call.error
             if exc is None:
                 return Ending(attempt, call.latency)

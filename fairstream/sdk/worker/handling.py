@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import queue
 import threading
@@ -21,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from fairstream import wire
 from fairstream.sdk.worker.calling import Ending, OutcomeReport, Retrying
-from fairstream.sdk.worker.handler import Request, where
+from fairstream.sdk.worker.handler import where
 from fairstream.sdk.worker.jobs import FINISHED, Job, JobOutcome, WorkerStats
 from fairstream.sdk.worker.metrics import WorkerMetrics
 from fairstream.sdk.worker.outputs import Outputs
-from fairstream.sdk.worker.pacing import Playout, start_at, timer_wait
+from fairstream.sdk.worker.pacing import Playout, hold_until, start_at, timer_wait
 from fairstream.sdk.worker.retry import backoff_delay
 from fairstream.sdk.worker.tracking import CommitPosition, TenantQueues
 from fairstream.wire.feedback import Outcome as Reported
@@ -75,7 +76,7 @@ class Handling(Retrying):
                 # while it waits, and enters them in the order of its start time: a record
                 # arriving late goes after those due before it that still wait.
                 start_ms = job.request.start_ms
-                due = start_at(start_ms, now, delay)
+                job.due = due = start_at(start_ms, now, delay)
                 self._playout.push(due, job, None if start_ms is None else start_ms / 1000)
         if delay is None:
             self._pump()
@@ -161,16 +162,25 @@ class Handling(Retrying):
             self._ended = asyncio.Event()
         self._pump()
 
-    def _starting(self, request: Request) -> None:
-        start_ms = request.start_ms
-        if request.attempt == 1 and self.playout_delay is not None and start_ms is not None:
-            # The call begins now, after the loop got round to it: the next paced call keeps
-            # its distance from this moment, the closest to the handler's first line, not
-            # from the record's leaving the playout (a strict bucket of one refuses a call
-            # started a tenth of a millisecond early, and the steps between varied by that).
-            now = self._wall()
-            if self._playout.began(start_ms / 1000, now):
-                self._release_due(now)  # a catch-up: at once, back to back with this call
+    async def _begin_paced(self, job: Job) -> None:
+        """Hold a paced record's first call at its gate (it left the playout its lead
+        early), then say it began: the next paced call keeps its distance from this moment,
+        the closest to the handler's first line (a strict bucket of one refuses a call
+        started a tenth of a millisecond early, and the steps between varied by that)."""
+        start_ms = job.request.start_ms
+        assert start_ms is not None  # paced: _process passes this for stamped records only
+        stamp, playout = start_ms / 1000, self._playout
+        now = await hold_until(
+            lambda now: playout.gate(stamp, job.due, now), self._wall, asyncio.sleep
+        )
+        playout.began(stamp, now)
+        # Once the handler is under way, look at the playout again: a catch-up goes at once,
+        # back to back with this call (``Playout.began``).
+        assert self._loop is not None
+        self._loop.call_soon(self._look_again)
+
+    def _look_again(self) -> None:
+        self._release_due(self._wall())
 
     def _carry_on(self, job: Job) -> bool:
         return job.progress.live and not self._stopping.is_set()
@@ -201,7 +211,12 @@ class Handling(Retrying):
                 return JobOutcome.REPEATED
         if not self._carry_on(job):
             return JobOutcome.ABANDONED
-        ending = await self._calls(job.request, lambda delay: self._pause(delay, job))
+        paced = self.playout_delay is not None and job.request.start_ms is not None
+        ending = await self._calls(
+            job.request,
+            lambda delay: self._pause(delay, job),
+            functools.partial(self._begin_paced, job) if paced else None,
+        )
         if ending is None:
             return JobOutcome.ABANDONED
         if ending.reason is None:

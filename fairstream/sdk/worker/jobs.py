@@ -42,6 +42,7 @@ class Job:
     # partition, if any: this one runs after it (same tenant), and only if it did not finish.
     predecessor: Job | None = None
     outcome: JobOutcome | None = None  # set by the event loop when the run ends
+    due: float = 0.0  # paced: when its call may start (``pacing.start_at``), wall clock
     reason: str = wire.HANDLER_FAILED  # the dead-letter reason, when dead-lettered
 
 

@@ -15,7 +15,10 @@ API sees the scheduler's schedule, shifted but not bunched.
   a strict API with a bucket of one refuses a call a hair early: 36% refused at 50/s when
   each record kept only its own moment);
 - ``Playout`` holds the records whose moment has not come, earliest first, and keeps the
-  paced ones apart with a ``Spacing``;
+  paced ones apart with a ``Spacing``; it hands a paced record out a little ahead of its
+  moment (its *lead*), and the call's task holds it the rest at the gate (``Playout.gate``,
+  ``hold_until``), right before the handler: the steps between leaving the buffer and the
+  handler's first line (a turn of the event loop) no longer make it late;
 - ``timer_wait`` is how long to set a loop's timer for a moment, so that it wakes on time.
 
 Both the SDK's ``Worker`` and the Faust agent (``fairstream.faust``) pace with these.
@@ -24,16 +27,20 @@ Both the SDK's ``Worker`` and the Faust agent (``fairstream.faust``) pace with t
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 __all__ = [
     "CATCH_UP_GAPS",
     "CATCH_UP_SLACK",
+    "GATE_MARGIN",
+    "LEAD_SHARE",
+    "MAX_LEAD",
     "PLAYOUT_DELAY",
     "TIMER_GRAIN",
     "Playout",
     "Spacing",
+    "hold_until",
     "start_at",
     "timer_wait",
 ]
@@ -96,6 +103,51 @@ def timer_wait(wait: float) -> float:
     return max(0.0, wait - TIMER_GRAIN)
 
 
+# The lead: how far ahead of its start a paced record leaves the playout buffer, to be held
+# the rest at its call's gate. Between leaving the buffer and the handler's first line the
+# record waits a turn of the event loop (a task is created, then run), and that turn took
+# 0.14 ms at the median here, up to 0.4 ms at p99, with other threads taking the
+# interpreter lock in it: each paced start was that much late, a creep that ended in
+# catch-ups, each a call a bucket of one refuses (1.0-1.6% of calls at 50/s). The gate
+# waits out the rest of the lead a turn of the loop at a time, so the lead costs the
+# loop's time: ``LEAD_SHARE`` of the stamps' gap keeps it within that share at any rate
+# (0.4 ms at 50/s, 0.1 ms at 200/s, 10 us at 2,000/s, where a bucket of 200 leaves room
+# anyway), ``MAX_LEAD`` at most. (Spinning on the clock instead, the lock held, made the
+# steps after the gate slower, 26 us against 12 at the median on 2 busy cores, and
+# their spread is what ``GATE_MARGIN`` must cover: 3% refused at 50/s.)
+LEAD_SHARE = 0.02
+MAX_LEAD = 0.0005
+
+# How far past the stamps' gap the gate holds a call. The gate reads the clock, then a few
+# steps run before the handler's first line, where the API reads its own: 12 us at the
+# median on 2 cores shared with a broker and a scheduler, 25-50 us at p99, up to 0.2 ms
+# when the thread is preempted. A bucket of one refuses a call a microsecond short of the
+# stamps' gap, and each gap the API sees is the gate's plus the difference of two such
+# delays: the margin covers that difference. It is also a creep (each start that much
+# later), which ends in catch-ups. At 50/s behind a bucket of one: 30 us, 1.2-1.4% refused,
+# most of them short by the delays' difference; 60 us, 0.6-0.8%; 100 us, 0.6-1.2%, most of
+# them catch-ups.
+GATE_MARGIN = 60e-6
+
+
+async def hold_until(
+    moment: Callable[[float], float],
+    clock: Callable[[], float],
+    sleep: Callable[[float], Awaitable[object]],
+) -> float:
+    """Wait until ``clock()`` reaches ``moment(now)`` (asked again after every wait: it may
+    move meanwhile); return the clock's reading then. It sleeps (``sleep``, the loop's:
+    ``asyncio.sleep``) for ``timer_wait``: while more than ``TIMER_GRAIN`` away, until a
+    grain before; within it, a turn of the loop at a time. It never returns before the
+    moment. Caller: a task on an event loop."""
+    while True:
+        now = clock()
+        at = moment(now)
+        if now >= at:
+            return now
+        await sleep(timer_wait(at - now))
+
+
 class Spacing:
     """The earliest start of a paced call, given the previous paced start. Pure.
 
@@ -108,12 +160,18 @@ class Spacing:
     says why). A record stamped before the previous one (it arrived
     late) is not held for it, and the one after it keeps its distance from it.
 
+    Two previous starts are kept: the last handed out (``started``, at the moment it was
+    given, corrected by ``began``), which ``earliest`` and ``lead`` read to hand the next
+    one out; and the last whose call began (``began``), which ``gate`` reads to hold the
+    next one's call until its moment: a call handed out before the previous one began
+    still keeps its distance from that one's begin.
+
     Times are seconds on one clock (the worker's wall clock, which stamps are compared with).
     Records without a stamp are not paced: leave them out. Caller: one thread or event
     loop. Affects: this object only.
     """
 
-    __slots__ = ("_stamp", "_start", "slack")
+    __slots__ = ("_begun", "_begun_stamp", "_stamp", "_start", "slack")
 
     def __init__(self, slack: float = CATCH_UP_SLACK) -> None:
         if slack < 0:
@@ -121,6 +179,8 @@ class Spacing:
         self.slack = slack
         self._stamp: float | None = None  # the previous paced start's stamp
         self._start = 0.0  # and when it started
+        self._begun_stamp: float | None = None  # the last paced call to begin: its stamp
+        self._begun = 0.0  # and when it began
 
     def earliest(self, stamp: float, due: float) -> float:
         """When a call stamped ``stamp`` (s), due at ``due`` (``start_at``), may start."""
@@ -132,15 +192,46 @@ class Spacing:
             return due
         return kept
 
+    def lead(self, stamp: float) -> float:
+        """How far ahead of ``earliest`` a call stamped ``stamp`` is handed out to its gate:
+        ``LEAD_SHARE`` of its stamp's distance from the previous one, ``MAX_LEAD`` at most."""
+        if self._stamp is None or stamp <= self._stamp:
+            return 0.0
+        return min(MAX_LEAD, LEAD_SHARE * (stamp - self._stamp))
+
+    def gate(self, stamp: float, due: float, now: float) -> float:
+        """When the call stamped ``stamp`` (handed out, due at ``due``) may begin, asked at
+        ``now``: the stamps' distance after the last paced call that began, plus
+        ``GATE_MARGIN``, and never before ``due``. It catches up (``due``) as ``earliest``
+        does, past the slack, with one exception: a call that would catch up by less than
+        half a gap when it is past the slack by less than half a gap. That is a call handed
+        out to be kept whose previous one began a little late: let through, it would begin
+        a fraction of a millisecond short of its moment, a call a bucket of one refuses
+        that sheds almost nothing (measured: 7 of 9 refusals at 50/s). It is kept instead,
+        and the next one catches up back to back. A call far past the slack (a worker
+        slower than the stamps, its calls waiting for a free slot) is never held."""
+        if self._begun_stamp is None:
+            return due
+        gap = stamp - self._begun_stamp
+        kept = self._begun + GATE_MARGIN + gap
+        if kept <= due:
+            return due
+        limit = min(self.slack, CATCH_UP_GAPS * gap)
+        if kept - due > limit and (kept - now >= gap / 2 or kept - due > limit + gap / 2):
+            return due
+        return kept
+
     def started(self, stamp: float, at: float) -> None:
         """A call stamped ``stamp`` started at ``at``: the next ones keep their distance."""
         self._stamp, self._start = stamp, at
 
     def began(self, stamp: float, at: float) -> None:
-        """The previous paced call, stamped ``stamp``, actually began at ``at`` (after its
-        ``started``: it left the playout buffer, then waited for the loop to run it); the
-        next ones keep their distance from the later of the two. Ignored once another
-        call has started since (another stamp)."""
+        """The paced call stamped ``stamp`` began at ``at``: the next call's gate keeps its
+        distance from it. When it is the last one handed out (``started``: it left the
+        playout buffer, then waited for the loop to run it), the next ones are handed out
+        from the later of the two moments; once another call has started since (another
+        stamp), only the gate moves."""
+        self._begun_stamp, self._begun = stamp, at
         if stamp == self._stamp and at > self._start:
             self._start = at
 
@@ -150,8 +241,10 @@ class Playout(Generic[T]):
 
     An item pushed with its ``stamp`` is paced: it leaves no sooner after the previous
     paced item than their stamps are apart (``Spacing``), which may hold it past its
-    ``due``; the order stays that of ``due``. Caller: one thread or event loop (the
-    worker's loop, a Faust agent). Affects: this object only.
+    ``due``; the order stays that of ``due``. It leaves its ``Spacing.lead`` ahead of that
+    moment: its call's task holds it the rest (``gate``, ``hold_until``), then says when it
+    ``began``. Caller: one thread or event loop (the worker's loop, a Faust agent).
+    Affects: this object only.
     """
 
     __slots__ = ("_heap", "_seq", "spacing")
@@ -175,37 +268,48 @@ class Playout(Generic[T]):
         if not self._heap:
             return None
         due, _, stamp, _ = self._heap[0]
-        return due if stamp is None else self.spacing.earliest(stamp, due)
+        if stamp is None:
+            return due
+        spacing = self.spacing
+        return spacing.earliest(stamp, due) - spacing.lead(stamp)
 
     def pop_due(self, now: float) -> list[T]:
-        """The items whose start time has come by ``now``, earliest first; the paced ones
-        count as started at ``now`` (``began`` corrects that when a call begins later)."""
-        heap, ready = self._heap, []
+        """The items whose start time (less a paced item's lead) has come by ``now``,
+        earliest first; a paced one counts as started at its start time, or ``now`` if
+        later (``began`` corrects that when its call begins later)."""
+        heap, ready, spacing = self._heap, [], self.spacing
         while heap:
             due, _, stamp, item = heap[0]
             if stamp is not None:
-                if self.spacing.earliest(stamp, due) > now:
+                at = spacing.earliest(stamp, due)
+                if at - spacing.lead(stamp) > now:
                     break
-                self.spacing.started(stamp, now)
+                spacing.started(stamp, max(at, now))
             elif due > now:
                 break
             heapq.heappop(heap)
             ready.append(item)
         return ready
 
-    def began(self, stamp: float, at: float) -> bool:
-        """The call of the last paced item handed out (stamped ``stamp``) began at ``at``.
-        True when that made the earliest item due by ``at``: its start would be held past
-        the slack, so it catches up, and the caller should hand it out now. Left to the
-        caller's timer (set for the moment before the correction), it left a millisecond or
-        two before that moment: one gap shorter than its stamps' (a call a bucket of one
-        refuses) that shed almost none of the lateness; handed out now, the catch-up sheds
-        a whole gap (measured at 50 calls/s: 10 catch-ups in 6 s, shedding 3.4 ms each)."""
-        before = self.next_due()
+    def gate(self, stamp: float, due: float, now: float) -> float:
+        """When the call of a handed-out item stamped ``stamp`` (pushed due at ``due``) may
+        begin, asked at ``now``: its stamps' distance after the last paced call that began
+        (``Spacing.gate``), never before ``due``. Ask again after each wait: a call
+        beginning meanwhile moves it."""
+        return self.spacing.gate(stamp, due, now)
+
+    def began(self, stamp: float, at: float) -> None:
+        """The call of a paced item handed out (stamped ``stamp``) began at ``at``: the next
+        ones keep their distance from it (``Spacing.began``). It may make the earliest item
+        due at once: its start would be held past the slack, so it catches up. The caller
+        looks again (``pop_due``) as soon as the call is under way: left to the caller's
+        timer, set for the moment before the correction, a catch-up left a millisecond or
+        two before that moment, one gap shorter than its stamps' (a call a bucket of one
+        refuses) that shed almost none of the lateness; handed out at once, it sheds a
+        whole gap (measured at 50 calls/s: 10 catch-ups in 6 s, shedding 3.4 ms each). Only
+        state changes here: it runs between the gate and the handler, where each
+        microsecond counts."""
         self.spacing.began(stamp, at)
-        due = self.next_due()
-        # Only a change of due's: one due already is handed out by the caller's timer.
-        return due is not None and due <= at and (before is None or before > at)
 
     def purge(self, predicate: Callable[[T], bool]) -> list[T]:
         """Remove and return the items for which ``predicate(item)`` is true."""

@@ -28,7 +28,7 @@ from fairstream import Request, Usage, wire
 from fairstream.faust import PaidApiAgent
 from fairstream.faust._app import commit_across_markers
 from fairstream.faust.agent import HELD_PER_SLOT, ActorWindow, HeldEvent, request_from_event
-from fairstream.sdk.worker.pacing import PLAYOUT_DELAY
+from fairstream.sdk.worker.pacing import GATE_MARGIN, PLAYOUT_DELAY
 
 T0 = 1_700_000_000.0  # the fake wall clock's start (epoch s)
 
@@ -189,13 +189,16 @@ def test_a_late_start_pushes_the_next_paced_call_by_its_lateness() -> None:
     second = hold(w, event(2, start_ms=stamp + 20))  # due T0 + 0.12
     clock.now = T0 + 0.101  # the wake-up came 1 ms late
     assert w.startable() == [first]
-    clock.now = T0 + 0.1012
-    w.began(first)  # and its call began 0.2 ms after that
-    assert w.next_due() == pytest.approx(T0 + 0.1212)  # 20 ms after, as the stamps are
-    clock.now = T0 + 0.121
+    w.began(first, T0 + 0.1012)  # and its call began 0.2 ms after that
+    # 20 ms after, as the stamps are: handed out its lead (2% of 20 ms) before, to be held
+    # the rest at its gate.
+    assert w.next_due() == pytest.approx(T0 + 0.1212 - 0.0004)
+    clock.now = T0 + 0.1207
     assert w.startable() == []
-    clock.now = T0 + 0.1212
+    clock.now = T0 + 0.1208
     assert w.startable() == [second]
+    # Its gate: 20 ms after the first began, and the margin for the API's reading.
+    assert w.gate(second, clock.now) == pytest.approx(T0 + 0.1212 + GATE_MARGIN)
 
 
 # -- an actor on a stand-in stream ---------------------------------------------------------

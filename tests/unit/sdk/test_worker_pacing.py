@@ -4,6 +4,7 @@ that moment."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 
 import pytest
@@ -11,10 +12,14 @@ import pytest
 from fairstream.sdk.worker.pacing import (
     CATCH_UP_GAPS,
     CATCH_UP_SLACK,
+    GATE_MARGIN,
+    LEAD_SHARE,
+    MAX_LEAD,
     PLAYOUT_DELAY,
     TIMER_GRAIN,
     Playout,
     Spacing,
+    hold_until,
     start_at,
     timer_wait,
 )
@@ -170,12 +175,13 @@ def test_the_playout_keeps_paced_items_apart_as_their_stamps_are() -> None:
     playout: Playout[str] = Playout()
     for i, name in enumerate("abc"):
         playout.push(10.0 + 0.02 * i, name, 9.9 + 0.02 * i)  # stamps 20 ms apart
+    lead = LEAD_SHARE * 0.02  # each leaves this much ahead, to its gate
     assert playout.pop_due(10.001) == ["a"]  # a timer 1 ms late: "a" starts at 10.001
-    assert playout.next_due() == pytest.approx(10.021)  # not 10.02
-    assert playout.pop_due(10.0205) == []
-    assert playout.pop_due(10.021) == ["b"]
+    assert playout.next_due() == pytest.approx(10.021 - lead)  # not 10.02
+    assert playout.pop_due(10.0205 - lead) == []
+    assert playout.pop_due(10.021 - lead) == ["b"]
     playout.began(9.92, 10.0212)  # its call began a little later still
-    assert playout.next_due() == pytest.approx(10.0412)
+    assert playout.next_due() == pytest.approx(10.0412 - lead)
     assert playout.pop_due(10.5) == ["c"]
 
 
@@ -200,21 +206,133 @@ def test_a_began_that_pushes_the_next_past_the_slack_makes_it_due_at_once() -> N
     playout.push(10.100, "a", 10.000)
     playout.push(10.120, "b", 10.020)
     assert playout.pop_due(10.1395) == ["a"]  # 39.5 ms late: "b" is kept 20 ms after it
-    assert playout.next_due() == pytest.approx(10.1595)
-    # The call began 1 ms later: "b" would be held past the slack. It catches up now, back
-    # to back with "a", shedding a whole gap; its moment (10.12) has passed.
-    assert playout.began(10.000, 10.1405) is True
-    assert playout.next_due() == pytest.approx(10.120)
+    assert playout.next_due() == pytest.approx(10.1595 - LEAD_SHARE * 0.02)
+    # The call began 1 ms later: "b" would be held past the slack. It catches up: due at
+    # once, back to back with "a", shedding a whole gap; its moment (10.12) has passed.
+    playout.began(10.000, 10.1405)
+    assert playout.next_due() == pytest.approx(10.120 - LEAD_SHARE * 0.02)
     assert playout.pop_due(10.1406) == ["b"]
+    # Its gate lets it through at once: it sheds 20 ms, a whole gap.
+    assert playout.gate(10.020, 10.120, 10.1407) == 10.120
 
 
-def test_a_began_that_leaves_the_next_within_the_slack_or_already_due_says_so() -> None:
+def test_a_began_within_the_slack_pushes_the_next_by_its_lateness() -> None:
     playout: Playout[str] = Playout()
     playout.push(10.100, "a", 10.000)
     playout.push(10.120, "b", 10.020)
     assert playout.pop_due(10.101) == ["a"]
-    assert playout.began(10.000, 10.1012) is False  # "b" kept at 10.1212: not due yet
-    assert playout.next_due() == pytest.approx(10.1212)
-    # Nothing waits: nothing to hand out.
-    assert playout.pop_due(10.2) == ["b"]
-    assert playout.began(10.020, 10.2001) is False
+    playout.began(10.000, 10.1012)  # "b" kept at 10.1212: not due yet
+    assert playout.next_due() == pytest.approx(10.1212 - LEAD_SHARE * 0.02)
+    assert playout.pop_due(10.1207) == []
+    assert playout.pop_due(10.1208) == ["b"]
+    assert playout.gate(10.020, 10.120, 10.1209) == pytest.approx(10.1212 + GATE_MARGIN)
+
+
+def test_the_lead_is_a_share_of_the_stamps_gap_and_at_most_the_cap() -> None:
+    spacing = Spacing()
+    assert spacing.lead(10.0) == 0.0  # nothing before it: nothing to keep apart from
+    spacing.started(10.0, 10.1)
+    assert spacing.lead(10.02) == pytest.approx(LEAD_SHARE * 0.02)  # 50/s: 0.4 ms
+    assert spacing.lead(10.0005) == pytest.approx(LEAD_SHARE * 0.0005)  # 2,000/s: 10 us
+    assert spacing.lead(11.0) == MAX_LEAD  # a second apart: the cap
+    assert spacing.lead(10.0) == 0.0  # the same stamp (a burst): no gap, no lead
+    assert spacing.lead(9.9) == 0.0  # stamped before it (arrived late): no lead
+
+
+def test_the_gate_keeps_the_distance_from_the_last_call_that_began() -> None:
+    # 50/s: "b" leaves its lead before 10.12, while "a" has not begun yet (the loop ran
+    # "a" late): its gate follows "a"'s begin, not "a"'s hand-out.
+    playout: Playout[str] = Playout()
+    playout.push(10.100, "a", 10.000)
+    playout.push(10.120, "b", 10.020)
+    assert playout.pop_due(10.100) == ["a"]
+    assert playout.pop_due(10.1196) == ["b"]
+    now = 10.1197
+    assert playout.gate(10.020, 10.120, now) == 10.120  # nothing began: its own moment
+    playout.began(10.000, 10.1003)  # "a" began 0.3 ms after its moment
+    # 20 ms after "a" began, and the margin: the API reads its clock a little after.
+    assert playout.gate(10.020, 10.120, now) == pytest.approx(10.1203 + GATE_MARGIN)
+    playout.began(10.020, 10.1203 + GATE_MARGIN)
+    # A call never begins before its own moment.
+    assert playout.gate(10.060, 10.200, now) == 10.200
+
+
+def test_a_gate_held_past_the_slack_lets_the_call_catch_up_by_a_whole_gap() -> None:
+    spacing = Spacing(slack=0.05)
+    spacing.began(10.000, 10.145)  # 45 ms past its moment (10.100)
+    # The next would be kept at 10.165, 45 ms past its moment (10.12): more than two
+    # gaps. Asked right after the begin, it catches up back to back: sheds a whole gap.
+    assert spacing.gate(10.020, 10.120, 10.1451) == 10.120
+    spacing.began(10.000, 10.130)  # 30 ms late: within the slack, it keeps its distance
+    assert spacing.gate(10.020, 10.120, 10.1301) == pytest.approx(10.150 + GATE_MARGIN)
+
+
+def test_a_gate_near_its_moment_is_kept_rather_than_catch_up_by_a_fraction_of_a_gap() -> None:
+    # "b" was handed out its lead before 10.16 (kept then: 39.5 ms late, within the
+    # slack); "a"'s call then began 1 ms late, which puts "b" past the slack. Let through
+    # now, 0.5 ms short of its gap, "b" would be refused and shed almost nothing: it is
+    # kept, and the next one catches up instead.
+    spacing = Spacing(slack=0.05)
+    spacing.started(10.000, 10.1395)
+    assert spacing.earliest(10.020, 10.120) == pytest.approx(10.1595)
+    spacing.began(10.000, 10.1405)
+    assert spacing.gate(10.020, 10.120, 10.1600) == pytest.approx(10.1605 + GATE_MARGIN)
+
+
+def test_a_gate_far_past_the_slack_never_holds_the_call() -> None:
+    # A worker slower than the stamps: "b" waited 2 s for a free slot, the previous call
+    # (stamped 10 ms before it) began 6 ms ago. Holding "b" the last 4 ms of its gap would
+    # only slow the worker more.
+    spacing = Spacing(slack=0.05)
+    spacing.began(10.000, 12.100)
+    assert spacing.gate(10.010, 10.110, 12.106) == 10.110
+    # Nor one taken out of stamp order (the tenant queues' round robin): stamped 0.3 s
+    # after the last one to begin, due long ago.
+    assert spacing.gate(10.300, 10.400, 12.1001) == 10.400
+
+
+class SteppingClock:
+    """A clock that moves ``step`` s at every reading, and a sleep that moves it as asked."""
+
+    def __init__(self, now: float, step: float) -> None:
+        self.now, self.step = now, step
+        self.readings = 0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        self.readings += 1
+        self.now += self.step
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def test_hold_until_sleeps_while_far_then_a_turn_of_the_loop_at_a_time() -> None:
+    clock = SteppingClock(10.0, 1e-5)  # each reading 10 us later (a turn of the loop)
+    at = asyncio.run(hold_until(lambda now: 10.02, clock, clock.sleep))
+    assert 10.02 <= at < 10.02 + 2e-5  # never early, and a turn after it at most
+    # One sleep until a timer's grain before, then turns of the loop (sleep(0)).
+    assert clock.sleeps[0] == pytest.approx(0.02 - TIMER_GRAIN, abs=2e-5)
+    assert len(clock.sleeps) > 1
+    assert set(clock.sleeps[1:]) == {0.0}
+
+
+def test_hold_until_asks_for_the_moment_again_after_each_wait() -> None:
+    clock = SteppingClock(10.0, 1e-6)
+    asked: list[float] = []
+
+    def moment(now: float) -> float:
+        asked.append(now)
+        return 10.005 if len(asked) == 1 else 10.010  # a call began meanwhile: it moved
+
+    at = asyncio.run(hold_until(moment, clock, clock.sleep))
+    assert at >= 10.010
+    assert asked[0] == pytest.approx(10.000001)  # asked with the clock's reading
+
+
+def test_hold_until_returns_at_once_when_the_moment_has_passed() -> None:
+    clock = SteppingClock(10.0, 0.0)
+    assert asyncio.run(hold_until(lambda now: 9.0, clock, clock.sleep)) == 10.0
+    assert clock.sleeps == []
