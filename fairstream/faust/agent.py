@@ -558,14 +558,18 @@ class _Actor:
         if self.reader is not None:
             self.reader.cancel()
 
-    async def _begin(self, held: HeldEvent) -> None:
-        """Hold ``held``'s first call at its gate, then say it began (right before the
-        handler: ``Calling._attempt``)."""
+    async def _begin(self, held: HeldEvent) -> Callable[[], None]:
+        """Hold ``held``'s first call at its gate; return its mark, called right before the
+        handler (``Calling._call``): it says the call began, then."""
         window = self.window
-        at = await hold_until(lambda now: window.gate(held, now), self.agent._wall, asyncio.sleep)
-        window.began(held, at)
+        await hold_until(lambda now: window.gate(held, now), self.agent._wall, asyncio.sleep)
+        return functools.partial(self._began, held)
+
+    def _began(self, held: HeldEvent) -> None:
         # The starter looks again once the handler is under way: a catch-up goes at once.
+        # Scheduled first, so that the clock is read last, a step from the handler.
         asyncio.get_running_loop().call_soon(self.wake.set)
+        self.window.began(held, self.agent._wall())
 
     async def _call(self, held: HeldEvent) -> None:
         try:

@@ -47,8 +47,10 @@ __all__ = [
     "is_async_handler",
 ]
 
-# Awaited right before a request's first call (a paced call's gate: ``pacing.hold_until``).
-Begin = Callable[[], Awaitable[None]]
+# Awaited right before a request's first call (a paced call's gate: ``pacing.hold_until``);
+# what it returns is called at the call's very start, the handler's first line next (the
+# paced call's mark: when it began, as near as the worker can read the API's clock).
+Begin = Callable[[], Awaitable[Callable[[], None]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,8 +128,11 @@ class Calling:
         """Tell the feedback topic (when feedback is on)."""
         raise NotImplementedError
 
-    async def _call(self, request: Request) -> Any:
-        """Call the handler once; return what it returned (a ``Usage``, or anything)."""
+    async def _call(self, request: Request, mark: Callable[[], None] | None = None) -> Any:
+        """Call the handler once; return what it returned (a ``Usage``, or anything).
+        ``mark``, if any, is called right before the handler."""
+        if mark is not None:
+            mark()
         if self._is_async:
             return await self.handler(request)
         loop = asyncio.get_running_loop()
@@ -139,20 +144,20 @@ class Calling:
     async def _attempt(self, request: Request, begin: Begin | None = None) -> HandlerCall:
         """Call the handler with ``request`` (its ``attempt`` is the one reported), time the
         call and report it: ok (with the cost), rate-limited (scope, Retry-After), failed.
-        ``begin``, if any, is awaited as the last step before the handler (a paced call's
-        gate), so that the moment it reads is the handler's within microseconds: the
-        metrics come before it (a paced call counts as running while it waits its last
-        fraction of a millisecond at the gate), the latency's start after it."""
+        ``begin``, if any, is awaited as the last wait before the handler (a paced call's
+        gate), and what it returns is called right before the handler (``_call``), so that
+        the moment it reads is the handler's within microseconds. The metrics come before
+        the gate (a paced call counts as running while it waits its last fraction of a
+        millisecond there), the latency's start after it."""
         metrics = self.metrics
         if metrics is not None:
             metrics.running.inc()
-        if begin is not None:
-            await begin()
+        mark = None if begin is None else await begin()
         started = time.perf_counter()
         result: Any = None
         error: Exception | None = None
         try:
-            result = await self._call(request)
+            result = await self._call(request, mark)
         except Exception as exc:
             error = exc
         finally:

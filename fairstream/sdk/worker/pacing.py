@@ -18,7 +18,10 @@ API sees the scheduler's schedule, shifted but not bunched.
   paced ones apart with a ``Spacing``; it hands a paced record out a little ahead of its
   moment (its *lead*), and the call's task holds it the rest at the gate (``Playout.gate``,
   ``hold_until``), right before the handler: the steps between leaving the buffer and the
-  handler's first line (a turn of the event loop) no longer make it late;
+  handler's first line (a turn of the event loop) no longer make it late. The worker says
+  when the call began (``Playout.began``) on the handler's doorstep, the next gate keeps
+  its distance from that moment, plus a margin (``GATE_MARGIN``) for the API's own reading
+  of the clock a few steps later;
 - ``timer_wait`` is how long to set a loop's timer for a moment, so that it wakes on time.
 
 Both the SDK's ``Worker`` and the Faust agent (``fairstream.faust``) pace with these.
@@ -118,15 +121,17 @@ def timer_wait(wait: float) -> float:
 LEAD_SHARE = 0.02
 MAX_LEAD = 0.0005
 
-# How far past the stamps' gap the gate holds a call. The gate reads the clock, then a few
-# steps run before the handler's first line, where the API reads its own: 12 us at the
-# median on 2 cores shared with a broker and a scheduler, 25-50 us at p99, up to 0.2 ms
-# when the thread is preempted. A bucket of one refuses a call a microsecond short of the
-# stamps' gap, and each gap the API sees is the gate's plus the difference of two such
-# delays: the margin covers that difference. It is also a creep (each start that much
-# later), which ends in catch-ups. At 50/s behind a bucket of one: 30 us, 1.2-1.4% refused,
-# most of them short by the delays' difference; 60 us, 0.6-0.8%; 100 us, 0.6-1.2%, most of
-# them catch-ups.
+# How far past the stamps' gap the gate holds a call. A call's start is read on the
+# handler's doorstep (``began``: the worker's last step before the handler), and the API
+# reads its own clock on the handler's first line, a few steps later: 7 us at the median on
+# 2 cores shared with a broker and a scheduler, 12-28 us at p99, 60 us at most in four
+# runs. A bucket of one refuses a call a microsecond short of the stamps' gap, and each gap
+# the API sees is the worker's plus the difference of two such delays: the margin covers
+# that difference. It is also a creep (each start that much later), which ends in
+# catch-ups: at 50/s behind a bucket of one, 0.4% of calls refused with 60 us, all of
+# them catch-ups; 0.6% with 30 us, half of them short by the delays' difference. Like the
+# lead, it is at most ``LEAD_SHARE`` of the gap: at 2,000/s the whole margin would hold
+# every call 12% behind its stamps, to be caught up in clumps.
 GATE_MARGIN = 60e-6
 
 
@@ -202,9 +207,10 @@ class Spacing:
     def gate(self, stamp: float, due: float, now: float) -> float:
         """When the call stamped ``stamp`` (handed out, due at ``due``) may begin, asked at
         ``now``: the stamps' distance after the last paced call that began, plus
-        ``GATE_MARGIN``, and never before ``due``. It catches up (``due``) as ``earliest``
-        does, past the slack, with one exception: a call that would catch up by less than
-        half a gap when it is past the slack by less than half a gap. That is a call handed
+        ``GATE_MARGIN`` (``LEAD_SHARE`` of the gap at most), and never before ``due``. It
+        catches up (``due``) as ``earliest`` does, past the slack, with one exception: a
+        call that would catch up by less than half a gap when it is past the slack by less
+        than half a gap. That is a call handed
         out to be kept whose previous one began a little late: let through, it would begin
         a fraction of a millisecond short of its moment, a call a bucket of one refuses
         that sheds almost nothing (measured: 7 of 9 refusals at 50/s). It is kept instead,
@@ -213,7 +219,7 @@ class Spacing:
         if self._begun_stamp is None:
             return due
         gap = stamp - self._begun_stamp
-        kept = self._begun + GATE_MARGIN + gap
+        kept = self._begun + min(GATE_MARGIN, LEAD_SHARE * gap) + gap
         if kept <= due:
             return due
         limit = min(self.slack, CATCH_UP_GAPS * gap)

@@ -312,3 +312,30 @@ def test_a_rebuild_fills_its_own_dict_until_it_is_swapped_in() -> None:
     assert dict(table) == {"acme": TenantPolicy(weight=3)}  # the table serves what it had
     assert list(rebuild) == [b"globex"]
     assert not table.ready
+
+
+def test_a_begin_is_awaited_before_the_first_call_only_and_its_mark_runs_next_to_it() -> None:
+    # The paced gate (``Begin``): awaited before the first call, its mark called right
+    # before the handler; a retry after a rate limit goes through neither.
+    steps: list[str] = []
+
+    async def handler(request: Request) -> None:
+        steps.append(f"handler {request.attempt}")
+        if request.attempt == 1 and "limited" not in steps:
+            steps.append("limited")
+            raise RateLimited(retry_after=0.0)
+
+    async def begin() -> Any:
+        steps.append("gate")
+        await asyncio.sleep(0)
+        return lambda: steps.append("mark")
+
+    async def sleep(delay: float) -> bool:
+        return True
+
+    agent, _ = agent_with(handler, max_attempts=1)
+    request = request_from_event(event(agent.egress.app))
+    ending = asyncio.run(agent._calls(request, sleep, begin))
+    assert ending is not None
+    assert ending.reason is None
+    assert steps == ["gate", "mark", "handler 1", "limited", "handler 1"]

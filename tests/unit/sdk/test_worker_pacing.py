@@ -257,6 +257,15 @@ def test_the_gate_keeps_the_distance_from_the_last_call_that_began() -> None:
     assert playout.gate(10.060, 10.200, now) == 10.200
 
 
+def test_the_gate_margin_is_at_most_the_lead_share_of_the_gap() -> None:
+    spacing = Spacing()
+    spacing.began(10.000, 10.1)
+    # 2,000/s: the whole margin would hold each call 12% behind its stamps.
+    assert spacing.gate(10.0005, 10.1005, 10.1) == pytest.approx(10.1005 + LEAD_SHARE * 0.0005)
+    assert LEAD_SHARE * 0.02 > GATE_MARGIN  # 50/s: the whole margin
+    assert spacing.gate(10.02, 10.12, 10.1) == pytest.approx(10.12 + GATE_MARGIN)
+
+
 def test_a_gate_held_past_the_slack_lets_the_call_catch_up_by_a_whole_gap() -> None:
     spacing = Spacing(slack=0.05)
     spacing.began(10.000, 10.145)  # 45 ms past its moment (10.100)
