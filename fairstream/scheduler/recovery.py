@@ -226,39 +226,54 @@ class Recovery:
         for partition in tokens:
             low, high = watermarks(reader, TopicPartition(self.topic, partition), deadline)
             starts[partition] = max(low, high - WINDOW)
+        read, _ended = self._read(starts, deadline)
+        found: dict[int, Snapshot] = {}
+        for partition, chunks in read.items():
+            token = tokens[partition]
+            mine = {chunk.index: chunk for chunk in chunks if chunk.token == token}
+            snapshot = codec.assemble(mine.values())
+            if snapshot is not None:
+                found[partition] = snapshot
+        return found
+
+    def _read(
+        self, starts: dict[int, int], deadline: float
+    ) -> tuple[dict[int, list[codec.Chunk]], dict[int, int]]:
+        """Each progress partition's chunks from its offset in ``starts`` to where
+        read_committed ends (the last stable offset: the first open transaction, else the
+        high watermark), in offset order, read in one pass over them all; and the offset
+        each ended at. Tombstones (chunks no longer used) are passed over, and so is a
+        record that cannot be decoded, with an error in the log."""
+        reader = self._progress_reader()
         reader.assign([TopicPartition(self.topic, p, start) for p, start in starts.items()])
-        chunks: dict[int, dict[int, codec.Chunk]] = {p: {} for p in tokens}
-        ended: set[int] = set()
-        while len(ended) < len(tokens):
+        chunks: dict[int, list[codec.Chunk]] = {partition: [] for partition in starts}
+        ended: dict[int, int] = {}
+        while len(ended) < len(starts):
             if time.monotonic() >= deadline:
-                raise RecoveryError("cannot read the progress partitions in time")
+                waiting = sorted(set(starts) - set(ended))
+                raise RecoveryError(f"cannot read progress partitions {waiting} in time")
+            # A short wait: consume() waits its whole timeout unless 1,000 records come, and
+            # the windows hold far fewer; a 1 s wait here cost every partition a second of
+            # recovery (12 s to ready with 12 partitions).
             for msg in reader.consume(num_messages=1000, timeout=0.05):
-                at = msg.partition()
-                err = msg.error()
+                at, err = msg.partition(), msg.error()
                 if err is not None and err.code() != KafkaError._PARTITION_EOF:
                     log.warning("reading the progress partitions: %s", err)
                     continue
                 if at is None or at not in chunks:
                     continue
                 if err is not None:  # the end
-                    ended.add(at)
+                    offset = msg.offset()
+                    ended[at] = offset if offset is not None else -1
                     continue
                 value = msg.value()
                 if value is None:
                     continue  # a tombstone of a chunk no longer used
                 try:
-                    chunk = codec.decode_chunk(value)
-                except codec.ProgressFormatError:
-                    # Not used here; when the token is not found, ``_snapshot`` reads the
-                    # partition again and says which record it could not read.
-                    continue
-                if chunk.token == tokens[at]:
-                    chunks[at][chunk.index] = chunk
-        return {
-            partition: snapshot
-            for partition, got in chunks.items()
-            if (snapshot := codec.assemble(got.values())) is not None
-        }
+                    chunks[at].append(codec.decode_chunk(value))
+                except codec.ProgressFormatError as exc:
+                    log.error("progress record of partition %d unreadable: %s", at, exc)
+        return chunks, ended
 
     def _snapshot(self, partition: int, token: str, mark: int, deadline: float) -> Snapshot:
         """The progress written with ``token`` (all of its chunks); else, once the partition
@@ -302,46 +317,18 @@ class Recovery:
         low, high = watermarks(reader, tp, deadline)
         window = WINDOW
         while True:
-            ended = -1  # where read_committed reached the end (the last stable offset)
             start = max(low, high - window)
-            reader.assign([TopicPartition(self.topic, partition, start)])
+            read, ends = self._read({partition: start}, deadline)
+            ended = ends[partition]  # where read_committed reached the end
             chunks: dict[str, dict[int, codec.Chunk]] = {}
             order: list[str] = []  # tokens by their last appearance
-            while time.monotonic() < deadline:
-                # A short wait: consume() waits its whole timeout unless 1,000 records
-                # come, and the window holds far fewer; a 1 s wait here cost every
-                # partition a second of recovery (12 s to ready with 12 partitions).
-                batch = reader.consume(num_messages=1000, timeout=0.05)
-                done = False
-                for msg in batch:
-                    err = msg.error()
-                    if err is None:
-                        value = msg.value()
-                        if value is None:
-                            continue  # a tombstone of a chunk no longer used
-                        try:
-                            chunk = codec.decode_chunk(value)
-                        except codec.ProgressFormatError as exc:
-                            log.error(
-                                "progress record of partition %d unreadable: %s", partition, exc
-                            )
-                            continue
-                        chunks.setdefault(chunk.token, {})[chunk.index] = chunk
-                        if order and order[-1] == chunk.token:
-                            continue
-                        if chunk.token in order:
-                            order.remove(chunk.token)
-                        order.append(chunk.token)
-                    elif err.code() == KafkaError._PARTITION_EOF:
-                        at = msg.offset()
-                        ended = at if at is not None else -1
-                        done = True
-                    else:
-                        log.warning("reading progress partition %d: %s", partition, err)
-                if done:
-                    break
-            else:
-                raise RecoveryError(f"cannot read progress partition {partition} in time")
+            for chunk in read[partition]:
+                chunks.setdefault(chunk.token, {})[chunk.index] = chunk
+                if order and order[-1] == chunk.token:
+                    continue
+                if chunk.token in order:
+                    order.remove(chunk.token)
+                order.append(chunk.token)
             wanted = codec.assemble(chunks.get(token, {}).values())
             latest = next(
                 (s for t in reversed(order) if (s := codec.assemble(chunks[t].values()))),
