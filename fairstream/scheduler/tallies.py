@@ -60,21 +60,27 @@ class Tally:
     grouping (``Tallies.committed``); ``counts`` and ``by_tenant`` give the other views.
     Owned by the emitter's checkpoint; not changed once its transaction ends."""
 
-    __slots__ = ("seconds", "tenants")
+    __slots__ = ("_counts", "seconds", "tenants")
 
     def __init__(self) -> None:
         self.tenants: list[str] = []
         self.seconds: list[float] = []
+        self._counts: Counter[str] | None = None
 
     def record(self, tenant: str, seconds: float) -> None:
         """One egress record of ``tenant`` that waited ``seconds``. (The sender appends to
         the lists itself, once per record; this is for everyone else.)"""
         self.tenants.append(tenant)
         self.seconds.append(seconds)
+        self._counts = None
 
-    def counts(self) -> dict[str, int]:
-        """Records per tenant (counted in C: ``Counter`` over the list)."""
-        return dict(Counter(self.tenants))
+    def counts(self) -> Counter[str]:
+        """Records per tenant (counted in C: ``Counter`` over the list), counted once: ask
+        when the transaction has ended (the tenant groups and the demotion tracker both
+        ask at its commit). Read it, do not change it."""
+        if self._counts is None:
+            self._counts = Counter(self.tenants)
+        return self._counts
 
     def by_tenant(self) -> dict[str, list[float]]:
         """Each tenant's dwell times in emission order, tenants in order of their first

@@ -58,7 +58,7 @@ class Checkpoint:
         self.token_prefix = token_prefix
         # The open transaction: the tenant and dwell (seconds) of each of its records; the
         # cost sent; the dead letters per reason.
-        self.dwell = Tally()
+        self.open_tally = Tally()
         self.cost = 0
         self.letters: dict[str, int] = {}
         # Per log (ingest partition, or holding_id of one): what its last commit made of it.
@@ -77,7 +77,7 @@ class Checkpoint:
         """The open transaction's records (tenant and dwell), live: the sender appends one
         per egress record, in order (a call per record would cost the per-record path).
         Caller: the sender, once per batch (a commit or an abort starts a new one)."""
-        return self.dwell
+        return self.open_tally
 
     def emitted(self, cost: int) -> None:
         """Egress records of ``cost`` in all produced. Caller: the sender, once per batch."""
@@ -89,7 +89,7 @@ class Checkpoint:
 
     def discard(self) -> None:
         """The open transaction was aborted: what it held counts for nothing."""
-        self.dwell, self.cost, self.letters = Tally(), 0, {}
+        self.open_tally, self.cost, self.letters = Tally(), 0, {}
         if self.ledger is not None:
             self.ledger.rewound()
 
@@ -189,7 +189,7 @@ class Checkpoint:
                 self.changes[holding_id(partition)] = hold.changes
                 self.marks[holding_id(partition)] = hold.lwm
                 self.seqs[holding_id(partition)] = seq
-        tally = self.dwell
+        tally = self.open_tally
         if tally.seconds:
             self.metrics.emitted.inc(self.observed.committed(tally))
             self.metrics.emitted_cost.inc(self.cost)

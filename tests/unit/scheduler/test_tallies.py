@@ -107,3 +107,15 @@ def test_the_dwell_histogram_observes_each_value_of_each_list() -> None:
     assert buckets["+Inf"] == 3
     assert next(iter(buckets.values())) == 2  # 0.0 and the first bound: le is inclusive
     assert histogram.sum == DWELL_BUCKETS[-1] + 1 + DWELL_BUCKETS[0]
+
+
+def test_a_tally_is_counted_once_and_again_after_a_record() -> None:
+    # The tenant groups and the demotion tracker both ask at a commit: one count.
+    tally = Tally()
+    tally.record("a", 0.1)
+    tally.record("b", 0.2)
+    first = tally.counts()
+    assert tally.counts() is first
+    assert first == {"a": 1, "b": 1}
+    tally.record("a", 0.3)
+    assert tally.counts() == {"a": 2, "b": 1}
