@@ -225,20 +225,26 @@ class ActorWindow:
             return None
         return request.start_ms / 1000
 
+    def paced(self, held: HeldEvent) -> bool:
+        """Whether ``held``'s call is paced: its start waits at a ``gate`` and says when it
+        ``began``."""
+        return self._stamp(held.request) is not None
+
     def gate(self, held: HeldEvent, now: float) -> float:
-        """When ``held``'s call (handed out by ``startable``, its lead early) may begin, on
-        the wall clock, asked at ``now``: ``Playout.gate``; its moment for an unpaced call."""
+        """When paced ``held``'s call (handed out by ``startable``, its lead early) may
+        begin, on the wall clock, asked at ``now``: ``Playout.gate``."""
         stamp = self._stamp(held.request)
-        return held.due if stamp is None else self._playout.gate(stamp, held.due, now)
+        assert stamp is not None, "only a paced call has a gate"
+        return self._playout.gate(stamp, held.due, now)
 
     def began(self, held: HeldEvent, at: float) -> None:
-        """``held``'s call begins at ``at`` (its task got to run after ``startable`` handed
-        it out, and waited out its ``gate``): the next paced call keeps its distance from
-        this moment. The caller looks again (``startable``) once the call is under way: the
-        next one may be due at once (it catches up, ``Playout.began``)."""
+        """Paced ``held``'s call begins at ``at`` (its task got to run after ``startable``
+        handed it out, and waited out its ``gate``): the next paced call keeps its distance
+        from this moment. The caller looks again (``startable``) once the call is under way:
+        the next one may be due at once (it catches up, ``Playout.began``)."""
         stamp = self._stamp(held.request)
-        if stamp is not None:
-            self._playout.began(stamp, at)
+        assert stamp is not None, "only a paced call says when it began"
+        self._playout.began(stamp, at)
 
     def startable(self) -> list[HeldEvent]:
         """The events whose calls start now, in order of their start times; each takes a
@@ -573,7 +579,9 @@ class _Actor:
 
     async def _call(self, held: HeldEvent) -> None:
         try:
-            await self.agent.call(held, functools.partial(self._begin, held))
+            # Only a paced call waits at a gate and wakes the starter when it begins.
+            begin = functools.partial(self._begin, held) if self.window.paced(held) else None
+            await self.agent.call(held, begin)
         except Exception as exc:
             log.exception("the paid-API agent failed on %s", where(held.request))
             self._fail(exc)

@@ -210,12 +210,12 @@ class Spacing:
         ``GATE_MARGIN`` (``LEAD_SHARE`` of the gap at most), and never before ``due``. It
         catches up (``due``) as ``earliest`` does, past the slack, with one exception: a
         call that would catch up by less than half a gap when it is past the slack by less
-        than half a gap. That is a call handed
-        out to be kept whose previous one began a little late: let through, it would begin
-        a fraction of a millisecond short of its moment, a call a bucket of one refuses
-        that sheds almost nothing (measured: 7 of 9 refusals at 50/s). It is kept instead,
-        and the next one catches up back to back. A call far past the slack (a worker
-        slower than the stamps, its calls waiting for a free slot) is never held."""
+        than half a gap. That is a call handed out to be kept whose previous one began a
+        little late: let through, it would begin a fraction of a millisecond short of its
+        moment, a call a bucket of one refuses that sheds almost nothing (measured: 7 of 9
+        refusals at 50/s). It is kept instead, and the next one catches up back to back. A
+        call far past the slack (a worker slower than the stamps, its calls waiting for a
+        free slot) is never held."""
         if self._begun_stamp is None:
             return due
         gap = stamp - self._begun_stamp

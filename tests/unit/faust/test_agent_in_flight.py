@@ -167,6 +167,15 @@ def test_without_a_playout_delay_a_stamped_call_starts_on_arrival() -> None:
         w = window(max_in_flight=8, delay=delay)
         ahead = hold(w, event(1, start_ms=int(T0 * 1000) + 60_000))
         assert w.startable() == [ahead]
+        assert not w.paced(ahead)  # no gate, no wake-up when it begins
+
+
+def test_only_a_stamped_call_under_a_playout_delay_is_paced() -> None:
+    w = window(max_in_flight=8, delay=0.1)
+    stamped = hold(w, event(1, start_ms=int(T0 * 1000)))
+    bare = hold(w, event(2))
+    assert w.paced(stamped)
+    assert not w.paced(bare)
 
 
 def test_calls_start_in_stamp_order_whatever_the_arrival_order() -> None:
